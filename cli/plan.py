@@ -1,0 +1,283 @@
+"""`spotctl plan`: run the real Pulumi program in-process under Pulumi's mocks and record what it declares.
+
+No credentials, no CLI, no network: resources are "created" by :class:`PlanMocks`, which returns
+deterministic ids and the computed outputs later resources depend on (self links, addresses, ARNs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.config import NAMESPACE, StackConfig
+
+PROJECT = "spotctl"
+
+
+def _h(*parts: str, n: int = 8) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:n]
+
+
+@dataclass
+class Resource:
+    urn: str
+    type: str
+    name: str
+    parent: str | None
+    custom: bool
+    inputs: dict[str, Any]
+    protect: bool = False
+    delete_before_replace: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "urn": self.urn,
+            "type": self.type,
+            "name": self.name,
+            "parent": self.parent,
+            "inputs": self.inputs,
+            "options": {"protect": self.protect, "deleteBeforeReplace": self.delete_before_replace},
+        }
+
+
+@dataclass
+class Plan:
+    stack: str
+    resources: list[Resource] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "resources": [r.as_json() for r in sorted(self.resources, key=lambda r: r.urn)],
+            "outputs": self.outputs,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_json(), indent=2, sort_keys=True) + "\n"
+
+    def by_type(self, type_: str) -> list[Resource]:
+        return sorted((r for r in self.resources if r.type == type_), key=lambda r: r.urn)
+
+    def named(self, name: str) -> Resource:
+        for r in self.resources:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+
+ROOT_TYPE = "pulumi:pulumi:Stack"
+
+
+def _qualified_type(urn: str) -> str:
+    return urn.split("::")[2]
+
+
+def engine_urn(stack: str, project: str, parent: str, type_: str, name: str) -> str:
+    """The URN the Pulumi engine gives a resource: the parent's full type chain, minus the root stack.
+
+    (The mock monitor keeps only the immediate parent type; `--target` needs the engine's form.)
+    """
+    if parent and _qualified_type(parent) != ROOT_TYPE:
+        type_ = f"{_qualified_type(parent)}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{type_}::{name}"
+
+
+def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, region: str) -> tuple[str, dict[str, Any]]:
+    """Deterministic id and computed outputs of one mocked resource."""
+    out = dict(inputs)
+    physical = inputs.get("name") or (inputs.get("namePrefix", "") + _h(name, n=6) if "namePrefix" in inputs else name)
+    if typ.startswith("gcp:"):
+        out.setdefault("name", physical)
+        zone = inputs.get("zone")
+        scope = f"zones/{zone}" if zone else (f"regions/{inputs['region']}" if "region" in inputs else "global")
+        kind = typ.split("/")[1].split(":")[0] + "s"
+        self_link = f"https://www.googleapis.com/compute/v1/projects/{project}/{scope}/{kind}/{physical}"
+        out["selfLink"] = self_link
+        out["selfLinkUnique"] = f"{self_link}?uniqueId={int(_h(name, n=10), 16)}"
+        rid = f"projects/{project}/{scope}/{kind}/{physical}"
+        if typ == "gcp:compute/address:Address":
+            n = int(_h(name, n=4), 16)
+            out["address"] = f"10.128.{n % 250 + 1}.{n // 250 % 250 + 2}"
+        elif typ == "gcp:serviceaccount/account:Account":
+            out["email"] = f"{inputs['accountId']}@{project}.iam.gserviceaccount.com"
+            rid = out["email"]
+        elif typ == "gcp:pubsub/topic:Topic":
+            rid = f"projects/{project}/topics/{physical}"
+        elif typ == "gcp:logging/projectSink:ProjectSink":
+            out["writerIdentity"] = f"serviceAccount:service-{_h(name, n=6)}@gcp-sa-logging.iam.gserviceaccount.com"
+        elif typ == "gcp:storage/bucket:Bucket":
+            out["url"] = f"gs://{physical}"
+            rid = physical
+        return rid, out
+    if typ.startswith("aws:"):
+        prefixes = {
+            "aws:ebs/volume:Volume": "vol-",
+            "aws:ec2/instance:Instance": "i-",
+            "aws:ec2/networkInterface:NetworkInterface": "eni-",
+            "aws:ec2/securityGroup:SecurityGroup": "sg-",
+            "aws:ec2/launchTemplate:LaunchTemplate": "lt-",
+        }
+        rid = prefixes.get(typ, f"{name}-") + _h(name, n=17 if typ in prefixes else 8)
+        if typ == "aws:s3/bucket:Bucket":
+            rid = out["bucket"] = inputs.get("bucketPrefix", "") + _h(name, n=10)
+        if typ == "aws:sqs/queue:Queue":
+            qname = inputs.get("namePrefix", "") + _h(name, n=6)
+            rid = out["url"] = f"https://sqs.{region}.amazonaws.com/123456789012/{qname}"
+            out["name"] = qname
+        if typ == "aws:ec2/networkInterface:NetworkInterface":
+            n = int(_h(name, n=4), 16)
+            out["privateIp"] = f"172.31.{n % 250 + 1}.{n // 250 % 250 + 4}"
+        if typ == "aws:autoscaling/group:Group":
+            rid = inputs.get("name", rid)
+        service = typ.split(":")[1].split("/")[0]
+        out["arn"] = f"arn:aws:{service}:{region}:123456789012:{typ.split(':')[-1].lower()}/{rid}"
+        out.setdefault("name", rid if "namePrefix" in inputs else inputs.get("name", rid))
+        return rid, out
+    return f"{name}-id", out
+
+
+def _mock_call(token: str, args: dict[str, Any], region: str) -> dict[str, Any]:
+    if token == "aws:ec2/getAmi:getAmi":
+        image = next((f["values"][0] for f in args.get("filters", []) if f["name"] == "image-id"), None)
+        return {"id": image or "ami-0mock" + _h(json.dumps(args, sort_keys=True), n=12), "rootDeviceName": "/dev/sda1", "architecture": "x86_64"}
+    if token == "aws:ec2/getSubnet:getSubnet":
+        zone = args.get("availabilityZone") or f"{region}a"
+        return {"id": args.get("id") or "subnet-0mock" + _h(zone, n=9), "vpcId": "vpc-0mock00000000001", "availabilityZone": zone}
+    return {}
+
+
+def run(cfg: StackConfig, stack: str) -> Plan:
+    """Evaluate the Pulumi program for ``cfg`` under mocks; return everything it registered."""
+    import pulumi
+    from pulumi.runtime import mocks as pmocks
+
+    project = cfg.project or "aws-account"
+    region = cfg.region
+    plan = Plan(stack=stack)
+
+    class PlanMocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+            return _mock_outputs(args.typ, args.name, args.inputs, project, region)
+
+        def call(self, args: pulumi.runtime.MockCallArgs):
+            return _mock_call(args.token, dict(args.args), region)
+
+    class RecordingMonitor(pmocks.MockMonitor):
+        """Also records parent and resource options, which MockResourceArgs does not carry."""
+
+        def make_urn(self, parent: str, type_: str, name: str) -> str:
+            return engine_urn(stack, PROJECT, parent, type_, name)
+
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            if request.type != "pulumi:pulumi:Stack":
+                inputs = _plain(pulumi.runtime.rpc.deserialize_properties(request.object))
+                parent = request.parent if request.parent and _qualified_type(request.parent) != ROOT_TYPE else None
+                plan.resources.append(
+                    Resource(
+                        urn=response.urn,
+                        type=request.type,
+                        name=request.name,
+                        parent=parent,
+                        custom=bool(request.custom),
+                        inputs=inputs,
+                        protect=bool(request.protect),
+                        delete_before_replace=bool(request.deleteBeforeReplace),
+                    )
+                )
+            return response
+
+    mocks = PlanMocks()
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
+    pulumi.runtime.set_all_config(_config_map(cfg))
+
+    from infra.program import main
+
+    @pulumi.runtime.test
+    def evaluate():
+        outputs = main()
+        return pulumi.Output.from_input(outputs).apply(lambda resolved: plan.outputs.update(_plain(resolved)))
+
+    evaluate()
+    return plan
+
+
+def _config_map(cfg: StackConfig) -> dict[str, str]:
+    """The validated config as the engine would hand it over: one string (JSON for structures) per key."""
+    dumped = cfg.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in dumped.items()}
+
+
+def _plain(value: Any) -> Any:
+    """Mock inputs -> JSON-able values (unknowns as None, sorted maps)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+# ---- text rendering -----------------------------------------------------------------------------
+
+KEY_INPUTS = (
+    "name", "namePrefix", "zone", "region", "location", "machineType", "instanceType", "size", "volumeSize",
+    "diskSizeGb", "type", "availabilityZone", "provisioningModel", "instanceTerminationAction", "minSize",
+    "maxSize", "targetSize", "minReplicas", "maxReplicas", "onDemandBaseCapacity",
+    "onDemandPercentageAboveBaseCapacity", "spotAllocationStrategy", "distributionPolicyTargetShape",
+    "addressType", "encrypted", "httpTokens", "marketType", "accountId", "deviceName", "autoDelete",
+)
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else k)
+        return out
+    if isinstance(value, list):
+        out = []
+        for i, v in enumerate(value):
+            out += _flatten(v, f"{prefix}[{i}]")
+        return out
+    return [(prefix, value)]
+
+
+def key_inputs(resource: Resource) -> list[str]:
+    shown = []
+    for path, value in _flatten(resource.inputs):
+        leaf = path.rsplit(".", 1)[-1].split("[")[0]
+        if leaf in KEY_INPUTS and value is not None and not isinstance(value, (dict, list)):
+            shown.append(f"{path}={value}")
+    if resource.protect:
+        shown.append("protected")
+    return shown
+
+
+def render_tree(plan: Plan) -> str:
+    children: dict[str | None, list[Resource]] = {}
+    for r in plan.resources:
+        children.setdefault(r.parent, []).append(r)
+    lines = [f"stack {plan.stack}: {len(plan.resources)} resources ({sum(r.custom for r in plan.resources)} cloud resources)"]
+
+    def walk(parent: str | None, indent: str) -> None:
+        kids = sorted(children.get(parent, []), key=lambda r: (r.custom, r.name))
+        for i, r in enumerate(kids):
+            last = i == len(kids) - 1
+            branch = "└─ " if last else "├─ "
+            lines.append(f"{indent}{branch}{r.type}  {r.name}")
+            detail = key_inputs(r)
+            pad = indent + ("   " if last else "│  ")
+            if detail:
+                lines.append(f"{pad}    " + ", ".join(detail))
+            walk(r.urn, pad)
+
+    walk(None, "")
+    if plan.outputs:
+        lines.append("outputs:")
+        lines += ["  " + line for line in json.dumps(plan.outputs, indent=2, sort_keys=True).splitlines()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,197 @@
+"""Finding, reading and safely rewriting ``stacks/Pulumi.<stack>.yaml``.
+
+Edits are round-trips through ruamel.yaml (comments, key order and ``secure:`` values untouched),
+validated before anything is written, and written atomically (temp file + rename) under a file
+lock, so a crash or a concurrent spotctl leaves either the old or the new valid file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.config import NAMESPACE, ConfigError, StackConfig, namespaced, validate
+
+STACK_FILE_RE = re.compile(r"^Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml$")
+LOCK_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class StackRef:
+    """A stack by name and the file that holds its config."""
+
+    name: str
+    path: Path
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above ``start`` holding ``Pulumi.yaml`` (else ``start``)."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "Pulumi.yaml").is_file():
+            return d
+    return here
+
+
+def resolve(stack: str | None, stack_file: Path | None) -> StackRef:
+    """Turn ``--stack NAME`` or ``--stack-file PATH`` into a StackRef.
+
+    Raises:
+        ConfigError: neither or both given, or the file name is not ``Pulumi.<stack>.yaml``.
+    """
+    if (stack is None) == (stack_file is None):
+        raise ConfigError("spotctl", ["give exactly one of --stack NAME or --stack-file PATH"])
+    if stack_file is not None:
+        m = STACK_FILE_RE.match(stack_file.name)
+        if not m:
+            raise ConfigError(str(stack_file), ["a stack file must be named Pulumi.<stack>.yaml"])
+        return StackRef(m["stack"], stack_file)
+    assert stack is not None
+    if not re.match(r"^[A-Za-z0-9_.-]+$", stack):
+        raise ConfigError("spotctl", [f"--stack {stack!r}: letters, digits, '-', '_' and '.' only"])
+    root = project_root()
+    path = root / "stacks" / f"Pulumi.{stack}.yaml"
+    try:
+        path = path.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return StackRef(stack, path)
+
+
+def _yaml():
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096  # never re-wrap long commands
+    y.indent(mapping=2, sequence=4, offset=2)
+    return y
+
+
+def _load_document(path: Path) -> Any:
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(str(path), ["stack file not found"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    try:
+        doc = _yaml().load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(str(path), [f"{where}not valid YAML: {problem}"]) from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, Mapping):
+        raise ConfigError(str(path), ["expected a YAML mapping with a 'config:' key"])
+    config = doc.get("config", {})
+    if not isinstance(config, Mapping):
+        raise ConfigError(str(path), ["config: expected a mapping of 'namespace:key' entries"])
+    return doc
+
+
+def plain(value: Any) -> Any:
+    """ruamel's round-trip types -> plain dict/list/int/float/str/bool."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The file's ``config:`` map as plain Python values."""
+    return plain(_load_document(path).get("config", {}))
+
+
+def load(ref: StackRef) -> StackConfig:
+    """Read and validate a stack's config."""
+    return validate(namespaced(read_config(ref.path), str(ref.path)), str(ref.path))
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the stack file's lock (another spotctl editing the same stack waits)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(lock_path(path)), timeout=timeout)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ConfigError(str(path), [f"locked by another spotctl for more than {timeout:.0f} s"]) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so readers only ever see the old or the new content."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
+    """Apply ``change`` to the stack file's round-trip document, validate, and write it back.
+
+    ``change(config_map, current)`` mutates the ruamel ``config:`` map in place (so comments and
+    unrelated keys stay exactly as they were) given the validated current config. The result is
+    validated before writing; an invalid result raises ConfigError and the file is not touched.
+
+    Returns:
+        The validated new config.
+    """
+    with locked(path):
+        doc = _load_document(path)
+        config = doc.setdefault("config", {})
+        current = validate(namespaced(plain(config), str(path)), str(path))
+        change(config, current)
+        new = validate(namespaced(plain(config), str(path)), str(path))
+        buf = io.StringIO()
+        _yaml().dump(doc, buf)
+        atomic_write(path, buf.getvalue())
+        return new
+
+
+def key(name: str) -> str:
+    """``jobs`` -> ``spotctl:jobs``."""
+    return f"{NAMESPACE}:{name}"

@@ -1,0 +1,428 @@
+"""The stack configuration (`spotctl:*` keys of `stacks/Pulumi.<stack>.yaml`), read and validated here only.
+
+Both the Pulumi program and every CLI command go through :func:`validate`, so a bad stack file is
+rejected with the same message everywhere: the file, the key path as the user wrote it
+(``spotctl:jobs[2].capacity``), what was expected, and a "did you mean" for misspelled keys.
+
+This module imports neither pulumi nor any cloud SDK: the CLI must start fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+NAMESPACE = "spotctl"
+
+# Job ids and pool names become parts of cloud resource names (GCE: RFC 1035, 63 chars; we append
+# suffixes such as "-a12-n3-disk"), so they are kept short and in the strictest common alphabet.
+NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+NAME_RULE = (
+    "1-30 characters: lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen"
+)
+
+POLICY_NAMES = ("default", "greedy", "uniform-progress", "n-preemptions", "on-demand")
+
+
+class JobState(str, enum.Enum):
+    """States of a training job; the legal moves between them live in ``cli/lifecycle.py``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    STOPPED = "stopped"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class Capacity(str, enum.Enum):
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class ConfigError(Exception):
+    """A stack file that cannot be used. ``str()`` is the full, user-facing message."""
+
+    def __init__(self, source: str, problems: Sequence[str]):
+        self.source = source
+        self.problems = list(problems)
+        super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        use_enum_values=False,
+    )
+
+
+Name = Annotated[str, StringConstraints(strict=True)]
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+
+
+class Accelerator(_Model):
+    """A GPU model and how many of it per VM (GCE names, e.g. ``nvidia-h100-80gb``; on AWS informational)."""
+
+    type: Annotated[str, StringConstraints(strict=True, min_length=1)]
+    count: PositiveInt = 1
+
+
+class Pool(_Model):
+    """Shared GPU capacity: a static on-demand part and a dynamic spot part that autoscales."""
+
+    name: Name
+    machine_type: str | None = None
+    instance_types: list[str] | None = None
+    accelerator: Accelerator | None = None
+    on_demand: NonNegativeInt = 0
+    spot_min: NonNegativeInt = 0
+    spot_max: NonNegativeInt = 0
+    agent_command: str | None = None
+    disk_gb: Annotated[int, Field(strict=True, ge=10, le=65536)] = 200
+    image: str | None = None
+    external_ip: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"pool name {v!r} is not a valid cloud resource name: use {NAME_RULE}")
+        return v
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Self:
+        if self.spot_max < self.spot_min:
+            raise ValueError(f"spotMax ({self.spot_max}) must be >= spotMin ({self.spot_min})")
+        if self.on_demand + self.spot_max == 0:
+            raise ValueError("a pool needs onDemand > 0 or spotMax > 0, or it declares no capacity")
+        return self
+
+
+class Job(_Model):
+    """One training run whose disk outlives every VM it runs on."""
+
+    id: Name
+    machine_type: str | None = None
+    instance_type: str | None = None
+    accelerator: Accelerator | None = None
+    image: str | None = None
+    disk_gb: Annotated[int, Field(strict=True, ge=10, le=65536)] = 200
+    command: Annotated[str, StringConstraints(strict=True, min_length=1)]
+    nodes: Annotated[int, Field(strict=True, ge=1, le=64)] = 1
+    capacity: Capacity = Capacity.SPOT
+    zone: Name
+    attempt: PositiveInt = 1
+    state: JobState = JobState.PENDING
+    deadline_hours: Annotated[float, Field(strict=True, gt=0)] | None = None
+    job_hours: Annotated[float, Field(strict=True, gt=0)] | None = None
+    policy: str = "default"
+    env: dict[str, str] = Field(default_factory=dict)
+    external_ip: bool = False
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"job id {v!r} is not a valid cloud resource name: use {NAME_RULE}")
+        return v
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v not in POLICY_NAMES:
+            raise ValueError(_choice_message("policy", v, POLICY_NAMES))
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"env key {key!r} is not a valid environment variable name")
+        return v
+
+    @property
+    def active(self) -> bool:
+        """True when the job should have VMs now."""
+        return self.state in (JobState.PENDING, JobState.RUNNING)
+
+
+class Network(_Model):
+    """Where VMs attach. GCP: network/subnetwork names; AWS: one subnet id per zone (default VPC if absent)."""
+
+    network: str = "default"
+    subnetwork: str | None = None
+    subnets: dict[str, str] = Field(default_factory=dict)
+
+
+class StackConfig(_Model):
+    """Everything under the ``spotctl:`` namespace of one stack file."""
+
+    cloud: Literal["gcp", "aws"]
+    region: Name
+    zones: Annotated[list[Name], Field(min_length=1)]
+    project: str | None = None
+    network: Network = Field(default_factory=Network)
+    labels: dict[str, str] = Field(default_factory=dict)
+    event_retention_days: Annotated[int, Field(strict=True, ge=1, le=3650)] = 30
+    pools: list[Pool] = Field(default_factory=list)
+    jobs: list[Job] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Self:
+        # Cross-field problems are reported with their own key path, so they are collected here
+        # and raised as one _CrossErrors that validate() turns into messages.
+        problems: list[tuple[str, str]] = []
+        gcp = self.cloud == "gcp"
+        if gcp and not self.project:
+            problems.append(("project", "required when cloud is 'gcp' (the GCP project id)"))
+        for i, zone in enumerate(self.zones):
+            if not zone.startswith(self.region):
+                problems.append((f"zones[{i}]", f"zone {zone!r} is not in region {self.region!r}"))
+        if len(set(self.zones)) != len(self.zones):
+            problems.append(("zones", "lists a zone twice"))
+        for zone in self.network.subnets:
+            if zone not in self.zones:
+                problems.append((f"network.subnets.{zone}", f"zone {zone!r} is not in spotctl:zones {self.zones}"))
+        _unique(problems, "pools", "name", [p.name for p in self.pools])
+        _unique(problems, "jobs", "id", [j.id for j in self.jobs])
+        for i, pool in enumerate(self.pools):
+            _per_cloud(problems, f"pools[{i}]", gcp, pool.machine_type, "machineType", pool.instance_types, "instanceTypes")
+            if not gcp and pool.instance_types is not None and not pool.instance_types:
+                problems.append((f"pools[{i}].instanceTypes", "needs at least one instance type"))
+        for i, job in enumerate(self.jobs):
+            _per_cloud(problems, f"jobs[{i}]", gcp, job.machine_type, "machineType", job.instance_type, "instanceType")
+            if job.zone not in self.zones:
+                problems.append((f"jobs[{i}].zone", _choice_message("zone", job.zone, self.zones)))
+        for key, value in self.labels.items():
+            if not re.match(r"^[a-z][-_a-z0-9]{0,62}$", key) or not re.match(r"^[-_a-z0-9]{0,63}$", value):
+                problems.append(
+                    (f"labels.{key}", "labels must be lowercase letters, digits, '-' or '_' (GCP label rules)")
+                )
+        if problems:
+            raise _CrossErrors(problems)
+        return self
+
+    def job(self, job_id: str) -> Job:
+        """Return the job with this id, or raise KeyError naming the ids that exist."""
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        raise KeyError(_choice_message("job", job_id, [j.id for j in self.jobs]))
+
+
+class _CrossErrors(ValueError):
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{k}: {m}" for k, m in problems))
+
+
+def _unique(problems: list[tuple[str, str]], section: str, key: str, values: list[str]) -> None:
+    seen: dict[str, int] = {}
+    for i, value in enumerate(values):
+        if value in seen:
+            problems.append(
+                (f"{section}[{i}].{key}", f"duplicate {key} {value!r} (also {NAMESPACE}:{section}[{seen[value]}])")
+            )
+        else:
+            seen[value] = i
+
+
+def _per_cloud(problems, path, gcp, gcp_value, gcp_key, aws_value, aws_key) -> None:
+    want, want_value, other, other_value = (
+        (gcp_key, gcp_value, aws_key, aws_value) if gcp else (aws_key, aws_value, gcp_key, gcp_value)
+    )
+    cloud = "GCP" if gcp else "AWS"
+    if other_value is not None:
+        problems.append((f"{path}.{other}", f"not used on {cloud}; use {want}"))
+    elif want_value is None:
+        problems.append((f"{path}.{want}", f"required on {cloud}"))
+
+
+def _choice_message(what: str, got: object, choices: Sequence[str]) -> str:
+    msg = f"expected one of {', '.join(repr(c) for c in choices)}, got {got!r}"
+    close = difflib.get_close_matches(str(got), [str(c) for c in choices], n=1, cutoff=0.6)
+    if close:
+        msg += f" (did you mean {close[0]!r}?)"
+    return msg
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+def _path(loc: Sequence[str | int]) -> str:
+    """('jobs', 2, 'capacity') -> 'spotctl:jobs[2].capacity'."""
+    out = NAMESPACE + ":"
+    first = True
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += part if first else f".{part}"
+        first = False
+    return out
+
+
+def _model_at(loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The model class that owns the last key of ``loc`` (to suggest its real keys)."""
+    model: Any = StackConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(_snake(part))
+        if field is None:
+            return None
+        model = _inner_model(field.annotation)
+        if model is None:
+            return None
+    return model
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+_TYPE_WORDS = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping of keys to values",
+    "model_type": "a mapping of keys to values",
+    "model_attributes_type": "a mapping of keys to values",
+}
+
+
+def _describe(err: Mapping[str, Any]) -> tuple[str, str]:
+    """Turn one pydantic error into (key path, message)."""
+    loc = [p for p in err["loc"]]
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "value_error" and isinstance(err.get("ctx", {}).get("error"), _CrossErrors):
+        raise AssertionError("cross errors are expanded by the caller")
+    if kind == "extra_forbidden":
+        model = _model_at(loc)
+        key = str(loc[-1])
+        msg = "unknown key"
+        if model is not None:
+            close = difflib.get_close_matches(key, _keys_of(model), n=1, cutoff=0.6)
+            msg += f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(_keys_of(model))}"
+        return _path(loc), msg
+    if kind == "missing":
+        return _path(loc), "required key is missing"
+    if kind in ("literal_error", "enum"):
+        choices = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
+        return _path(loc), _choice_message(str(loc[-1]), value, choices)
+    if kind in _TYPE_WORDS:
+        return _path(loc), f"expected {_TYPE_WORDS[kind]}, got {_show(value)}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        ctx = err.get("ctx", {})
+        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()))
+        return _path(loc), f"expected a number {op} {bound}, got {_show(value)}"
+    if kind == "too_short":
+        return _path(loc), "must not be empty"
+    if kind == "value_error":
+        return _path(loc), str(err["ctx"]["error"])
+    return _path(loc), f"{err['msg']}, got {_show(value)}"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def validate(raw: Mapping[str, Any], source: str) -> StackConfig:
+    """Validate the ``spotctl:`` part of a stack's config.
+
+    Args:
+        raw: config keys without the namespace (``{"cloud": "gcp", "jobs": [...]}``).
+        source: what to name in errors (the stack file path).
+
+    Raises:
+        ConfigError: naming every problem found, each with its key path.
+    """
+    try:
+        return StackConfig.model_validate(dict(raw))
+    except ValidationError as exc:
+        problems: list[str] = []
+        for err in exc.errors(include_url=False):
+            cross = err.get("ctx", {}).get("error")
+            if isinstance(cross, _CrossErrors):
+                problems += [f"{_path(_split(k))}: {m}" for k, m in cross.problems]
+                continue
+            key, msg = _describe(err)
+            problems.append(f"{key}: {msg}")
+        raise ConfigError(source, problems) from None
+
+
+def _split(key: str) -> list[str | int]:
+    out: list[str | int] = []
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
+        out.append(int(part[1:-1]) if part.startswith("[") else part)
+    return out
+
+
+def namespaced(config: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Pick the ``spotctl:`` keys of a Pulumi config map, decoding JSON-string values.
+
+    Pulumi hands config to programs as strings (JSON for lists and maps); a stack file read
+    with YAML already has typed values. Both arrive here.
+    """
+    raw: dict[str, Any] = {}
+    for key, value in config.items():
+        ns, sep, name = str(key).partition(":")
+        if ns != NAMESPACE or not sep:
+            continue
+        if isinstance(value, Mapping) and set(value) == {"secure"}:
+            raise ConfigError(source, [f"{key}: spotctl settings cannot be secrets (nothing here is secret)"])
+        if isinstance(value, str):
+            # The engine passes every top-level value as a string ("30", "true", '["a"]').
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+        raw[name] = value
+    return raw
+

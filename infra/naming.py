@@ -1,0 +1,59 @@
+"""Physical names and ownership labels, shared by both clouds (pure; no pulumi import).
+
+Physical names carry a short slug of the stack, so two stacks in one project/account never collide,
+and stay within GCE's 63-character RFC 1035 limit: slug (<= 16) + job id (<= 30) + suffix (<= 14).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+SLUG_MAX = 16
+MANAGED_BY = "spotctl"
+
+
+def short_hash(*parts: str, n: int = 6) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:n]
+
+
+def stack_slug(stack: str) -> str:
+    """A name-safe, <= 16 char token for a stack; hashed when the stack name had to be changed."""
+    clean = re.sub(r"[^a-z0-9-]+", "-", stack.lower()).strip("-") or "stack"
+    if not clean[0].isalpha():
+        clean = "s" + clean
+    if clean == stack and len(clean) <= SLUG_MAX:
+        return clean
+    return f"{clean[: SLUG_MAX - 5].rstrip('-')}-{short_hash(stack, n=4)}"
+
+
+def disk_name(slug: str, job_id: str, rank: int) -> str:
+    return f"{slug}-{job_id}-n{rank}-disk"
+
+
+def instance_name(slug: str, job_id: str, attempt: int, rank: int) -> str:
+    """Changes with the attempt, so a new attempt is a new VM (and never a new disk)."""
+    return f"{slug}-{job_id}-a{attempt}-n{rank}"
+
+
+def gcp_labels(stack: str, extra: dict[str, str], **owner: str) -> dict[str, str]:
+    """GCP labels: lowercase keys/values, ``spotctl-stack`` etc."""
+    labels = dict(extra)
+    labels.update({"spotctl-managed": "true", "spotctl-stack": _label_value(stack)})
+    labels.update({f"spotctl-{k}": _label_value(v) for k, v in owner.items()})
+    return dict(sorted(labels.items()))
+
+
+def aws_tags(stack: str, extra: dict[str, str], name: str | None = None, **owner: str) -> dict[str, str]:
+    """AWS tags: ``spotctl:stack`` etc., plus ``Name`` when given."""
+    tags = dict(extra)
+    tags.update({"spotctl:managed": "true", "spotctl:stack": stack})
+    tags.update({f"spotctl:{k}": v for k, v in owner.items()})
+    if name:
+        tags["Name"] = name
+    return dict(sorted(tags.items()))
+
+
+def _label_value(value: str) -> str:
+    v = re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
+    return v

@@ -1,0 +1,119 @@
+"""The one helper that renders ``templates/`` into the scripts VMs run (both clouds, jobs and pools).
+
+Every user value reaches a script through the ``q`` filter (``shlex.quote``); templates are
+rendered with ``StrictUndefined`` so a missing variable is an error, never an empty string.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+
+GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
+AWS_METADATA_URL = "http://169.254.169.254"
+GCS_URL = "https://storage.googleapis.com"
+MOUNT_POINT = "/mnt/spotctl"
+DEVICE_NAME = "spotctl-data"  # GCE device name of the job disk -> /dev/disk/by-id/google-spotctl-data
+
+# Seconds the cloud gives between the preemption signal and power-off, and what we use of it.
+NOTICE_S = {"gcp": 30, "aws": 120}
+TRAINER_STOP_BUDGET_S = {"gcp": 20, "aws": 100}
+
+
+@dataclass(frozen=True)
+class ScriptContext:
+    """What the scripts of one VM need to know. Field names are the templates' variable names."""
+
+    cloud: Literal["gcp", "aws"]
+    stack: str
+    kind: Literal["job", "pool"]
+    name: str
+    command: str
+    event_bucket: str
+    region: str
+    attempt: int = 1
+    node_rank: int = 0
+    world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    env: dict[str, str] = field(default_factory=dict)
+    disk_device: str = ""
+    mount_point: str = MOUNT_POINT
+    metadata_url: str = ""
+    storage_url: str = ""
+    event_prefix: str = ""
+    poll_interval_s: int = 5
+    systemd_dir: str = "/etc/systemd/system"
+    state_dir: str = "/var/lib/spotctl"
+
+    def variables(self) -> dict[str, object]:
+        v = asdict(self)
+        v["metadata_url"] = self.metadata_url or (GCP_METADATA_URL if self.cloud == "gcp" else AWS_METADATA_URL)
+        v["storage_url"] = self.storage_url or (
+            GCS_URL if self.cloud == "gcp" else f"https://s3.{self.region}.amazonaws.com"
+        )
+        v["event_prefix"] = self.event_prefix or f"{self.stack}/"
+        v["notice_s"] = NOTICE_S[self.cloud]
+        v["stop_budget_s"] = TRAINER_STOP_BUDGET_S[self.cloud]
+        v["unit"] = f"spotctl-{self.kind}"
+        return v
+
+
+def templates_dir() -> Path:
+    """``templates/`` in a checkout; ``infra/_templates`` in an installed wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "templates", here / "_templates"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("spotctl templates directory not found")
+
+
+def _quote(value: object) -> str:
+    if value is None or isinstance(value, jinja2.Undefined):
+        raise jinja2.UndefinedError("refusing to shell-quote an undefined value")
+    return shlex.quote(str(value))
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        # Bash uses "{#" (${#var}); Jinja comments are "{## ... ##}" here.
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    env.filters["q"] = _quote
+    return env
+
+
+def render(template: str, ctx: ScriptContext) -> str:
+    """Render one template (e.g. ``gcp/startup.sh.j2``) for ``ctx``."""
+    return environment().get_template(template).render(**ctx.variables())
+
+
+@dataclass(frozen=True)
+class Scripts:
+    """The rendered scripts of one VM: GCP uses both keys of metadata; AWS only ``user_data``."""
+
+    startup: str
+    shutdown: str = ""
+
+    @property
+    def user_data(self) -> str:
+        return self.startup
+
+
+def scripts_for(ctx: ScriptContext) -> Scripts:
+    if ctx.cloud == "gcp":
+        return Scripts(render("gcp/startup.sh.j2", ctx), render("gcp/shutdown.sh.j2", ctx))
+    return Scripts(render("aws/user-data.sh.j2", ctx))

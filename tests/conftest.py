@@ -1,0 +1,54 @@
+"""Shared fixtures: real stack files in temp dirs, a CLI runner, and config builders."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "stacks"
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temp project (Pulumi.yaml + stacks/ with both examples) as the working directory."""
+    shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
+    shutil.copytree(EXAMPLES, tmp_path / "stacks")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+GCP_BASE = {
+    "cloud": "gcp",
+    "project": "proj-1",
+    "region": "us-central1",
+    "zones": ["us-central1-a", "us-central1-b"],
+}
+AWS_BASE = {"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a", "us-east-1b"]}
+
+
+def gcp_job(**over) -> dict:
+    job = {"id": "train", "machineType": "a2-highgpu-1g", "zone": "us-central1-a", "command": "python train.py"}
+    job.update(over)
+    return job
+
+
+def aws_job(**over) -> dict:
+    job = {"id": "train", "instanceType": "p4d.24xlarge", "zone": "us-east-1a", "command": "python train.py"}
+    job.update(over)
+    return job
+
+
+def stack_config(base: dict, **over) -> dict:
+    cfg = copy.deepcopy(base)
+    cfg.update(over)
+    return cfg

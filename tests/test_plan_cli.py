@@ -1,0 +1,118 @@
+"""`spotctl plan` runs the real program under mocks: deterministic, complete, offline; `--help` everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cli.app import app
+from tests.conftest import ROOT
+
+
+def plan_json(runner, stack: str) -> str:
+    result = runner.invoke(app, ["plan", "--stack", stack, "--json"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("stack", ["example-gcp", "example-aws"])
+def test_plan_json_is_deterministic_across_processes(project, runner, stack):
+    first = plan_json(runner, stack)
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    second = subprocess.run(
+        [sys.executable, "-m", "cli", "plan", "--stack", stack, "--json"],
+        cwd=project, env=env, capture_output=True, text=True, check=True,
+    ).stdout
+    assert first == second
+    doc = json.loads(first)
+    assert set(doc) == {"stack", "resources", "outputs"}
+    assert doc["stack"] == stack
+    for r in doc["resources"]:
+        assert {"urn", "type", "name", "parent", "inputs"} <= set(r)
+        assert r["urn"].startswith(f"urn:pulumi:{stack}::spotctl::")
+
+
+def test_plan_lists_the_gcp_program_resources(project, runner):
+    doc = json.loads(plan_json(runner, "example-gcp"))
+    types = {r["type"] for r in doc["resources"]}
+    assert {
+        "spotctl:gcp:StackBase", "spotctl:gcp:GpuPool", "spotctl:gcp:TrainingJob",
+        "gcp:compute/instanceTemplate:InstanceTemplate", "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager",
+        "gcp:compute/regionAutoscaler:RegionAutoscaler", "gcp:compute/disk:Disk", "gcp:compute/instance:Instance",
+        "gcp:compute/address:Address", "gcp:storage/bucket:Bucket", "gcp:logging/projectSink:ProjectSink",
+        "gcp:pubsub/topic:Topic",
+    } <= types
+    # Wire form: camelCase keys, numbers as the engine receives them.
+    disk = next(r for r in doc["resources"] if r["name"] == "job-llm-pretrain-n0-disk")
+    assert disk["inputs"]["size"] == 2000.0 and disk["inputs"]["zone"] == "us-central1-a"
+    assert disk["parent"] == "urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob::job-llm-pretrain"
+    assert doc["outputs"]["jobs"]["llm-pretrain"]["instances"] == [
+        "example-gcp-llm-pretrain-a1-n0", "example-gcp-llm-pretrain-a1-n1",
+    ]
+
+
+def test_plan_lists_the_aws_program_resources(project, runner):
+    doc = json.loads(plan_json(runner, "example-aws"))
+    types = {r["type"] for r in doc["resources"]}
+    assert {
+        "spotctl:aws:StackBase", "spotctl:aws:GpuPool", "spotctl:aws:TrainingJob",
+        "aws:ec2/launchTemplate:LaunchTemplate", "aws:autoscaling/group:Group", "aws:ebs/volume:Volume",
+        "aws:ec2/instance:Instance", "aws:ec2/volumeAttachment:VolumeAttachment", "aws:s3/bucket:Bucket",
+        "aws:cloudwatch/eventRule:EventRule", "aws:sqs/queue:Queue",
+    } <= types
+
+
+def test_plan_tree_text(project, runner):
+    result = runner.invoke(app, ["plan", "--stack", "example-gcp"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("stack example-gcp: ")
+    assert "├─ spotctl:gcp:TrainingJob  job-llm-pretrain" in lines
+    disk_line = lines.index("│  ├─ gcp:compute/disk:Disk  job-llm-pretrain-n0-disk")
+    assert "protected" in lines[disk_line + 1] and "zone=us-central1-a" in lines[disk_line + 1]
+
+
+def test_plan_refuses_an_invalid_stack_before_running_anything(project, runner):
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    path.write_text(path.read_text().replace("instanceType: p4d.24xlarge", "instanceTyp: p4d.24xlarge"))
+    result = runner.invoke(app, ["plan", "--stack", "example-aws"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "error: stacks/Pulumi.example-aws.yaml: spotctl:jobs[1].instanceTyp: unknown key (did you mean 'instanceType'?)\n"
+    )
+
+
+def registered_commands() -> list[str]:
+    return sorted(c.name or c.callback.__name__ for c in app.registered_commands)
+
+
+def test_top_level_help_lists_every_command_with_an_example(runner):
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for name in registered_commands():
+        line = next(line for line in result.output.splitlines() if line.lstrip("│ ").startswith(f"{name} "))
+        assert "Example: spotctl " + name in line
+
+
+@pytest.mark.parametrize("command", registered_commands())
+def test_every_command_help_has_an_example(runner, command):
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert f"Example: spotctl {command}" in result.output
+
+
+def test_cli_startup_does_not_import_cloud_sdks():
+    code = (
+        "import sys; from cli.app import app\n"
+        "from typer.testing import CliRunner\n"
+        "CliRunner().invoke(app, ['--help'])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
+        "('pulumi', 'pulumi_aws', 'pulumi_gcp', 'boto3', 'botocore', 'google', 'moto')})\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
