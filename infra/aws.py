@@ -160,6 +160,7 @@ class StackBase(pulumi.ComponentResource):
             referenced_security_group_id=self.security_group.id,
             ip_protocol="-1",
             description="nodes of one stack talk to each other (NCCL, rendezvous)",
+            tags=tags,
             opts=child,
         )
 

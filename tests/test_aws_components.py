@@ -1,0 +1,252 @@
+"""AWS components under Pulumi mocks: every property the issue asks for, from registered resources."""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+from functools import cache
+
+import pulumi_aws as aws
+import pytest
+
+from cli import plan as planner
+from infra.config import validate
+from tests.conftest import AWS_BASE, aws_job, stack_config
+
+INSTANCE = "aws:ec2/instance:Instance"
+VOLUME = "aws:ebs/volume:Volume"
+ATTACH = "aws:ec2/volumeAttachment:VolumeAttachment"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+ASG = "aws:autoscaling/group:Group"
+
+POOL = {
+    "name": "g5", "instanceTypes": ["g5.2xlarge", "g6.2xlarge", "g5.4xlarge"], "onDemand": 2, "spotMin": 1,
+    "spotMax": 10, "agentCommand": "agent --pool g5", "diskGb": 300,
+}
+SUBNETS = {"us-east-1a": "subnet-aaaa", "us-east-1b": "subnet-bbbb"}
+
+
+def raw_stack(**over) -> dict:
+    return stack_config(AWS_BASE, **{"network": {"subnets": SUBNETS}, "pools": [POOL], "jobs": [aws_job()], **over})
+
+
+@cache
+def _plan(key: str, stack: str) -> planner.Plan:
+    return planner.run(validate(json.loads(key), "test"), stack)
+
+
+def plan_of(raw: dict, stack: str = "team-a") -> planner.Plan:
+    return _plan(json.dumps(raw, sort_keys=True), stack)
+
+
+def only(plan, type_, part=""):
+    found = [r for r in plan.by_type(type_) if part in r.name]
+    assert len(found) == 1, [r.name for r in found]
+    return found[0]
+
+
+# ---- pools ----------------------------------------------------------------------------------------
+
+
+def test_launch_template():
+    plan = plan_of(raw_stack())
+    lt = only(plan, LT).inputs
+    assert "instanceMarketOptions" not in lt  # AWS rejects spot market options inside a mixed-instances ASG
+    assert lt["metadataOptions"] == {
+        "httpEndpoint": "enabled", "httpPutResponseHopLimit": 2.0, "httpTokens": "required", "instanceMetadataTags": "disabled",
+    }
+    assert lt["blockDeviceMappings"] == [
+        {"deviceName": "/dev/sda1", "ebs": {"deleteOnTermination": "true", "encrypted": "true", "volumeSize": 300.0, "volumeType": "gp3"}}
+    ]
+    assert lt["networkInterfaces"][0]["associatePublicIpAddress"] == "false"
+    script = base64.b64decode(lt["userData"]).decode()
+    assert script.startswith("#!/bin/bash") and "SPOTCTL_COMMAND='agent --pool g5'" in script
+    assert lt["iamInstanceProfile"]["arn"].startswith("arn:aws:iam:")
+    kinds = {spec["resourceType"]: spec["tags"] for spec in lt["tagSpecifications"]}
+    assert set(kinds) == {"instance", "volume", "network-interface"}
+    assert all(t["spotctl:stack"] == "team-a" and t["spotctl:pool"] == "g5" for t in kinds.values())
+
+
+def test_autoscaling_group_mixed_instances():
+    plan = plan_of(raw_stack())
+    asg = only(plan, ASG).inputs
+    dist = asg["mixedInstancesPolicy"]["instancesDistribution"]
+    assert dist == {
+        "onDemandBaseCapacity": 2.0, "onDemandPercentageAboveBaseCapacity": 0.0,
+        "spotAllocationStrategy": "price-capacity-optimized",
+    }  # no spotMaxPrice: capped at the on-demand price
+    overrides = asg["mixedInstancesPolicy"]["launchTemplate"]["overrides"]
+    assert [o["instanceType"] for o in overrides] == POOL["instanceTypes"]
+    assert asg["vpcZoneIdentifiers"] == ["subnet-aaaa", "subnet-bbbb"]
+    assert asg["capacityRebalance"] is True
+    assert asg["maxSize"] == 12.0 and asg["minSize"] == 3.0
+    tags = {t["key"]: t for t in asg["tags"]}
+    assert tags["spotctl:stack"] == {"key": "spotctl:stack", "propagateAtLaunch": True, "value": "team-a"}
+    assert tags["spotctl:pool"]["value"] == "g5"
+
+
+def test_default_vpc_subnets_when_none_configured():
+    raw = raw_stack()
+    del raw["network"]
+    asg = only(plan_of(raw), ASG).inputs
+    assert len(asg["vpcZoneIdentifiers"]) == 2 and all(s.startswith("subnet-0mock") for s in asg["vpcZoneIdentifiers"])
+
+
+# ---- jobs -----------------------------------------------------------------------------------------
+
+
+def test_job_volume_instance_attachment():
+    plan = plan_of(raw_stack())
+    vol = only(plan, VOLUME)
+    assert vol.protect is True
+    assert vol.inputs["availabilityZone"] == "us-east-1a" and vol.inputs["encrypted"] is True
+    assert vol.inputs["type"] == "gp3" and vol.inputs["tags"]["spotctl:job"] == "train"
+    vm = only(plan, INSTANCE)
+    assert vm.delete_before_replace
+    i = vm.inputs
+    assert i["availabilityZone"] == "us-east-1a" and i["subnetId"] == "subnet-aaaa"
+    assert i["instanceMarketOptions"] == {
+        "marketType": "spot", "spotOptions": {"instanceInterruptionBehavior": "terminate", "spotInstanceType": "one-time"},
+    }
+    assert i["metadataOptions"]["httpTokens"] == "required"
+    assert i["rootBlockDevice"]["encrypted"] is True
+    assert i["associatePublicIpAddress"] is False
+    assert i["userDataReplaceOnChange"] is True
+    vol_id = plan.outputs["jobs"]["train"]["volumes"][0]
+    assert f"SPOTCTL_DISK_DEVICE=/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{vol_id.replace('-', '')}" in i["userData"]
+    att = only(plan, ATTACH).inputs
+    assert att["volumeId"] == vol_id and att["instanceId"] == plan.outputs["jobs"]["train"]["instances"][0]
+    assert att["deviceName"] == "/dev/sdf"
+
+
+def test_new_attempt_new_instance_same_volume_same_zone():
+    one = plan_of(raw_stack(jobs=[aws_job(attempt=1)]))
+    two = plan_of(raw_stack(jobs=[aws_job(attempt=2)]))
+    v1, v2 = only(one, VOLUME), only(two, VOLUME)
+    assert v1.urn == v2.urn and v1.inputs == v2.inputs
+    i1, i2 = only(one, INSTANCE).inputs, only(two, INSTANCE).inputs
+    assert i1["userData"] != i2["userData"]  # replaces the instance (userDataReplaceOnChange)
+    assert i1["availabilityZone"] == i2["availabilityZone"] == v2.inputs["availabilityZone"]
+    assert i2["tags"]["Name"] == "team-a-train-a2-n0" and i1["tags"]["Name"] == "team-a-train-a1-n0"
+
+
+def test_capacity_switch_changes_only_market_options():
+    spot = only(plan_of(raw_stack(jobs=[aws_job(capacity="spot")])), INSTANCE).inputs
+    od = only(plan_of(raw_stack(jobs=[aws_job(capacity="on-demand")])), INSTANCE).inputs
+    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"instanceMarketOptions"}
+    assert "instanceMarketOptions" not in od
+
+
+@pytest.mark.parametrize("state", ["completed", "failed", "preempted"])
+def test_job_not_running_keeps_volume_and_declares_no_instance(state):
+    plan = plan_of(raw_stack(jobs=[aws_job(state=state)]))
+    assert len(plan.by_type(VOLUME)) == 1 and plan.by_type(INSTANCE) == [] and plan.by_type(ATTACH) == []
+    assert only(plan, VOLUME).protect is (state != "completed")
+
+
+def test_multi_node_master_keeps_its_address_on_an_eni():
+    plan = plan_of(raw_stack(jobs=[aws_job(nodes=2)]))
+    eni = only(plan, "aws:ec2/networkInterface:NetworkInterface").inputs
+    assert eni["subnetId"] == "subnet-aaaa"
+    vms = plan.by_type(INSTANCE)
+    ip = plan.outputs["jobs"]["train"]["masterAddress"]
+    master, worker = vms
+    assert master.inputs["primaryNetworkInterface"]["networkInterfaceId"].startswith("eni-")
+    assert "subnetId" not in master.inputs and worker.inputs["subnetId"] == "subnet-aaaa"
+    for rank, vm in enumerate(vms):
+        assert f"SPOTCTL_MASTER_ADDR={ip}" in vm.inputs["userData"]
+        assert f"SPOTCTL_NODE_RANK={rank}" in vm.inputs["userData"] and "SPOTCTL_WORLD_SIZE=2" in vm.inputs["userData"]
+
+
+def test_imdsv2_required_and_volumes_encrypted_everywhere():
+    plan = plan_of(raw_stack(jobs=[aws_job(nodes=2), aws_job(id="b", capacity="on-demand")]))
+    for r in plan.by_type(INSTANCE) + plan.by_type(LT):
+        assert r.inputs["metadataOptions"]["httpTokens"] == "required"
+    for vm in plan.by_type(INSTANCE):
+        assert vm.inputs["rootBlockDevice"]["encrypted"] is True
+    for v in plan.by_type(VOLUME):
+        assert v.inputs["encrypted"] is True
+    for lt in plan.by_type(LT):
+        assert all(m["ebs"]["encrypted"] == "true" for m in lt.inputs["blockDeviceMappings"])
+
+
+def test_names_never_collide():
+    raw = raw_stack(jobs=[aws_job(id="a", nodes=2), aws_job(id="a-n1"), aws_job(id="b")])
+    p1, p2 = plan_of(raw, "team-a"), plan_of(raw, "team-b")
+    for plan in (p1, p2):
+        urns = [r.urn for r in plan.resources]
+        assert len(urns) == len(set(urns))
+        names = [r.inputs["tags"]["Name"] for r in plan.resources if "Name" in r.inputs.get("tags", {})]
+        assert len(names) == len(set(names))
+    n1 = {r.inputs["tags"]["Name"] for r in p1.resources if "Name" in r.inputs.get("tags", {})}
+    n2 = {r.inputs["tags"]["Name"] for r in p2.resources if "Name" in r.inputs.get("tags", {})}
+    assert not n1 & n2
+    assert only(p1, ASG).inputs["name"] != only(p2, ASG).inputs["name"]
+
+
+def test_ownership_tags_on_everything_taggable():
+    plan = plan_of(raw_stack(jobs=[aws_job(nodes=2)]))
+    for r in plan.resources:
+        if not r.custom:
+            continue
+        cls_tags = "tags" in inspect.signature(_class_of(r.type)._internal_init).parameters
+        if cls_tags and r.type != ASG:
+            assert r.inputs.get("tags", {}).get("spotctl:stack") == "team-a", r.name
+
+
+def _class_of(type_: str):
+    module, name = type_.split(":")[1].split("/")[0], type_.split(":")[-1]
+    return getattr(getattr(aws, module), name)
+
+
+# ---- shared per stack -----------------------------------------------------------------------------
+
+
+def test_event_bucket_role_and_interruption_queue():
+    plan = plan_of(raw_stack())
+    bucket = only(plan, "aws:s3/bucket:Bucket")
+    block = only(plan, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
+    assert all(block[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    enc = only(plan, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration").inputs
+    assert enc["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
+    life = only(plan, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs
+    assert life["rules"][0]["expiration"]["days"] == 30.0 and life["rules"][0]["status"] == "Enabled"
+    policy = json.loads(only(plan, "aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+    bucket_name = plan.outputs["eventBucket"]
+    assert policy["Statement"] == [
+        {"Sid": "PutOwnStackEvents", "Effect": "Allow", "Action": "s3:PutObject",
+         "Resource": f"arn:aws:s3:us-east-1:123456789012:bucket/{bucket_name}/team-a/*"}
+    ]
+    assert bucket.inputs["bucketPrefix"].startswith("spotctl-team-a-events-")
+    rule = json.loads(only(plan, "aws:cloudwatch/eventRule:EventRule").inputs["eventPattern"])
+    assert rule == {"source": ["aws.ec2"], "detail-type": [
+        "EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]}
+    target = only(plan, "aws:cloudwatch/eventTarget:EventTarget").inputs
+    queue = only(plan, "aws:sqs/queue:Queue").inputs
+    assert target["arn"].endswith(plan.outputs["interruptionQueue"]) and queue["sqsManagedSseEnabled"] is True
+    qpolicy = json.loads(only(plan, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])
+    assert qpolicy["Statement"][0]["Principal"] == {"Service": "events.amazonaws.com"}
+
+
+def test_stack_outputs():
+    plan = plan_of(raw_stack(jobs=[aws_job(nodes=2, attempt=3)]))
+    job = plan.outputs["jobs"]["train"]
+    assert len(job["volumes"]) == 2 and len(job["instances"]) == 2
+    assert job["zone"] == "us-east-1a" and job["capacity"] == "spot" and job["attempt"] == 3
+    assert plan.outputs["pools"] == {"g5": {"asg": "team-a-g5"}}
+
+
+@pytest.mark.parametrize(
+    ("cls", "prop", "values"),
+    [
+        (aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs, "spot_instance_type", ["one-time"]),
+        (aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs, "instance_interruption_behavior", ["terminate"]),
+        (aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs, "spot_allocation_strategy", ["price-capacity-optimized"]),
+        (aws.ec2.LaunchTemplateMetadataOptionsArgs, "http_tokens", ["required"]),
+    ],
+)
+def test_enum_values_we_use_are_documented_by_pulumi_aws(cls, prop, values):
+    doc = inspect.getdoc(getattr(cls, prop)) or ""
+    for v in values:
+        assert v in doc, f"{cls.__name__}.{prop}: {v!r} not documented"
