@@ -58,10 +58,8 @@ def resolve(stack: str | None, stack_file: Path | None) -> StackRef:
         raise ConfigError("spotctl", [f"--stack {stack!r}: letters, digits, '-', '_' and '.' only"])
     root = project_root()
     path = root / "stacks" / f"Pulumi.{stack}.yaml"
-    try:
+    with contextlib.suppress(ValueError):
         path = path.relative_to(Path.cwd())
-    except ValueError:
-        pass
     return StackRef(stack, path)
 
 

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.common import BOOT_DISK_GB, JobPlan, job_script_context, pool_script_context
+from infra.common import (
+    BOOT_DISK_GB,
+    JobPlan,
+    StackArgs,
+    declare_components,
+    job_outputs,
+    job_script_context,
+    pool_script_context,
+)
 from infra.config import Pool, StackConfig
 from infra.naming import aws_tags
 from infra.render import scripts_for
@@ -22,12 +30,6 @@ DATA_DEVICE = "/dev/sdf"
 NVME_BY_ID = "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{}"
 INTERRUPTION_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
 
-
-@dataclass(frozen=True)
-class StackArgs:
-    cfg: StackConfig
-    stack: str
-    slug: str
 
 
 @dataclass(frozen=True)
@@ -383,23 +385,16 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
             self.instances.append(instance)
-        self.outputs = {
-            "zone": job.zone,
-            "capacity": job.capacity.value,
-            "state": job.state.value,
-            "attempt": job.attempt,
-            "volumes": [v.id for v in self.volumes],
-            "instances": [i.id for i in self.instances],
-            "masterAddress": master_addr,
-        }
+        self.outputs = job_outputs(
+            plan, disks_key="volumes", disks=[v.id for v in self.volumes], instances=[i.id for i in self.instances],
+            master_addr=master_addr,
+        )
         self.register_outputs(self.outputs)
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
     """Declare the whole AWS stack; returns the stack outputs."""
-    base = StackBase("stack", args)
-    pools = {pool.name: GpuPool(f"pool-{pool.name}", args, pool, base) for pool in args.cfg.pools}
-    jobs = {plan.job.id: TrainingJob(f"job-{plan.job.id}", args, plan, base) for plan in plans}
+    base, pools, jobs = declare_components(args, plans, StackBase, GpuPool, TrainingJob)
     return {
         "eventBucket": base.bucket.bucket,
         "interruptionQueue": base.queue.url,

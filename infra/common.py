@@ -6,7 +6,9 @@ decisions (names, which nodes get a VM, what is protected, what the scripts are 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from infra.config import Capacity, Job, JobState, Pool, StackConfig
 from infra.naming import disk_name, instance_name, stack_slug
@@ -14,6 +16,15 @@ from infra.render import MOUNT_POINT, ScriptContext
 
 BOOT_DISK_GB = 100
 MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class StackArgs:
+    """What every component of a stack is given (components never read pulumi.Config themselves)."""
+
+    cfg: StackConfig
+    stack: str
+    slug: str
 
 
 @dataclass(frozen=True)
@@ -112,3 +123,27 @@ def pool_parts(pool: Pool) -> list[tuple[str, bool]]:
     if pool.spot_max > 0:
         parts.append(("spot", True))
     return parts
+
+
+def job_outputs(plan: JobPlan, *, disks_key: str, disks: Sequence[Any], instances: Sequence[Any], master_addr: Any) -> dict[str, Any]:
+    """A job's stack outputs; ``disks``/``instances`` are the cloud's names or ids (Outputs are fine)."""
+    job = plan.job
+    return {
+        "zone": job.zone,
+        "capacity": job.capacity.value,
+        "state": job.state.value,
+        "attempt": job.attempt,
+        disks_key: list(disks),
+        "instances": list(instances),
+        "masterAddress": master_addr,
+    }
+
+
+def declare_components(
+    args: StackArgs, plans: Sequence[JobPlan], base_cls: Callable, pool_cls: Callable, job_cls: Callable
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The stack's shared base, one pool component per pool and one job component per job."""
+    base = base_cls("stack", args)
+    pools = {pool.name: pool_cls(f"pool-{pool.name}", args, pool, base) for pool in args.cfg.pools}
+    jobs = {plan.job.id: job_cls(f"job-{plan.job.id}", args, plan, base) for plan in plans}
+    return base, pools, jobs

@@ -9,6 +9,7 @@ This module imports neither pulumi nor any cloud SDK: the CLI must start fast.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import enum
 import json
@@ -39,7 +40,7 @@ NAME_RULE = (
 POLICY_NAMES = ("default", "greedy", "uniform-progress", "n-preemptions", "on-demand")
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     """States of a training job; the legal moves between them live in ``cli/lifecycle.py``."""
 
     PENDING = "pending"
@@ -50,7 +51,7 @@ class JobState(str, enum.Enum):
     FAILED = "failed"
 
 
-class Capacity(str, enum.Enum):
+class Capacity(enum.StrEnum):
     SPOT = "spot"
     ON_DEMAND = "on-demand"
 
@@ -419,10 +420,8 @@ def namespaced(config: Mapping[str, Any], source: str) -> dict[str, Any]:
             raise ConfigError(source, [f"{key}: spotctl settings cannot be secrets (nothing here is secret)"])
         if isinstance(value, str):
             # The engine passes every top-level value as a string ("30", "true", '["a"]').
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 value = json.loads(value)
-            except json.JSONDecodeError:
-                pass
         raw[name] = value
     return raw
 

@@ -3,13 +3,20 @@ training jobs whose persistent disks outlive every VM (see README, "What a GCP s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pulumi
 import pulumi_gcp as gcp
 
-from infra.common import BOOT_DISK_GB, JobPlan, job_script_context, pool_parts, pool_script_context
-from infra.config import Accelerator, Pool, StackConfig
+from infra.common import (
+    BOOT_DISK_GB,
+    JobPlan,
+    StackArgs,
+    declare_components,
+    job_outputs,
+    job_script_context,
+    pool_parts,
+    pool_script_context,
+)
+from infra.config import Accelerator, Pool
 from infra.naming import gcp_labels, short_hash
 from infra.render import DEVICE_NAME, scripts_for
 
@@ -18,21 +25,21 @@ DISK_TYPE = "pd-balanced"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]  # access is limited by IAM roles, not scopes
 
 
-@dataclass(frozen=True)
-class StackArgs:
-    cfg: StackConfig
-    stack: str
-    slug: str
 
-
-def _network(args: StackArgs, *, external_ip: bool, network_ip: pulumi.Input[str] | None = None):
+def _network(args: StackArgs, *, external_ip: bool, template: bool = False, network_ip=None):
+    """One NIC on the stack's subnetwork; no access config (so no external IP) unless asked."""
     net = args.cfg.network
-    return gcp.compute.InstanceNetworkInterfaceArgs(
+    nic, access = (
+        (gcp.compute.InstanceTemplateNetworkInterfaceArgs, gcp.compute.InstanceTemplateNetworkInterfaceAccessConfigArgs)
+        if template
+        else (gcp.compute.InstanceNetworkInterfaceArgs, gcp.compute.InstanceNetworkInterfaceAccessConfigArgs)
+    )
+    extra = {} if template else {"network_ip": network_ip}
+    return nic(
         network=net.network,
         subnetwork=net.subnetwork or "default",
-        network_ip=network_ip,
-        # No access config means no external IP: egress goes through Cloud NAT / Private Google Access.
-        access_configs=[gcp.compute.InstanceNetworkInterfaceAccessConfigArgs()] if external_ip else None,
+        access_configs=[access()] if external_ip else None,
+        **extra,
     )
 
 
@@ -169,7 +176,7 @@ class GpuPool(pulumi.ComponentResource):
                 guest_accelerators=_accelerators(pool.accelerator, gcp.compute.InstanceTemplateGuestAcceleratorArgs),
                 scheduling=_scheduling(spot, gcp.compute.InstanceTemplateSchedulingArgs, "DELETE"),
                 metadata=metadata,
-                network_interfaces=[_template_network(args, pool.external_ip)],
+                network_interfaces=[_network(args, external_ip=pool.external_ip, template=True)],
                 service_account=gcp.compute.InstanceTemplateServiceAccountArgs(email=account.email, scopes=SCOPES),
                 shielded_instance_config=gcp.compute.InstanceTemplateShieldedInstanceConfigArgs(
                     enable_secure_boot=False, enable_vtpm=True, enable_integrity_monitoring=True
@@ -220,15 +227,6 @@ class GpuPool(pulumi.ComponentResource):
                 )
             self.mig_names[part] = mig.name
         self.register_outputs({"migs": self.mig_names})
-
-
-def _template_network(args: StackArgs, external_ip: bool):
-    net = args.cfg.network
-    return gcp.compute.InstanceTemplateNetworkInterfaceArgs(
-        network=net.network,
-        subnetwork=net.subnetwork or "default",
-        access_configs=[gcp.compute.InstanceTemplateNetworkInterfaceAccessConfigArgs()] if external_ip else None,
-    )
 
 
 def _metadata(scripts) -> dict[str, str]:
@@ -322,23 +320,16 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=[disk]),
             )
             self.instances.append(instance)
-        self.outputs = {
-            "zone": job.zone,
-            "capacity": job.capacity.value,
-            "state": job.state.value,
-            "attempt": job.attempt,
-            "disks": [d.name for d in self.disks],
-            "instances": [i.name for i in self.instances],
-            "masterAddress": master_addr,
-        }
+        self.outputs = job_outputs(
+            plan, disks_key="disks", disks=[d.name for d in self.disks], instances=[i.name for i in self.instances],
+            master_addr=master_addr,
+        )
         self.register_outputs(self.outputs)
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
     """Declare the whole GCP stack; returns the stack outputs."""
-    base = StackBase("stack", args)
-    pools = {pool.name: GpuPool(f"pool-{pool.name}", args, pool, base) for pool in args.cfg.pools}
-    jobs = {plan.job.id: TrainingJob(f"job-{plan.job.id}", args, plan, base) for plan in plans}
+    base, pools, jobs = declare_components(args, plans, StackBase, GpuPool, TrainingJob)
     return {
         "eventBucket": base.bucket.name,
         "preemptionTopic": base.topic.name,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import inspect
 from functools import cache
 
