@@ -48,6 +48,8 @@ class ScriptContext:
     storage_url: str = ""
     event_prefix: str = ""
     poll_interval_s: int = 5
+    # Seconds the trainer gets after SIGTERM; None = the cloud's default (fits its notice).
+    stop_budget_s: int | None = None
     systemd_dir: str = "/etc/systemd/system"
     state_dir: str = "/var/lib/spotctl"
 
@@ -59,7 +61,7 @@ class ScriptContext:
         )
         v["event_prefix"] = self.event_prefix or f"{self.stack}/"
         v["notice_s"] = NOTICE_S[self.cloud]
-        v["stop_budget_s"] = TRAINER_STOP_BUDGET_S[self.cloud]
+        v["stop_budget_s"] = self.stop_budget_s if self.stop_budget_s is not None else TRAINER_STOP_BUDGET_S[self.cloud]
         v["unit"] = f"spotctl-{self.kind}"
         return v
 

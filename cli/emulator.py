@@ -1,0 +1,307 @@
+"""A local stand-in for the cloud around a VM, on 127.0.0.1: GCE metadata, AWS IMDSv2, and the event
+bucket (GCS JSON upload API and S3 PutObject with SigV4 checked).
+
+Used by the tests and by ``spotctl drill``: the rendered scripts are pointed at it through their
+``metadata_url``/``storage_url`` template variables. It can flip to "preempted"/"instance-action",
+answer slowly, fail with 5xx, or (by stopping) be unreachable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+GCE_PREFIX = "/computeMetadata/v1/"
+ACCESS_KEY = "AKIASPOTCTLEMULATOR"
+SECRET_KEY = "spotctl-emulator-secret-key"
+SESSION_TOKEN = "spotctl-emulator-session-token"
+ROLE = "spotctl-instance-role"
+GCS_TOKEN = "ya29.spotctl-emulator"
+
+
+@dataclass
+class Fault:
+    """How a part of the emulator misbehaves: delay every answer and/or fail with a status."""
+
+    delay_s: float = 0.0
+    status: int | None = None
+
+
+@dataclass
+class Upload:
+    bucket: str
+    name: str
+    body: dict[str, Any]
+    received: float  # time.monotonic()
+
+
+@dataclass
+class State:
+    instance: str = "vm-1"
+    zone: str = "us-central1-a"
+    preempted: bool = False
+    maintenance_event: str = "NONE"
+    instance_action: dict[str, str] | None = None
+    rebalance: dict[str, str] | None = None
+    metadata_fault: Fault = field(default_factory=Fault)
+    sink_fault: Fault = field(default_factory=Fault)
+    tokens: set[str] = field(default_factory=set)
+    uploads: list[Upload] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    requests: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Emulator:
+    """Start with ``with Emulator() as emu:``; ``emu.url`` is the base for metadata and storage."""
+
+    def __init__(self) -> None:
+        self.state = State()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> Emulator:
+        handler = _make_handler(self)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="spotctl-emulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metadata_url(self, cloud: str) -> str:
+        return f"{self.url}/computeMetadata/v1" if cloud == "gcp" else self.url
+
+    # -- what the cloud does ----------------------------------------------------------------------
+    def preempt_gcp(self) -> float:
+        """GCE marks the VM preempted; returns the monotonic time of the flip."""
+        with self._lock:
+            self.state.preempted = True
+        return time.monotonic()
+
+    def notice_aws(self, action: str = "terminate", lead_s: float = 120.0) -> float:
+        """IMDS starts answering spot/instance-action with a stop/terminate time ``lead_s`` ahead."""
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + lead_s))
+        with self._lock:
+            self.state.instance_action = {"action": action, "time": when}
+        return time.monotonic()
+
+    def reset(self, **changes: Any) -> None:
+        with self._lock:
+            for key, value in changes.items():
+                setattr(self.state, key, value)
+
+    def events(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [u.body for u in self.state.uploads]
+
+    def uploads(self) -> list[Upload]:
+        with self._lock:
+            return list(self.state.uploads)
+
+
+def _sigv4_ok(method: str, raw_path: str, headers: dict[str, str], body: bytes) -> bool:
+    """Check an S3 SigV4 Authorization header the way S3 would (single-chunk, signed payload)."""
+    auth = headers.get("authorization", "")
+    if not auth.startswith("AWS4-HMAC-SHA256 "):
+        return False
+    parts = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
+    akid, day, region, service, term = parts["Credential"].split("/")
+    if akid != ACCESS_KEY or service != "s3" or term != "aws4_request":
+        return False
+    payload_hash = hashlib.sha256(body).hexdigest()
+    if headers.get("x-amz-content-sha256") != payload_hash:
+        return False
+    if headers.get("x-amz-security-token") != SESSION_TOKEN:
+        return False
+    signed = parts["SignedHeaders"].split(";")
+    path, _, query = raw_path.partition("?")
+    canonical = "\n".join(
+        [method, path, query, "".join(f"{h}:{headers.get(h, '').strip()}\n" for h in signed), ";".join(signed), payload_hash]
+    )
+    amz_date = headers.get("x-amz-date", "")
+    scope = f"{day}/{region}/{service}/{term}"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = ("AWS4" + SECRET_KEY).encode()
+    for part in (day, region, service, term):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, parts["Signature"])
+
+
+def _make_handler(emu: Emulator):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+        def _send(self, status: int, body: str | bytes = b"", ctype: str = "text/plain") -> None:
+            data = body.encode() if isinstance(body, str) else body
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the script gave up (its timeout): that is the point of a slow fault
+
+        def _fault(self, which: str) -> bool:
+            fault = emu.state.metadata_fault if which == "metadata" else emu.state.sink_fault
+            if fault.delay_s:
+                time.sleep(fault.delay_s)
+            if fault.status:
+                self._send(fault.status, "emulated failure")
+                return True
+            return False
+
+        def _body(self) -> bytes:
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        def do_GET(self) -> None:
+            emu.state.requests.append(("GET", self.path))
+            path = urllib.parse.urlsplit(self.path).path
+            if path.startswith(GCE_PREFIX):
+                if self._fault("metadata"):
+                    return
+                self._gce(path[len(GCE_PREFIX) :])
+            elif path.startswith("/latest/meta-data/"):
+                if self._fault("metadata"):
+                    return
+                self._imds(path[len("/latest/meta-data/") :])
+            else:
+                self._send(404, "not found")
+
+        def do_PUT(self) -> None:
+            emu.state.requests.append(("PUT", self.path))
+            body = self._body()
+            if self.path == "/latest/api/token":
+                if self._fault("metadata"):
+                    return
+                if not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                    self._send(400, "missing ttl")
+                    return
+                token = f"token-{len(emu.state.tokens) + 1}"
+                emu.state.tokens.add(token)
+                self._send(200, token)
+                return
+            if self._fault("sink"):
+                return
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if not _sigv4_ok("PUT", self.path, headers, body):
+                emu.state.rejected.append(self.path)
+                self._send(403, "SignatureDoesNotMatch")
+                return
+            bucket, _, key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/").partition("/")
+            self._store(bucket, key, body)
+
+        def do_POST(self) -> None:
+            emu.state.requests.append(("POST", self.path))
+            body = self._body()
+            url = urllib.parse.urlsplit(self.path)
+            if not url.path.startswith("/upload/storage/v1/b/"):
+                self._send(404, "not found")
+                return
+            if self._fault("sink"):
+                return
+            if self.headers.get("Authorization") != f"Bearer {GCS_TOKEN}":
+                emu.state.rejected.append(self.path)
+                self._send(401, "bad token")
+                return
+            bucket = urllib.parse.unquote(url.path[len("/upload/storage/v1/b/") :].split("/")[0])
+            name = urllib.parse.parse_qs(url.query).get("name", [""])[0]
+            self._store(bucket, name, body)
+
+        def _store(self, bucket: str, name: str, body: bytes) -> None:
+            try:
+                doc = json.loads(body)
+            except json.JSONDecodeError:
+                self._send(400, "not JSON")
+                return
+            with emu._lock:
+                emu.state.uploads.append(Upload(bucket, name, doc, time.monotonic()))
+            self._send(200, json.dumps({"bucket": bucket, "name": name}), "application/json")
+
+        def _gce(self, rel: str) -> None:
+            if self.headers.get("Metadata-Flavor") != "Google":
+                self._send(403, "Missing Metadata-Flavor:Google header.")
+                return
+            s = emu.state
+            answers = {
+                "instance/preempted": "TRUE" if s.preempted else "FALSE",
+                "instance/maintenance-event": s.maintenance_event,
+                "instance/name": s.instance,
+                "instance/zone": f"projects/123456789/zones/{s.zone}",
+                "instance/service-accounts/default/token": json.dumps(
+                    {"access_token": GCS_TOKEN, "expires_in": 3599, "token_type": "Bearer"}
+                ),
+            }
+            if rel in answers:
+                self._send(200, answers[rel])
+            else:
+                self._send(404, "not found")
+
+        def _imds(self, rel: str) -> None:
+            if self.headers.get("X-aws-ec2-metadata-token") not in emu.state.tokens:
+                self._send(401, "Unauthorized")
+                return
+            s = emu.state
+            if rel == "spot/instance-action":
+                self._send(200, json.dumps(s.instance_action)) if s.instance_action else self._send(404, "Not Found")
+            elif rel == "events/recommendations/rebalance":
+                self._send(200, json.dumps(s.rebalance)) if s.rebalance else self._send(404, "Not Found")
+            elif rel == "instance-id":
+                self._send(200, s.instance)
+            elif rel == "placement/availability-zone":
+                self._send(200, s.zone)
+            elif rel == "iam/security-credentials/":
+                self._send(200, ROLE)
+            elif rel == f"iam/security-credentials/{ROLE}":
+                self._send(
+                    200,
+                    json.dumps(
+                        {
+                            "Code": "Success",
+                            "Type": "AWS-HMAC",
+                            "AccessKeyId": ACCESS_KEY,
+                            "SecretAccessKey": SECRET_KEY,
+                            "Token": SESSION_TOKEN,
+                            "Expiration": "2099-01-01T00:00:00Z",
+                        },
+                        indent=2,
+                    ),
+                )
+            else:
+                self._send(404, "Not Found")
+
+    return Handler

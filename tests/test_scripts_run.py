@@ -1,0 +1,302 @@
+"""The rendered scripts, executed with bash against the local metadata emulator and event sink.
+
+Each test boots a "VM" (LocalVM: a temp dir plays the job disk, background processes play the
+systemd units), runs a fake trainer, makes the cloud do something and asserts what was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli.emulator import Emulator, Fault
+from cli.localvm import LocalVM, local_context
+from infra.render import NOTICE_S, TRAINER_STOP_BUDGET_S, ScriptContext
+
+TRAINER = Path(__file__).parent / "fixtures" / "trainer.py"
+EVENT_KEYS = {"stack", "kind", "job", "attempt", "node", "event", "time", "instance", "zone", "details"}
+
+
+@pytest.fixture
+def emu():
+    with Emulator() as e:
+        yield e
+
+
+@pytest.fixture
+def make_vm(tmp_path, emu):
+    vms: list[LocalVM] = []
+
+    def make(cloud="gcp", attempt=1, env=None, command=None, disk=None, stop_budget_s=None, poll_s=1, **ctx_over):
+        ctx = ScriptContext(
+            cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt", region="us-central1",
+            command=command or f"{sys.executable} {TRAINER}", attempt=attempt, env=env or {},
+            poll_interval_s=poll_s, stop_budget_s=stop_budget_s, **ctx_over,
+        )
+        disk = disk or tmp_path / "disk"
+        vm = LocalVM(local_context(ctx, emu, disk, tmp_path / f"state-{attempt}-{len(vms)}"), tmp_path / f"vm-{attempt}-{len(vms)}")
+        vms.append(vm)
+        return vm
+
+    yield make
+    for vm in vms:
+        vm.kill_all()
+
+
+def boot_and_train(vm: LocalVM, min_steps: float = 0.3) -> None:
+    done = vm.boot()
+    assert done.returncode == 0, done.stderr
+    assert vm.wait_for(lambda: vm.alive("trainer.pid"), 15), vm.debug_log()
+    time.sleep(min_steps)
+
+
+def names(events) -> list[str]:
+    return [e["event"] for e in events]
+
+
+def uploaded(emu: Emulator) -> list[str]:
+    return [e["event"] for e in emu.events()]
+
+
+def checkpoint(vm: LocalVM) -> dict:
+    return json.loads((vm.disk / "checkpoints" / "ckpt.json").read_text())
+
+
+def closed_port_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+# ---- GCP ------------------------------------------------------------------------------------------
+
+
+def test_gcp_preemption_checkpoints_and_records_preempted(make_vm, emu):
+    vm = make_vm("gcp")
+    boot_and_train(vm)
+    flipped = emu.preempt_gcp()
+    done, seconds = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert names(vm.events()) == ["started", "preempted"]
+    assert uploaded(emu) == ["started", "preempted"]
+    ev = vm.events()[-1]
+    assert set(ev) == EVENT_KEYS
+    assert ev["details"] == {"source": "shutdown-script", "preempted": "TRUE"}
+    assert (ev["job"], ev["attempt"], ev["node"], ev["instance"], ev["zone"]) == ("train", 1, 0, "vm-1", "us-central1-a")
+    ck = checkpoint(vm)
+    assert ck["saved_at"] - ck["term_at"] >= 0.25  # the trainer got SIGTERM and had time to checkpoint
+    assert not vm.alive("trainer.pid")
+    assert seconds < NOTICE_S["gcp"]
+    preempted_upload = next(u for u in emu.uploads() if u.body["event"] == "preempted")
+    assert preempted_upload.received - flipped < 2.0
+    assert preempted_upload.name.startswith("team-a/train/attempt-1/node-0/") and preempted_upload.bucket == "events-bkt"
+    assert emu.state.rejected == []
+
+
+def test_gcp_normal_stop_records_stopped(make_vm, emu):
+    vm = make_vm("gcp")
+    boot_and_train(vm)
+    done, _ = vm.shutdown()
+    assert done.returncode == 0
+    assert names(vm.events()) == ["started", "stopped"]
+    assert vm.events()[-1]["details"] == {"preempted": "FALSE"}
+    assert "term_at" in checkpoint(vm)  # a normal stop also lets the trainer checkpoint
+
+
+def test_gcp_watcher_sees_preemption_before_the_shutdown_script(make_vm, emu):
+    vm = make_vm("gcp", poll_s=1)
+    boot_and_train(vm)
+    emu.preempt_gcp()
+    assert vm.wait_for(lambda: "preempted" in names(vm.events()), 10), vm.debug_log()
+    done, seconds = vm.shutdown()
+    assert done.returncode == 0 and seconds < 5
+    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
+    assert "term_at" in checkpoint(vm)
+
+
+def test_gcp_host_maintenance_checkpoints_and_is_not_a_preemption(make_vm, emu):
+    vm = make_vm("gcp", poll_s=1)
+    boot_and_train(vm)
+    emu.reset(maintenance_event="TERMINATE_ON_HOST_MAINTENANCE")
+    assert vm.wait_for(lambda: "maintenance-notice" in names(vm.events()), 10)
+    assert vm.wait_for(lambda: not vm.alive("trainer.pid"), 10)
+    vm.shutdown()
+    assert names(vm.events()) == ["started", "maintenance-notice", "stopped"]
+    assert vm.events()[-1]["details"] == {"reason": "host-maintenance", "preempted": "FALSE"}
+
+
+def test_trainer_gets_exactly_one_sigterm(make_vm, emu, tmp_path):
+    counter = tmp_path / "terms"
+    cmd = f"trap 'echo x >> {counter}' TERM; while true; do sleep 0.1; done"
+    vm = make_vm("gcp", command=cmd, stop_budget_s=2, poll_s=1)
+    boot_and_train(vm)
+    emu.preempt_gcp()
+    assert vm.wait_for(lambda: "preemption-notice" in names(vm.events()), 10)
+    vm.shutdown()  # the shutdown script must not signal again
+    time.sleep(0.5)
+    assert counter.read_text().count("x") == 1
+
+
+# ---- job outcomes (both clouds share the runner) ------------------------------------------------
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_completed_and_not_run_again(make_vm, emu, cloud):
+    vm = make_vm(cloud, env={"STEPS": "20"})
+    assert vm.boot().returncode == 0
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    assert names(vm.events()) == ["started", "completed"]
+    assert (vm.disk / ".spotctl" / "completed").exists()
+    again = make_vm(cloud, attempt=2, env={"STEPS": "20"})
+    assert again.boot().returncode == 0
+    assert not again.alive("run.pid")
+    assert names(again.events()) == ["started", "completed", "completed"]
+    assert again.events()[-1]["details"] == {"reason": "already completed"}
+
+
+def test_failed_records_exit_code(make_vm, emu):
+    vm = make_vm("aws", env={"STEPS": "5", "EXIT_CODE": "3"})
+    vm.boot()
+    assert vm.wait_exit("run.pid", 20)
+    assert names(vm.events()) == ["started", "failed"]
+    assert vm.events()[-1]["details"] == {"exit_code": "3"}
+    assert uploaded(emu) == ["started", "failed"]
+    assert emu.state.rejected == []  # every S3 PUT carried a valid SigV4 signature
+
+
+def test_resume_environment(make_vm, emu, tmp_path):
+    out = tmp_path / "env.txt"
+    cmd = f"env | grep -E '^(SPOTCTL_|MASTER_|NODE_RANK|WORLD_SIZE|MY_)' | sort > {out}"
+    vm = make_vm("gcp", attempt=3, command=cmd, env={"MY_VAR": "a b 'c' $HOME"}, node_rank=1, world_size=4, master_addr="10.1.2.3")
+    vm.boot()
+    assert vm.wait_exit("run.pid", 20)
+    env = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert env["SPOTCTL_JOB_ID"] == "train" and env["SPOTCTL_ATTEMPT"] == "3" and env["SPOTCTL_RESUME"] == "1"
+    assert env["SPOTCTL_CHECKPOINT_DIR"] == f"{vm.disk}/checkpoints"
+    assert (env["MASTER_ADDR"], env["NODE_RANK"], env["WORLD_SIZE"]) == ("10.1.2.3", "1", "4")
+    assert env["MY_VAR"] == "a b 'c' $HOME"
+
+
+def test_first_attempt_is_not_a_resume(make_vm, emu, tmp_path):
+    out = tmp_path / "resume.txt"
+    vm = make_vm("gcp", command=f"echo \"[${{SPOTCTL_RESUME:-}}]\" > {out}")
+    vm.boot()
+    assert vm.wait_exit("run.pid", 20)
+    assert out.read_text() == "[]\n"
+
+
+# ---- AWS ------------------------------------------------------------------------------------------
+
+
+def test_aws_spot_notice_checkpoints_then_records_preempted(make_vm, emu):
+    vm = make_vm("aws", poll_s=1, env={"CKPT_S": "1.0"})
+    boot_and_train(vm)
+    noticed = emu.notice_aws()
+    assert vm.wait_for(lambda: "preempted" in uploaded(emu), 15), vm.debug_log()
+    events = vm.events()
+    assert names(events) == ["started", "preemption-notice", "preempted"]
+    assert json.loads(events[1]["details"]["instance_action"])["action"] == "terminate"
+    ck = checkpoint(vm)
+    assert ck["saved_at"] - ck["term_at"] >= 0.95
+    # `preempted` is recorded once the trainer has stopped, i.e. after its checkpoint was saved.
+    preempted = next(u for u in emu.uploads() if u.body["event"] == "preempted")
+    notice = next(u for u in emu.uploads() if u.body["event"] == "preemption-notice")
+    assert notice.received - noticed < 1 + 2.0
+    assert preempted.received > notice.received + 0.9
+    assert emu.state.rejected == []
+    # The stop that follows at the 2-minute mark records nothing new.
+    vm.shutdown()
+    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
+
+
+def test_aws_normal_stop_records_stopped(make_vm, emu):
+    vm = make_vm("aws", poll_s=1)
+    boot_and_train(vm)
+    done, _ = vm.shutdown()
+    assert done.returncode == 0
+    assert names(vm.events()) == ["started", "stopped"]
+    assert "term_at" in checkpoint(vm)
+
+
+def test_aws_rebalance_recommendation_recorded_once(make_vm, emu):
+    vm = make_vm("aws", poll_s=1)
+    boot_and_train(vm)
+    emu.reset(rebalance={"noticeTime": "2026-11-21T08:22:00Z"})
+    assert vm.wait_for(lambda: "rebalance-recommendation" in names(vm.events()), 10)
+    time.sleep(2.5)
+    assert names(vm.events()).count("rebalance-recommendation") == 1
+    assert vm.alive("trainer.pid")  # a recommendation is not a notice: training goes on
+
+
+def test_imds_requires_the_token(emu):
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{emu.url}/latest/meta-data/instance-id", timeout=2)
+    assert err.value.code == 401
+
+
+# ---- faults: every script finishes inside its budget ----------------------------------------------
+
+FAULTS = {
+    "metadata-slow": {"metadata_fault": Fault(delay_s=5)},
+    "metadata-5xx": {"metadata_fault": Fault(status=503)},
+    "metadata-unreachable": "metadata",
+    "sink-slow": {"sink_fault": Fault(delay_s=5)},
+    "sink-5xx": {"sink_fault": Fault(status=500)},
+    "sink-unreachable": "sink",
+}
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_shutdown_path_finishes_in_budget_under_faults(make_vm, emu, cloud, fault):
+    stop_budget, record_budget = 2, 2
+    over = {}
+    if FAULTS[fault] == "metadata":
+        over["metadata_url"] = closed_port_url()
+    elif FAULTS[fault] == "sink":
+        over["storage_url"] = closed_port_url()
+    vm = make_vm(cloud, stop_budget_s=stop_budget, poll_s=60, env={"IGNORE_TERM": "1"})
+    if over:
+        from dataclasses import replace
+
+        vm = LocalVM(replace(vm.ctx, **over), vm.workdir)
+    boot_and_train(vm)
+    if isinstance(FAULTS[fault], dict):
+        emu.reset(**FAULTS[fault])
+    if cloud == "gcp":
+        emu.preempt_gcp()
+    else:
+        emu.notice_aws()
+    done, seconds = vm.shutdown(env={"SPOTCTL_RECORD_BUDGET_S": str(record_budget)})
+    assert done.returncode == 0, done.stderr
+    # Bounded by: the trainer's budget, or the recorder's, plus a few short metadata timeouts.
+    assert seconds < max(stop_budget, record_budget) + 2 + 5, (seconds, vm.debug_log())
+    events = names(vm.events())
+    assert events[-1] in ("preempted", "stopped", "checkpoint-timeout"), events
+    assert "checkpoint-timeout" in events  # the trainer ignored SIGTERM: that is recorded too
+
+
+def test_gcp_worst_case_at_real_budgets_fits_the_30s_notice(make_vm, emu):
+    """Trainer ignores SIGTERM, metadata and bucket unreachable: still done before the hard stop."""
+    from dataclasses import replace
+
+    vm = make_vm("gcp", poll_s=60, env={"IGNORE_TERM": "1"})
+    vm = LocalVM(replace(vm.ctx, metadata_url=closed_port_url(), storage_url=closed_port_url()), vm.workdir)
+    boot_and_train(vm)
+    done, seconds = vm.shutdown()
+    assert done.returncode == 0
+    assert seconds < NOTICE_S["gcp"] - 2, seconds
+    assert TRAINER_STOP_BUDGET_S["gcp"] <= seconds  # it did give the trainer its whole budget
+    # The stop is classified (and recorded) first, then the trainer's budget runs out.
+    assert names(vm.events())[-2:] == ["stopped", "checkpoint-timeout"]
+    assert vm.events()[-2]["details"] == {"preempted": "unknown"}
