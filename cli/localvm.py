@@ -6,6 +6,7 @@ Used by the script tests and by ``spotctl drill``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -117,16 +118,14 @@ class LocalVM:
             if pid is None:
                 continue
             for target in (-pid, pid):
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(target, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
     def events(self) -> list[dict[str, Any]]:
         """The local event log (on the job disk when mounted, else in the state dir)."""
         for path in (self.disk / ".spotctl" / "events.jsonl", self.state / "events.jsonl"):
             if path.exists():
-                return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                return [json.loads(line) for line in path.read_bytes().decode().split("\n") if line.strip()]  # not splitlines: U+2028 is data
         return []
 
     def debug_log(self) -> str:

@@ -109,6 +109,11 @@ class Pool(_Model):
             raise ValueError(f"pool name {v!r} is not a valid cloud resource name: use {NAME_RULE}")
         return v
 
+    @field_validator("agent_command")
+    @classmethod
+    def _agent(cls, v: str | None) -> str | None:
+        return v if v is None else _no_nul(v)
+
     @model_validator(mode="after")
     def _sizes(self) -> Self:
         if self.spot_max < self.spot_min:
@@ -116,6 +121,12 @@ class Pool(_Model):
         if self.on_demand + self.spot_max == 0:
             raise ValueError("a pool needs onDemand > 0 or spotMax > 0, or it declares no capacity")
         return self
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character (no process can receive it)")
+    return value
 
 
 class Job(_Model):
@@ -156,10 +167,16 @@ class Job(_Model):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
+        for key, value in v.items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                 raise ValueError(f"env key {key!r} is not a valid environment variable name")
+            _no_nul(value)
         return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: str) -> str:
+        return _no_nul(v)
 
     @property
     def active(self) -> bool:

@@ -6,6 +6,7 @@ rendered with ``StrictUndefined`` so a missing variable is an error, never an em
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -18,6 +19,7 @@ GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 AWS_METADATA_URL = "http://169.254.169.254"
 GCS_URL = "https://storage.googleapis.com"
 MOUNT_POINT = "/mnt/spotctl"
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEVICE_NAME = "spotctl-data"  # GCE device name of the job disk -> /dev/disk/by-id/google-spotctl-data
 
 # Seconds the cloud gives between the preemption signal and power-off, and what we use of it.
@@ -52,6 +54,20 @@ class ScriptContext:
     stop_budget_s: int | None = None
     systemd_dir: str = "/etc/systemd/system"
     state_dir: str = "/var/lib/spotctl"
+
+    def __post_init__(self) -> None:
+        # Values rendered without the quote filter must be what they claim to be.
+        if self.cloud not in ("gcp", "aws") or self.kind not in ("job", "pool"):
+            raise ValueError(f"bad cloud/kind: {self.cloud!r}/{self.kind!r}")
+        for name in ("attempt", "node_rank", "world_size", "master_port", "poll_interval_s"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if self.stop_budget_s is not None and (type(self.stop_budget_s) is not int or self.stop_budget_s < 0):
+            raise ValueError(f"stop_budget_s must be a non-negative int, got {self.stop_budget_s!r}")
+        for key in self.env:
+            if not _ENV_KEY.match(key):
+                raise ValueError(f"env key {key!r} is not a valid environment variable name")
 
     def variables(self) -> dict[str, object]:
         v = asdict(self)

@@ -186,3 +186,8 @@ def test_stack_file_name_must_follow_pulumi_convention(project, runner, tmp_path
     result = runner.invoke(app, ["validate", "--stack-file", str(other)])
     assert result.exit_code == 1
     assert re.match(r"error: .*team\.yaml: a stack file must be named Pulumi\.<stack>\.yaml\n", result.output)
+
+
+def test_nul_in_a_command_is_refused():
+    raw = stack_config(GCP_BASE, jobs=[gcp_job(command="python\x00train.py")])
+    assert errors_of(raw) == [f"{SRC}: spotctl:jobs[0].command: must not contain a NUL character (no process can receive it)"]

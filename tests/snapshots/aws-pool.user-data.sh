@@ -1,0 +1,488 @@
+#!/bin/bash
+# spotctl aws main script for a pool (attempt 1, node 0 of 1).
+# (No user value appears in a comment: quoting does not protect a comment from a newline.)
+# Rendered by spotctl from templates/; do not edit on the VM. One file, several entry points:
+#   main      at boot: mount the job disk, write the environment, start the units
+#   run       the job unit: run the command exactly as written, record completed/failed
+#   watch     the watcher unit: poll the metadata server for preemption notices
+#   shutdown  on a stop: tell a preemption from a normal stop, let the trainer checkpoint, record it
+# User values are single-quoted on purpose: they must never expand here.
+# shellcheck disable=SC2016
+set -uo pipefail
+umask 022
+
+# ---- spotctl: settings (every value shell-quoted at render time) ------------------------------
+SPOTCTL_CLOUD=aws
+SPOTCTL_STACK=team-a
+SPOTCTL_KIND=pool
+SPOTCTL_NAME=l4
+SPOTCTL_ATTEMPT=1
+SPOTCTL_NODE_RANK=0
+SPOTCTL_WORLD_SIZE=1
+SPOTCTL_MASTER_ADDR=127.0.0.1
+SPOTCTL_MASTER_PORT=29500
+SPOTCTL_COMMAND='/opt/team/agent --pool l4'
+SPOTCTL_DISK_DEVICE=''
+SPOTCTL_MOUNT=/var/lib/spotctl/work
+SPOTCTL_STATE_DIR=/var/lib/spotctl
+SPOTCTL_SYSTEMD_DIR=/etc/systemd/system
+SPOTCTL_METADATA_URL=http://169.254.169.254
+SPOTCTL_STORAGE_URL=https://s3.us-east-1.amazonaws.com
+SPOTCTL_BUCKET=team-a-events-4d8689f7
+SPOTCTL_EVENT_PREFIX=team-a/
+SPOTCTL_REGION=us-east-1
+SPOTCTL_POLL_S=5
+# Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (120 s).
+SPOTCTL_STOP_BUDGET_S=100
+SPOTCTL_UNIT=spotctl-pool
+SPOTCTL_SELF="$SPOTCTL_STATE_DIR/spotctl.sh"
+SPOTCTL_DEBUG_LOG="$SPOTCTL_STATE_DIR/spotctl.log"
+
+# ---- helpers ---------------------------------------------------------------------------------
+spotctl_log() {
+  printf '%s spotctl[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" "$*" >>"$SPOTCTL_DEBUG_LOG" 2>/dev/null || true
+  printf 'spotctl: %s\n' "$*" >&2
+}
+
+# JSON string literal of $1 (control characters other than \n \r \t are dropped).
+spotctl_json_str() {
+  local s
+  # The trailing "x" keeps trailing newlines, which $(...) would strip.
+  s=$(
+    printf '%s' "$1" | tr -d '\000-\010\013\014\016-\037'
+    printf x
+  )
+  s=${s%x}
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\r'/\\r}
+  s=${s//$'\t'/\\t}
+  printf '"%s"' "$s"
+}
+
+# Percent-encode $1 for a URL path or query value (keeps A-Z a-z 0-9 - _ . ~ and, with $2=path, /).
+spotctl_urlencode() {
+  local s=$1 keep=${2:-} out="" c i
+  local LC_ALL=C
+  for ((i = 0; i < ${#s}; i++)); do
+    c=${s:i:1}
+    case "$c" in
+      [A-Za-z0-9._~-]) out+=$c ;;
+      /) if [ "$keep" = path ]; then out+=/; else out+=%2F; fi ;;
+      *) out+=$(printf '%%%02X' "'$c") ;;
+    esac
+  done
+  printf '%s' "$out"
+}
+
+# Seconds left until the epoch second $1 (never negative).
+spotctl_left() {
+  local left=$(($1 - $(date +%s)))
+  [ "$left" -gt 0 ] || left=0
+  printf '%s' "$left"
+}
+
+SPOTCTL_IMDS_TOKEN=""
+SPOTCTL_IMDS_TOKEN_AT=0
+# IMDSv2: a session token first (PUT), renewed every 5 minutes.
+spotctl_imds_token() {
+  local now
+  now=$(date +%s)
+  if [ -z "$SPOTCTL_IMDS_TOKEN" ] || [ $((now - SPOTCTL_IMDS_TOKEN_AT)) -gt 300 ]; then
+    SPOTCTL_IMDS_TOKEN=$(curl -sf --connect-timeout 1 --max-time 2 -X PUT \
+      -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600' "$SPOTCTL_METADATA_URL/latest/api/token") || {
+      SPOTCTL_IMDS_TOKEN=""
+      return 1
+    }
+    SPOTCTL_IMDS_TOKEN_AT=$now
+  fi
+}
+
+# GET a meta-data path (e.g. spot/instance-action); fails on 404, which means "no notice".
+spotctl_meta() {
+  spotctl_imds_token || return 1
+  curl -sf --connect-timeout 1 --max-time 2 -H "X-aws-ec2-metadata-token: $SPOTCTL_IMDS_TOKEN" \
+    "$SPOTCTL_METADATA_URL/latest/meta-data/$1"
+}
+
+# Cache instance name and zone once; events carry them.
+spotctl_identity() {
+  mkdir -p "$SPOTCTL_STATE_DIR"
+  if [ ! -s "$SPOTCTL_STATE_DIR/instance" ]; then
+    spotctl_meta instance-id >"$SPOTCTL_STATE_DIR/instance" 2>/dev/null || hostname >"$SPOTCTL_STATE_DIR/instance"
+    spotctl_meta placement/availability-zone >"$SPOTCTL_STATE_DIR/zone" 2>/dev/null || printf unknown >"$SPOTCTL_STATE_DIR/zone"
+  fi
+  SPOTCTL_INSTANCE=$(cat "$SPOTCTL_STATE_DIR/instance")
+  SPOTCTL_ZONE=$(cat "$SPOTCTL_STATE_DIR/zone" 2>/dev/null || printf unknown)
+}
+
+# Where the event log lives: on the job disk when it is mounted, so it survives the VM.
+spotctl_event_log() {
+  if [ -d "$SPOTCTL_MOUNT/.spotctl" ]; then
+    printf '%s' "$SPOTCTL_MOUNT/.spotctl/events.jsonl"
+  else
+    printf '%s' "$SPOTCTL_STATE_DIR/events.jsonl"
+  fi
+}
+
+spotctl_sha256() { openssl dgst -sha256 | sed 's/^.*= *//'; }
+spotctl_hmac() { printf '%s' "$2" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$1" | sed 's/^.*= *//'; }
+spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
+
+# Upload $2 (JSON) as object $1 to the event bucket: S3 PutObject signed (SigV4) with the
+# instance role's credentials from IMDS. Only curl and openssl: no AWS CLI needed on the image.
+spotctl_upload_once() {
+  local object=$1 body=$2 max=$3 role creds akid secret session
+  spotctl_imds_token || return 1
+  role=$(spotctl_meta iam/security-credentials/ | head -n 1) || return 1
+  creds=$(spotctl_meta "iam/security-credentials/$role") || return 1
+  akid=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field AccessKeyId)
+  secret=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field SecretAccessKey)
+  session=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field Token)
+  [ -n "$akid" ] && [ -n "$secret" ] || return 1
+  local amz_date day host path payload_hash canonical scope to_sign k signature
+  amz_date=$(date -u +%Y%m%dT%H%M%SZ)
+  day=${amz_date%%T*}
+  host=${SPOTCTL_STORAGE_URL#*://}
+  host=${host%%/*}
+  path="/$(spotctl_urlencode "$SPOTCTL_BUCKET")/$(spotctl_urlencode "$object" path)"
+  payload_hash=$(printf '%s' "$body" | spotctl_sha256)
+  canonical=$(printf 'PUT\n%s\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\nhost;x-amz-content-sha256;x-amz-date;x-amz-security-token\n%s' \
+    "$path" "$host" "$payload_hash" "$amz_date" "$session" "$payload_hash")
+  scope="$day/$SPOTCTL_REGION/s3/aws4_request"
+  to_sign=$(printf 'AWS4-HMAC-SHA256\n%s\n%s\n%s' "$amz_date" "$scope" "$(printf '%s' "$canonical" | spotctl_sha256)")
+  k=$(printf '%s' "$day" | openssl dgst -sha256 -mac HMAC -macopt "key:AWS4$secret" | sed 's/^.*= *//')
+  k=$(spotctl_hmac "$k" "$SPOTCTL_REGION")
+  k=$(spotctl_hmac "$k" s3)
+  k=$(spotctl_hmac "$k" aws4_request)
+  signature=$(spotctl_hmac "$k" "$to_sign")
+  curl -sf --connect-timeout 1 --max-time "$max" -X PUT --data-binary "$body" \
+    -H "x-amz-date: $amz_date" -H "x-amz-content-sha256: $payload_hash" -H "x-amz-security-token: $session" \
+    -H 'Content-Type: application/json' \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=$akid/$scope, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=$signature" \
+    "$SPOTCTL_STORAGE_URL$path" >/dev/null
+}
+
+# Record one event: always appended to the local log first (synchronously, so the log keeps the
+# order of events), then uploaded with retries until the budget (seconds, $SPOTCTL_RECORD_BUDGET_S,
+# default 10) runs out. With SPOTCTL_RECORD_BG=1 the upload goes on in the background: nothing that
+# matters (the trainer, a checkpoint) ever waits for the bucket. Extra args are key=value details.
+spotctl_record() {
+  local event=$1
+  shift
+  local details="" kv now line log object
+  for kv in "$@"; do
+    details+=",$(spotctl_json_str "${kv%%=*}"):$(spotctl_json_str "${kv#*=}")"
+  done
+  [ -n "${SPOTCTL_INSTANCE:-}" ] || spotctl_identity
+  now=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
+  line="{\"stack\":$(spotctl_json_str "$SPOTCTL_STACK"),\"kind\":$(spotctl_json_str "$SPOTCTL_KIND"),\"job\":$(spotctl_json_str "$SPOTCTL_NAME"),\"attempt\":$SPOTCTL_ATTEMPT,\"node\":$SPOTCTL_NODE_RANK,\"event\":$(spotctl_json_str "$event"),\"time\":\"$now\",\"instance\":$(spotctl_json_str "$SPOTCTL_INSTANCE"),\"zone\":$(spotctl_json_str "$SPOTCTL_ZONE"),\"details\":{${details#,}}}"
+  log=$(spotctl_event_log)
+  mkdir -p "$(dirname "$log")"
+  printf '%s\n' "$line" >>"$log"
+  spotctl_log "event $event"
+  object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/${now}-${event}.json"
+  if [ "${SPOTCTL_RECORD_BG:-}" = 1 ]; then
+    spotctl_publish "$object" "$line" "${SPOTCTL_RECORD_BUDGET_S:-10}" </dev/null >/dev/null 2>&1 &
+  else
+    spotctl_publish "$object" "$line" "${SPOTCTL_RECORD_BUDGET_S:-10}"
+  fi
+}
+
+# Upload one event object, retrying until $3 seconds have passed. Never fails the caller.
+spotctl_publish() {
+  local object=$1 line=$2 budget=$3 deadline left try=0
+  deadline=$(($(date +%s) + budget))
+  while :; do
+    left=$(spotctl_left "$deadline")
+    [ "$left" -gt 0 ] || break
+    [ "$left" -le 5 ] || left=5
+    if spotctl_upload_once "$object" "$line" "$left"; then
+      return 0
+    fi
+    try=$((try + 1))
+    sleep "0.$((try < 5 ? try * 2 : 9))"
+  done
+  spotctl_log "event ${object##*-} not uploaded within ${budget}s (kept in the local event log)"
+  return 0
+}
+
+# ---- the trainer -----------------------------------------------------------------------------
+spotctl_trainer_pid() {
+  local pid
+  pid=$(cat "$SPOTCTL_STATE_DIR/trainer.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
+}
+
+# SIGTERM the trainer's whole process group (torchrun and its workers) so it checkpoints. At most
+# once per boot: a second SIGTERM makes many trainers abandon the checkpoint they are writing.
+spotctl_signal_trainer() {
+  local pid
+  pid=$(spotctl_trainer_pid) || return 0
+  [ ! -e "$SPOTCTL_STATE_DIR/signaled" ] || return 0
+  : >"$SPOTCTL_STATE_DIR/signaled"
+  spotctl_log "sending SIG$1 to trainer process group $pid"
+  kill -s "$1" -- "-$pid" 2>/dev/null || kill -s "$1" "$pid" 2>/dev/null || true
+}
+
+# Wait up to $1 seconds for the trainer to exit; 0 if it did.
+spotctl_wait_trainer() {
+  local deadline=$(($(date +%s) + $1))
+  while spotctl_trainer_pid >/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.2
+  done
+  return 0
+}
+
+# Classify a stop, signal the trainer, give it its budget, record the outcome. $1: preempted|stopped.
+spotctl_stop() {
+  local event=$1
+  shift
+  : >"$SPOTCTL_STATE_DIR/stopping"
+  spotctl_signal_trainer TERM
+  SPOTCTL_RECORD_BUDGET_S=${SPOTCTL_RECORD_BUDGET_S:-8} SPOTCTL_RECORD_BG=1 spotctl_record "$event" "$@"
+  if spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
+    spotctl_log "trainer stopped"
+  else
+    spotctl_log "trainer still running after ${SPOTCTL_STOP_BUDGET_S}s"
+    SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
+  fi
+  wait  # for the uploads: the VM may power off when this returns
+}
+
+# The job itself: run the command exactly as written, record how it ended.
+spotctl_run() {
+  spotctl_identity
+  if [ -z "$SPOTCTL_COMMAND" ]; then
+    spotctl_log "no command to run"
+    return 0
+  fi
+  mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
+  # shellcheck disable=SC1091
+  . "$SPOTCTL_STATE_DIR/env"
+  cd "$SPOTCTL_WORKDIR" || return 1
+  SPOTCTL_RECORD_BG=1 spotctl_record started
+  local rc=0 child
+  # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
+  setsid bash -c "$SPOTCTL_COMMAND" \
+    > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log") 2>&1 &
+  child=$!
+  printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
+  # systemd stopping the unit is a stop, not a failure of the job.
+  trap ': >"$SPOTCTL_STATE_DIR/stopping"; spotctl_signal_trainer TERM' TERM INT
+  while :; do
+    rc=0
+    wait "$child" || rc=$?
+    kill -0 "$child" 2>/dev/null || break
+  done
+  trap - TERM INT
+  rm -f "$SPOTCTL_STATE_DIR/trainer.pid"
+  if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
+    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
+  elif [ "$rc" -eq 0 ]; then
+    : >"$SPOTCTL_MOUNT/.spotctl/completed"
+    spotctl_record completed
+  else
+    spotctl_record failed "exit_code=$rc"
+  fi
+  return "$rc"
+}
+
+# ---- boot --------------------------------------------------------------------------------------
+# Mount the job disk by its stable device name. Format it only when it holds no filesystem and no
+# partition table (blkid -p exit status 2) and its first MiB reads as zeros, as a new disk does;
+# anything else is data and is never touched.
+spotctl_prepare_disk() {
+  if [ -z "$SPOTCTL_DISK_DEVICE" ]; then
+    mkdir -p "$SPOTCTL_MOUNT"
+    return 0
+  fi
+  local waited=0 probe=0
+  while [ ! -e "$SPOTCTL_DISK_DEVICE" ]; do
+    [ "$waited" -lt 120 ] || {
+      spotctl_log "job disk $SPOTCTL_DISK_DEVICE did not appear"
+      return 1
+    }
+    sleep 1
+    waited=$((waited + 1))
+  done
+  if mountpoint -q "$SPOTCTL_MOUNT" 2>/dev/null; then
+    return 0
+  fi
+  blkid -p "$SPOTCTL_DISK_DEVICE" >/dev/null 2>&1 || probe=$?
+  if [ "$probe" -eq 2 ]; then
+    if ! cmp -s -n 1048576 "$SPOTCTL_DISK_DEVICE" /dev/zero; then
+      spotctl_log "job disk has no filesystem but is not blank: refusing to format it"
+      return 1
+    fi
+    spotctl_log "job disk is blank: creating a filesystem"
+    mkfs.ext4 -q -F -L spotctl-data -m 0 "$SPOTCTL_DISK_DEVICE" || return 1
+  elif [ "$probe" -ne 0 ]; then
+    spotctl_log "cannot probe $SPOTCTL_DISK_DEVICE (blkid exit $probe): not formatting"
+    return 1
+  fi
+  mkdir -p "$SPOTCTL_MOUNT"
+  mount -o defaults,discard "$SPOTCTL_DISK_DEVICE" "$SPOTCTL_MOUNT"
+}
+
+# The environment the command sees (sourced by `run`); %q keeps every value one shell word.
+spotctl_write_env() {
+  local env_file="$SPOTCTL_STATE_DIR/env"
+  {
+    printf 'export %s=%q\n' SPOTCTL_CLOUD "$SPOTCTL_CLOUD"
+    printf 'export %s=%q\n' SPOTCTL_REGION "$SPOTCTL_REGION"
+    printf 'export %s=%q\n' SPOTCTL_STACK "$SPOTCTL_STACK"
+    printf 'export %s=%q\n' SPOTCTL_POOL "$SPOTCTL_NAME"
+    printf 'export %s=%q\n' SPOTCTL_ATTEMPT "$SPOTCTL_ATTEMPT"
+    printf 'export %s=%q\n' SPOTCTL_WORKDIR "$SPOTCTL_MOUNT"
+    printf 'export %s=%q\n' SPOTCTL_CHECKPOINT_DIR "$SPOTCTL_MOUNT/checkpoints"
+    printf 'export %s=%q\n' MASTER_ADDR "$SPOTCTL_MASTER_ADDR"
+    printf 'export %s=%q\n' MASTER_PORT "$SPOTCTL_MASTER_PORT"
+    printf 'export %s=%q\n' NODE_RANK "$SPOTCTL_NODE_RANK"
+    printf 'export %s=%q\n' WORLD_SIZE "$SPOTCTL_WORLD_SIZE"
+  } >"$env_file.tmp"
+  mv "$env_file.tmp" "$env_file"
+  mkdir -p "$SPOTCTL_MOUNT/checkpoints"
+}
+
+spotctl_write_unit() {
+  local name=$1 body=$2
+  printf '%s\n' "$body" >"$SPOTCTL_SYSTEMD_DIR/$name.service"
+}
+
+# Run the job and the watcher as systemd units; without systemd (containers, `spotctl drill`,
+# SPOTCTL_NO_SYSTEMD=1), as background processes in their own sessions.
+spotctl_start_units() {
+  if [ -z "${SPOTCTL_NO_SYSTEMD:-}" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    spotctl_write_unit "$SPOTCTL_UNIT" "[Unit]
+Description=spotctl $SPOTCTL_KIND ${SPOTCTL_NAME//[^A-Za-z0-9_.-]/_} (attempt $SPOTCTL_ATTEMPT, node $SPOTCTL_NODE_RANK)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=/bin/bash $SPOTCTL_SELF run
+KillMode=mixed
+KillSignal=SIGTERM
+TimeoutStopSec=$SPOTCTL_STOP_BUDGET_S
+Restart=no"
+    spotctl_write_unit spotctl-watch "[Unit]
+Description=spotctl preemption watcher
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=/bin/bash $SPOTCTL_SELF watch
+Restart=on-failure
+RestartSec=2"
+    # AWS runs no shutdown script: this unit's ExecStop is ours. Ordered after the job, so at
+    # shutdown it runs before the job is stopped.
+    spotctl_write_unit spotctl-stop "[Unit]
+Description=spotctl stop hook
+Wants=network-online.target
+After=network-online.target $SPOTCTL_UNIT.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/true
+ExecStop=/bin/bash $SPOTCTL_SELF shutdown
+TimeoutStopSec=120"
+    systemctl daemon-reload
+    systemctl start --no-block spotctl-stop.service spotctl-watch.service "$SPOTCTL_UNIT.service"
+  else
+    setsid bash "$SPOTCTL_SELF" watch </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
+    printf '%s' "$!" >"$SPOTCTL_STATE_DIR/watch.pid"
+    setsid bash "$SPOTCTL_SELF" run </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
+    printf '%s' "$!" >"$SPOTCTL_STATE_DIR/run.pid"
+  fi
+}
+
+spotctl_main() {
+  mkdir -p "$SPOTCTL_STATE_DIR"
+  # A fresh boot: forget the previous boot's stop markers and identity.
+  rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
+    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone"
+  if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
+    cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
+  fi
+  spotctl_identity
+  if ! spotctl_prepare_disk; then
+    spotctl_record failed "reason=job disk $SPOTCTL_DISK_DEVICE could not be mounted"
+    return 1
+  fi
+  if [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ]; then
+    spotctl_log "this job already completed on this disk; not running it again"
+    spotctl_record completed "reason=already completed"
+    return 0
+  fi
+  spotctl_write_env
+  spotctl_start_units
+}
+
+# ---- preemption --------------------------------------------------------------------------------
+# A notice arrived (AWS instance-action, GCE preempted=TRUE seen early): record it, SIGTERM the
+# trainer, and record `preempted` once it has stopped.
+spotctl_notice() {
+  [ ! -e "$SPOTCTL_STATE_DIR/notice" ] || return 0
+  : >"$SPOTCTL_STATE_DIR/notice"
+  : >"$SPOTCTL_STATE_DIR/stopping"
+  spotctl_signal_trainer TERM
+  SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record preemption-notice "$@"
+  if ! spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
+    SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
+  fi
+  spotctl_record preempted "$@"
+  wait
+}
+
+spotctl_watch() {
+  spotctl_identity
+  local value
+  local rebalance_seen=0
+  while :; do
+    if value=$(spotctl_meta spot/instance-action 2>/dev/null); then
+      spotctl_notice "source=imds" "instance_action=$value"
+      return 0
+    fi
+    if [ "$rebalance_seen" -eq 0 ] && value=$(spotctl_meta events/recommendations/rebalance 2>/dev/null); then
+      rebalance_seen=1
+      spotctl_record rebalance-recommendation "recommendation=$value"
+    fi
+    sleep "$SPOTCTL_POLL_S"
+  done
+}
+
+# A stop of the VM. GCE runs this as the shutdown script (about 30 s before power-off on Spot);
+# on AWS it is the stop hook unit's ExecStop.
+spotctl_shutdown() {
+  spotctl_identity
+  if [ -e "$SPOTCTL_STATE_DIR/notice" ]; then
+    # The watcher saw the notice and is recording the preemption; give it the time it needs.
+    spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S" || true
+    return 0
+  fi
+  if [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ] && ! spotctl_trainer_pid >/dev/null; then
+    spotctl_log "stop after completion: nothing to record"
+    return 0
+  fi
+  local value
+  if value=$(spotctl_meta spot/instance-action 2>/dev/null); then
+    spotctl_notice "source=stop-hook" "instance_action=$value"
+  else
+    spotctl_stop stopped "source=stop-hook"
+  fi
+}
+
+case "${1:-main}" in
+  main) spotctl_main ;;
+  run) spotctl_run ;;
+  watch) spotctl_watch ;;
+  shutdown) spotctl_shutdown ;;
+  *)
+    echo "usage: $0 [main|run|watch|shutdown]" >&2
+    exit 2
+    ;;
+esac

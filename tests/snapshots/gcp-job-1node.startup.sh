@@ -1,0 +1,448 @@
+#!/bin/bash
+# spotctl gcp main script for a job (attempt 1, node 0 of 1).
+# (No user value appears in a comment: quoting does not protect a comment from a newline.)
+# Rendered by spotctl from templates/; do not edit on the VM. One file, several entry points:
+#   main      at boot: mount the job disk, write the environment, start the units
+#   run       the job unit: run the command exactly as written, record completed/failed
+#   watch     the watcher unit: poll the metadata server for preemption notices
+#   shutdown  on a stop: tell a preemption from a normal stop, let the trainer checkpoint, record it
+# User values are single-quoted on purpose: they must never expand here.
+# shellcheck disable=SC2016
+set -uo pipefail
+umask 022
+
+# ---- spotctl: settings (every value shell-quoted at render time) ------------------------------
+SPOTCTL_CLOUD=gcp
+SPOTCTL_STACK=team-a
+SPOTCTL_KIND=job
+SPOTCTL_NAME=vit
+SPOTCTL_ATTEMPT=1
+SPOTCTL_NODE_RANK=0
+SPOTCTL_WORLD_SIZE=1
+SPOTCTL_MASTER_ADDR=127.0.0.1
+SPOTCTL_MASTER_PORT=29500
+SPOTCTL_COMMAND='python finetune.py --resume-from "$SPOTCTL_CHECKPOINT_DIR"'
+SPOTCTL_DISK_DEVICE=/dev/disk/by-id/google-spotctl-data
+SPOTCTL_MOUNT=/mnt/spotctl
+SPOTCTL_STATE_DIR=/var/lib/spotctl
+SPOTCTL_SYSTEMD_DIR=/etc/systemd/system
+SPOTCTL_METADATA_URL=http://metadata.google.internal/computeMetadata/v1
+SPOTCTL_STORAGE_URL=https://storage.googleapis.com
+SPOTCTL_BUCKET=team-a-events-4d8689f7
+SPOTCTL_EVENT_PREFIX=team-a/
+SPOTCTL_REGION=us-central1
+SPOTCTL_POLL_S=5
+# Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (30 s).
+SPOTCTL_STOP_BUDGET_S=20
+SPOTCTL_UNIT=spotctl-job
+SPOTCTL_SELF="$SPOTCTL_STATE_DIR/spotctl.sh"
+SPOTCTL_DEBUG_LOG="$SPOTCTL_STATE_DIR/spotctl.log"
+
+# ---- helpers ---------------------------------------------------------------------------------
+spotctl_log() {
+  printf '%s spotctl[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$$" "$*" >>"$SPOTCTL_DEBUG_LOG" 2>/dev/null || true
+  printf 'spotctl: %s\n' "$*" >&2
+}
+
+# JSON string literal of $1 (control characters other than \n \r \t are dropped).
+spotctl_json_str() {
+  local s
+  # The trailing "x" keeps trailing newlines, which $(...) would strip.
+  s=$(
+    printf '%s' "$1" | tr -d '\000-\010\013\014\016-\037'
+    printf x
+  )
+  s=${s%x}
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\r'/\\r}
+  s=${s//$'\t'/\\t}
+  printf '"%s"' "$s"
+}
+
+# Percent-encode $1 for a URL path or query value (keeps A-Z a-z 0-9 - _ . ~ and, with $2=path, /).
+spotctl_urlencode() {
+  local s=$1 keep=${2:-} out="" c i
+  local LC_ALL=C
+  for ((i = 0; i < ${#s}; i++)); do
+    c=${s:i:1}
+    case "$c" in
+      [A-Za-z0-9._~-]) out+=$c ;;
+      /) if [ "$keep" = path ]; then out+=/; else out+=%2F; fi ;;
+      *) out+=$(printf '%%%02X' "'$c") ;;
+    esac
+  done
+  printf '%s' "$out"
+}
+
+# Seconds left until the epoch second $1 (never negative).
+spotctl_left() {
+  local left=$(($1 - $(date +%s)))
+  [ "$left" -gt 0 ] || left=0
+  printf '%s' "$left"
+}
+
+# GET a metadata path (e.g. instance/preempted). Short timeouts: the caller has a budget.
+spotctl_meta() {
+  curl -sf --connect-timeout 1 --max-time 2 -H 'Metadata-Flavor: Google' "$SPOTCTL_METADATA_URL/$1"
+}
+
+# Cache instance name and zone once; events carry them.
+spotctl_identity() {
+  mkdir -p "$SPOTCTL_STATE_DIR"
+  if [ ! -s "$SPOTCTL_STATE_DIR/instance" ]; then
+    spotctl_meta instance/name >"$SPOTCTL_STATE_DIR/instance" 2>/dev/null || hostname >"$SPOTCTL_STATE_DIR/instance"
+    local zone
+    zone=$(spotctl_meta instance/zone 2>/dev/null) || zone=unknown
+    printf '%s' "${zone##*/}" >"$SPOTCTL_STATE_DIR/zone"
+  fi
+  SPOTCTL_INSTANCE=$(cat "$SPOTCTL_STATE_DIR/instance")
+  SPOTCTL_ZONE=$(cat "$SPOTCTL_STATE_DIR/zone" 2>/dev/null || printf unknown)
+}
+
+# Where the event log lives: on the job disk when it is mounted, so it survives the VM.
+spotctl_event_log() {
+  if [ -d "$SPOTCTL_MOUNT/.spotctl" ]; then
+    printf '%s' "$SPOTCTL_MOUNT/.spotctl/events.jsonl"
+  else
+    printf '%s' "$SPOTCTL_STATE_DIR/events.jsonl"
+  fi
+}
+
+# Upload $2 (JSON) as object $1 to the event bucket with the VM's service account token.
+spotctl_upload_once() {
+  local object=$1 body=$2 max=$3 token
+  token=$(curl -sf --connect-timeout 1 --max-time "$max" -H 'Metadata-Flavor: Google' \
+    "$SPOTCTL_METADATA_URL/instance/service-accounts/default/token" |
+    sed -n 's/.*"access_token"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p') || return 1
+  [ -n "$token" ] || return 1
+  curl -sf --connect-timeout 1 --max-time "$max" -X POST \
+    -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary "$body" \
+    "$SPOTCTL_STORAGE_URL/upload/storage/v1/b/$(spotctl_urlencode "$SPOTCTL_BUCKET")/o?uploadType=media&name=$(spotctl_urlencode "$object")" \
+    >/dev/null
+}
+
+# Record one event: always appended to the local log first (synchronously, so the log keeps the
+# order of events), then uploaded with retries until the budget (seconds, $SPOTCTL_RECORD_BUDGET_S,
+# default 10) runs out. With SPOTCTL_RECORD_BG=1 the upload goes on in the background: nothing that
+# matters (the trainer, a checkpoint) ever waits for the bucket. Extra args are key=value details.
+spotctl_record() {
+  local event=$1
+  shift
+  local details="" kv now line log object
+  for kv in "$@"; do
+    details+=",$(spotctl_json_str "${kv%%=*}"):$(spotctl_json_str "${kv#*=}")"
+  done
+  [ -n "${SPOTCTL_INSTANCE:-}" ] || spotctl_identity
+  now=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
+  line="{\"stack\":$(spotctl_json_str "$SPOTCTL_STACK"),\"kind\":$(spotctl_json_str "$SPOTCTL_KIND"),\"job\":$(spotctl_json_str "$SPOTCTL_NAME"),\"attempt\":$SPOTCTL_ATTEMPT,\"node\":$SPOTCTL_NODE_RANK,\"event\":$(spotctl_json_str "$event"),\"time\":\"$now\",\"instance\":$(spotctl_json_str "$SPOTCTL_INSTANCE"),\"zone\":$(spotctl_json_str "$SPOTCTL_ZONE"),\"details\":{${details#,}}}"
+  log=$(spotctl_event_log)
+  mkdir -p "$(dirname "$log")"
+  printf '%s\n' "$line" >>"$log"
+  spotctl_log "event $event"
+  object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/${now}-${event}.json"
+  if [ "${SPOTCTL_RECORD_BG:-}" = 1 ]; then
+    spotctl_publish "$object" "$line" "${SPOTCTL_RECORD_BUDGET_S:-10}" </dev/null >/dev/null 2>&1 &
+  else
+    spotctl_publish "$object" "$line" "${SPOTCTL_RECORD_BUDGET_S:-10}"
+  fi
+}
+
+# Upload one event object, retrying until $3 seconds have passed. Never fails the caller.
+spotctl_publish() {
+  local object=$1 line=$2 budget=$3 deadline left try=0
+  deadline=$(($(date +%s) + budget))
+  while :; do
+    left=$(spotctl_left "$deadline")
+    [ "$left" -gt 0 ] || break
+    [ "$left" -le 5 ] || left=5
+    if spotctl_upload_once "$object" "$line" "$left"; then
+      return 0
+    fi
+    try=$((try + 1))
+    sleep "0.$((try < 5 ? try * 2 : 9))"
+  done
+  spotctl_log "event ${object##*-} not uploaded within ${budget}s (kept in the local event log)"
+  return 0
+}
+
+# ---- the trainer -----------------------------------------------------------------------------
+spotctl_trainer_pid() {
+  local pid
+  pid=$(cat "$SPOTCTL_STATE_DIR/trainer.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
+}
+
+# SIGTERM the trainer's whole process group (torchrun and its workers) so it checkpoints. At most
+# once per boot: a second SIGTERM makes many trainers abandon the checkpoint they are writing.
+spotctl_signal_trainer() {
+  local pid
+  pid=$(spotctl_trainer_pid) || return 0
+  [ ! -e "$SPOTCTL_STATE_DIR/signaled" ] || return 0
+  : >"$SPOTCTL_STATE_DIR/signaled"
+  spotctl_log "sending SIG$1 to trainer process group $pid"
+  kill -s "$1" -- "-$pid" 2>/dev/null || kill -s "$1" "$pid" 2>/dev/null || true
+}
+
+# Wait up to $1 seconds for the trainer to exit; 0 if it did.
+spotctl_wait_trainer() {
+  local deadline=$(($(date +%s) + $1))
+  while spotctl_trainer_pid >/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.2
+  done
+  return 0
+}
+
+# Classify a stop, signal the trainer, give it its budget, record the outcome. $1: preempted|stopped.
+spotctl_stop() {
+  local event=$1
+  shift
+  : >"$SPOTCTL_STATE_DIR/stopping"
+  spotctl_signal_trainer TERM
+  SPOTCTL_RECORD_BUDGET_S=${SPOTCTL_RECORD_BUDGET_S:-8} SPOTCTL_RECORD_BG=1 spotctl_record "$event" "$@"
+  if spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
+    spotctl_log "trainer stopped"
+  else
+    spotctl_log "trainer still running after ${SPOTCTL_STOP_BUDGET_S}s"
+    SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
+  fi
+  wait  # for the uploads: the VM may power off when this returns
+}
+
+# The job itself: run the command exactly as written, record how it ended.
+spotctl_run() {
+  spotctl_identity
+  if [ -z "$SPOTCTL_COMMAND" ]; then
+    spotctl_log "no command to run"
+    return 0
+  fi
+  mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
+  # shellcheck disable=SC1091
+  . "$SPOTCTL_STATE_DIR/env"
+  cd "$SPOTCTL_WORKDIR" || return 1
+  SPOTCTL_RECORD_BG=1 spotctl_record started
+  local rc=0 child
+  # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
+  setsid bash -c "$SPOTCTL_COMMAND" \
+    > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log") 2>&1 &
+  child=$!
+  printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
+  # systemd stopping the unit is a stop, not a failure of the job.
+  trap ': >"$SPOTCTL_STATE_DIR/stopping"; spotctl_signal_trainer TERM' TERM INT
+  while :; do
+    rc=0
+    wait "$child" || rc=$?
+    kill -0 "$child" 2>/dev/null || break
+  done
+  trap - TERM INT
+  rm -f "$SPOTCTL_STATE_DIR/trainer.pid"
+  if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
+    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
+  elif [ "$rc" -eq 0 ]; then
+    : >"$SPOTCTL_MOUNT/.spotctl/completed"
+    spotctl_record completed
+  else
+    spotctl_record failed "exit_code=$rc"
+  fi
+  return "$rc"
+}
+
+# ---- boot --------------------------------------------------------------------------------------
+# Mount the job disk by its stable device name. Format it only when it holds no filesystem and no
+# partition table (blkid -p exit status 2) and its first MiB reads as zeros, as a new disk does;
+# anything else is data and is never touched.
+spotctl_prepare_disk() {
+  if [ -z "$SPOTCTL_DISK_DEVICE" ]; then
+    mkdir -p "$SPOTCTL_MOUNT"
+    return 0
+  fi
+  local waited=0 probe=0
+  while [ ! -e "$SPOTCTL_DISK_DEVICE" ]; do
+    [ "$waited" -lt 120 ] || {
+      spotctl_log "job disk $SPOTCTL_DISK_DEVICE did not appear"
+      return 1
+    }
+    sleep 1
+    waited=$((waited + 1))
+  done
+  if mountpoint -q "$SPOTCTL_MOUNT" 2>/dev/null; then
+    return 0
+  fi
+  blkid -p "$SPOTCTL_DISK_DEVICE" >/dev/null 2>&1 || probe=$?
+  if [ "$probe" -eq 2 ]; then
+    if ! cmp -s -n 1048576 "$SPOTCTL_DISK_DEVICE" /dev/zero; then
+      spotctl_log "job disk has no filesystem but is not blank: refusing to format it"
+      return 1
+    fi
+    spotctl_log "job disk is blank: creating a filesystem"
+    mkfs.ext4 -q -F -L spotctl-data -m 0 "$SPOTCTL_DISK_DEVICE" || return 1
+  elif [ "$probe" -ne 0 ]; then
+    spotctl_log "cannot probe $SPOTCTL_DISK_DEVICE (blkid exit $probe): not formatting"
+    return 1
+  fi
+  mkdir -p "$SPOTCTL_MOUNT"
+  mount -o defaults,discard "$SPOTCTL_DISK_DEVICE" "$SPOTCTL_MOUNT"
+}
+
+# The environment the command sees (sourced by `run`); %q keeps every value one shell word.
+spotctl_write_env() {
+  local env_file="$SPOTCTL_STATE_DIR/env"
+  {
+    printf 'export %s=%q\n' SPOTCTL_CLOUD "$SPOTCTL_CLOUD"
+    printf 'export %s=%q\n' SPOTCTL_REGION "$SPOTCTL_REGION"
+    printf 'export %s=%q\n' SPOTCTL_STACK "$SPOTCTL_STACK"
+    printf 'export %s=%q\n' SPOTCTL_JOB_ID "$SPOTCTL_NAME"
+    printf 'export %s=%q\n' SPOTCTL_ATTEMPT "$SPOTCTL_ATTEMPT"
+    printf 'export %s=%q\n' SPOTCTL_WORKDIR "$SPOTCTL_MOUNT"
+    printf 'export %s=%q\n' SPOTCTL_CHECKPOINT_DIR "$SPOTCTL_MOUNT/checkpoints"
+    printf 'export %s=%q\n' MASTER_ADDR "$SPOTCTL_MASTER_ADDR"
+    printf 'export %s=%q\n' MASTER_PORT "$SPOTCTL_MASTER_PORT"
+    printf 'export %s=%q\n' NODE_RANK "$SPOTCTL_NODE_RANK"
+    printf 'export %s=%q\n' WORLD_SIZE "$SPOTCTL_WORLD_SIZE"
+    printf 'export %s=%q\n' WANDB_PROJECT 'vit runs'
+  } >"$env_file.tmp"
+  mv "$env_file.tmp" "$env_file"
+  mkdir -p "$SPOTCTL_MOUNT/checkpoints"
+}
+
+spotctl_write_unit() {
+  local name=$1 body=$2
+  printf '%s\n' "$body" >"$SPOTCTL_SYSTEMD_DIR/$name.service"
+}
+
+# Run the job and the watcher as systemd units; without systemd (containers, `spotctl drill`,
+# SPOTCTL_NO_SYSTEMD=1), as background processes in their own sessions.
+spotctl_start_units() {
+  if [ -z "${SPOTCTL_NO_SYSTEMD:-}" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    spotctl_write_unit "$SPOTCTL_UNIT" "[Unit]
+Description=spotctl $SPOTCTL_KIND ${SPOTCTL_NAME//[^A-Za-z0-9_.-]/_} (attempt $SPOTCTL_ATTEMPT, node $SPOTCTL_NODE_RANK)
+Wants=network-online.target
+After=network-online.target
+# Stopped after the shutdown script has classified the stop and let the trainer checkpoint.
+Before=google-shutdown-scripts.service
+
+[Service]
+Type=simple
+ExecStart=/bin/bash $SPOTCTL_SELF run
+KillMode=mixed
+KillSignal=SIGTERM
+TimeoutStopSec=$SPOTCTL_STOP_BUDGET_S
+Restart=no"
+    spotctl_write_unit spotctl-watch "[Unit]
+Description=spotctl preemption watcher
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=/bin/bash $SPOTCTL_SELF watch
+Restart=on-failure
+RestartSec=2"
+    systemctl daemon-reload
+    systemctl start --no-block spotctl-watch.service "$SPOTCTL_UNIT.service"
+  else
+    setsid bash "$SPOTCTL_SELF" watch </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
+    printf '%s' "$!" >"$SPOTCTL_STATE_DIR/watch.pid"
+    setsid bash "$SPOTCTL_SELF" run </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
+    printf '%s' "$!" >"$SPOTCTL_STATE_DIR/run.pid"
+  fi
+}
+
+spotctl_main() {
+  mkdir -p "$SPOTCTL_STATE_DIR"
+  # A fresh boot: forget the previous boot's stop markers and identity.
+  rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
+    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone"
+  if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
+    cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
+  fi
+  spotctl_identity
+  if ! spotctl_prepare_disk; then
+    spotctl_record failed "reason=job disk $SPOTCTL_DISK_DEVICE could not be mounted"
+    return 1
+  fi
+  if [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ]; then
+    spotctl_log "this job already completed on this disk; not running it again"
+    spotctl_record completed "reason=already completed"
+    return 0
+  fi
+  spotctl_write_env
+  spotctl_start_units
+}
+
+# ---- preemption --------------------------------------------------------------------------------
+# A notice arrived (AWS instance-action, GCE preempted=TRUE seen early): record it, SIGTERM the
+# trainer, and record `preempted` once it has stopped.
+spotctl_notice() {
+  [ ! -e "$SPOTCTL_STATE_DIR/notice" ] || return 0
+  : >"$SPOTCTL_STATE_DIR/notice"
+  : >"$SPOTCTL_STATE_DIR/stopping"
+  spotctl_signal_trainer TERM
+  SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record preemption-notice "$@"
+  if ! spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
+    SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
+  fi
+  spotctl_record preempted "$@"
+  wait
+}
+
+spotctl_watch() {
+  spotctl_identity
+  local value
+  while :; do
+    value=$(spotctl_meta instance/preempted 2>/dev/null) || value=""
+    if [ "$value" = TRUE ]; then
+      spotctl_notice "source=metadata" "preempted=TRUE"
+      return 0
+    fi
+    # GPU VMs are terminated for host maintenance with a 60 s notice: checkpoint then too.
+    value=$(spotctl_meta instance/maintenance-event 2>/dev/null) || value=""
+    case "$value" in
+      TERMINATE_ON_HOST_MAINTENANCE | SHUTDOWN_ON_HOST_MAINTENANCE)
+        if [ ! -e "$SPOTCTL_STATE_DIR/maintenance" ]; then
+          : >"$SPOTCTL_STATE_DIR/maintenance"
+          : >"$SPOTCTL_STATE_DIR/stopping"
+          SPOTCTL_RECORD_BUDGET_S=3 SPOTCTL_RECORD_BG=1 spotctl_record maintenance-notice "maintenance_event=$value"
+          spotctl_signal_trainer TERM
+        fi
+        ;;
+    esac
+    sleep "$SPOTCTL_POLL_S"
+  done
+}
+
+# A stop of the VM. GCE runs this as the shutdown script (about 30 s before power-off on Spot);
+# on AWS it is the stop hook unit's ExecStop.
+spotctl_shutdown() {
+  spotctl_identity
+  if [ -e "$SPOTCTL_STATE_DIR/notice" ]; then
+    # The watcher saw the notice and is recording the preemption; give it the time it needs.
+    spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S" || true
+    return 0
+  fi
+  if [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ] && ! spotctl_trainer_pid >/dev/null; then
+    spotctl_log "stop after completion: nothing to record"
+    return 0
+  fi
+  local value
+  value=$(spotctl_meta instance/preempted 2>/dev/null) || value=unknown
+  if [ "$value" = TRUE ]; then
+    spotctl_stop preempted "source=shutdown-script" "preempted=TRUE"
+  elif [ -e "$SPOTCTL_STATE_DIR/maintenance" ]; then
+    spotctl_stop stopped "reason=host-maintenance" "preempted=$value"
+  else
+    spotctl_stop stopped "preempted=$value"
+  fi
+}
+
+case "${1:-main}" in
+  main) spotctl_main ;;
+  run) spotctl_run ;;
+  watch) spotctl_watch ;;
+  shutdown) spotctl_shutdown ;;
+  *)
+    echo "usage: $0 [main|run|watch|shutdown]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,75 @@
+"""The job disk is formatted only when blank; a disk with data is never touched."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cli.emulator import Emulator
+from cli.localvm import LocalVM, local_context
+from infra.render import ScriptContext
+
+MOUNT_SHIM = """#!/bin/bash
+printf '%s\\n' "$*" >>"$MOUNT_RECORD"
+"""
+MOUNTPOINT_SHIM = """#!/bin/bash
+exit 1
+"""
+
+
+@pytest.fixture
+def shims(tmp_path) -> Path:
+    d = tmp_path / "shims"
+    d.mkdir()
+    for name, body in (("mount", MOUNT_SHIM), ("mountpoint", MOUNTPOINT_SHIM)):
+        (d / name).write_text(body)
+        (d / name).chmod(0o755)
+    return d
+
+
+def boot_with_device(tmp_path: Path, shims: Path, device: Path, tag: str):
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud="gcp", stack="s", kind="job", name="j", command="true", event_bucket="b", region="r")
+        ctx = local_context(ctx, emu, tmp_path / f"mnt-{tag}", tmp_path / f"state-{tag}")
+        from dataclasses import replace
+
+        vm = LocalVM(replace(ctx, disk_device=str(device)), tmp_path / f"vm-{tag}")
+        env = {"PATH": f"{shims}:{os.environ['PATH']}", "MOUNT_RECORD": str(tmp_path / "mounts"), "SPOTCTL_RECORD_BUDGET_S": "1"}
+        done = vm.boot(env=env)
+        vm.wait_exit("run.pid", 10)
+        vm.kill_all()
+        return done, vm
+
+
+def fs_uuid(device: Path) -> str:
+    return subprocess.run(["blkid", "-p", "-s", "UUID", "-o", "value", str(device)], capture_output=True, text=True).stdout.strip()
+
+
+def test_blank_disk_is_formatted_once_then_reused(tmp_path, shims):
+    device = tmp_path / "disk.img"
+    device.write_bytes(b"\0" * 16 * 1024 * 1024)
+    done, _ = boot_with_device(tmp_path, shims, device, "1")
+    assert done.returncode == 0, done.stderr
+    uuid = fs_uuid(device)
+    assert uuid, "a blank disk gets a filesystem"
+    assert (tmp_path / "mounts").read_text().splitlines() == [f"-o defaults,discard {device} {tmp_path / 'mnt-1'}"]
+    done, _ = boot_with_device(tmp_path, shims, device, "2")
+    assert done.returncode == 0
+    assert fs_uuid(device) == uuid, "a disk with a filesystem is never formatted again"
+
+
+def test_disk_with_unknown_data_is_never_formatted(tmp_path, shims):
+    device = tmp_path / "disk.img"
+    device.write_bytes(os.urandom(4096) + b"\0" * (4 * 1024 * 1024))
+    before = hashlib.sha256(device.read_bytes()).hexdigest()
+    done, vm = boot_with_device(tmp_path, shims, device, "1")
+    assert done.returncode == 1
+    assert hashlib.sha256(device.read_bytes()).hexdigest() == before
+    assert not (tmp_path / "mounts").exists()
+    assert "not blank: refusing to format it" in vm.debug_log()
+    (event,) = vm.events()
+    assert event["event"] == "failed" and "could not be mounted" in event["details"]["reason"]

@@ -1,0 +1,129 @@
+"""No user value is ever executed by the scripts themselves: the job command runs exactly as
+written (handed verbatim to `bash -c`), and nothing else does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cli.emulator import Emulator
+from cli.localvm import LocalVM, local_context
+from infra.render import ScriptContext
+
+PAYLOADS = [
+    "$(touch {s})",
+    "`touch {s}`",
+    "; touch {s}",
+    "\ntouch {s}\n",
+    "' ; touch {s}; '",
+    '" ; touch {s}; "',
+    "${{IFS}}touch${{IFS}}{s}",
+    "&& touch {s} ||",
+    "| touch {s}",
+    "$((1+1)) %s %q \\ \\\\n",
+    "EOF\ntouch {s}\nEOF",
+    "'\"'\"'$(touch {s})",
+    "\x1b[31mred\u2028 ünïcødé",
+]
+
+SETSID_SHIM = """#!/bin/bash
+# Records the command the runner hands to `bash -c`, without running it.
+if [ "$1" = bash ] && [ "$2" = -c ]; then
+  printf '%s' "$3" >"$INJECTION_RECORD"
+  exit 0
+fi
+exec /usr/bin/setsid "$@"
+"""
+
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
+
+
+@pytest.fixture(scope="module")
+def emu():
+    with Emulator() as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def shim_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("shims")
+    (d / "setsid").write_text(SETSID_SHIM)
+    (d / "setsid").chmod(0o755)
+    return d
+
+
+def run_vm(emu, shim_dir, work: Path, *, kind="job", cloud="gcp", name="train", stack="team-a", command="true", env=None):
+    ctx = ScriptContext(cloud=cloud, stack=stack, kind=kind, name=name, command=command, event_bucket="bkt",
+                        region="us-central1", env=env or {})
+    vm = LocalVM(local_context(ctx, emu, work / "disk", work / "state"), work / "vm")
+    record = work / "recorded-command"
+    envs = {"PATH": f"{shim_dir}:{os.environ['PATH']}", "INJECTION_RECORD": str(record)}
+    try:
+        done = vm.boot(env=envs)
+        assert done.returncode == 0, done.stderr
+        assert vm.wait_exit("run.pid", 20), vm.debug_log()
+        shut, _ = vm.shutdown(env={**envs, "SPOTCTL_RECORD_BUDGET_S": "1"})
+        assert shut.returncode == 0
+    finally:
+        vm.kill_all()
+    return vm, record
+
+
+def sourced_env(vm: LocalVM, key: str) -> str:
+    out = subprocess.run(["bash", "-c", f'. "$1"; printf %s "${key}"', "_", str(vm.state / "env")],
+                         capture_output=True, check=True)
+    return out.stdout.decode()  # bytes: text mode would turn \r into \n
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_classic_payloads_in_every_field(emu, shim_dir, tmp_path, payload, cloud):
+    sentinel = tmp_path / "pwned"
+    value = payload.format(s=sentinel)
+    vm, record = run_vm(emu, shim_dir, tmp_path, cloud=cloud, name=value, stack=value, command=value, env={"USER_VALUE": value})
+    assert not sentinel.exists(), "a script executed a user value"
+    assert record.read_bytes().decode() == value  # the command reaches bash -c exactly as written
+    assert sourced_env(vm, "USER_VALUE") == value
+    assert sourced_env(vm, "SPOTCTL_JOB_ID") == value
+    clean = "".join(c for c in value if c in "\n\r\t" or ord(c) >= 32)
+    events = vm.events()
+    assert [e["event"] for e in events] == ["started", "completed"]  # a stop after completion adds nothing
+    assert all(e["job"] == clean and e["stack"] == clean for e in events)
+
+
+def test_agent_command_payload(emu, shim_dir, tmp_path):
+    sentinel = tmp_path / "pwned"
+    value = f"agent --pool x; touch {sentinel}"
+    _, record = run_vm(emu, shim_dir, tmp_path, kind="pool", command=value)
+    assert not sentinel.exists() and record.read_bytes().decode() == value
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command=text, name=text, env_value=text, agent=text)
+def test_generated_values_pass_through_verbatim(emu, shim_dir, tmp_path_factory, command, name, env_value, agent):
+    work = tmp_path_factory.mktemp("gen")
+    command = command or "true"
+    vm, record = run_vm(emu, shim_dir, work, name=name or "j", command=command, env={"V": env_value})
+    assert record.read_bytes().decode() == command
+    assert sourced_env(vm, "V") == env_value
+    pool_vm, pool_record = run_vm(emu, shim_dir, work / "pool", kind="pool", command=agent or "true")
+    assert pool_record.read_bytes().decode() == (agent or "true")
+
+
+def test_the_command_really_runs_as_written(tmp_path):
+    """Without the shim: a command with quotes, pipes and expansions behaves as in a shell."""
+    out = tmp_path / "out"
+    command = f"printf '%s|' \"$SPOTCTL_JOB_ID\" 'a b' | tr '|' ',' > {out}; echo $((6*7)) >> {out}"
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud="gcp", stack="s", kind="job", name="j1", command=command, event_bucket="b", region="r")
+        vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+        vm.boot()
+        assert vm.wait_exit("run.pid", 20)
+    assert out.read_text() == "j1,a b,42\n"
+    assert sys.executable  # the interpreter is not involved: bash ran it
