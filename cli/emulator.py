@@ -58,6 +58,14 @@ class State:
     requests: list[tuple[str, str]] = field(default_factory=list)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that gave up (its own timeout, a killed VM) is business as usual here.
+        pass
+
+
 class Emulator:
     """Start with ``with Emulator() as emu:``; ``emu.url`` is the base for metadata and storage."""
 
@@ -70,8 +78,7 @@ class Emulator:
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Emulator:
         handler = _make_handler(self)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="spotctl-emulator", daemon=True)
         self._thread.start()
         return self

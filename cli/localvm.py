@@ -50,6 +50,12 @@ class LocalVM:
         self.shutdown_script = self.workdir / "shutdown.sh"
         self.shutdown_script.write_text(self.scripts.shutdown or self.scripts.startup)
 
+    def __enter__(self) -> LocalVM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill_all()
+
     @property
     def state(self) -> Path:
         return Path(self.ctx.state_dir)

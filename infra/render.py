@@ -46,6 +46,7 @@ class ScriptContext:
     env: dict[str, str] = field(default_factory=dict)
     disk_device: str = ""
     mount_point: str = MOUNT_POINT
+    cwd: str = ""  # where the command runs; "" = the job disk (drills run it where the user is)
     metadata_url: str = ""
     storage_url: str = ""
     event_prefix: str = ""

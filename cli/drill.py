@@ -1,0 +1,338 @@
+"""`spotctl drill`: run a training command under the same scripts the cloud runs, preempt it the way
+GCP or AWS would, resume it on the same "disk", and judge whether training survives.
+
+The judging is pure (:func:`judge`); :class:`Drill` drives attempts on a :class:`LocalVM` against the
+metadata emulator, one shared directory playing the job disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cli.emulator import Emulator
+from cli.localvm import LocalVM, local_context
+from infra.render import NOTICE_S, ScriptContext
+
+PROGRESS_RE = re.compile(r"^SPOTCTL_PROGRESS\s+(\d+)(?:\s*/\s*(\d+))?\s*$")
+CHECKPOINT_RE = re.compile(r"^SPOTCTL_CHECKPOINT\s+(\d+)\s*$")
+
+Verdict = Literal["reentrant", "restarts-from-scratch", "lost-work", "did-not-finish"]
+
+
+@dataclass
+class Attempt:
+    """What one attempt did, as the script reported it."""
+
+    attempt: int
+    start_progress: int | None = None
+    end_progress: int | None = None
+    total: int | None = None
+    outcome: str = "running"  # completed | failed | preempted | timeout
+    seconds: float = 0.0
+    checkpoint_at_start: bool = False
+    checkpoints: list[int] = field(default_factory=list)
+    lost_work: int | None = None  # progress lost to the preemption that ended this attempt
+
+
+@dataclass
+class Report:
+    verdict: Verdict
+    cloud: str
+    command: str
+    attempts: list[Attempt]
+    preemptions: int
+    checkpoint_interval: int | None
+    total_s: float
+    uninterrupted_s: float | None = None
+    outputs_identical: bool | None = None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "reentrant" and self.outputs_identical is not False
+
+    def as_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["ok"] = self.ok
+        doc["lost_work"] = [a.lost_work for a in self.attempts if a.outcome == "preempted"]
+        return doc
+
+
+# ---- pure core ---------------------------------------------------------------------------------------
+
+
+def parse_progress(text: str) -> tuple[list[tuple[int, int | None]], list[int]]:
+    """(progress values with totals, checkpoint steps) reported by a log."""
+    progress, checkpoints = [], []
+    for line in text.split("\n"):
+        line = line.strip()
+        if m := PROGRESS_RE.match(line):
+            progress.append((int(m[1]), int(m[2]) if m[2] else None))
+        elif m := CHECKPOINT_RE.match(line):
+            checkpoints.append(int(m[1]))
+    return progress, checkpoints
+
+
+def checkpoint_interval(attempts: list[Attempt]) -> int | None:
+    """The largest gap between consecutive checkpoints any attempt reported (or None)."""
+    gaps = []
+    for a in attempts:
+        marks = sorted(set(a.checkpoints))
+        base = a.start_progress or 0
+        for m in marks:
+            if m > base:
+                gaps.append(m - base)
+                base = m
+    return max(gaps) if gaps else None
+
+
+def account_lost_work(attempts: list[Attempt]) -> None:
+    """Fill ``lost_work`` of each preempted attempt: how far the next one went back."""
+    for cur, nxt in zip(attempts, attempts[1:], strict=False):
+        if cur.outcome == "preempted" and cur.end_progress is not None:
+            resumed_at = nxt.start_progress - 1 if nxt.start_progress else 0  # its first report is one step in
+            cur.lost_work = max(0, cur.end_progress - max(resumed_at, 0))
+
+
+def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
+    """The verdict, most serious first: a restart from zero although a checkpoint existed, then
+    work lost beyond one checkpoint interval, then not finishing; otherwise reentrant."""
+    completed = any(a.outcome == "completed" for a in attempts)
+    for cur, nxt in zip(attempts, attempts[1:], strict=False):
+        went_back_to_zero = (cur.end_progress or 0) > 1 and (nxt.start_progress or 0) <= 1
+        if cur.outcome == "preempted" and went_back_to_zero and nxt.checkpoint_at_start:
+            return "restarts-from-scratch", f"attempt {nxt.attempt} started from zero although checkpoints existed"
+    allowance = interval if interval is not None else 0
+    for a in attempts:
+        if a.lost_work is not None and a.lost_work > max(allowance, 1):
+            return "lost-work", f"attempt {a.attempt} lost {a.lost_work} steps (checkpoint interval {interval})"
+    if not completed:
+        failed = [a for a in attempts if a.outcome == "failed"]
+        why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {len(attempts)} attempts"
+        return "did-not-finish", why
+    return "reentrant", "every attempt resumed where the last one stopped"
+
+
+def availability_runs(path: Path) -> tuple[list[float], list[float]]:
+    """(up durations, down durations) in seconds from a spot-traces JSON file (1 = available)."""
+    doc = json.loads(path.read_text())
+    gap = float(doc.get("metadata", {}).get("gap_seconds", 600))
+    ups, downs, run, value = [], [], 0, None
+    for v in doc["data"]:
+        available = int(v) > 0
+        if value is None or available == value:
+            run += 1
+        else:
+            (ups if value else downs).append(run * gap)
+            run = 1
+        value = available
+    if value is not None:
+        (ups if value else downs).append(run * gap)
+    return ups, downs
+
+
+def outputs_digest(disk: Path) -> dict[str, str]:
+    """sha256 of every file the job wrote on its disk, minus checkpoints and spotctl's own files."""
+    out = {}
+    for path in sorted(disk.rglob("*")):
+        rel = path.relative_to(disk)
+        if path.is_file() and rel.parts[0] not in (".spotctl", "checkpoints"):
+            out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+# ---- the loop --------------------------------------------------------------------------------------
+
+
+@dataclass
+class DrillSpec:
+    command: str
+    cloud: Literal["gcp", "aws"] = "gcp"
+    job_id: str = "drill"
+    env: dict[str, str] = field(default_factory=dict)
+    preempt_every: float | None = 2.0
+    preempt_after: list[float] | None = None  # from a trace, already scaled
+    time_scale: float = 1.0
+    max_attempts: int = 10
+    verify: bool = False
+    attempt_timeout_s: float = 600.0
+    cwd: str = field(default_factory=os.getcwd)
+
+
+class Drill:
+    def __init__(self, spec: DrillSpec, workdir: Path, status: Callable[[str], None] = lambda s: None):
+        self.spec = spec
+        self.workdir = workdir
+        self.status = status
+        self.vm: LocalVM | None = None
+
+    def _preempt_after(self, index: int) -> float:
+        if self.spec.preempt_after is not None:
+            return self.spec.preempt_after[index] if index < len(self.spec.preempt_after) else math.inf
+        return self.spec.preempt_every if self.spec.preempt_every else math.inf
+
+    def _context(self, emu: Emulator, attempt: int, disk: Path, state: Path) -> ScriptContext:
+        ctx = ScriptContext(
+            cloud=self.spec.cloud, stack="drill", kind="job", name=self.spec.job_id, command=self.spec.command,
+            event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=1, cwd=self.spec.cwd,
+        )
+        return local_context(ctx, emu, disk, state)
+
+    def _log(self, disk: Path, attempt: int) -> str:
+        path = disk / ".spotctl" / "logs" / f"attempt-{attempt}-node-0.log"
+        return path.read_bytes().decode(errors="replace") if path.exists() else ""
+
+    def run_attempts(self, emu: Emulator, disk: Path, *, preempt: bool) -> list[Attempt]:
+        attempts: list[Attempt] = []
+        for index in range(self.spec.max_attempts if preempt else 1):
+            number = index + 1
+            rec = Attempt(attempt=number, checkpoint_at_start=_has_files(disk / "checkpoints"))
+            attempts.append(rec)
+            emu.reset(preempted=False, instance_action=None, maintenance_event="NONE")
+            self.vm = vm = LocalVM(self._context(emu, number, disk, self.workdir / f"state-{id(attempts)}-{number}"),
+                                   self.workdir / f"vm-{id(attempts)}-{number}")
+            started = time.monotonic()
+            deadline = started + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
+            boot = vm.boot()
+            if boot.returncode != 0:
+                rec.outcome = "failed"
+                break
+            while True:
+                self._observe(rec, disk)
+                if not vm.alive("run.pid") and vm.pid("run.pid") is not None:
+                    events = [e["event"] for e in vm.events() if e["attempt"] == number]
+                    rec.outcome = "completed" if "completed" in events else "failed"
+                    break
+                now = time.monotonic()
+                if now >= deadline:
+                    rec.outcome = "preempted" if preempt else "timeout"
+                    if preempt:
+                        self.status(f"attempt {number}: preempting ({self.spec.cloud})")
+                        self._preempt(emu, vm)
+                    break
+                self.status(_status_line(rec, deadline - now if preempt else None))
+                time.sleep(0.1)
+            vm.kill_all()
+            self._observe(rec, disk)
+            rec.seconds = round(time.monotonic() - started, 3)
+            if rec.outcome != "preempted":
+                break
+        account_lost_work(attempts)
+        return attempts
+
+    def _observe(self, rec: Attempt, disk: Path) -> None:
+        progress, checkpoints = parse_progress(self._log(disk, rec.attempt))
+        if progress:
+            rec.start_progress = progress[0][0]
+            rec.end_progress = progress[-1][0]
+            rec.total = progress[-1][1]
+        rec.checkpoints = checkpoints
+
+    def _preempt(self, emu: Emulator, vm: LocalVM) -> None:
+        if self.spec.cloud == "gcp":
+            emu.preempt_gcp()
+            vm.shutdown(timeout=NOTICE_S["gcp"] + 5)  # GCE runs the shutdown script, then powers off
+        else:
+            lead = NOTICE_S["aws"] / self.spec.time_scale
+            emu.notice_aws(lead_s=lead)
+            # The watcher sees the notice within its poll; the instance is terminated at the notice time.
+            vm.wait_for(lambda: any(e["event"] == "preempted" for e in vm.events()), lead)
+            vm.shutdown(timeout=NOTICE_S["aws"] + 5)
+
+    def run(self) -> Report:
+        started = time.monotonic()
+        with Emulator() as emu:
+            disk = self.workdir / "disk"
+            attempts = self.run_attempts(emu, disk, preempt=True)
+            total = time.monotonic() - started
+            uninterrupted = identical = None
+            if self.spec.verify:
+                self.status("verify: running once more without preemptions")
+                clean_disk = self.workdir / "disk-uninterrupted"
+                t0 = time.monotonic()
+                self.run_attempts(emu, clean_disk, preempt=False)
+                uninterrupted = round(time.monotonic() - t0, 3)
+                identical = outputs_digest(disk) == outputs_digest(clean_disk) and bool(outputs_digest(disk))
+        interval = checkpoint_interval(attempts)
+        verdict, reason = judge(attempts, interval)
+        if identical is False:
+            reason += "; but the final outputs differ from an uninterrupted run"
+        return Report(
+            verdict=verdict, cloud=self.spec.cloud, command=self.spec.command, attempts=attempts,
+            preemptions=sum(a.outcome == "preempted" for a in attempts), checkpoint_interval=interval,
+            total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, reason=reason,
+        )
+
+    def stop(self) -> None:
+        if self.vm is not None:
+            self.vm.kill_all()
+
+
+def _has_files(path: Path) -> bool:
+    return path.is_dir() and any(p.is_file() for p in path.rglob("*"))
+
+
+def _status_line(rec: Attempt, preempt_in: float | None) -> str:
+    progress = "starting" if rec.end_progress is None else f"step {rec.end_progress}" + (f"/{rec.total}" if rec.total else "")
+    when = f", preempting in {preempt_in:4.1f}s" if preempt_in is not None and preempt_in != math.inf else ""
+    return f"attempt {rec.attempt}: {progress}{when}"
+
+
+def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -> Report:
+    """Run a drill in a temp dir that is removed afterwards; every process is killed, also on Ctrl-C."""
+    with tempfile.TemporaryDirectory(prefix="spotctl-drill-") as tmp:
+        drill = Drill(spec, Path(tmp), status)
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            return drill.run()
+        finally:
+            drill.stop()
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def render_report(report: Report) -> str:
+    lines = [
+        f"verdict: {report.verdict}  ({report.reason})",
+        f"cloud {report.cloud}, {len(report.attempts)} attempts, {report.preemptions} preemptions, "
+        f"checkpoint interval {report.checkpoint_interval if report.checkpoint_interval is not None else 'unknown'}",
+        "",
+        f"{'attempt':>7}  {'start':>7}  {'end':>7}  {'outcome':<10} {'lost':>6}  {'seconds':>8}",
+    ]
+    for a in report.attempts:
+        lost = "" if a.lost_work is None else str(a.lost_work)
+        lines.append(
+            f"{a.attempt:>7}  {_n(a.start_progress):>7}  {_n(a.end_progress):>7}  {a.outcome:<10} {lost:>6}  {a.seconds:>8.2f}"
+        )
+    lines.append("")
+    lines.append(f"total {report.total_s:.2f}s")
+    if report.uninterrupted_s is not None:
+        ratio = report.total_s / report.uninterrupted_s if report.uninterrupted_s else float("nan")
+        lines[-1] += f" vs {report.uninterrupted_s:.2f}s uninterrupted ({ratio:.2f}x)"
+        lines.append("final outputs: " + ("identical to an uninterrupted run" if report.outputs_identical else "DIFFERENT from an uninterrupted run"))
+    return "\n".join(lines) + "\n"
+
+
+def _n(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def command_string(argv: list[str]) -> str:
+    """The words after `--`, as one shell command (each word quoted, as the shell had them)."""
+    return argv[0] if len(argv) == 1 else " ".join(shlex.quote(a) for a in argv)
+
