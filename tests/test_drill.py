@@ -131,3 +131,22 @@ def test_judge_within_one_interval_is_reentrant():
     account_lost_work(attempts)
     assert attempts[0].lost_work == 30
     assert judge(attempts, checkpoint_interval(attempts)) == ("reentrant", "every attempt resumed where the last one stopped")
+
+
+def test_trace_driven_preemptions(runner, tmp_path):
+    trace = tmp_path / "trace.json"
+    # 1 = spot available. Runs of 2 ticks x 30 s at time-scale 60 -> preempted after 1 s each time.
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 30}, "data": [1, 1, 0, 0, 1, 1, 0, 1, 1, 0] + [1] * 50}))
+    code, report = drill_json(runner, "--trace", str(trace), "--time-scale", "60", "--", f"{EXAMPLE} --step-seconds 0.01")
+    assert code == 0, report
+    assert report["preemptions"] == 3
+    assert [a["outcome"] for a in report["attempts"]] == ["preempted"] * 3 + ["completed"]
+    assert all(0.9 < a["seconds"] < 3 for a in report["attempts"][:3])
+
+
+def test_bad_trace_file_is_one_clear_error(runner, tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text("{}")
+    result = runner.invoke(app, ["drill", "--trace", str(trace), "--", "true"])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: {trace}: not a spot-traces availability file")
