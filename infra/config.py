@@ -37,7 +37,7 @@ NAME_RULE = (
     "1-30 characters: lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen"
 )
 
-POLICY_NAMES = ("default", "greedy", "uniform-progress", "n-preemptions", "on-demand")
+POLICY_NAMES = ("default", "greedy", "uniform-progress", "uniform-progress-nh", "n-preemptions", "on-demand")
 
 
 class JobState(enum.StrEnum):
