@@ -25,6 +25,11 @@ StackFileOpt = Annotated[
     Optional[Path], typer.Option("--stack-file", metavar="PATH", help="A Pulumi.<stack>.yaml file anywhere.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+NoApplyOpt = Annotated[bool, typer.Option("--no-apply", help="Only edit the stack file; do not run pulumi.")]
+EventsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--events-dir", metavar="DIR", help="Recorded events: the event bucket synced locally, or a job disk's .spotctl/."),
+]
 
 
 def fail(message: str) -> typer.Exit:
@@ -212,6 +217,178 @@ def simulate(
         first = traces[0]
         sim.plot(plot_path, first, sim.starts_for(first, job, starts, seed)[0], job, names, rows)
         typer.echo(f"plot written to {plot_path}", err=True)
+
+
+def _applier(ref, no_apply: bool):
+    import os
+
+    from cli.apply import Applier
+    from cli.stackfile import project_root
+
+    if no_apply:
+        return None
+    root = os.environ.get("SPOTCTL_PULUMI_ROOT")  # a pulumi install outside PATH (dir with bin/pulumi)
+    return Applier(project_root(ref.path.parent), ref.name, Path(root) if root else None)
+
+
+def _run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool) -> None:
+    import json
+
+    from cli import jobs, stackfile
+    from cli.apply import ApplyError
+    from cli.lifecycle import LifecycleError
+
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        outcome = jobs.change_job(ref, job_id, decide, applier=_applier(ref, no_apply), out=lambda line: typer.echo(line.rstrip("\n"), err=True))
+    except (ConfigError, LifecycleError, ApplyError) as exc:
+        raise fail(str(exc)) from None
+    change = outcome.change
+    if json_out:
+        typer.echo(json.dumps({"job": change.job_id, "changed": not change.noop, "fields": change.fields,
+                               "reason": change.reason, "applied": outcome.applied}, sort_keys=True))
+    else:
+        typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else f" — written to {ref.path}")))
+
+
+def _capacity(value: Optional[str], option: str):
+    from infra.config import Capacity
+
+    if value is None:
+        return None
+    try:
+        return Capacity(value)
+    except ValueError:
+        raise fail(f"{option}: expected 'spot' or 'on-demand', got {value!r}") from None
+
+
+@app.command(
+    short_help="New attempt of a preempted job, same disk.  Example: spotctl resume llm-pretrain --stack team-a",
+    help="Give a preempted (or stopped, or --force: failed) job its next attempt: attempt + 1, state running, and the "
+    "capacity its policy picks (or --capacity), then a targeted pulumi update of only that job's resources. The job "
+    "disk stays, so training continues from its last checkpoint. Running it twice makes one new attempt.\n\n"
+    "Example: spotctl resume llm-pretrain --stack team-a --events-dir ./events",
+)
+def resume(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    capacity: Annotated[Optional[str], typer.Option("--capacity", help="Force spot or on-demand instead of the policy's choice.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Start a new attempt even if nothing says the current one ended (or it failed).")] = False,
+    events_dir: EventsOpt = None,
+    no_apply: NoApplyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    from cli import jobs
+    from cli.lifecycle import decide_resume
+
+    forced = _capacity(capacity, "--capacity")
+    events = jobs.load_events(events_dir, job)
+    choose = jobs.policy_capacity()
+    _run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose), no_apply, json_out)
+
+
+@app.command(
+    short_help="Switch a job to on-demand or spot, new attempt.  Example: spotctl failover vit --to on-demand -s team-a",
+    help="Switch a job's capacity (default: to the other one) with a new attempt on the same disk, then a targeted "
+    "update.\n\nExample: spotctl failover vit-finetune --to on-demand --stack team-a",
+)
+def failover(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="on-demand or spot (default: the other one).")] = None,
+    no_apply: NoApplyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    from cli.lifecycle import decide_failover
+
+    target = _capacity(to, "--to")
+    _run_change(stack, stack_file, job, lambda j: decide_failover(j, target), no_apply, json_out)
+
+
+@app.command(
+    short_help="Mark a job completed: its VMs go, its disks stay.  Example: spotctl complete bert-eval -s team-a",
+    help="Mark a job completed: its VMs are deleted by a targeted update; its disks stay (no longer protected) until "
+    "`spotctl cleanup`.\n\nExample: spotctl complete bert-eval --stack team-a",
+)
+def complete(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    no_apply: NoApplyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    from cli.lifecycle import decide_complete
+
+    _run_change(stack, stack_file, job, decide_complete, no_apply, json_out)
+
+
+@app.command(
+    short_help="Jobs' state, capacity, attempt, preemptions.  Example: spotctl status --stack team-a",
+    help="Each job's state, capacity, attempt, zone, preemptions so far, time on spot vs on-demand and its last "
+    "events (from --events-dir).\n\nExample: spotctl status llm-pretrain --stack team-a --events-dir ./events --json",
+)
+def status(
+    job: Annotated[Optional[str], typer.Argument(help="Only this job.")] = None,
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    events_dir: EventsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+
+    from cli import jobs, stackfile
+
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        cfg = stackfile.load(ref)
+        selected = [cfg.job(job)] if job else list(cfg.jobs)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    except KeyError as exc:
+        raise fail(f"{ref.path}: job {job}: {exc.args[0]}") from None
+    rows = [jobs.job_status(j, jobs.load_events(events_dir, j.id)) for j in selected]
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    typer.echo(f"{'job':<16} {'state':<10} {'capacity':<10} {'attempt':>7} {'zone':<16} {'preempt':>7}  last event")
+    for r in rows:
+        last = r["last_event"]
+        last_text = f"{last['event']} (attempt {last['attempt']}, {last['time']})" if last else "-"
+        typer.echo(f"{r['job']:<16} {r['state']:<10} {r['capacity']:<10} {r['attempt']:>7} {r['zone']:<16} {r['preemptions']:>7}  {last_text}")
+
+
+@app.command(
+    short_help="A job's recorded events.  Example: spotctl events llm-pretrain --stack team-a --events-dir ./events",
+    help="The events a job's VMs recorded (started, preemption-notice, preempted, stopped, completed, failed, ...).\n\n"
+    "Example: spotctl events llm-pretrain --stack team-a --events-dir ./events --json",
+)
+def events(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    events_dir: EventsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+
+    from cli import jobs, stackfile
+
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        stackfile.load(ref).job(job)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    except KeyError as exc:
+        raise fail(f"{ref.path}: job {job}: {exc.args[0]}") from None
+    found = jobs.load_events(events_dir, job)
+    if json_out:
+        typer.echo(json.dumps([jobs.event_json(e) for e in found], indent=2, sort_keys=True))
+        return
+    for e in found:
+        details = " ".join(f"{k}={v}" for k, v in e.details.items())
+        typer.echo(f"{e.time.isoformat()}  attempt {e.attempt} node {e.node}  {e.event:<18} {details}".rstrip())
 
 
 def main() -> None:

@@ -182,7 +182,10 @@ def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
         doc = _load_document(path)
         config = doc.setdefault("config", {})
         current = validate(namespaced(plain(config), str(path)), str(path))
+        before = plain(config)
         change(config, current)
+        if plain(config) == before:
+            return current  # nothing to write: the file stays byte-for-byte as it was
         new = validate(namespaced(plain(config), str(path)), str(path))
         buf = io.StringIO()
         _yaml().dump(doc, buf)
@@ -193,3 +196,27 @@ def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
 def key(name: str) -> str:
     """``jobs`` -> ``spotctl:jobs``."""
     return f"{NAMESPACE}:{name}"
+
+
+def job_entry(config: Any, job_id: str) -> Any:
+    """The ruamel mapping of one job inside ``spotctl:jobs`` (edited in place keeps comments)."""
+    for entry in config.get(key("jobs")) or []:
+        if isinstance(entry, Mapping) and entry.get("id") == job_id:
+            return entry
+    raise KeyError(job_id)
+
+
+def set_job_fields(config: Any, job_id: str, fields: Mapping[str, Any]) -> None:
+    """Set keys of one job; existing keys keep their place (and comments), new ones go at the end."""
+    entry = job_entry(config, job_id)
+    for name, value in fields.items():
+        entry[name] = value
+
+
+def remove_job(config: Any, job_id: str) -> None:
+    jobs = config.get(key("jobs"))
+    for i, entry in enumerate(jobs):
+        if isinstance(entry, Mapping) and entry.get("id") == job_id:
+            del jobs[i]
+            return
+    raise KeyError(job_id)

@@ -1,0 +1,130 @@
+"""Applying a stack edit with Pulumi: a targeted update of one job's resources (Automation API).
+
+The one place spotctl runs the ``pulumi`` CLI. ``preflight`` fails before anything is edited when
+the update could not start (no CLI, another spotctl applying the same stack past a wait).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli.plan import Plan
+from cli.stackfile import lock_path
+
+APPLY_WAIT_S = 120.0
+
+
+class ApplyError(Exception):
+    """The update could not run (or failed); ``str()`` is the user-facing message."""
+
+    def __init__(self, message: str, *, started: bool = False):
+        super().__init__(message)
+        self.started = started
+
+
+def job_urns(plan: Plan, job_id: str) -> list[str]:
+    """The job's component and everything under it: what a targeted update of the job touches."""
+    root = next((r for r in plan.resources if not r.custom and r.type.endswith(":TrainingJob") and r.name == f"job-{job_id}"), None)
+    if root is None:
+        return []
+    children: dict[str | None, list[str]] = {}
+    for r in plan.resources:
+        children.setdefault(r.parent, []).append(r.urn)
+    out, todo = [], [root.urn]
+    while todo:
+        urn = todo.pop()
+        out.append(urn)
+        todo.extend(children.get(urn, []))
+    return sorted(out)
+
+
+def disk_urns(plan: Plan, job_id: str) -> list[str]:
+    return [u for u in job_urns(plan, job_id) if u.endswith("-disk") or u.endswith("-volume")]
+
+
+@dataclass
+class Applier:
+    """Targeted updates of one stack through the Automation API."""
+
+    work_dir: Path
+    stack: str
+    pulumi_root: Path | None = None  # a dir with bin/pulumi; None = `pulumi` on PATH
+    wait_s: float = APPLY_WAIT_S
+
+    def _binary(self) -> str | None:
+        if self.pulumi_root is not None:
+            path = self.pulumi_root / "bin" / "pulumi"
+            return str(path) if os.access(path, os.X_OK) else None
+        return shutil.which("pulumi")
+
+    def preflight(self) -> None:
+        if self._binary() is None:
+            raise ApplyError(
+                "cannot apply: no `pulumi` CLI found (install it from pulumi.com, or pass --no-apply to only edit the stack file)"
+            )
+
+    @contextlib.contextmanager
+    def exclusive(self, stack_file: Path) -> Iterator[None]:
+        """One spotctl update per stack at a time; waits, then gives up before anything is edited."""
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(lock_path(stack_file).with_suffix(".apply.lock")), timeout=self.wait_s)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise ApplyError(f"cannot apply: stack {self.stack} is being updated by another spotctl for more than {self.wait_s:.0f} s") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _stack(self):
+        from pulumi import automation as auto
+
+        root = self._binary()
+        if root is None:
+            self.preflight()
+        cmd = auto.PulumiCommand(root=str(self.pulumi_root) if self.pulumi_root else None)
+        opts = auto.LocalWorkspaceOptions(work_dir=str(self.work_dir), pulumi_command=cmd)
+        try:
+            return auto.select_stack(self.stack, work_dir=str(self.work_dir), opts=opts)
+        except auto.errors.CommandError as exc:
+            raise ApplyError(f"cannot apply: pulumi could not select stack {self.stack}: {_last_line(exc)}") from None
+
+    def up(self, targets: list[str], on_output: Callable[[str], None]) -> None:
+        """``pulumi up`` of exactly ``targets``; streams the CLI's output."""
+        from pulumi import automation as auto
+
+        if not targets:
+            raise ApplyError("nothing to apply: no resources to target")
+        stack = self._stack()
+        try:
+            stack.up(target=targets, on_output=on_output, color="never")
+        except auto.errors.ConcurrentUpdateError:
+            raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
+        except auto.errors.CommandError as exc:
+            raise ApplyError(f"pulumi up failed: {_last_line(exc)}", started=True) from None
+
+    def unprotect(self, urns: list[str]) -> None:
+        """Lift `protect` from these resources in the stack's state (so they can be deleted)."""
+        from pulumi import automation as auto
+
+        stack = self._stack()
+        for urn in urns:
+            try:
+                stack.workspace.pulumi_command.run(
+                    ["state", "unprotect", urn, "--stack", self.stack, "--yes", "--non-interactive"],
+                    str(self.work_dir), {},
+                )
+            except auto.errors.CommandError as exc:
+                raise ApplyError(f"pulumi state unprotect {urn} failed: {_last_line(exc)}", started=True) from None
+
+
+def _last_line(exc: Exception) -> str:
+    text = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
+    return text[-1] if text else str(exc)

@@ -1,0 +1,209 @@
+"""Job operations behind resume/failover/complete: observe (stack file + recorded events), decide
+(``cli.lifecycle``), act (edit the stack file atomically under its lock, then a targeted update)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cli import stackfile
+from cli.apply import Applier, ApplyError, job_urns
+from cli.lifecycle import Change, Event
+from infra.config import Capacity, ConfigError, Job, StackConfig
+
+DEFAULT_CHANGEOVER_H = 0.2
+DEFAULT_PRICE_RATIO = 3.0
+TICK_H = 1 / 6
+
+
+def load_events(source: Path | None, job_id: str) -> list[Event]:
+    """Recorded events of a job from a directory (the bucket synced locally, or a job disk's
+    ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time."""
+    if source is None:
+        return []
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.suffix in (".json", ".jsonl"))
+    events = []
+    for path in files:
+        for line in path.read_bytes().decode(errors="replace").split("\n"):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+                if doc.get("job") == job_id:
+                    events.append(Event.parse(doc))
+            except (ValueError, KeyError, TypeError):
+                continue  # not an event: skip, never fail a resume on a stray file
+    return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
+
+
+# ---- the live policy path ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What a job's events say about its past: running intervals and the gaps between them."""
+
+    first_start: datetime | None
+    runs: list[tuple[datetime, datetime, str]]  # (start, end, how it ended)
+
+    @classmethod
+    def of(cls, events: Iterable[Event], now: datetime) -> Timeline:
+        by_attempt: dict[int, list[Event]] = {}
+        for e in events:
+            by_attempt.setdefault(e.attempt, []).append(e)
+        runs = []
+        for attempt in sorted(by_attempt):
+            evs = by_attempt[attempt]
+            starts = [e.time for e in evs if e.event == "started"]
+            if not starts:
+                continue
+            ends = [e for e in evs if e.event in ("preempted", "stopped", "failed", "completed")]
+            end = min(ends, key=lambda e: e.time) if ends else None
+            runs.append((min(starts), end.time if end else now, end.event if end else "running"))
+        return cls(runs[0][0] if runs else None, runs)
+
+
+def observation_for(job: Job, events: list[Event], now: datetime, changeover_h: float = DEFAULT_CHANGEOVER_H,
+                    price_ratio: float = DEFAULT_PRICE_RATIO):
+    """The policy's view of a job about to be resumed, and the availability history to replay."""
+    from cli.policy import IDLE, Observation
+
+    tl = Timeline.of(events, now)
+    start = tl.first_start or now
+    hours = lambda a, b: max(0.0, (b - a).total_seconds() / 3600)  # noqa: E731
+    progress = sum(hours(a, b) for a, b, _ in tl.runs)
+    history: list[bool] = []
+    cursor = start
+    for a, b, how in tl.runs:
+        history += [False] * int(hours(cursor, a) / TICK_H)
+        history += [True] * int(hours(a, b) / TICK_H)
+        cursor = b
+    history += [False] * int(hours(cursor, now) / TICK_H)
+    obs = Observation(
+        elapsed_h=hours(start, now), progress_h=progress, job_h=job.job_hours or 0.0,
+        deadline_h=job.deadline_hours or 0.0, changeover_h=changeover_h, price_ratio=price_ratio, current=IDLE,
+        spot_available=True, preemptions=sum(how == "preempted" for _, _, how in tl.runs), tick_h=TICK_H,
+    )
+    return obs, history
+
+
+def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC)):
+    """A CapacityChooser that asks the job's policy (see cli/policy.py), replaying its history."""
+    from cli.policy import ON_DEMAND, Observation, make_policy
+
+    def choose(job: Job, events: list[Event]) -> Capacity:
+        if not job.job_hours or not job.deadline_hours:
+            return Capacity.SPOT  # without jobHours and deadlineHours no policy can weigh a deadline
+        obs, history = observation_for(job, events, now())
+        policy = make_policy(job.policy)
+        for i, available in enumerate(history):
+            t = i * TICK_H
+            policy.decide(Observation(
+                elapsed_h=t, progress_h=min(obs.progress_h, t), job_h=obs.job_h, deadline_h=obs.deadline_h,
+                changeover_h=obs.changeover_h, price_ratio=obs.price_ratio, current="idle",
+                spot_available=available, preemptions=0, tick_h=TICK_H,
+            ))
+        return Capacity.ON_DEMAND if policy.decide(obs) == ON_DEMAND else Capacity.SPOT
+
+    return choose
+
+
+# ---- act ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    change: Change
+    config: StackConfig
+    applied: bool
+
+
+def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
+               applier: Applier | None, out: Callable[[str], None] = print) -> Outcome:
+    """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
+
+    With ``applier`` None the file is only edited (--no-apply). If the update cannot start, the
+    edit is undone (only the keys it set), so the file again matches what runs in the cloud.
+    """
+    cfg = stackfile.load(ref)
+    try:
+        cfg.job(job_id)
+    except KeyError as exc:
+        raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
+    guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
+    if applier:
+        applier.preflight()
+    with guard:
+        holder: dict[str, Any] = {}
+
+        def mutate(config_map: Any, current: StackConfig) -> None:
+            job = current.job(job_id)
+            change = decide(job)
+            holder["change"] = change
+            if not change.noop:
+                entry = stackfile.job_entry(config_map, job_id)
+                holder["before"] = {k: entry.get(k, _MISSING) for k in change.fields}
+                stackfile.set_job_fields(config_map, job_id, change.fields)
+
+        new_cfg = stackfile.edit(ref.path, mutate)
+        change: Change = holder["change"]
+        if change.noop or applier is None:
+            return Outcome(change, new_cfg, applied=False)
+        from cli import plan as planner
+
+        targets = job_urns(planner.run(new_cfg, ref.name), job_id)
+        try:
+            applier.up(targets, out)
+        except ApplyError as exc:
+            if not exc.started:
+                _undo(ref.path, job_id, holder["before"])
+            raise
+        return Outcome(change, new_cfg, applied=True)
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _undo(path: Path, job_id: str, before: dict[str, Any]) -> None:
+    def restore(config_map: Any, current: StackConfig) -> None:
+        entry = stackfile.job_entry(config_map, job_id)
+        for name, value in before.items():
+            if value is _MISSING:
+                entry.pop(name, None)
+            else:
+                entry[name] = value
+
+    stackfile.edit(path, restore)
+
+
+
+def event_json(e: Event) -> dict[str, Any]:
+    return {"job": e.job, "attempt": e.attempt, "node": e.node, "event": e.event,
+            "time": e.time.isoformat(), "details": dict(e.details)}
+
+
+def job_status(job: Job, events: list[Event], now: datetime | None = None) -> dict[str, Any]:
+    """A job as the stack file declares it and as its events tell it."""
+    now = now or datetime.now(UTC)
+    tl = Timeline.of(events, now)
+    run_h = sum(max(0.0, (b - a).total_seconds() / 3600) for a, b, _ in tl.runs)
+    return {
+        "job": job.id,
+        "state": job.state.value,
+        "capacity": job.capacity.value,
+        "attempt": job.attempt,
+        "zone": job.zone,
+        "nodes": job.nodes,
+        "preemptions": sum(how == "preempted" for _, _, how in tl.runs),
+        "hours_running": round(run_h, 3),
+        "last_event": event_json(events[-1]) if events else None,
+    }

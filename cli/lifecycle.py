@@ -1,0 +1,189 @@
+"""The job state machine and the lifecycle decisions built on it (pure: no I/O, clock injected).
+
+Commands go observe -> decide -> act: they read the stack file and the job's recorded events,
+call one of the ``decide_*`` functions here, and only then edit the file and apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from infra.config import Capacity, Job, JobState
+
+P, R, PR, S, C, F = (
+    JobState.PENDING,
+    JobState.RUNNING,
+    JobState.PREEMPTED,
+    JobState.STOPPED,
+    JobState.COMPLETED,
+    JobState.FAILED,
+)
+
+# Every legal move, with why it happens. Anything else is refused with both states named.
+TRANSITIONS: dict[tuple[JobState, JobState], str] = {
+    (P, R): "the first attempt is applied: its VMs are created on new disks",
+    (R, R): "a new attempt of a running job (failover, or resume after a preemption seen in events): VMs replaced, disks kept",
+    (R, PR): "a spot VM of the current attempt was preempted (event or cloud API)",
+    (R, S): "a VM of the current attempt stopped without a preemption (host maintenance, a manual stop)",
+    (R, C): "the command exited 0",
+    (R, F): "the command exited non-zero, or the job disk could not be mounted",
+    (PR, R): "resume: a new attempt on the same disks",
+    (S, R): "resume after an infrastructure stop",
+    (F, R): "resume with --force: the failure was the infrastructure's, not the job's",
+    (P, C): "complete: the user declares the job done before it ran",
+    (PR, C): "complete: the user declares a preempted job done (its last checkpoint is the result)",
+    (S, C): "complete: the user declares a stopped job done",
+    (F, C): "complete: the user accepts a failed job's result",
+}
+
+
+class LifecycleError(Exception):
+    """A move the state machine or the job's situation does not allow; ``str()`` is the message."""
+
+
+def check(job_id: str, old: JobState, new: JobState) -> str:
+    """The reason for a legal transition; raises LifecycleError naming both states otherwise."""
+    try:
+        return TRANSITIONS[(old, new)]
+    except KeyError:
+        raise LifecycleError(f"job {job_id}: cannot go from {old.value} to {new.value}") from None
+
+
+@dataclass(frozen=True)
+class Change:
+    """What to write into the job's entry of the stack file (camelCase keys, as in the file)."""
+
+    job_id: str
+    fields: dict[str, Any]
+    reason: str
+    noop: bool = False
+
+    def describe(self) -> str:
+        if self.noop:
+            return f"job {self.job_id}: {self.reason}"
+        parts = ", ".join(f"{k}={v}" for k, v in self.fields.items())
+        return f"job {self.job_id}: {parts} ({self.reason})"
+
+
+# ---- what the job's events say -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Event:
+    job: str
+    attempt: int
+    node: int
+    event: str
+    time: datetime
+    details: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any]) -> Event:
+        return cls(
+            job=str(doc["job"]),
+            attempt=int(doc["attempt"]),
+            node=int(doc.get("node", 0)),
+            event=str(doc["event"]),
+            time=datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00")),
+            details={str(k): str(v) for k, v in dict(doc.get("details") or {}).items()},
+        )
+
+
+def attempt_outcome(events: Iterable[Event], attempt: int) -> JobState | None:
+    """What the events of one attempt say happened to it (any node counts: one preempted node
+    stops the whole gang), or None when they say nothing conclusive."""
+    mine = [e for e in events if e.attempt == attempt]
+    kinds = {e.event for e in mine}
+    if "preempted" in kinds or "preemption-notice" in kinds:
+        return PR
+    if "failed" in kinds:
+        return F
+    if "stopped" in kinds:
+        return S
+    if mine and all(e.event in ("started", "completed") for e in mine) and "completed" in kinds:
+        return C
+    return None
+
+
+# ---- decisions --------------------------------------------------------------------------------------------
+
+CapacityChooser = Callable[[Job, list[Event]], Capacity]
+
+
+def keep_spot(job: Job, events: list[Event]) -> Capacity:
+    return Capacity.SPOT
+
+
+def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = None, force: bool = False,
+                  choose: CapacityChooser = keep_spot) -> Change:
+    """Resume: a new attempt when the current one is over (preempted, stopped, or failed with --force).
+
+    Idempotent: only an outcome of the *current* attempt starts a new one, so running the same
+    resume twice (or two resumes racing under the stack lock) makes exactly one new attempt.
+    """
+    if job.state is C:
+        raise LifecycleError(f"job {job.id} is completed; there is nothing to resume (spotctl cleanup {job.id} deletes its disks)")
+    state = job.state
+    if state is R:
+        seen = attempt_outcome(events, job.attempt)
+        if seen is None:
+            if not force:
+                return Change(job.id, {}, f"is running attempt {job.attempt}; nothing says it stopped (use --force to start a new attempt anyway)", noop=True)
+        elif seen is C:
+            raise LifecycleError(f"job {job.id}: attempt {job.attempt} completed; run `spotctl complete {job.id}`")
+        else:
+            state = seen
+    if state is F and not force:
+        raise LifecycleError(f"job {job.id} failed (its command exited non-zero); resume it anyway with --force")
+    if state is P:
+        check(job.id, P, R)
+        fields = {"state": R.value}
+        cap = capacity or choose(job, events)
+        if cap is not job.capacity:
+            fields["capacity"] = cap.value
+        return Change(job.id, fields, TRANSITIONS[(P, R)])
+    reason = check(job.id, state, R) if state is not R else TRANSITIONS[(R, R)]
+    cap = capacity or choose(job, events)
+    fields = {"attempt": job.attempt + 1, "state": R.value}
+    if cap is not job.capacity:
+        fields["capacity"] = cap.value
+    return Change(job.id, fields, reason)
+
+
+def decide_failover(job: Job, to: Capacity | None) -> Change:
+    """Switch capacity (default: the other one) with a new attempt."""
+    if job.state is C:
+        raise LifecycleError(f"job {job.id} is completed; there is nothing to fail over")
+    target = to or (Capacity.ON_DEMAND if job.capacity is Capacity.SPOT else Capacity.SPOT)
+    if job.state is F:
+        raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force --capacity {target.value}` retries it")
+    if job.state is P:
+        return Change(job.id, {"capacity": target.value}, "capacity of a job that has not started yet")
+    if target is job.capacity and job.state is R:
+        return Change(job.id, {}, f"already on {target.value} (attempt {job.attempt})", noop=True)
+    reason = check(job.id, job.state, R)
+    return Change(job.id, {"capacity": target.value, "attempt": job.attempt + 1, "state": R.value}, f"failover to {target.value}: {reason}")
+
+
+def decide_complete(job: Job) -> Change:
+    if job.state is C:
+        return Change(job.id, {}, "is already completed", noop=True)
+    return Change(job.id, {"state": C.value}, check(job.id, job.state, C))
+
+
+def may_delete_disks(job: Job | None, *, force: bool, owned: bool) -> tuple[bool, str]:
+    """The one rule for deleting a job's disks: the job completed (or failed, with --force) and the
+    disk carries this stack's ownership label/tag. ``job`` None means no job declares the disk
+    (an orphan), which is allowed only for owned disks."""
+    if not owned:
+        return False, "it does not carry this stack's ownership label"
+    if job is None:
+        return True, "no job of this stack declares it"
+    if job.state is C:
+        return True, "its job completed"
+    if job.state is F and force:
+        return True, "its job failed and --force was given"
+    return False, f"its job is {job.state.value}" + (" (use --force for a failed job)" if job.state is F else "")

@@ -1,0 +1,294 @@
+"""The job lifecycle: the state machine, resume/failover/complete decisions, stack-file edits and the
+targeted apply through the Automation API (against a fake `pulumi` that records its arguments)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cli import plan as planner
+from cli import stackfile
+from cli.app import app
+from cli.apply import job_urns
+from cli.lifecycle import (
+    TRANSITIONS,
+    Event,
+    LifecycleError,
+    check,
+    decide_complete,
+    decide_failover,
+    decide_resume,
+    may_delete_disks,
+)
+from infra.config import Capacity, Job, JobState
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE = ROOT / "tests" / "fixtures" / "fake_pulumi.py"
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+
+
+def job(**over) -> Job:
+    base = {"id": "train", "machine_type": "a2-highgpu-1g", "zone": "us-central1-a", "command": "python t.py",
+            "state": "preempted", "attempt": 2}
+    base.update(over)
+    return Job.model_validate(base)
+
+
+def ev(event: str, attempt: int, minutes: float = 0) -> Event:
+    return Event("train", attempt, 0, event, T0 + timedelta(minutes=minutes))
+
+
+# ---- state machine ------------------------------------------------------------------------------------
+
+
+def test_every_edge_is_explained_and_completed_is_terminal():
+    assert all(reason.strip() for reason in TRANSITIONS.values())
+    assert not [edge for edge in TRANSITIONS if edge[0] is JobState.COMPLETED]
+
+
+@pytest.mark.parametrize("old", list(JobState))
+@pytest.mark.parametrize("new", list(JobState))
+def test_illegal_transitions_name_both_states(old, new):
+    if (old, new) in TRANSITIONS:
+        assert check("j", old, new)
+    else:
+        with pytest.raises(LifecycleError, match=f"job j: cannot go from {old.value} to {new.value}"):
+            check("j", old, new)
+
+
+def test_resume_preempted_job_makes_the_next_attempt():
+    change = decide_resume(job(), [])
+    assert change.fields == {"attempt": 3, "state": "running"} and not change.noop
+
+
+def test_resume_is_idempotent():
+    first = decide_resume(job(), [ev("started", 2), ev("preempted", 2, 30)])
+    after = job(state="running", attempt=first.fields["attempt"])
+    again = decide_resume(after, [ev("started", 2), ev("preempted", 2, 30)])  # the same events: an old attempt
+    assert again.noop and "is running attempt 3" in again.reason
+
+
+def test_running_job_with_a_preemption_of_its_current_attempt_resumes():
+    change = decide_resume(job(state="running", attempt=4), [ev("started", 4), ev("preemption-notice", 4, 5)])
+    assert change.fields == {"attempt": 5, "state": "running"}
+
+
+def test_resume_refuses_completed_and_needs_force_for_failed():
+    with pytest.raises(LifecycleError, match="job train is completed; there is nothing to resume"):
+        decide_resume(job(state="completed"), [])
+    with pytest.raises(LifecycleError, match="resume it anyway with --force"):
+        decide_resume(job(state="failed"), [])
+    assert decide_resume(job(state="failed"), [], force=True).fields["attempt"] == 3
+
+
+def test_resume_capacity_forced_or_from_the_chooser():
+    assert decide_resume(job(), [], capacity=Capacity.ON_DEMAND).fields["capacity"] == "on-demand"
+    picked = decide_resume(job(), [], choose=lambda j, e: Capacity.ON_DEMAND)
+    assert picked.fields == {"attempt": 3, "state": "running", "capacity": "on-demand"}
+
+
+def test_failover_and_complete():
+    assert decide_failover(job(state="running", capacity="spot"), None).fields == {"capacity": "on-demand", "attempt": 3, "state": "running"}
+    assert decide_failover(job(state="running", capacity="on-demand"), Capacity.ON_DEMAND).noop
+    assert decide_complete(job()).fields == {"state": "completed"}
+    assert decide_complete(job(state="completed")).noop
+
+
+@given(state=st.sampled_from(list(JobState)), force=st.booleans(), owned=st.booleans(), declared=st.booleans())
+def test_disks_are_deleted_only_for_completed_jobs_with_ownership(state, force, owned, declared):
+    j = job(state=state.value) if declared else None
+    allowed, why = may_delete_disks(j, force=force, owned=owned)
+    if allowed:
+        assert owned
+        assert j is None or j.state is JobState.COMPLETED or (j.state is JobState.FAILED and force)
+    else:
+        assert why
+
+
+# ---- through the CLI, on real stack files -----------------------------------------------------------
+
+
+def diff_lines(before: str, after: str) -> list[str]:
+    return [l for l in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+            if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+
+
+def test_resume_no_apply_edits_only_the_jobs_keys(project, runner):
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws", "--no-apply"])
+    assert result.exit_code == 0, result.output
+    assert result.output == ("job diffusion: attempt=3, state=running (resume: a new attempt on the same disks)"
+                             " — written to stacks/Pulumi.example-aws.yaml\n")
+    after = path.read_text()
+    assert diff_lines(before, after) == ["-      attempt: 2", "-      state: preempted", "+      attempt: 3", "+      state: running"]
+    assert "# One p4d (8x A100), waiting to be resumed after a spot interruption." in after
+    again = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws", "--no-apply"])
+    assert again.exit_code == 0 and "nothing says it stopped" in again.output
+    assert path.read_text() == after  # not even rewritten
+
+
+def test_resume_of_a_completed_job_is_refused_and_nothing_changes(project, runner):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["resume", "bert-eval", "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 1
+    assert result.output == "error: job bert-eval is completed; there is nothing to resume (spotctl cleanup bert-eval deletes its disks)\n"
+    assert path.read_text() == before
+
+
+def test_unknown_job_names_the_file_and_the_choices(project, runner):
+    result = runner.invoke(app, ["failover", "nope", "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 1
+    assert result.output == ("error: stacks/Pulumi.example-gcp.yaml: job nope: expected one of 'llm-pretrain', "
+                             "'vit-finetune', 'bert-eval', got 'nope'\n")
+
+
+def test_resume_uses_recorded_events(project, runner, tmp_path):
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "a.json").write_text(json.dumps({"job": "llm-pretrain", "attempt": 1, "node": 1, "event": "preempted",
+                                               "time": "2026-11-21T10:00:00.000Z", "details": {}}))
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--no-apply", "--events-dir", str(events), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["fields"]["attempt"] == 2
+
+
+def test_status_and_events(project, runner, tmp_path):
+    log = tmp_path / "events.jsonl"
+    log.write_text("\n".join(json.dumps({"job": "diffusion", "attempt": a, "node": 0, "event": e, "time": t, "details": {}})
+                             for a, e, t in [(1, "started", "2026-11-21T10:00:00Z"), (1, "preempted", "2026-11-21T12:00:00Z"),
+                                             (2, "started", "2026-11-21T12:30:00Z")]) + "\n")
+    result = runner.invoke(app, ["status", "diffusion", "--stack", "example-aws", "--events-dir", str(log), "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["preemptions"] == 1 and row["last_event"]["event"] == "started" and row["state"] == "preempted"
+    result = runner.invoke(app, ["events", "diffusion", "--stack", "example-aws", "--events-dir", str(log)])
+    assert result.output.splitlines()[1].endswith("attempt 1 node 0  preempted")
+
+
+# ---- applying: the Automation API against a fake pulumi -----------------------------------------------
+
+
+@pytest.fixture
+def fake_pulumi(tmp_path, monkeypatch):
+    root = tmp_path / "pulumi-install"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy(FAKE, root / "bin" / "pulumi")
+    (root / "bin" / "pulumi").chmod(0o755)
+    log = tmp_path / "pulumi-argv.jsonl"
+    monkeypatch.setenv("SPOTCTL_PULUMI_ROOT", str(root))
+    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
+    return log
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, fake_pulumi):
+    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("— applied\n")
+    (up,) = [c for c in calls(fake_pulumi) if "up" in c]
+    targets = [up[i + 1] for i, a in enumerate(up) if a == "--target"]
+    cfg = stackfile.load(stackfile.resolve("example-aws", None))
+    expected = job_urns(planner.run(cfg, "example-aws"), "diffusion")
+    assert sorted(targets) == expected
+    assert sorted(t.split("::")[2].split("$")[-1] for t in targets) == [
+        "aws:ebs/volume:Volume", "aws:ec2/instance:Instance", "aws:ec2/volumeAttachment:VolumeAttachment", "spotctl:aws:TrainingJob",
+    ]
+    assert up[-2:] == ["--stack", "example-aws"]
+
+
+def test_no_pulumi_is_reported_before_anything_changes(project, runner, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("SPOTCTL_PULUMI_ROOT", raising=False)
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot apply: no `pulumi` CLI found")
+    assert path.read_text() == before
+
+
+def test_locked_stack_undoes_the_edit(project, runner, fake_pulumi, monkeypatch):
+    monkeypatch.setenv("FAKE_PULUMI_LOCKED", "1")
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["failover", "sweep-07", "--stack", "example-aws"])
+    assert result.exit_code == 1
+    assert "error: cannot apply: stack example-aws is locked by another update" in result.output
+    assert path.read_text() == before
+
+
+def test_failed_update_keeps_the_edit_and_says_so(project, runner, fake_pulumi, monkeypatch):
+    monkeypatch.setenv("FAKE_PULUMI_UP_EXIT", "1")
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws"])
+    assert result.exit_code == 1 and "error: pulumi up failed" in result.output
+    assert "attempt: 3" in path.read_text()  # the file says what should run; rerunning applies it
+
+
+# ---- reliability ------------------------------------------------------------------------------------
+
+EDITOR = """
+import sys
+from pathlib import Path
+from cli import stackfile
+path = Path(sys.argv[1])
+i = 0
+while True:
+    i += 1
+    stackfile.edit(path, lambda c, cur: stackfile.set_job_fields(c, "diffusion", {"attempt": 2 + i % 2}))
+"""
+
+
+def test_kill_9_during_edits_never_leaves_a_broken_file(project):
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    valid = {path.read_text()}
+    valid.add(path.read_text().replace("attempt: 2\n      state: preempted", "attempt: 3\n      state: preempted"))
+    rng = random.Random(7)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    seen = set()
+    for _ in range(100):
+        proc = subprocess.Popen([sys.executable, "-c", EDITOR, str(path)], env=env, cwd=ROOT)
+        time.sleep(0.25 + rng.random() * 0.1)  # imports take ~0.2 s: kill among the edits
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        text = path.read_text()
+        assert text in valid
+        seen.add(text)
+        stackfile.load(stackfile.resolve(None, path))
+    assert seen == valid  # the kills did land among the edits (both versions were left behind)
+
+
+def test_twenty_concurrent_resumes_lose_no_update(project):
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    text = path.read_text()
+    template = text[text.index("    - id: diffusion"): text.index("    # Small sweep worker")]
+    extra = "".join(template.replace("id: diffusion", f"id: job-{i:02d}") for i in range(20))
+    path.write_text(text.replace("    # Small sweep worker", extra + "    # Small sweep worker"))
+    procs = [subprocess.Popen([sys.executable, "-m", "cli", "resume", f"job-{i:02d}", "--stack", "example-aws", "--no-apply"],
+                              cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i in range(20)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    cfg = stackfile.load(stackfile.resolve("example-aws", None))
+    resumed = [j for j in cfg.jobs if j.id.startswith("job-")]
+    assert len(resumed) == 20
+    assert all(j.attempt == 3 and j.state is JobState.RUNNING for j in resumed)
