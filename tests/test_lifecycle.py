@@ -266,7 +266,7 @@ def test_kill_9_during_edits_never_leaves_a_broken_file(project):
     seen = set()
     for _ in range(100):
         proc = subprocess.Popen([sys.executable, "-c", EDITOR, str(path)], env=env, cwd=ROOT)
-        time.sleep(0.25 + rng.random() * 0.1)  # imports take ~0.2 s: kill among the edits
+        time.sleep(0.40 + rng.random() * 0.15)  # imports take ~0.35 s, an edit ~20 ms: kill among the edits
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         text = path.read_text()
