@@ -130,27 +130,23 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
     With ``applier`` None the file is only edited (--no-apply). If the update cannot start, the
     edit is undone (only the keys it set), so the file again matches what runs in the cloud.
     """
-    cfg = stackfile.load(ref)
-    try:
-        cfg.job(job_id)
-    except KeyError as exc:
-        raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
     guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
     if applier:
         applier.preflight()
     with guard:
         holder: dict[str, Any] = {}
 
-        def mutate(config_map: Any, current: StackConfig) -> None:
-            job = current.job(job_id)
+        def fields(current: StackConfig, written: Any) -> dict[str, Any]:
+            try:
+                job = current.job(job_id)
+            except KeyError as exc:
+                raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
             change = decide(job)
             holder["change"] = change
-            if not change.noop:
-                entry = stackfile.job_entry(config_map, job_id)
-                holder["before"] = {k: entry.get(k, _MISSING) for k in change.fields}
-                stackfile.set_job_fields(config_map, job_id, change.fields)
+            holder["before"] = {k: written.get(k, _MISSING) for k in change.fields}
+            return {} if change.noop else change.fields
 
-        new_cfg = stackfile.edit(ref.path, mutate)
+        _, new_cfg = stackfile.update_job(ref.path, job_id, fields)
         change: Change = holder["change"]
         if change.noop or applier is None:
             return Outcome(change, new_cfg, applied=False)
@@ -174,6 +170,10 @@ _MISSING = _Missing()
 
 
 def _undo(path: Path, job_id: str, before: dict[str, Any]) -> None:
+    if all(v is not _MISSING for v in before.values()):
+        stackfile.update_job(path, job_id, lambda current, written: before)
+        return
+
     def restore(config_map: Any, current: StackConfig) -> None:
         entry = stackfile.job_entry(config_map, job_id)
         for name, value in before.items():
@@ -183,7 +183,6 @@ def _undo(path: Path, job_id: str, before: dict[str, Any]) -> None:
                 entry[name] = value
 
     stackfile.edit(path, restore)
-
 
 
 def event_json(e: Event) -> dict[str, Any]:

@@ -8,6 +8,7 @@ lock, so a crash or a concurrent spotctl leaves either the old or the new valid 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import re
@@ -73,22 +74,23 @@ def _yaml():
     return y
 
 
-def _load_document(path: Path) -> Any:
-    from ruamel.yaml.error import YAMLError
-
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), ["stack file not found"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
-    try:
-        doc = _yaml().load(text)
-    except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(str(path), [f"{where}not valid YAML: {problem}"]) from None
+
+
+def _yaml_error(path: Path, exc: Exception) -> ConfigError:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return ConfigError(str(path), [f"{where}not valid YAML: {problem}"])
+
+
+def _check_document(path: Path, doc: Any) -> Any:
     if doc is None:
         doc = {}
     if not isinstance(doc, Mapping):
@@ -97,6 +99,51 @@ def _load_document(path: Path) -> Any:
     if not isinstance(config, Mapping):
         raise ConfigError(str(path), ["config: expected a mapping of 'namespace:key' entries"])
     return doc
+
+
+def _load_document(path: Path, text: str | None = None) -> Any:
+    """Round-trip load (ruamel): for edits that must keep comments and layout."""
+    from ruamel.yaml.error import YAMLError
+
+    text = _read_text(path) if text is None else text
+    try:
+        doc = _yaml().load(text)
+    except YAMLError as exc:
+        raise _yaml_error(path, exc) from None
+    return _check_document(path, doc)
+
+
+def _fast_loader():
+    """PyYAML's C loader with YAML 1.2 booleans (true/false only), as Pulumi reads stack files."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        pass
+
+    bool_tag = "tag:yaml.org,2002:bool"
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != bool_tag]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    return Loader
+
+
+_FAST_LOADER = None
+
+
+def _fast_load(path: Path, text: str) -> Any:
+    import yaml
+
+    global _FAST_LOADER
+    _FAST_LOADER = _FAST_LOADER or _fast_loader()
+    try:
+        doc = yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from None
+    return _check_document(path, doc)
 
 
 def plain(value: Any) -> Any:
@@ -118,7 +165,7 @@ def plain(value: Any) -> Any:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The file's ``config:`` map as plain Python values."""
-    return plain(_load_document(path).get("config", {}))
+    return plain(_fast_load(path, _read_text(path)).get("config", {}))
 
 
 def load(ref: StackRef) -> StackConfig:
@@ -220,3 +267,86 @@ def remove_job(config: Any, job_id: str) -> None:
             del jobs[i]
             return
     raise KeyError(job_id)
+
+
+def _scalar_text(value: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True, width=10**9).split("\n...")[0].strip()
+
+
+def _splice_job_fields(text: str, job_id: str, fields: Mapping[str, Any]) -> str | None:
+    """``text`` with one job's scalar fields set, by replacing exactly the value spans (or adding a
+    line after the job's last key); None when the layout is not the plain block style this handles."""
+    import yaml
+
+    global _FAST_LOADER
+    _FAST_LOADER = _FAST_LOADER or _fast_loader()
+    root = yaml.compose(text, Loader=_FAST_LOADER)
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    config = next((v for k, v in root.value if k.value == "config"), None)
+    jobs = next((v for k, v in getattr(config, "value", []) if k.value == key("jobs")), None) if config else None
+    if not isinstance(jobs, yaml.SequenceNode):
+        return None
+    entry = next((n for n in jobs.value if isinstance(n, yaml.MappingNode)
+                  and any(k.value == "id" and v.value == job_id for k, v in n.value)), None)
+    if entry is None or entry.flow_style:
+        return None
+    edits: list[tuple[int, int, str]] = []
+    missing = []
+    for name, value in fields.items():
+        node = next((v for k, v in entry.value if k.value == name), None)
+        if node is None:
+            missing.append((name, value))
+        elif isinstance(node, yaml.ScalarNode) and not node.style:  # plain (None, or "" from the C loader)
+            edits.append((node.start_mark.index, node.end_mark.index, _scalar_text(value)))
+        else:
+            return None
+    if missing:
+        last_key = entry.value[-1][0]
+        indent = " " * last_key.start_mark.column
+        end_of_entry = text.find("\n", entry.value[-1][1].end_mark.index)
+        at = len(text) if end_of_entry < 0 else end_of_entry + 1
+        block = "".join(f"{indent}{name}: {_scalar_text(value)}\n" for name, value in missing)
+        if end_of_entry < 0 and not text.endswith("\n"):
+            block = "\n" + block
+        edits.append((at, at, block))
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new + text[end:]
+    return text
+
+
+def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[str, Any]], Mapping[str, Any]]
+               ) -> tuple[StackConfig, StackConfig]:
+    """Set fields of one job: ``decide(current, raw_entry)`` (called under the lock, on the validated
+    file; ``raw_entry`` is the job's keys as written) returns them. Fast path: splice the values into the text, then re-read and check the result
+    is exactly the intended config; anything unusual takes the ruamel round-trip instead. Either
+    way comments and layout stay, the result is validated, and it is written atomically.
+
+    Returns:
+        (config before, config after); the same object twice when nothing changed.
+    """
+    with locked(path):
+        text = _read_text(path)
+        raw = plain(_fast_load(path, text).get("config", {}))
+        current = validate(namespaced(raw, str(path)), str(path))
+        written = next((e for e in raw.get(key("jobs")) or [] if isinstance(e, dict) and e.get("id") == job_id), {})
+        fields = dict(decide(current, written))
+        if not fields:
+            return current, current
+        expected = copy.deepcopy(raw)
+        entry = next(e for e in expected[key("jobs")] if isinstance(e, dict) and e.get("id") == job_id)
+        entry.update(fields)
+        new_text = _splice_job_fields(text, job_id, fields)
+        new_raw = plain(_fast_load(path, new_text).get("config", {})) if new_text is not None else None
+        if new_raw != expected:
+            doc = _load_document(path, text)
+            set_job_fields(doc["config"], job_id, fields)
+            buf = io.StringIO()
+            _yaml().dump(doc, buf)
+            new_text = buf.getvalue()
+            new_raw = plain(_fast_load(path, new_text).get("config", {}))
+        new = validate(namespaced(new_raw, str(path)), str(path))
+        atomic_write(path, new_text)
+        return current, new
