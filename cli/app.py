@@ -391,5 +391,59 @@ def events(
         typer.echo(f"{e.time.isoformat()}  attempt {e.attempt} node {e.node}  {e.event:<18} {details}".rstrip())
 
 
+@app.command(
+    short_help="Delete a completed job's disks, or orphans.  Example: spotctl cleanup bert-eval -s team-a --yes",
+    help="Delete a job's disks, only when the job is completed (or failed, with --force): lift their Pulumi "
+    "protection, drop the job from the stack file and delete its resources with a targeted update. --orphans finds "
+    "disks/volumes carrying this stack's ownership labels that no job declares. Without --yes: a dry-run listing.\n\n"
+    "Example: spotctl cleanup --orphans --stack team-a            (then again with --yes)",
+)
+def cleanup(
+    job: Annotated[Optional[str], typer.Argument(help="The completed job whose disks go.")] = None,
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Disks of this stack that no job declares.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Also for a failed job.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Really delete (otherwise only list).")] = False,
+    no_apply: NoApplyOpt = False,
+) -> None:
+    from cli import inventory, jobs, stackfile
+    from cli.apply import ApplyError
+    from cli.lifecycle import LifecycleError
+
+    if (job is None) == (not orphans):
+        raise fail("give a JOB or --orphans")
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        if orphans:
+            cfg = stackfile.load(ref)
+            inv = inventory.inventory_for(cfg, ref.name)
+            found = inventory.deletable_orphans(inv.disks(), cfg, ref.name)
+            if not found:
+                typer.echo(f"stack {ref.name}: no orphaned disks")
+                return
+            for disk, ok, why in found:
+                verb = ("deleting" if yes else "would delete") if ok else "keeping"
+                typer.echo(f"{verb} {disk.id} ({disk.zone}): {why}")
+                if ok and yes:
+                    inv.delete(disk)
+            if not yes:
+                typer.echo("dry run: nothing deleted (re-run with --yes)")
+            return
+        result = jobs.cleanup_job(ref, job, force=force, yes=yes, applier=_applier(ref, no_apply),
+                                  out=lambda line: typer.echo(line.rstrip("\n"), err=True))
+    except (ConfigError, LifecycleError, ApplyError) as exc:
+        raise fail(str(exc)) from None
+    if not result.done:
+        typer.echo(f"job {job}: would delete {len(result.disks)} disks and {len(result.urns) - len(result.disks)} other resources:")
+        for urn in result.urns:
+            typer.echo(f"  {urn}")
+        typer.echo("dry run: nothing changed (re-run with --yes)")
+    elif no_apply:
+        typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
+    else:
+        typer.echo(f"job {job}: {len(result.disks)} disks and its other resources deleted; removed from {ref.path}")
+
+
 def main() -> None:
     app()

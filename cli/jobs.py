@@ -206,3 +206,64 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
         "hours_running": round(run_h, 3),
         "last_event": event_json(events[-1]) if events else None,
     }
+
+
+# ---- cleanup ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cleanup:
+    job_id: str
+    urns: list[str]
+    disks: list[str]
+    done: bool
+
+
+def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool, applier: Applier | None,
+                out: Callable[[str], None] = print) -> Cleanup:
+    """Delete a completed job's disks (and drop the job from the stack): ``pulumi state unprotect``
+    on its disks, remove its entry, then a targeted update deletes exactly its resources.
+
+    Without ``yes`` nothing changes (a dry run). With ``applier`` None only the file is edited and
+    the disks stay protected in Pulumi's state (the next ``pulumi up`` refuses to delete them).
+    """
+    from cli import plan as planner
+    from cli.apply import disk_urns
+    from cli.lifecycle import LifecycleError, may_delete_disks
+
+    cfg = stackfile.load(ref)
+    try:
+        job = cfg.job(job_id)
+    except KeyError as exc:
+        raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
+    allowed, why = may_delete_disks(job, force=force, owned=True)
+    if not allowed:
+        raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
+    plan = planner.run(cfg, ref.name)
+    urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
+    if not yes:
+        return Cleanup(job_id, urns, disks, done=False)
+    if applier:
+        applier.preflight()
+    guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
+    with guard:
+        original = ref.path.read_text()
+        stackfile.edit(ref.path, lambda config, current: stackfile.remove_job(config, job_id))
+        if applier is None:
+            return Cleanup(job_id, urns, disks, done=True)
+        try:
+            applier.unprotect(disks)
+            applier.up(urns, out)
+        except ApplyError as exc:
+            if not exc.started:
+                _restore_if_unchanged(ref.path, original, job_id)
+            raise
+    return Cleanup(job_id, urns, disks, done=True)
+
+
+def _restore_if_unchanged(path: Path, original: str, job_id: str) -> None:
+    """Put the removed job back (the whole original file, when nothing else changed it since)."""
+    with stackfile.locked(path):
+        current = stackfile.read_config(path)
+        if not any(isinstance(j, dict) and j.get("id") == job_id for j in current.get(stackfile.key("jobs")) or []):
+            stackfile.atomic_write(path, original)

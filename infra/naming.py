@@ -39,8 +39,8 @@ def instance_name(slug: str, job_id: str, attempt: int, rank: int) -> str:
 def gcp_labels(stack: str, extra: dict[str, str], **owner: str) -> dict[str, str]:
     """GCP labels: lowercase keys/values, ``spotctl-stack`` etc."""
     labels = dict(extra)
-    labels.update({"spotctl-managed": "true", "spotctl-stack": _label_value(stack)})
-    labels.update({f"spotctl-{k}": _label_value(v) for k, v in owner.items()})
+    labels.update({"spotctl-managed": "true", "spotctl-stack": label_value(stack)})
+    labels.update({f"spotctl-{k}": label_value(v) for k, v in owner.items()})
     return dict(sorted(labels.items()))
 
 
@@ -54,6 +54,6 @@ def aws_tags(stack: str, extra: dict[str, str], name: str | None = None, **owner
     return dict(sorted(tags.items()))
 
 
-def _label_value(value: str) -> str:
+def label_value(value: str) -> str:
     v = re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
     return v

@@ -1,0 +1,117 @@
+"""What the cloud has: a stack's job disks/volumes as the cloud APIs list them, and deleting them.
+
+The selection of what may be deleted is pure (:func:`deletable_orphans`) and goes through the one
+rule in ``cli.lifecycle.may_delete_disks``; the cloud clients are thin and imported lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cli.lifecycle import may_delete_disks
+from infra.config import StackConfig
+from infra.naming import label_value
+
+
+@dataclass(frozen=True)
+class CloudDisk:
+    """A disk (GCP) or volume (AWS) with the labels/tags it carries."""
+
+    id: str
+    zone: str
+    labels: dict[str, str] = field(default_factory=dict)
+    in_use: bool = False
+
+    def owner(self, cloud: str) -> tuple[str | None, str | None, bool]:
+        """(stack, job, managed) from our ownership labels/tags."""
+        if cloud == "aws":
+            return self.labels.get("spotctl:stack"), self.labels.get("spotctl:job"), self.labels.get("spotctl:managed") == "true"
+        return self.labels.get("spotctl-stack"), self.labels.get("spotctl-job"), self.labels.get("spotctl-managed") == "true"
+
+
+class Inventory(Protocol):
+    def disks(self) -> list[CloudDisk]: ...
+
+    def delete(self, disk: CloudDisk) -> None: ...
+
+
+def owned_by(disk: CloudDisk, cfg: StackConfig, stack: str) -> bool:
+    owner, _, managed = disk.owner(cfg.cloud)
+    expected = stack if cfg.cloud == "aws" else label_value(stack)
+    return managed and owner == expected
+
+
+def deletable_orphans(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str) -> list[tuple[CloudDisk, bool, str]]:
+    """Every disk of this stack that no job declares, with whether it may go and why.
+
+    A disk is an orphan when its job label names no job of the stack file. It may be deleted only
+    when it carries this stack's ownership labels and is not attached to a VM.
+    """
+    declared = {j.id for j in cfg.jobs}
+    out = []
+    for disk in disks:
+        _, job_id, _ = disk.owner(cfg.cloud)
+        if job_id in declared:
+            continue
+        owned = owned_by(disk, cfg, stack)
+        ok, why = may_delete_disks(None, force=False, owned=owned)
+        if ok and disk.in_use:
+            ok, why = False, "it is attached to a VM"
+        out.append((disk, ok, why))
+    return out
+
+
+class AwsInventory:
+    """EBS volumes tagged with this stack (boto3; credentials and endpoint from the environment)."""
+
+    def __init__(self, region: str, stack: str, client=None):
+        import boto3
+
+        self.stack = stack
+        self.ec2 = client or boto3.client("ec2", region_name=region)
+
+    def disks(self) -> list[CloudDisk]:
+        pages = self.ec2.get_paginator("describe_volumes").paginate(Filters=[{"Name": "tag:spotctl:stack", "Values": [self.stack]}])
+        out = []
+        for page in pages:
+            for v in page["Volumes"]:
+                tags = {t["Key"]: t["Value"] for t in v.get("Tags", [])}
+                out.append(CloudDisk(v["VolumeId"], v["AvailabilityZone"], tags, in_use=v["State"] != "available"))
+        return out
+
+    def delete(self, disk: CloudDisk) -> None:
+        self.ec2.delete_volume(VolumeId=disk.id)
+
+
+class GcpInventory:
+    """Persistent disks labelled with this stack (google-cloud-compute; endpoint overridable)."""
+
+    def __init__(self, project: str, stack: str, client=None, operations=None):
+        from google.cloud import compute_v1
+
+        self.project = project
+        self.label = label_value(stack)
+        self.client = client or compute_v1.DisksClient()
+        self.operations = operations or compute_v1.ZoneOperationsClient()
+
+    def disks(self) -> list[CloudDisk]:
+        request = {"project": self.project, "filter": f'labels.spotctl-stack="{self.label}"'}
+        out = []
+        for scope, scoped in self.client.aggregated_list(request=request):
+            for d in scoped.disks:
+                zone = d.zone.rsplit("/", 1)[-1] if d.zone else scope.rsplit("/", 1)[-1]
+                out.append(CloudDisk(d.name, zone, dict(d.labels), in_use=bool(d.users)))
+        return out
+
+    def delete(self, disk: CloudDisk) -> None:
+        op = self.client.delete(project=self.project, zone=disk.zone, disk=disk.id)
+        # Wait with our own operations client: the LRO helper would poll the public endpoint.
+        self.operations.wait(project=self.project, zone=disk.zone, operation=op.name)
+
+
+def inventory_for(cfg: StackConfig, stack: str) -> Inventory:
+    if cfg.cloud == "aws":
+        return AwsInventory(cfg.region, stack)
+    return GcpInventory(cfg.project or "", stack)
