@@ -88,13 +88,19 @@ class AwsInventory:
 class GcpInventory:
     """Persistent disks labelled with this stack (google-cloud-compute; endpoint overridable)."""
 
-    def __init__(self, project: str, stack: str, client=None, operations=None):
+    def __init__(self, project: str, stack: str, endpoint: str | None = None):
         from google.cloud import compute_v1
 
         self.project = project
         self.label = label_value(stack)
-        self.client = client or compute_v1.DisksClient()
-        self.operations = operations or compute_v1.ZoneOperationsClient()
+        kwargs = {}
+        if endpoint:  # a local or private Compute endpoint (tests, air-gapped setups): no Google auth
+            from google.api_core.client_options import ClientOptions
+            from google.auth.credentials import AnonymousCredentials
+
+            kwargs = {"credentials": AnonymousCredentials(), "transport": "rest", "client_options": ClientOptions(api_endpoint=endpoint)}
+        self.client = compute_v1.DisksClient(**kwargs)
+        self.operations = compute_v1.ZoneOperationsClient(**kwargs)
 
     def disks(self) -> list[CloudDisk]:
         request = {"project": self.project, "filter": f'labels.spotctl-stack="{self.label}"'}
@@ -112,6 +118,10 @@ class GcpInventory:
 
 
 def inventory_for(cfg: StackConfig, stack: str) -> Inventory:
+    """The stack's cloud inventory. AWS endpoints follow boto3's environment (AWS_ENDPOINT_URL);
+    SPOTCTL_GCE_ENDPOINT points the Compute client elsewhere (anonymous credentials)."""
+    import os
+
     if cfg.cloud == "aws":
         return AwsInventory(cfg.region, stack)
-    return GcpInventory(cfg.project or "", stack)
+    return GcpInventory(cfg.project or "", stack, endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"))

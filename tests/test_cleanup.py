@@ -155,3 +155,30 @@ def test_orphan_selection_never_deletes_what_it_must_not(disks, job_states):
             assert disk.labels.get("spotctl:stack") == "team-a" and disk.labels.get("spotctl:managed") == "true"
             assert disk.labels.get("spotctl:job") not in {"a", "b", "c"}  # a declared job's disk is never an orphan
             assert not disk.in_use
+
+
+def gcp_owned(job: str, stack: str = "example-gcp") -> dict[str, str]:
+    return {"spotctl-stack": stack, "spotctl-managed": "true", "spotctl-job": job}
+
+
+def test_gcp_orphans_through_the_compute_client(project, runner, monkeypatch):
+    from tests.fixtures.fake_gce import FakeGce
+
+    gce = FakeGce()
+    try:
+        monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", gce.url)
+        gce.add_disk("us-central1-a", "example-gcp-old-n0-disk", gcp_owned("old"))
+        gce.add_disk("us-central1-b", "example-gcp-vit-finetune-n0-disk", gcp_owned("vit-finetune"))
+        gce.add_disk("us-central1-c", "example-gcp-busy-n0-disk", gcp_owned("busy"), users=["projects/p/zones/us-central1-c/instances/x"])
+        gce.add_disk("us-central1-a", "hand-made", {"spotctl-stack": "example-gcp", "spotctl-job": "old"})
+        gce.add_disk("us-central1-a", "other-stack-disk", gcp_owned("old", stack="team-b"))
+        result = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-gcp", "--yes"])
+        assert result.exit_code == 0, result.output
+        assert gce.deleted == [("us-central1-a", "example-gcp-old-n0-disk")]
+        assert "keeping example-gcp-busy-n0-disk (us-central1-c): it is attached to a VM" in result.output
+        assert "keeping hand-made (us-central1-a): it does not carry this stack's ownership label" in result.output
+        assert "other-stack-disk" not in result.output
+        # The delete was waited on through our endpoint, never the public one.
+        assert ("POST", "/compute/v1/projects/my-ml-project/zones/us-central1-a/operations/op-delete-example-gcp-old-n0-disk/wait") in gce.requests
+    finally:
+        gce.stop()
