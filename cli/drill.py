@@ -101,9 +101,10 @@ def checkpoint_interval(attempts: list[Attempt]) -> int | None:
 def account_lost_work(attempts: list[Attempt]) -> None:
     """Fill ``lost_work`` of each preempted attempt: how far the next one went back."""
     for cur, nxt in zip(attempts, attempts[1:], strict=False):
-        if cur.outcome == "preempted" and cur.end_progress is not None:
-            resumed_at = nxt.start_progress - 1 if nxt.start_progress else 0  # its first report is one step in
-            cur.lost_work = max(0, cur.end_progress - max(resumed_at, 0))
+        # An attempt that reported no progress (it had nothing left to do) tells us nothing.
+        if cur.outcome == "preempted" and cur.end_progress is not None and nxt.start_progress is not None:
+            resumed_at = nxt.start_progress - 1  # its first report is one step in
+            cur.lost_work = max(0, cur.end_progress - resumed_at)
 
 
 def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
@@ -111,7 +112,7 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
     work lost beyond one checkpoint interval, then not finishing; otherwise reentrant."""
     completed = any(a.outcome == "completed" for a in attempts)
     for cur, nxt in zip(attempts, attempts[1:], strict=False):
-        went_back_to_zero = (cur.end_progress or 0) > 1 and (nxt.start_progress or 0) <= 1
+        went_back_to_zero = (cur.end_progress or 0) > 1 and nxt.start_progress is not None and nxt.start_progress <= 1
         if cur.outcome == "preempted" and went_back_to_zero and nxt.checkpoint_at_start:
             return "restarts-from-scratch", f"attempt {nxt.attempt} started from zero although checkpoints existed"
     allowance = interval if interval is not None else 0

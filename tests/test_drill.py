@@ -150,3 +150,12 @@ def test_bad_trace_file_is_one_clear_error(runner, tmp_path):
     result = runner.invoke(app, ["drill", "--trace", str(trace), "--", "true"])
     assert result.exit_code == 1
     assert result.output.startswith(f"error: {trace}: not a spot-traces availability file")
+
+
+def test_an_attempt_with_nothing_left_to_do_is_not_a_restart():
+    """Preempted at the very end: the next attempt finds the work done and reports no progress."""
+    attempts = [attempt(1, 1, 83, "preempted", marks=[50]), attempt(2, 84, 200, "preempted", ckpt=True, marks=[100, 150, 200]),
+                attempt(3, None, None, "completed", ckpt=True)]
+    account_lost_work(attempts)
+    assert attempts[1].lost_work is None
+    assert judge(attempts, checkpoint_interval(attempts))[0] == "reentrant"

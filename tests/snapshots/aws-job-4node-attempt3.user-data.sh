@@ -24,6 +24,7 @@ SPOTCTL_MASTER_PORT=29500
 SPOTCTL_COMMAND='torchrun --nnodes "$WORLD_SIZE" --node-rank "$NODE_RANK" train.py'
 SPOTCTL_DISK_DEVICE=/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0
 SPOTCTL_MOUNT=/mnt/spotctl
+SPOTCTL_CWD=''
 SPOTCTL_STATE_DIR=/var/lib/spotctl
 SPOTCTL_SYSTEMD_DIR=/etc/systemd/system
 SPOTCTL_METADATA_URL=http://169.254.169.254
@@ -262,7 +263,7 @@ spotctl_run() {
   mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
   # shellcheck disable=SC1091
   . "$SPOTCTL_STATE_DIR/env"
-  cd "$SPOTCTL_WORKDIR" || return 1
+  cd "${SPOTCTL_CWD:-$SPOTCTL_WORKDIR}" || return 1
   SPOTCTL_RECORD_BG=1 spotctl_record started
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.

@@ -24,6 +24,7 @@ SPOTCTL_MASTER_PORT=29500
 SPOTCTL_COMMAND='python finetune.py --resume-from "$SPOTCTL_CHECKPOINT_DIR"'
 SPOTCTL_DISK_DEVICE=/dev/disk/by-id/google-spotctl-data
 SPOTCTL_MOUNT=/mnt/spotctl
+SPOTCTL_CWD=''
 SPOTCTL_STATE_DIR=/var/lib/spotctl
 SPOTCTL_SYSTEMD_DIR=/etc/systemd/system
 SPOTCTL_METADATA_URL=http://metadata.google.internal/computeMetadata/v1
@@ -221,7 +222,7 @@ spotctl_run() {
   mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
   # shellcheck disable=SC1091
   . "$SPOTCTL_STATE_DIR/env"
-  cd "$SPOTCTL_WORKDIR" || return 1
+  cd "${SPOTCTL_CWD:-$SPOTCTL_WORKDIR}" || return 1
   SPOTCTL_RECORD_BG=1 spotctl_record started
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
