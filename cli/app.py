@@ -32,6 +32,21 @@ EventsOpt = Annotated[
 ]
 
 
+def _stack_jobs(stack: Optional[str], stack_file: Optional[Path], job: Optional[str]):
+    """(ref, config, jobs): the stack's jobs, or only ``job``; errors name the file (and the job)."""
+    from cli import stackfile
+
+    ref = None
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        cfg = stackfile.load(ref)
+        return ref, cfg, ([cfg.job(job)] if job else list(cfg.jobs))
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    except KeyError as exc:
+        raise fail(f"{ref.path if ref else 'spotctl'}: job {job}: {exc.args[0]}") from None
+
+
 def fail(message: str) -> typer.Exit:
     """Print one error (already naming file/key/job) and return the exit to raise."""
     for line in message.splitlines():
@@ -115,15 +130,7 @@ def drill(
             raise fail("give a COMMAND or --stack/--job, not both")
         if not job:
             raise fail("--stack needs --job ID")
-        from cli import stackfile
-
-        try:
-            cfg = stackfile.load(stackfile.resolve(stack, stack_file))
-            spec_job = cfg.job(job)
-        except ConfigError as exc:
-            raise fail(str(exc)) from None
-        except KeyError as exc:
-            raise fail(f"--job {job}: {exc.args[0]}") from None
+        _, cfg, (spec_job,) = _stack_jobs(stack, stack_file, job)
         command_text, env, job_id, cloud = spec_job.command, dict(spec_job.env), spec_job.id, cfg.cloud
     elif command:
         command_text = drills.command_string(command)
@@ -338,16 +345,9 @@ def status(
 ) -> None:
     import json
 
-    from cli import jobs, stackfile
+    from cli import jobs
 
-    try:
-        ref = stackfile.resolve(stack, stack_file)
-        cfg = stackfile.load(ref)
-        selected = [cfg.job(job)] if job else list(cfg.jobs)
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
-    except KeyError as exc:
-        raise fail(f"{ref.path}: job {job}: {exc.args[0]}") from None
+    _, _, selected = _stack_jobs(stack, stack_file, job)
     rows = [jobs.job_status(j, jobs.load_events(events_dir, j.id)) for j in selected]
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
@@ -373,15 +373,9 @@ def events(
 ) -> None:
     import json
 
-    from cli import jobs, stackfile
+    from cli import jobs
 
-    try:
-        ref = stackfile.resolve(stack, stack_file)
-        stackfile.load(ref).job(job)
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
-    except KeyError as exc:
-        raise fail(f"{ref.path}: job {job}: {exc.args[0]}") from None
+    _stack_jobs(stack, stack_file, job)
     found = jobs.load_events(events_dir, job)
     if json_out:
         typer.echo(json.dumps([jobs.event_json(e) for e in found], indent=2, sort_keys=True))

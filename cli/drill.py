@@ -212,9 +212,9 @@ class Drill:
                 break
             while True:
                 self._observe(rec, disk)
-                if not vm.alive("run.pid") and vm.pid("run.pid") is not None:
-                    events = [e["event"] for e in vm.events() if e["attempt"] == number]
-                    rec.outcome = "completed" if "completed" in events else "failed"
+                ended = _terminal(vm, number)
+                if ended or (not vm.alive("run.pid") and vm.pid("run.pid") is not None):
+                    rec.outcome = ended or "failed"
                     break
                 now = time.monotonic()
                 if now >= deadline:
@@ -227,6 +227,8 @@ class Drill:
                 time.sleep(0.1)
             vm.kill_all()
             self._observe(rec, disk)
+            # The events decide: work that finished as the preemption came is completed, not preempted.
+            rec.outcome = _terminal(vm, number) or rec.outcome
             rec.seconds = round(time.monotonic() - started, 3)
             if rec.outcome != "preempted":
                 break
@@ -279,6 +281,12 @@ class Drill:
     def stop(self) -> None:
         if self.vm is not None:
             self.vm.kill_all()
+
+
+def _terminal(vm: LocalVM, attempt: int) -> str | None:
+    """completed/failed when this attempt's events say so (also: the disk says the job is done)."""
+    events = {e["event"] for e in vm.events() if e["attempt"] == attempt}
+    return "completed" if "completed" in events else ("failed" if "failed" in events else None)
 
 
 def _has_files(path: Path) -> bool:

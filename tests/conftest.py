@@ -52,3 +52,23 @@ def stack_config(base: dict, **over) -> dict:
     cfg = copy.deepcopy(base)
     cfg.update(over)
     return cfg
+
+
+@pytest.fixture
+def fake_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake `pulumi` install (tests/fixtures/fake_pulumi.py) that spotctl will use; returns the
+    file where it records every argv as a JSON line."""
+    root = tmp_path / "pulumi-install"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "fixtures" / "fake_pulumi.py", root / "bin" / "pulumi")
+    (root / "bin" / "pulumi").chmod(0o755)
+    log = tmp_path / "pulumi-argv.jsonl"
+    monkeypatch.setenv("SPOTCTL_PULUMI_ROOT", str(root))
+    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
+    return log
+
+
+def pulumi_calls(log: Path) -> list[list[str]]:
+    import json
+
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []

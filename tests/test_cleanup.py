@@ -3,42 +3,26 @@ this stack's ownership labels; the targeted update deletes exactly the job's res
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import boto3
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
 
 from cli import plan as planner
 from cli import stackfile
-from cli.apply import job_urns
 from cli.app import app
+from cli.apply import job_urns
 from cli.inventory import AwsInventory, CloudDisk, deletable_orphans
 from infra.config import validate
-from tests.conftest import AWS_BASE, aws_job, stack_config
+from tests.conftest import AWS_BASE, aws_job, pulumi_calls, stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE = ROOT / "tests" / "fixtures" / "fake_pulumi.py"
 
 
-@pytest.fixture
-def fake_pulumi(tmp_path, monkeypatch):
-    root = tmp_path / "pulumi-install"
-    (root / "bin").mkdir(parents=True)
-    shutil.copy(FAKE, root / "bin" / "pulumi")
-    (root / "bin" / "pulumi").chmod(0o755)
-    log = tmp_path / "argv.jsonl"
-    monkeypatch.setenv("SPOTCTL_PULUMI_ROOT", str(root))
-    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
-    return log
 
 
-def calls(log: Path) -> list[list[str]]:
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def test_cleanup_refuses_a_job_that_is_not_completed(project, runner, fake_pulumi):
@@ -47,7 +31,7 @@ def test_cleanup_refuses_a_job_that_is_not_completed(project, runner, fake_pulum
     result = runner.invoke(app, ["cleanup", "vit-finetune", "--stack", "example-gcp", "--yes"])
     assert result.exit_code == 1
     assert result.output == "error: job vit-finetune: its disks are kept because its job is running\n"
-    assert path.read_text() == before and calls(fake_pulumi) == []
+    assert path.read_text() == before and pulumi_calls(fake_pulumi) == []
 
 
 def test_failed_job_needs_force(project, runner, fake_pulumi):
@@ -65,7 +49,7 @@ def test_cleanup_without_yes_is_a_dry_run(project, runner, fake_pulumi):
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"])
     assert result.exit_code == 0
     assert "job-bert-eval-n0-disk" in result.output and result.output.endswith("dry run: nothing changed (re-run with --yes)\n")
-    assert path.read_text() == before and calls(fake_pulumi) == []
+    assert path.read_text() == before and pulumi_calls(fake_pulumi) == []
 
 
 def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi):
@@ -74,7 +58,7 @@ def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(proje
     expected = job_urns(planner.run(cfg, "example-gcp"), "bert-eval")
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
     assert result.exit_code == 0, result.output
-    log = calls(fake_pulumi)
+    log = pulumi_calls(fake_pulumi)
     unprotected = [c[2] for c in log if c[:2] == ["state", "unprotect"]]
     assert unprotected == ["urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob$gcp:compute/disk:Disk::job-bert-eval-n0-disk"]
     (up,) = [c for c in log if "up" in c]

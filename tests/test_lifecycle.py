@@ -7,7 +7,6 @@ import difflib
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,9 +33,9 @@ from cli.lifecycle import (
     may_delete_disks,
 )
 from infra.config import Capacity, Job, JobState
+from tests.conftest import pulumi_calls
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE = ROOT / "tests" / "fixtures" / "fake_pulumi.py"
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
@@ -183,27 +182,15 @@ def test_status_and_events(project, runner, tmp_path):
 # ---- applying: the Automation API against a fake pulumi -----------------------------------------------
 
 
-@pytest.fixture
-def fake_pulumi(tmp_path, monkeypatch):
-    root = tmp_path / "pulumi-install"
-    (root / "bin").mkdir(parents=True)
-    shutil.copy(FAKE, root / "bin" / "pulumi")
-    (root / "bin" / "pulumi").chmod(0o755)
-    log = tmp_path / "pulumi-argv.jsonl"
-    monkeypatch.setenv("SPOTCTL_PULUMI_ROOT", str(root))
-    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
-    return log
 
 
-def calls(log: Path) -> list[list[str]]:
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, fake_pulumi):
     result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws"])
     assert result.exit_code == 0, result.output
     assert result.stdout.endswith("— applied\n")
-    (up,) = [c for c in calls(fake_pulumi) if "up" in c]
+    (up,) = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
     targets = [up[i + 1] for i, a in enumerate(up) if a == "--target"]
     cfg = stackfile.load(stackfile.resolve("example-aws", None))
     expected = job_urns(planner.run(cfg, "example-aws"), "diffusion")
