@@ -26,6 +26,9 @@ StackFileOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 NoApplyOpt = Annotated[bool, typer.Option("--no-apply", help="Only edit the stack file; do not run pulumi.")]
+ObserveOpt = Annotated[
+    bool, typer.Option("--observe", help="Also ask the cloud (boto3 / google-cloud-compute) what the job's VMs are doing now.")
+]
 EventsOpt = Annotated[
     Optional[Path],
     typer.Option("--events-dir", metavar="DIR", help="Recorded events: the event bucket synced locally, or a job disk's .spotctl/."),
@@ -45,6 +48,35 @@ def _stack_jobs(stack: Optional[str], stack_file: Optional[Path], job: Optional[
         raise fail(str(exc)) from None
     except KeyError as exc:
         raise fail(f"{ref.path if ref else 'spotctl'}: job {job}: {exc.args[0]}") from None
+
+
+def _observer(cfg, stack: str):
+    from cli.inventory import observer_for
+
+    return _cloud_call(lambda: observer_for(cfg, stack))
+
+
+def _cloud_call(fn):
+    """Run a cloud API call; its failures (no credentials, denied, unreachable) become one error line."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from google.api_core.exceptions import GoogleAPIError
+    from google.auth.exceptions import GoogleAuthError
+    from requests.exceptions import RequestException  # google-cloud-compute's REST transport
+
+    try:
+        return fn()
+    except (BotoCoreError, ClientError, GoogleAPIError, GoogleAuthError, RequestException) as exc:
+        raise fail(f"cannot ask the cloud: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def _observed_events(stack, stack_file, job_id: str):
+    from datetime import UTC, datetime
+
+    from cli import jobs
+
+    ref, cfg, (job,) = _stack_jobs(stack, stack_file, job_id)
+    observer = _observer(cfg, ref.name)
+    return jobs.cloud_events(_cloud_call(lambda: observer.vms(job_id)), job, datetime.now(UTC))
 
 
 def fail(message: str) -> typer.Exit:
@@ -283,6 +315,7 @@ def resume(
     capacity: Annotated[Optional[str], typer.Option("--capacity", help="Force spot or on-demand instead of the policy's choice.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Start a new attempt even if nothing says the current one ended (or it failed).")] = False,
     events_dir: EventsOpt = None,
+    observe: ObserveOpt = False,
     no_apply: NoApplyOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -291,6 +324,8 @@ def resume(
 
     forced = _capacity(capacity, "--capacity")
     events = jobs.load_events(events_dir, job)
+    if observe:
+        events += _observed_events(stack, stack_file, job)
     choose = jobs.policy_capacity()
     _run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose), no_apply, json_out)
 
@@ -341,14 +376,19 @@ def status(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     events_dir: EventsOpt = None,
+    observe: ObserveOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     import json
 
     from cli import jobs
 
-    _, _, selected = _stack_jobs(stack, stack_file, job)
+    ref, cfg, selected = _stack_jobs(stack, stack_file, job)
     rows = [jobs.job_status(j, jobs.load_events(events_dir, j.id)) for j in selected]
+    if observe:
+        observer = _observer(cfg, ref.name)
+        for row in rows:
+            row["cloud"] = [vm.__dict__ for vm in _cloud_call(lambda r=row: observer.vms(r["job"]))]
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
@@ -357,6 +397,9 @@ def status(
         last = r["last_event"]
         last_text = f"{last['event']} (attempt {last['attempt']}, {last['time']})" if last else "-"
         typer.echo(f"{r['job']:<16} {r['state']:<10} {r['capacity']:<10} {r['attempt']:>7} {r['zone']:<16} {r['preemptions']:>7}  {last_text}")
+        for vm in r.get("cloud", []):
+            flag = " PREEMPTED" if vm["preempted"] else ""
+            typer.echo(f"    {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason']}".rstrip())
 
 
 @app.command(

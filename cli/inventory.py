@@ -125,3 +125,80 @@ def inventory_for(cfg: StackConfig, stack: str) -> Inventory:
     if cfg.cloud == "aws":
         return AwsInventory(cfg.region, stack)
     return GcpInventory(cfg.project or "", stack, endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"))
+
+
+# ---- what the cloud says about a job's VMs ----------------------------------------------------------
+
+SPOT_TERMINATION_CODES = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
+
+
+@dataclass(frozen=True)
+class VmState:
+    """One VM of a job's attempt as the cloud reports it now."""
+
+    name: str
+    node: int
+    attempt: int
+    status: str  # the cloud's word: running, terminated, TERMINATED, RUNNING, ...
+    preempted: bool
+    reason: str = ""
+
+
+class AwsObserver:
+    def __init__(self, region: str, stack: str, client=None):
+        import boto3
+
+        self.stack = stack
+        self.ec2 = client or boto3.client("ec2", region_name=region)
+
+    def vms(self, job_id: str) -> list[VmState]:
+        filters = [{"Name": "tag:spotctl:stack", "Values": [self.stack]}, {"Name": "tag:spotctl:job", "Values": [job_id]}]
+        out = []
+        for page in self.ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                for i in reservation["Instances"]:
+                    tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+                    code = i.get("StateReason", {}).get("Code", "")
+                    out.append(VmState(tags.get("Name", i["InstanceId"]), int(tags.get("spotctl:node", 0)),
+                                       int(tags.get("spotctl:attempt", 0)), i["State"]["Name"],
+                                       code in SPOT_TERMINATION_CODES, code))
+        return out
+
+
+class GcpObserver:
+    def __init__(self, project: str, stack: str, zones: list[str], endpoint: str | None = None):
+        from google.cloud import compute_v1
+
+        kwargs = {}
+        if endpoint:
+            from google.api_core.client_options import ClientOptions
+            from google.auth.credentials import AnonymousCredentials
+
+            kwargs = {"credentials": AnonymousCredentials(), "transport": "rest", "client_options": ClientOptions(api_endpoint=endpoint)}
+        self.project, self.zones, self.label = project, zones, label_value(stack)
+        self.instances = compute_v1.InstancesClient(**kwargs)
+        self.operations = compute_v1.ZoneOperationsClient(**kwargs)
+
+    def vms(self, job_id: str) -> list[VmState]:
+        out = []
+        flt = f'labels.spotctl-stack="{self.label}" AND labels.spotctl-job="{label_value(job_id)}"'
+        for zone in self.zones:
+            for i in self.instances.list(request={"project": self.project, "zone": zone, "filter": flt}):
+                ops = self.operations.list(request={
+                    "project": self.project, "zone": zone,
+                    "filter": f'operationType="compute.instances.preempted" AND targetLink:instances/{i.name}',
+                })
+                # `targetLink:` is a "contains" match: check the name exactly.
+                preempted = any(op.target_link.rsplit("/", 1)[-1] == i.name for op in ops)
+                labels = dict(i.labels)
+                out.append(VmState(i.name, int(labels.get("spotctl-node", 0)), int(labels.get("spotctl-attempt", 0)),
+                                   i.status, preempted, "compute.instances.preempted" if preempted else i.status_message))
+        return out
+
+
+def observer_for(cfg: StackConfig, stack: str):
+    import os
+
+    if cfg.cloud == "aws":
+        return AwsObserver(cfg.region, stack)
+    return GcpObserver(cfg.project or "", stack, list(cfg.zones), endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"))

@@ -267,3 +267,16 @@ def _restore_if_unchanged(path: Path, original: str, job_id: str) -> None:
         current = stackfile.read_config(path)
         if not any(isinstance(j, dict) and j.get("id") == job_id for j in current.get(stackfile.key("jobs")) or []):
             stackfile.atomic_write(path, original)
+
+
+def cloud_events(vms, job: Job, now: datetime) -> list[Event]:
+    """What the cloud says, as events: a preempted (or stopped) VM of the current attempt."""
+    out = []
+    for vm in vms:
+        if vm.attempt != job.attempt:
+            continue
+        if vm.preempted:
+            out.append(Event(job.id, vm.attempt, vm.node, "preempted", now, {"source": "cloud", "reason": vm.reason}))
+        elif vm.status.lower() in ("terminated", "stopped", "stopping", "shutting-down"):
+            out.append(Event(job.id, vm.attempt, vm.node, "stopped", now, {"source": "cloud", "reason": vm.reason}))
+    return out
