@@ -30,6 +30,7 @@ class Resource:
     inputs: dict[str, Any]
     protect: bool = False
     delete_before_replace: bool = False
+    dependencies: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -38,7 +39,8 @@ class Resource:
             "name": self.name,
             "parent": self.parent,
             "inputs": self.inputs,
-            "options": {"protect": self.protect, "deleteBeforeReplace": self.delete_before_replace},
+            "options": {"protect": self.protect, "deleteBeforeReplace": self.delete_before_replace,
+                        "dependsOn": list(self.dependencies)},
         }
 
 
@@ -186,6 +188,7 @@ def run(cfg: StackConfig, stack: str) -> Plan:
                         inputs=inputs,
                         protect=bool(request.protect),
                         delete_before_replace=bool(request.deleteBeforeReplace),
+                        dependencies=tuple(sorted(request.dependencies)),
                     )
                 )
             return response

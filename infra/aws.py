@@ -373,8 +373,9 @@ class TrainingJob(pulumi.ComponentResource):
                 user_data_replace_on_change=True,
                 tags={**aws_tags(args.stack, cfg.labels, name=node.instance_name, job=job.id, node=str(node.rank)), "spotctl:attempt": str(job.attempt)},
                 # A new attempt changes the user data, which replaces the instance; the old one must
-                # be gone (and the volume detached) before the new one attaches it.
-                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+                # be gone (and the volume detached) before the new one attaches it. Workers wait for
+                # the new master, so none of them meets a stale master at the rendezvous.
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=self.instances[:1]),
             )
             aws.ec2.VolumeAttachment(
                 f"{name}-n{node.rank}-attachment",

@@ -317,7 +317,8 @@ class TrainingJob(pulumi.ComponentResource):
                 deletion_protection=False,
                 # One logical VM per node: a new attempt renames it, which replaces it, and the old VM
                 # must release the job disk before the new one can attach it read-write.
-                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=[disk]),
+                # Workers wait for the new master: none of them ever meets a stale master at the rendezvous.
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=[disk, *self.instances[:1]]),
             )
             self.instances.append(instance)
         self.outputs = job_outputs(

@@ -250,3 +250,10 @@ def test_enum_values_we_use_are_documented_by_pulumi_aws(cls, prop, values):
     doc = inspect.getdoc(getattr(cls, prop)) or ""
     for v in values:
         assert v in doc, f"{cls.__name__}.{prop}: {v!r} not documented"
+
+
+def test_workers_wait_for_the_new_master():
+    plan = plan_of(raw_stack(jobs=[aws_job(nodes=3)]))
+    master, *workers = plan.by_type(INSTANCE)
+    assert master.inputs["tags"]["Name"].endswith("-n0")
+    assert all(master.urn in w.dependencies for w in workers)

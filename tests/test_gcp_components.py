@@ -284,3 +284,11 @@ def test_enum_values_we_use_are_documented_by_pulumi_gcp(cls, prop, values):
     doc = _doc(cls, prop)
     for value in values:
         assert value in doc, f"{cls.__name__}.{prop}: {value!r} not in its docstring"
+
+
+def test_workers_wait_for_the_new_master():
+    plan = plan_of(raw_stack(jobs=[gcp_job(nodes=3)]))
+    master, *workers = plan.by_type(INSTANCE)
+    assert master.inputs["name"].endswith("-n0")
+    assert all(master.urn in w.dependencies for w in workers)
+    assert master.urn not in master.dependencies
