@@ -26,6 +26,9 @@ StackFileOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 NoApplyOpt = Annotated[bool, typer.Option("--no-apply", help="Only edit the stack file; do not run pulumi.")]
+BucketOpt = Annotated[
+    Optional[str], typer.Option("--events-bucket", metavar="NAME", help="Read events from the stack's event bucket (the eventBucket output).")
+]
 ObserveOpt = Annotated[
     bool, typer.Option("--observe", help="Also ask the cloud (boto3 / google-cloud-compute) what the job's VMs are doing now.")
 ]
@@ -67,6 +70,16 @@ def _cloud_call(fn):
         return fn()
     except (BotoCoreError, ClientError, GoogleAPIError, GoogleAuthError, RequestException) as exc:
         raise fail(f"cannot ask the cloud: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def _recorded_events(ref, cfg, job_id: str, events_dir, bucket):
+    """Events from --events-dir and/or --events-bucket (cloud errors become one error line)."""
+    from cli import jobs
+
+    found = jobs.load_events(events_dir, job_id)
+    if bucket:
+        found += _cloud_call(lambda: jobs.load_bucket_events(cfg.cloud, cfg.region, bucket, ref.name, job_id))
+    return sorted(found, key=lambda e: (e.time, e.attempt, e.node))
 
 
 def _observed_events(stack, stack_file, job_id: str):
@@ -315,6 +328,7 @@ def resume(
     capacity: Annotated[Optional[str], typer.Option("--capacity", help="Force spot or on-demand instead of the policy's choice.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Start a new attempt even if nothing says the current one ended (or it failed).")] = False,
     events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
     observe: ObserveOpt = False,
     no_apply: NoApplyOpt = False,
     json_out: JsonOpt = False,
@@ -323,7 +337,8 @@ def resume(
     from cli.lifecycle import decide_resume
 
     forced = _capacity(capacity, "--capacity")
-    events = jobs.load_events(events_dir, job)
+    ref, cfg, _ = _stack_jobs(stack, stack_file, job)
+    events = _recorded_events(ref, cfg, job, events_dir, events_bucket)
     if observe:
         events += _observed_events(stack, stack_file, job)
     choose = jobs.policy_capacity()
@@ -376,6 +391,7 @@ def status(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
     observe: ObserveOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -384,7 +400,7 @@ def status(
     from cli import jobs
 
     ref, cfg, selected = _stack_jobs(stack, stack_file, job)
-    rows = [jobs.job_status(j, jobs.load_events(events_dir, j.id)) for j in selected]
+    rows = [jobs.job_status(j, _recorded_events(ref, cfg, j.id, events_dir, events_bucket)) for j in selected]
     if observe:
         observer = _observer(cfg, ref.name)
         for row in rows:
@@ -405,21 +421,22 @@ def status(
 @app.command(
     short_help="A job's recorded events.  Example: spotctl events llm-pretrain --stack team-a --events-dir ./events",
     help="The events a job's VMs recorded (started, preemption-notice, preempted, stopped, completed, failed, ...).\n\n"
-    "Example: spotctl events llm-pretrain --stack team-a --events-dir ./events --json",
+    "Example: spotctl events llm-pretrain --stack team-a --events-bucket team-a-events-4d8689f7 --json",
 )
 def events(
     job: Annotated[str, typer.Argument(help="The job id.")],
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     import json
 
     from cli import jobs
 
-    _stack_jobs(stack, stack_file, job)
-    found = jobs.load_events(events_dir, job)
+    ref, cfg, _ = _stack_jobs(stack, stack_file, job)
+    found = _recorded_events(ref, cfg, job, events_dir, events_bucket)
     if json_out:
         typer.echo(json.dumps([jobs.event_json(e) for e in found], indent=2, sort_keys=True))
         return

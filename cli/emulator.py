@@ -197,8 +197,11 @@ def _make_handler(emu: Emulator):
 
         def do_GET(self) -> None:
             emu.state.requests.append(("GET", self.path))
-            path = urllib.parse.urlsplit(self.path).path
-            if path.startswith(GCE_PREFIX):
+            url = urllib.parse.urlsplit(self.path)
+            path = url.path
+            if path.startswith("/storage/v1/b/"):
+                self._gcs_read(path, urllib.parse.parse_qs(url.query))
+            elif path.startswith(GCE_PREFIX):
                 if self._fault("metadata"):
                     return
                 self._gce(path[len(GCE_PREFIX) :])
@@ -258,6 +261,23 @@ def _make_handler(emu: Emulator):
             with emu._lock:
                 emu.state.uploads.append(Upload(bucket, name, doc, time.monotonic()))
             self._send(200, json.dumps({"bucket": bucket, "name": name}), "application/json")
+
+        def _gcs_read(self, path: str, query: dict[str, list[str]]) -> None:
+            """GCS JSON API reads: list objects (prefix) and download one (alt=media)."""
+            bucket, _, rest = path[len("/storage/v1/b/"):].partition("/")
+            bucket = urllib.parse.unquote(bucket)
+            with emu._lock:
+                mine = [u for u in emu.state.uploads if u.bucket == bucket]
+            if rest == "o":
+                prefix = query.get("prefix", [""])[0]
+                items = [{"name": u.name, "bucket": bucket} for u in mine if u.name.startswith(prefix)]
+                self._send(200, json.dumps({"kind": "storage#objects", "items": items}), "application/json")
+            elif rest.startswith("o/") and query.get("alt") == ["media"]:
+                name = urllib.parse.unquote(rest[2:])
+                found = next((u for u in mine if u.name == name), None)
+                self._send(200, json.dumps(found.body), "application/json") if found else self._send(404, "no such object")
+            else:
+                self._send(404, "not found")
 
         def _gce(self, rel: str) -> None:
             if self.headers.get("Metadata-Flavor") != "Google":

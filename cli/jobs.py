@@ -41,6 +41,61 @@ def load_events(source: Path | None, job_id: str) -> list[Event]:
     return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
 
 
+def load_bucket_events(cloud: str, region: str, bucket: str, stack: str, job_id: str) -> list[Event]:
+    """A job's events straight from the stack's event bucket (objects ``<stack>/<job>/...json``).
+
+    AWS: boto3 (endpoint and credentials from the environment). GCP: the GCS JSON API with
+    application-default credentials, or anonymously at SPOTCTL_GCS_ENDPOINT (private endpoints, tests).
+    """
+    import os
+    import urllib.parse
+
+    prefix = f"{stack}/{job_id}/"
+    docs: list[Any] = []
+    if cloud == "aws":
+        import boto3
+
+        s3 = boto3.client("s3", region_name=region)
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                docs.append(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+    else:
+        endpoint = os.environ.get("SPOTCTL_GCS_ENDPOINT")
+        if endpoint:
+            import requests
+
+            session: Any = requests.Session()
+        else:
+            import google.auth
+            from google.auth.transport.requests import AuthorizedSession
+
+            credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_only"])
+            session, endpoint = AuthorizedSession(credentials), "https://storage.googleapis.com"
+        base = f"{endpoint}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o"
+        token = None
+        while True:
+            params = {"prefix": prefix, **({"pageToken": token} if token else {})}
+            listing = session.get(base, params=params, timeout=30)
+            listing.raise_for_status()
+            body = listing.json()
+            for item in body.get("items", []):
+                got = session.get(f"{base}/{urllib.parse.quote(item['name'], safe='')}", params={"alt": "media"}, timeout=30)
+                got.raise_for_status()
+                docs.append(got.content)
+            token = body.get("nextPageToken")
+            if not token:
+                break
+    events = []
+    for raw in docs:
+        try:
+            doc = json.loads(raw)
+            if doc.get("job") == job_id:
+                events.append(Event.parse(doc))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
+
+
 # ---- the live policy path ---------------------------------------------------------------------------
 
 

@@ -82,3 +82,37 @@ def test_cloud_errors_are_one_clear_line(project, runner, monkeypatch):
     result = runner.invoke(app, ["status", "--stack", "example-gcp", "--observe"])
     assert result.exit_code == 1
     assert result.output.startswith("error: cannot ask the cloud: ") and len(result.output.splitlines()) == 1
+
+
+@mock_aws
+def test_events_from_the_s3_bucket(project, runner, monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="evts")
+    for attempt, event, t in [(2, "started", "2026-11-21T10:00:00.000Z"), (2, "preempted", "2026-11-21T11:00:00.000Z")]:
+        body = json.dumps({"job": "diffusion", "attempt": attempt, "node": 0, "event": event, "time": t, "details": {}})
+        s3.put_object(Bucket="evts", Key=f"example-aws/diffusion/attempt-{attempt}/node-0/{t}-{event}.json", Body=body)
+    s3.put_object(Bucket="evts", Key="example-aws/other/x.json", Body=b"{}")
+    result = runner.invoke(app, ["events", "diffusion", "--stack", "example-aws", "--events-bucket", "evts", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [e["event"] for e in json.loads(result.output)] == ["started", "preempted"]
+
+
+def test_events_from_gcs_as_the_scripts_wrote_them(project, runner, monkeypatch, tmp_path):
+    """The real GCP scripts upload to the emulator's bucket; `spotctl events` reads them back."""
+    import sys
+
+    from cli.emulator import Emulator
+    from cli.localvm import LocalVM, local_context
+    from infra.render import ScriptContext
+
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud="gcp", stack="example-gcp", kind="job", name="vit-finetune", command=f"{sys.executable} -c 'print(1)'",
+                            event_bucket="example-gcp-events", region="us-central1", attempt=3)
+        with LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm") as vm:
+            vm.boot()
+            assert vm.wait_for(lambda: len(emu.events()) == 2, 20)
+        monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
+        result = runner.invoke(app, ["events", "vit-finetune", "--stack", "example-gcp", "--events-bucket", "example-gcp-events", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [(e["attempt"], e["event"]) for e in json.loads(result.output)] == [(3, "started"), (3, "completed")]
