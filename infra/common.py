@@ -18,6 +18,12 @@ BOOT_DISK_GB = 100
 MASTER_PORT = 29500
 
 
+def master_port(attempt: int) -> int:
+    """The rendezvous port of an attempt. The address stays the same across attempts; the port
+    moves, so a process left over from an earlier attempt can never join the new rendezvous."""
+    return MASTER_PORT + attempt % 500
+
+
 @dataclass(frozen=True)
 class StackArgs:
     """What every component of a stack is given (components never read pulumi.Config themselves)."""
@@ -93,7 +99,7 @@ def job_script_context(
         node_rank=node.rank,
         world_size=job.nodes,
         master_addr=master_addr,
-        master_port=MASTER_PORT,
+        master_port=master_port(job.attempt),
         env=dict(job.env),
         disk_device=disk_device,
         mount_point=MOUNT_POINT,

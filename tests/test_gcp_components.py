@@ -152,6 +152,9 @@ def test_new_attempt_changes_the_instance_name_but_not_the_disk():
     # Same logical resource, so the change is a delete-before-replace of the VM.
     assert v1.urn == v2.urn and v2.delete_before_replace
     assert "SPOTCTL_ATTEMPT=2" in v2.inputs["metadata"]["startup-script"]
+    # Same master address, new rendezvous port: a leftover of attempt 1 cannot join attempt 2.
+    assert "SPOTCTL_MASTER_PORT=29501" in v1.inputs["metadata"]["startup-script"]
+    assert "SPOTCTL_MASTER_PORT=29502" in v2.inputs["metadata"]["startup-script"]
 
 
 def test_switching_capacity_changes_only_the_scheduling():
