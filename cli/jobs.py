@@ -201,12 +201,15 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             holder["before"] = {k: written.get(k, _MISSING) for k in change.fields}
             return {} if change.noop else change.fields
 
-        _, new_cfg = stackfile.update_job(ref.path, job_id, fields)
+        old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, fields)
         change: Change = holder["change"]
         if change.noop or applier is None:
             return Outcome(change, new_cfg, applied=False)
         from cli import plan as planner
 
+        old_job = old_cfg.job(job_id)
+        if _gang_restart(old_job, change):
+            _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out)
         targets = job_urns(planner.run(new_cfg, ref.name), job_id)
         try:
             applier.up(targets, out)
@@ -215,6 +218,32 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                 _undo(ref.path, job_id, holder["before"])
             raise
         return Outcome(change, new_cfg, applied=True)
+
+
+def _gang_restart(job: Job, change: Change) -> bool:
+    """A new attempt of a multi-node job whose VMs may still run (some nodes survived a preemption)."""
+    return job.nodes > 1 and "attempt" in change.fields and job.state.value in ("pending", "running")
+
+
+def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig, applier: Applier,
+                     before: dict[str, Any], out: Callable[[str], None]) -> None:
+    """Delete every VM of the current attempt before the new one starts, so no surviving node of
+    the old gang is still running when the new rendezvous begins: the job is written as stopped
+    (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
+    from cli import plan as planner
+
+    old_targets = job_urns(planner.run(old_cfg, ref.name), job_id)
+    final = stackfile.job_fields(ref.path, job_id, list(before))
+    stackfile.update_job(ref.path, job_id, lambda current, written: {k: before[k] for k in before if before[k] is not _MISSING}
+                         | {"state": "stopped"})
+    out(f"job {job_id}: stopping every node of attempt {old_cfg.job(job_id).attempt} before the new attempt starts")
+    try:
+        applier.up(old_targets, out)
+    except ApplyError as exc:
+        if not exc.started:
+            _undo(ref.path, job_id, before)
+        raise
+    stackfile.update_job(ref.path, job_id, lambda current, written: final)
 
 
 class _Missing:

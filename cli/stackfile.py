@@ -350,3 +350,10 @@ def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[s
         new = validate(namespaced(new_raw, str(path)), str(path))
         atomic_write(path, new_text)
         return current, new
+
+
+def job_fields(path: Path, job_id: str, names: list[str]) -> dict[str, Any]:
+    """The current values of some keys of one job, as written in the file."""
+    raw = read_config(path)
+    entry = next(e for e in raw.get(key("jobs")) or [] if isinstance(e, dict) and e.get("id") == job_id)
+    return {n: entry[n] for n in names if n in entry}

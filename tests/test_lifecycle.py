@@ -201,6 +201,27 @@ def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, f
     assert up[-2:] == ["--stack", "example-aws"]
 
 
+def test_a_multi_node_gang_is_stopped_before_its_new_attempt(project, runner, fake_pulumi):
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force"])
+    assert result.exit_code == 0, result.output
+    assert "stopping every node of attempt 1 before the new attempt starts" in result.output
+    ups = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
+    assert len(ups) == 2
+    files = [json.loads(line) for line in Path(str(fake_pulumi) + ".stackfiles").read_text().splitlines()]
+    seen = []
+    for text in files:
+        path = project / "stacks" / "snapshot" / "Pulumi.snap.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        j = stackfile.load(stackfile.resolve(None, path)).job("llm-pretrain")
+        seen.append((j.state.value, j.attempt))
+    assert seen == [("stopped", 1), ("running", 2)]  # every old node goes before the new attempt starts
+    first_targets = [a for i, a in enumerate(ups[0]) if ups[0][i - 1] == "--target"]
+    assert any("compute/instance:Instance::job-llm-pretrain-n1-vm" in t for t in first_targets)
+    final = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (final.state.value, final.attempt) == ("running", 2)
+
+
 def test_no_pulumi_is_reported_before_anything_changes(project, runner, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("SPOTCTL_PULUMI_ROOT", raising=False)
