@@ -134,7 +134,7 @@ def observation_for(job: Job, events: list[Event], now: datetime, changeover_h: 
     progress = sum(hours(a, b) for a, b, _ in tl.runs)
     history: list[bool] = []
     cursor = start
-    for a, b, how in tl.runs:
+    for a, b, _ in tl.runs:
         history += [False] * int(hours(cursor, a) / TICK_H)
         history += [True] * int(hours(a, b) / TICK_H)
         cursor = b

@@ -214,8 +214,9 @@ class Default(Policy):
     name = "default"
 
     def __init__(self, reserve: float = 1.0, switch_gain: float = 1.5, prior_up_h: float = 2.0, prior_down_h: float = 1.0,
-                 outage_base: float = 0.5, outage_weight: float = 4.0):
+                 outage_base: float = 0.5, outage_weight: float = 4.0, switch_reserve: float = 0.5):
         self.reserve = reserve
+        self.switch_reserve = switch_reserve
         self.outage_base = outage_base
         self.outage_weight = outage_weight
         self.switch_gain = switch_gain
@@ -248,7 +249,7 @@ class Default(Policy):
             expected_run = min(self.history.mean_up(self.prior_up_h), obs.work_left_h)
             saving = (obs.price_ratio - 1.0) * expected_run
             cost = d * (1.0 + obs.price_ratio)
-            if saving > self.switch_gain * cost and obs.slack_h - 2 * d > self._reserve_h(obs) * 0.5:
+            if saving > self.switch_gain * cost and obs.slack_h - 2 * d > self._reserve_h(obs) * self.switch_reserve:
                 return SPOT
             return ON_DEMAND
         if obs.current == ON_DEMAND:

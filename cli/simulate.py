@@ -327,7 +327,7 @@ def plot(path: Path, trace: Trace, start: int, job: Job, policies: Sequence[str]
         run = simulate(make_policy(name), trace, start, job, record=True)
         x = [tl.h(i * tl.tick) for i in range(len(run.progress))]
         (line,) = ax.step(x, run.progress, where="post", label=f"{name} progress")
-        for xi, mode in zip(x, run.modes):
+        for xi, mode in zip(x, run.modes, strict=True):
             ax.plot([xi, xi + tl.h(tl.tick)], [-1.5 - 1.2 * policies.index(name)] * 2, color=colors[mode], lw=5)
     ax.axvline(job.deadline_h, color="black", ls="--", label="deadline")
     ax.plot([0, job.deadline_h], [0, job.job_h], color="gray", ls=":", label="uniform progress")

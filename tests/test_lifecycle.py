@@ -121,8 +121,8 @@ def test_disks_are_deleted_only_for_completed_jobs_with_ownership(state, force, 
 
 
 def diff_lines(before: str, after: str) -> list[str]:
-    return [l for l in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
-            if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+    return [line for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
 def test_resume_no_apply_edits_only_the_jobs_keys(project, runner):
