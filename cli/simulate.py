@@ -77,11 +77,13 @@ class Timeline:
 
     @classmethod
     def of(cls, trace: Trace, job: Job) -> Timeline:
+        """Units of gcd(tick, changeover) seconds. Work rounds up and the deadline down to whole units
+        (at most one unit of caution), the same for the simulator and the optimum."""
         d_s = round(job.changeover_h * 3600)
         q = math.gcd(trace.gap_s, d_s) if d_s else trace.gap_s
-        q = math.gcd(q, round(job.job_h * 3600)) or 1
-        q = math.gcd(q, round(job.deadline_h * 3600)) or 1
-        return cls(q, trace.gap_s // q, round(job.job_h * 3600) // q, d_s // q, round(job.deadline_h * 3600) // q)
+        work = -(-round(job.job_h * 3600) // q)
+        deadline = round(job.deadline_h * 3600) // q
+        return cls(q, trace.gap_s // q, work, d_s // q, deadline)
 
     def h(self, units: float) -> float:
         return units * self.q_s / 3600
