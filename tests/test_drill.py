@@ -144,7 +144,7 @@ def test_trace_driven_preemptions(runner, tmp_path):
     assert code == 0, report
     assert report["preemptions"] == 3
     assert [a["outcome"] for a in report["attempts"]] == ["preempted"] * 3 + ["completed"]
-    assert all(0.9 < a["seconds"] < 3 for a in report["attempts"][:3])
+    assert all(0.9 < a["seconds"] < 6 for a in report["attempts"][:3])  # 1 s of spot, then the shutdown path
 
 
 def test_bad_trace_file_is_one_clear_error(runner, tmp_path):

@@ -258,6 +258,7 @@ import sys
 from pathlib import Path
 from cli import stackfile
 path = Path(sys.argv[1])
+print("ready", flush=True)
 i = 0
 while True:
     i += 1
@@ -273,10 +274,12 @@ def test_kill_9_during_edits_never_leaves_a_broken_file(project):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     seen = set()
     for _ in range(100):
-        proc = subprocess.Popen([sys.executable, "-c", EDITOR, str(path)], env=env, cwd=ROOT)
-        time.sleep(0.40 + rng.random() * 0.15)  # imports take ~0.35 s, an edit ~20 ms: kill among the edits
+        proc = subprocess.Popen([sys.executable, "-c", EDITOR, str(path)], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "ready\n"  # imported: the edits start now
+        time.sleep(rng.random() * 0.06)  # an edit takes ~20 ms: kill anywhere among the first few
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
         text = path.read_text()
         assert text in valid
         seen.add(text)
