@@ -304,3 +304,37 @@ def test_twenty_concurrent_resumes_lose_no_update(project):
     resumed = [j for j in cfg.jobs if j.id.startswith("job-")]
     assert len(resumed) == 20
     assert all(j.attempt == 3 and j.state is JobState.RUNNING for j in resumed)
+
+
+# ---- the live policy path: resume asks the job's policy with what its events reveal ------------------
+
+
+def history(*runs: tuple[float, float, str], attempt0: int = 1) -> list[Event]:
+    """Events for runs given as (start minute, end minute, how it ended)."""
+    out = []
+    for n, (a, b, how) in enumerate(runs, start=attempt0):
+        out += [ev("started", n, a), ev(how, n, b)]
+    return out
+
+
+def test_resume_asks_the_jobs_policy():
+    from cli.jobs import observation_for, policy_capacity
+
+    now = T0 + timedelta(hours=10)
+    # 4 h of work done in 10 h, 4 preemptions; 20 h of work left before a 24 h deadline: on-demand.
+    events = history((0, 60, "preempted"), (120, 180, "preempted"), (300, 360, "preempted"), (480, 540, "preempted"))
+    tight = job(state="preempted", attempt=4, job_hours=24.0, deadline_hours=24.0, policy="default")
+    obs, replay = observation_for(tight, events, now)
+    assert (round(obs.elapsed_h, 3), round(obs.progress_h, 3), obs.preemptions) == (10.0, 4.0, 4)
+    assert replay.count(True) == 24 and len(replay) == 60  # 4 h available, 10 h seen (10-minute ticks)
+    choose = policy_capacity(now=lambda: now)
+    assert choose(tight, events) is Capacity.ON_DEMAND
+    # Plenty of slack: back to spot.
+    loose = job(state="preempted", attempt=4, job_hours=10.0, deadline_hours=100.0, policy="default")
+    assert choose(loose, events) is Capacity.SPOT
+    # The industry baseline: after 3 preemptions, on-demand for good, slack or not.
+    assert choose(job(state="preempted", attempt=4, job_hours=10.0, deadline_hours=100.0, policy="n-preemptions"), events) is Capacity.ON_DEMAND
+    # Without jobHours/deadlineHours no policy can weigh a deadline: spot.
+    assert choose(job(state="preempted", attempt=4), events) is Capacity.SPOT
+    change = decide_resume(tight, events, choose=choose)
+    assert change.fields == {"attempt": 5, "state": "running", "capacity": "on-demand"}
