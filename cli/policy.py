@@ -29,8 +29,13 @@ hours, billed, without progress; spot may vanish (a preemption), on-demand never
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Literal
+
+import numpy as np
+
+from cli.planning import IDLE_M, OD_M, SPOT_M, Regime, Units, bucket_of, plan_for, shipped_regimes
 
 Decision = Literal["spot", "on-demand", "idle"]
 SPOT: Decision = "spot"
@@ -88,39 +93,6 @@ def must_go_on_demand(obs: Observation, margin_h: float = 0.0) -> bool:
     """
     launch = 0.0 if obs.current == ON_DEMAND else obs.changeover_h
     return obs.slack_h - launch <= obs.tick_h + margin_h
-
-
-@dataclass
-class History:
-    """Availability as observed so far: spot lifetimes (up runs) and waits (down runs)."""
-
-    ups: list[float] = field(default_factory=list)
-    downs: list[float] = field(default_factory=list)
-    run_h: float = 0.0
-    state: bool | None = None
-    seen_h: float = 0.0
-    up_h: float = 0.0
-
-    def observe(self, available: bool, tick_h: float) -> None:
-        if self.state is not None and available != self.state:
-            (self.ups if self.state else self.downs).append(self.run_h)
-            self.run_h = 0.0
-        self.state = available
-        self.run_h += tick_h
-        self.seen_h += tick_h
-        self.up_h += tick_h if available else 0.0
-
-    @property
-    def availability(self) -> float:
-        return self.up_h / self.seen_h if self.seen_h else 0.5
-
-    def mean_up(self, prior_h: float) -> float:
-        runs = self.ups + ([self.run_h] if self.state else [])
-        return (sum(runs) + prior_h) / (len(runs) + 1)
-
-    def mean_down(self, prior_h: float) -> float:
-        runs = self.downs + ([self.run_h] if self.state is False else [])
-        return (sum(runs) + prior_h) / (len(runs) + 1)
 
 
 class OnDemand(Policy):
@@ -209,52 +181,61 @@ class UniformProgressNoHysteresis(UniformProgress):
 
 
 class Default(Policy):
-    """spotctl's policy (see the module docstring)."""
+    """spotctl's policy: expected-cost planning under a mixture of availability regimes (module docstring)."""
 
     name = "default"
 
-    def __init__(self, reserve: float = 1.0, switch_gain: float = 1.5, prior_up_h: float = 2.0, prior_down_h: float = 1.0,
-                 outage_base: float = 0.5, outage_weight: float = 4.0, switch_reserve: float = 0.5):
-        self.reserve = reserve
-        self.switch_reserve = switch_reserve
-        self.outage_base = outage_base
-        self.outage_weight = outage_weight
-        self.switch_gain = switch_gain
-        self.prior_up_h = prior_up_h
-        self.prior_down_h = prior_down_h
-        self.history = History()
-        self.committed = False
+    def __init__(self, regimes: Sequence[Regime] | None = None, temperature: float = 1.0):
+        self.regimes = tuple(regimes) if regimes is not None else shipped_regimes()
+        if not self.regimes:
+            raise ValueError("default policy: no availability regimes")
+        self.temperature = temperature
+        self.loglik = np.zeros(len(self.regimes))
+        self.previous: bool | None = None
+        self.age_ticks = 0
 
-    def _reserve_h(self, obs: Observation) -> float:
-        """Slack to keep back when spot is away: shrinks with time left; more when outages are long."""
-        initial_slack = max(obs.deadline_h - obs.job_h, 1e-9)
-        share_left = max(obs.time_left_h, 0.0) / obs.deadline_h
-        wait = self.history.mean_down(self.prior_down_h)
-        outage_factor = min(2.0, self.outage_base + wait / max(initial_slack, 1e-9) * self.outage_weight)
-        return self.reserve * initial_slack * share_left * outage_factor + 2 * obs.changeover_h
+    def _observe(self, available: bool, tick_h: float) -> None:
+        """Bayes' rule over the regimes, one tick of availability at a time; track the current run's age."""
+        if self.previous is None:
+            self.age_ticks = 1
+        else:
+            bucket = bucket_of(self.age_ticks * tick_h)
+            flipped = available != self.previous
+            for j, regime in enumerate(self.regimes):
+                p = regime.flip_prob(self.previous, bucket, tick_h)
+                self.loglik[j] += math.log(p if flipped else 1 - p)
+            self.age_ticks = 1 if flipped else self.age_ticks + 1
+        self.previous = available
+
+    def posterior(self) -> np.ndarray:
+        w = np.exp((self.loglik - self.loglik.max()) * self.temperature)
+        return w / w.sum()
 
     def decide(self, obs: Observation) -> Decision:
-        self.history.observe(obs.spot_available, obs.tick_h or 1 / 6)
-        d = obs.changeover_h
-        if self.committed or must_go_on_demand(obs, margin_h=d):
-            self.committed = True
+        tick_h = obs.tick_h or DEFAULT_TICK_H
+        self._observe(obs.spot_available, tick_h)
+        if must_go_on_demand(obs):
             return ON_DEMAND
-        if obs.current == SPOT:
-            return SPOT  # still available, or the simulator would have preempted us
-        if obs.spot_available:
-            if obs.current == IDLE:
-                return SPOT
-            # On on-demand: leave only if the expected spot run saves more than two changeovers cost
-            # and the slack can absorb them.
-            expected_run = min(self.history.mean_up(self.prior_up_h), obs.work_left_h)
-            saving = (obs.price_ratio - 1.0) * expected_run
-            cost = d * (1.0 + obs.price_ratio)
-            if saving > self.switch_gain * cost and obs.slack_h - 2 * d > self._reserve_h(obs) * self.switch_reserve:
-                return SPOT
-            return ON_DEMAND
-        if obs.current == ON_DEMAND:
-            return ON_DEMAND  # its changeover is paid: keep going until spot is back
-        return IDLE if obs.slack_h > self._reserve_h(obs) else ON_DEMAND
+        units, plan_tick_h = Units.fit(tick_h, obs.changeover_h, obs.job_h, obs.deadline_h)
+        step = int(obs.elapsed_h * 3600 + 1e-6) // (units.tick * units.u_s)
+        work_left = -(-round(obs.work_left_h * 3600) // units.u_s)
+        bucket = bucket_of(self.age_ticks * tick_h)
+        mode = _MODE[obs.current]
+        post = self.posterior()
+        q: dict[int, float] = {}
+        for j in np.flatnonzero(post > 1e-4):
+            plan = plan_for(self.regimes[j], units, obs.price_ratio, plan_tick_h)
+            for action, value in plan.q_values(step, mode, obs.spot_available, bucket, work_left).items():
+                q[action] = q.get(action, 0.0) + float(post[j]) * value
+        best = min(q, key=q.__getitem__)
+        if mode in q and q[mode] <= q[best] + 1e-6:
+            best = mode  # ties keep the current mode: no changeover for nothing
+        return _DECISION[best]
+
+
+_MODE = {IDLE: IDLE_M, SPOT: SPOT_M, ON_DEMAND: OD_M}
+_DECISION = {v: k for k, v in _MODE.items()}
+DEFAULT_TICK_H = 1 / 6
 
 
 def policy_names() -> list[str]:
@@ -272,7 +253,3 @@ def make_policy(name: str, **params) -> Policy:
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; valid: {', '.join(policy_names())}") from None
     return cls(**params)
-
-
-def finite(x: float) -> bool:
-    return not (math.isinf(x) or math.isnan(x))
