@@ -8,22 +8,36 @@ The model is the one of "Can't Be Late" (NSDI'24): a job needs ``job_h`` hours o
 ``deadline_h``; spot costs 1/h, on-demand ``price_ratio``/h; every launch costs ``changeover_h``
 hours, billed, without progress; spot may vanish (a preemption), on-demand never does.
 
-``default`` — ours. Three ideas on top of Uniform Progress (UP):
+``default`` — ours: plan, don't follow a rule. UP keeps progress on a straight line whatever the
+trace does; the omniscient optimum waits through short outages, covers long ones with on-demand
+and keeps just enough slack to use spot to the end. ``default`` approximates that online:
 
-1. Slack is the budget, not progress. What can be spent on waiting for spot is the slack
-   ``(deadline - now) - work left``. A safety net keeps enough of it to finish on on-demand,
-   including one more changeover, so no feasible deadline is missed.
-2. Spend slack where it buys spot, at a rate the trace has earned. UP spends slack uniformly over
-   time (it goes on-demand as soon as progress falls behind the straight line). We instead wait
-   for spot while the slack left exceeds a reserve that shrinks with the time left, scaled by how
-   often spot has been unavailable so far (the empirical availability) and by how long outages
-   have lasted (the empirical wait distribution): a trace whose outages are short lets us wait
-   more; one whose outages are long makes waiting pointless, so we go on-demand early and keep
-   the slack for the next spot window.
-3. Leave on-demand only when it pays. A switch back to spot costs a changeover now and probably
-   another one at the next preemption; we switch when the empirical spot lifetime seen so far
-   makes the expected saving exceed that cost and the slack can absorb the changeovers (the
-   preemption-loop guard the INCL seed asks for: repeated short spot lifetimes stop the switching).
+1. Spot availability has memory. On the development traces a spot window or an outage that has
+   lasted an hour is far more likely to continue than one that began ten minutes ago (the heavy
+   tails INCL and the GCP lifetime data show too). We model it as semi-Markov: hazard rates (run
+   ends per hour) by the age of the current run, for up runs and for down runs (cli/planning.py).
+2. Traces differ by an order of magnitude (12 % to 89 % availability), so instead of one model we
+   keep a small set of *regimes* fitted on the development traces (cli/regimes.json) and, every
+   tick, update a posterior over them from what this job has observed (Bayes' rule on the
+   availability flips: INCL's "empirical data", as likelihoods).
+3. For each regime a backward dynamic program gives the expected cost-to-go of every state (time,
+   work left, mode, availability, age of the current run) under the simulator's exact rules:
+   changeovers billed without progress, preemption when spot flips, the deadline as a hard wall.
+   The decision is the action with the least posterior-weighted expected cost (QMDP); near-ties
+   keep the current run, else take spot. Waiting, failing over and coming back from on-demand
+   are weighed by what they are expected to cost, the preemption loop included: in a regime of
+   short spot windows another launch looks as expensive as it is.
+4. Deadlines are never at risk: on-demand is deterministic and every regime gives a preemption a
+   positive probability, so a plan never takes a step from which on-demand could no longer
+   finish; the same safety net as the other policies sits in front of it anyway.
+
+Known weakness: QMDP values waiting as if the regime were known from the next tick on, so with a
+flat posterior (a job's first hours) and a tight deadline it can spend slack on an outage that
+turns out long and then finish on on-demand while spot is back. The next step is re-planning on
+the posterior-mixed model (certainty equivalence) instead of mixing the regimes' values.
+
+Plans are solved once per (regime, job shape) and cached; long jobs are planned on a coarser grid
+(``Units.fit``) so a plan stays under ~200 MB.
 """
 
 from __future__ import annotations
@@ -227,10 +241,14 @@ class Default(Policy):
             plan = plan_for(self.regimes[j], units, obs.price_ratio, plan_tick_h)
             for action, value in plan.q_values(step, mode, obs.spot_available, bucket, work_left).items():
                 q[action] = q.get(action, 0.0) + float(post[j]) * value
-        best = min(q, key=q.__getitem__)
-        if mode in q and q[mode] <= q[best] + 1e-6:
-            best = mode  # ties keep the current mode: no changeover for nothing
-        return _DECISION[best]
+        least = min(q.values())
+        near = {a for a, v in q.items() if v <= least + 1e-4 * abs(least) + 1e-6}
+        # Among (near) ties: keep running where we run (no changeover for nothing), else take spot
+        # (progress now is what a wrong model cannot take back), else keep waiting.
+        for choice in ((mode,) if mode != IDLE_M else ()) + (SPOT_M, mode):
+            if choice in near:
+                return _DECISION[choice]
+        return _DECISION[min(q, key=q.__getitem__)]
 
 
 _MODE = {IDLE: IDLE_M, SPOT: SPOT_M, ON_DEMAND: OD_M}
