@@ -31,10 +31,11 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    positive probability, so a plan never takes a step from which on-demand could no longer
    finish; the same safety net as the other policies sits in front of it anyway.
 
-Known weakness: QMDP values waiting as if the regime were known from the next tick on, so with a
-flat posterior (a job's first hours) and a tight deadline it can spend slack on an outage that
-turns out long and then finish on on-demand while spot is back. The next step is re-planning on
-the posterior-mixed model (certainty equivalence) instead of mixing the regimes' values.
+Known weakness: with short changeovers and a tight deadline (d = 0.05 h, C/R = 0.92) it sometimes
+waits through the first hours of an outage that turns out long, and then has to finish on on-demand
+while spot is back; there the earlier slack-reserve heuristic did better. QMDP's optimism (it values
+waiting as if the regime were known from the next tick on) is one suspect; planning on the pooled
+model until the posterior is sharp did not help, so re-planning on the posterior-mixed model is next.
 
 Plans are solved once per (regime, job shape) and cached; long jobs are planned on a coarser grid
 (``Units.fit``) so a plan stays under ~200 MB.
