@@ -1,8 +1,8 @@
-"""Fit the availability regimes the ``default`` policy ships with (cli/regimes.json).
+"""Fit the availability regimes the ``default`` policy ships with (cli/policy/regimes.json).
 
 One regime per development availability series (skypilot-spot-traces aws-10-26-2022: 8 zone/GPU
 series, 600 s ticks): the hazard rates of spot windows and outages by age bucket
-(cli/planning.py). Only the development set is read (../shared/traces/README.md).
+(cli/policy/planning.py). Only the development set is read (../shared/traces/README.md).
 
 Run: uv run python bench/fit_regimes.py [--traces DIR]
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.planning import AGE_EDGES_H, REGIMES_FILE, fit_regime  # noqa: E402
-from cli.simulate import load_trace  # noqa: E402
+from cli.policy.planning import AGE_EDGES_H, REGIMES_FILE, fit_regime  # noqa: E402
+from cli.policy.simulate import load_trace  # noqa: E402
 
 DEV = ROOT.parent / "shared" / "traces" / "skypilot-spot-traces" / "availability" / "1-node" / "aws-10-26-2022"
 

@@ -6,7 +6,7 @@ policy. Prints one table per setting and the ratio of `default`'s cost to the ch
 uniform-progress with and without hysteresis, and the share of that UP's gap to the optimum that
 `default` closes.
 
-`default` ships availability regimes fitted on these very traces (cli/regimes.json), so its row is
+`default` ships availability regimes fitted on these very traces (cli/policy/regimes.json), so its row is
 in-sample. The row `default (LOO)` is the honest out-of-sample figure: for each trace it runs with
 the regimes of the *other* seven traces only (leave one trace out).
 
@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.planning import fit_regime  # noqa: E402
-from cli.simulate import Job, evaluate, load_trace, overall  # noqa: E402
+from cli.policy.planning import fit_regime  # noqa: E402
+from cli.policy.simulate import Job, evaluate, load_trace, overall  # noqa: E402
 
 DEV = ROOT.parent / "shared" / "traces" / "skypilot-spot-traces" / "availability" / "1-node" / "aws-10-26-2022"
 POLICIES = ["default", "uniform-progress", "uniform-progress-nh", "greedy", "n-preemptions", "on-demand"]

@@ -20,8 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli import jobs, stackfile  # noqa: E402
-from cli.lifecycle import decide_resume  # noqa: E402
+from cli.lifecycle import operations as jobs  # noqa: E402
+from cli.lifecycle import stackfile  # noqa: E402
+from cli.lifecycle.states import decide_resume  # noqa: E402
 
 JOB = """    - id: job-{i:04d}
       # a comment per job, kept by every edit

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.emulator import Emulator  # noqa: E402
-from cli.localvm import LocalVM, local_context  # noqa: E402
+from cli.drill.emulator import Emulator  # noqa: E402
+from cli.drill.localvm import LocalVM, local_context  # noqa: E402
 from infra.render import ScriptContext  # noqa: E402
 
 TRAINER = ROOT / "tests" / "fixtures" / "trainer.py"

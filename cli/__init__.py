@@ -1,0 +1,13 @@
+"""spotctl's command line and its parts (README "Layout" draws them).
+
+- ``cli.app``: the Typer commands only: parse, call one function of a part, print; errors are
+  caught here and nowhere else.
+- ``cli.lifecycle``: the core: job state machine, job operations, stack files, applying with Pulumi.
+- ``cli.cloud``: the cloud boundary: every boto3 / google-cloud call.
+- ``cli.policy``: the policy engine: spot/on-demand policies, planning, the simulator, fitted data.
+- ``cli.drill``: the drill: a training command preempted locally under the real VM scripts.
+- ``cli.plan``: the Pulumi program (``infra``) evaluated under Pulumi's mocks.
+
+Imports only run downwards (``tests/test_layout.py`` checks it):
+``app -> lifecycle -> {policy, plan, cloud} -> infra``; ``drill -> infra``; nothing imports ``app``.
+"""

@@ -42,5 +42,9 @@ def declare(cfg: StackConfig, stack: str) -> dict[str, object]:
 
 
 def main() -> dict[str, object]:
+    from infra import contract
+
     stack = pulumi.get_stack()
-    return declare(read_config(stack), stack)
+    cfg = read_config(stack)
+    contract.install()  # every resource from here on is checked against the clouds' rules
+    return declare(cfg, stack)

@@ -10,7 +10,7 @@ from functools import cache
 import pulumi_aws as aws
 import pytest
 
-from cli import plan as planner
+from cli.plan import mocks as planner
 from infra.config import validate
 from tests.conftest import AWS_BASE, aws_job, stack_config
 

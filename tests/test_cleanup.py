@@ -10,11 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from cli import plan as planner
-from cli import stackfile
 from cli.app import app
-from cli.apply import job_urns
-from cli.inventory import AwsInventory, CloudDisk, deletable_orphans
+from cli.cloud import CloudDisk
+from cli.cloud.aws import AwsInventory
+from cli.lifecycle import stackfile
+from cli.lifecycle.apply import job_urns
+from cli.lifecycle.cleanup import deletable_orphans
+from cli.plan import mocks as planner
 from infra.config import validate
 from tests.conftest import AWS_BASE, aws_job, pulumi_calls, stack_config
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli.app import app
-from cli.drill import Attempt, account_lost_work, checkpoint_interval, judge, parse_progress
+from cli.drill.runner import Attempt, account_lost_work, checkpoint_interval, judge, parse_progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = f"{sys.executable} {ROOT / 'examples' / 'reentrant_train.py'}"

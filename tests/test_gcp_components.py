@@ -8,7 +8,7 @@ from functools import cache
 import pulumi_gcp as gcp
 import pytest
 
-from cli import plan as planner
+from cli.plan import mocks as planner
 from infra.config import validate
 from tests.conftest import GCP_BASE, gcp_job, stack_config
 

@@ -18,11 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cli import plan as planner
-from cli import stackfile
 from cli.app import app
-from cli.apply import job_urns
-from cli.lifecycle import (
+from cli.lifecycle import stackfile
+from cli.lifecycle.apply import job_urns
+from cli.lifecycle.states import (
     TRANSITIONS,
     Event,
     LifecycleError,
@@ -32,6 +31,7 @@ from cli.lifecycle import (
     decide_resume,
     may_delete_disks,
 )
+from cli.plan import mocks as planner
 from infra.config import Capacity, Job, JobState
 from tests.conftest import pulumi_calls
 
@@ -256,7 +256,7 @@ def test_failed_update_keeps_the_edit_and_says_so(project, runner, fake_pulumi, 
 EDITOR = """
 import sys
 from pathlib import Path
-from cli import stackfile
+from cli.lifecycle import stackfile
 path = Path(sys.argv[1])
 stackfile.edit(path, lambda c, cur: None)  # warm up (lazy imports); changes nothing, writes nothing
 print("ready", flush=True)
@@ -318,7 +318,7 @@ def history(*runs: tuple[float, float, str], attempt0: int = 1) -> list[Event]:
 
 
 def test_resume_asks_the_jobs_policy():
-    from cli.jobs import observation_for, policy_capacity
+    from cli.lifecycle.capacity import observation_for, policy_capacity
 
     now = T0 + timedelta(hours=10)
     # 4 h of work done in 10 h, 4 preemptions; 20 h of work left before a 24 h deadline: on-demand.

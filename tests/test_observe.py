@@ -10,7 +10,8 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from cli.app import app
-from cli.inventory import AwsObserver, GcpObserver
+from cli.cloud.aws import AwsObserver
+from cli.cloud.gcp import GcpObserver
 from tests.fixtures.fake_gce import FakeGce
 
 
@@ -102,8 +103,8 @@ def test_events_from_gcs_as_the_scripts_wrote_them(project, runner, monkeypatch,
     """The real GCP scripts upload to the emulator's bucket; `spotctl events` reads them back."""
     import sys
 
-    from cli.emulator import Emulator
-    from cli.localvm import LocalVM, local_context
+    from cli.drill.emulator import Emulator
+    from cli.drill.localvm import LocalVM, local_context
     from infra.render import ScriptContext
 
     with Emulator() as emu:

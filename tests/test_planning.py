@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli import planning
-from cli.planning import OD_M, SPOT_M, Plan, Regime, Units, bucket_of, fit_regime, runs
-from cli.policy import Default, Observation
-from cli.simulate import Job, Trace, all_on_demand_cost, omniscient, simulate
+from cli.policy import planning
+from cli.policy.planning import OD_M, SPOT_M, Plan, Regime, Units, bucket_of, fit_regime, runs
+from cli.policy.policies import Default, Observation
+from cli.policy.simulate import Job, Trace, all_on_demand_cost, omniscient, simulate
 from tests.test_policy import OCT22, dev_traces
 
 TICK = 1 / 6
@@ -116,7 +116,7 @@ def test_default_is_deterministic_and_does_not_share_state_between_runs():
 
 
 def test_shipped_regimes_are_the_fit_of_the_development_traces():
-    """cli/regimes.json is reproducible: bench/fit_regimes.py on the development set gives it back."""
+    """cli/policy/regimes.json is reproducible: bench/fit_regimes.py on the development set gives it back."""
     traces = dev_traces()
     doc = json.loads(planning.REGIMES_FILE.read_text())
     assert doc["age_edges_h"] == [round(x, 5) for x in planning.AGE_EDGES_H]

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.app import app
-from cli.policy import Observation, make_policy, policy_names
-from cli.simulate import Job, Trace, all_on_demand_cost, load_trace, omniscient, simulate, starts_for
+from cli.policy.policies import Observation, make_policy, policy_names
+from cli.policy.simulate import Job, Trace, all_on_demand_cost, load_trace, omniscient, simulate, starts_for
 from infra.config import POLICY_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.emulator import Emulator
-from cli.localvm import LocalVM, local_context
+from cli.drill.emulator import Emulator
+from cli.drill.localvm import LocalVM, local_context
 from infra.render import ScriptContext
 
 MOUNT_SHIM = """#!/bin/bash

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.emulator import Emulator
-from cli.localvm import LocalVM, local_context
+from cli.drill.emulator import Emulator
+from cli.drill.localvm import LocalVM, local_context
 from infra.render import ScriptContext
 
 PAYLOADS = [

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.emulator import Emulator, Fault
-from cli.localvm import LocalVM, local_context
+from cli.drill.emulator import Emulator, Fault
+from cli.drill.localvm import LocalVM, local_context
 from infra.render import NOTICE_S, TRAINER_STOP_BUDGET_S, ScriptContext
 
 TRAINER = Path(__file__).parent / "fixtures" / "trainer.py"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cli.policy import IDLE, ON_DEMAND, SPOT, Decision, Observation, Policy, make_policy
+from cli.policy.policies import IDLE, ON_DEMAND, SPOT, Decision, Observation, Policy, make_policy
 
 PAPER_PRICE_RATIO = 3.06 / 0.9731  # p3.2xlarge on-demand / spot, as in the paper
 

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cli.emulator import Emulator
-from cli.localvm import LocalVM, local_context
+from cli.drill.emulator import Emulator
+from cli.drill.localvm import LocalVM, local_context
 from infra.render import NOTICE_S, ScriptContext
 
 PROGRESS_RE = re.compile(r"^SPOTCTL_PROGRESS\s+(\d+)(?:\s*/\s*(\d+))?\s*$")
@@ -297,6 +297,25 @@ def _status_line(rec: Attempt, preempt_in: float | None) -> str:
     progress = "starting" if rec.end_progress is None else f"step {rec.end_progress}" + (f"/{rec.total}" if rec.total else "")
     when = f", preempting in {preempt_in:4.1f}s" if preempt_in is not None and preempt_in != math.inf else ""
     return f"attempt {rec.attempt}: {progress}{when}"
+
+
+def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str, str] | None = None,
+              preempt_every: float | None = None, trace: Path | None = None, time_scale: float = 1.0,
+              max_attempts: int = 10, verify: bool = False) -> DrillSpec:
+    """The drill of ``command``: preempted every ``preempt_every`` seconds (2 s unless a trace is
+    given), or whenever ``trace`` says spot went away. A bad trace raises ValueError naming it."""
+    preempt_after = None
+    if trace is not None:
+        try:
+            ups, _ = availability_runs(trace)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"{trace}: not a spot-traces availability file ({exc})") from None
+        preempt_after = [u / time_scale for u in ups]
+    return DrillSpec(
+        command=command, cloud=cloud, job_id=job_id, env=dict(env or {}),
+        preempt_every=preempt_every if preempt_every is not None else (None if trace else 2.0),
+        preempt_after=preempt_after, time_scale=time_scale, max_attempts=max_attempts, verify=verify,
+    )
 
 
 def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -> Report:

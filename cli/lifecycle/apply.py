@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli.plan import Plan
-from cli.stackfile import lock_path
+from cli.lifecycle.stackfile import lock_path
+from cli.plan.mocks import Plan
 
 APPLY_WAIT_S = 120.0
 

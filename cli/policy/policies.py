@@ -15,9 +15,9 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
 1. Spot availability has memory. On the development traces a spot window or an outage that has
    lasted an hour is far more likely to continue than one that began ten minutes ago (the heavy
    tails INCL and the GCP lifetime data show too). We model it as semi-Markov: hazard rates (run
-   ends per hour) by the age of the current run, for up runs and for down runs (cli/planning.py).
+   ends per hour) by the age of the current run, for up runs and for down runs (cli/policy/planning.py).
 2. Traces differ by an order of magnitude (12 % to 89 % availability), so instead of one model we
-   keep a small set of *regimes* fitted on the development traces (cli/regimes.json) and, every
+   keep a small set of *regimes* fitted on the development traces (cli/policy/regimes.json) and, every
    tick, update a posterior over them from what this job has observed (Bayes' rule on the
    availability flips: INCL's "empirical data", as likelihoods).
 3. For each regime a backward dynamic program gives the expected cost-to-go of every state (time,
@@ -50,7 +50,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from cli.planning import IDLE_M, OD_M, SPOT_M, Regime, Units, bucket_of, plan_for, shipped_regimes
+from cli.policy.planning import IDLE_M, OD_M, SPOT_M, Regime, Units, bucket_of, plan_for, shipped_regimes
 
 Decision = Literal["spot", "on-demand", "idle"]
 SPOT: Decision = "spot"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cli.emulator import Emulator
+from cli.drill.emulator import Emulator
 from infra.render import ScriptContext, Scripts, scripts_for
 
 PID_FILES = ("trainer.pid", "run.pid", "watch.pid")

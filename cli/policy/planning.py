@@ -6,7 +6,7 @@ has lasted an hour is much more likely to go on than one that began ten minutes 
 therefore keeps, for up runs and for down runs, a hazard rate (ends per hour) for each *age
 bucket* of the current run (``AGE_EDGES_H``). A :class:`Regime` is one such pair of hazard curves;
 regimes are fitted from run lengths (:func:`fit_regime`) and the shipped ones come from the
-development traces (``cli/regimes.json``, written by ``bench/fit_regimes.py``).
+development traces (``cli/policy/regimes.json``, written by ``bench/fit_regimes.py``).
 
 :class:`Plan` solves, for one job (deadline, work, changeover, price ratio, tick) and one regime,
 the expected minimum cost from every state (tick, work left, mode, availability, age bucket),
@@ -102,7 +102,7 @@ def fit_regime(name: str, available: Sequence[bool], tick_h: float, prior: Regim
 
 @cache
 def shipped_regimes() -> tuple[Regime, ...]:
-    """The regimes fitted on the development traces (cli/regimes.json)."""
+    """The regimes fitted on the development traces (cli/policy/regimes.json)."""
     doc = json.loads(REGIMES_FILE.read_text())
     return tuple(Regime(r["name"], tuple(r["up_rate"]), tuple(r["down_rate"])) for r in doc["regimes"])
 

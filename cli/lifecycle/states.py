@@ -6,11 +6,11 @@ call one of the ``decide_*`` functions here, and only then edit the file and app
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from cli.lifecycle.events import Event
 from infra.config import Capacity, Job, JobState
 
 P, R, PR, S, C, F = (
@@ -66,30 +66,6 @@ class Change:
             return f"job {self.job_id}: {self.reason}"
         parts = ", ".join(f"{k}={v}" for k, v in self.fields.items())
         return f"job {self.job_id}: {parts} ({self.reason})"
-
-
-# ---- what the job's events say -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Event:
-    job: str
-    attempt: int
-    node: int
-    event: str
-    time: datetime
-    details: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, doc: Mapping[str, Any]) -> Event:
-        return cls(
-            job=str(doc["job"]),
-            attempt=int(doc["attempt"]),
-            node=int(doc.get("node", 0)),
-            event=str(doc["event"]),
-            time=datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00")),
-            details={str(k): str(v) for k, v in dict(doc.get("details") or {}).items()},
-        )
 
 
 def attempt_outcome(events: Iterable[Event], attempt: int) -> JobState | None:

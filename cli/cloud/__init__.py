@@ -1,0 +1,131 @@
+"""The cloud boundary: every boto3 / google-cloud call spotctl makes lives in this package.
+
+Owns: one ``Cloud`` object per stack (``for_stack``) with the stack's disks (inventory), the cloud's
+view of a job's VMs (observer) and the job events in the stack's bucket; ``CloudError`` for every
+SDK failure. ``aws.py`` and ``gcp.py`` hold the SDK calls and import their SDKs lazily.
+
+May import: ``infra.config`` / ``infra.naming`` (the config model and label rules). Never
+``cli.lifecycle``, ``cli.app`` or any other part: decisions about what the cloud returns are the
+core's. Tests swap the whole ``Cloud`` object (or point the SDK clients at moto / local endpoints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class CloudError(Exception):
+    """A cloud API call failed (no credentials, denied, unreachable); ``str()`` is one line."""
+
+
+@dataclass(frozen=True)
+class CloudDisk:
+    """A disk (GCP) or volume (AWS) with the labels/tags it carries."""
+
+    id: str
+    zone: str
+    labels: dict[str, str] = field(default_factory=dict)
+    in_use: bool = False
+
+    def owner(self, cloud: str) -> tuple[str | None, str | None, bool]:
+        """(stack, job, managed) from our ownership labels/tags."""
+        if cloud == "aws":
+            return self.labels.get("spotctl:stack"), self.labels.get("spotctl:job"), self.labels.get("spotctl:managed") == "true"
+        return self.labels.get("spotctl-stack"), self.labels.get("spotctl-job"), self.labels.get("spotctl-managed") == "true"
+
+
+@dataclass(frozen=True)
+class VmState:
+    """One VM of a job's attempt as the cloud reports it now."""
+
+    name: str
+    node: int
+    attempt: int
+    status: str  # the cloud's word: running, terminated, TERMINATED, RUNNING, ...
+    preempted: bool
+    reason: str = ""
+
+
+class Inventory(Protocol):
+    def disks(self) -> list[CloudDisk]: ...
+
+    def delete(self, disk: CloudDisk) -> None: ...
+
+
+class Observer(Protocol):
+    def vms(self, job_id: str) -> list[VmState]: ...
+
+
+def call(fn: Callable[[], T]) -> T:
+    """Run a cloud API call; its failures (no credentials, denied, unreachable) become CloudError."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from google.api_core.exceptions import GoogleAPIError
+    from google.auth.exceptions import GoogleAuthError
+    from requests.exceptions import RequestException  # google-cloud-compute's REST transport
+
+    try:
+        return fn()
+    except (BotoCoreError, ClientError, GoogleAPIError, GoogleAuthError, RequestException) as exc:
+        raise CloudError(f"cannot ask the cloud: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+class Cloud:
+    """One stack's cloud, as the rest of spotctl sees it: every call returns plain data or raises
+    CloudError. Tests replace the whole object (or point the SDK clients at moto / local endpoints)."""
+
+    def __init__(self, cfg, stack: str):
+        self.cfg, self.stack = cfg, stack
+
+    def inventory(self) -> Inventory:
+        return call(lambda: inventory_for(self.cfg, self.stack))
+
+    def observer(self) -> Observer:
+        return call(lambda: observer_for(self.cfg, self.stack))
+
+    def vms(self, job_id: str) -> list[VmState]:
+        observer = self.observer()
+        return call(lambda: observer.vms(job_id))
+
+    def bucket_documents(self, bucket: str, prefix: str) -> list[bytes]:
+        return call(lambda: bucket_documents(self.cfg.cloud, self.cfg.region, bucket, prefix))
+
+
+def inventory_for(cfg, stack: str) -> Inventory:
+    """The stack's cloud inventory. AWS endpoints follow boto3's environment (AWS_ENDPOINT_URL);
+    SPOTCTL_GCE_ENDPOINT points the Compute client elsewhere (anonymous credentials)."""
+    import os
+
+    if cfg.cloud == "aws":
+        from cli.cloud.aws import AwsInventory
+
+        return AwsInventory(cfg.region, stack)
+    from cli.cloud.gcp import GcpInventory
+
+    return GcpInventory(cfg.project or "", stack, endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"))
+
+
+def observer_for(cfg, stack: str) -> Observer:
+    import os
+
+    if cfg.cloud == "aws":
+        from cli.cloud.aws import AwsObserver
+
+        return AwsObserver(cfg.region, stack)
+    from cli.cloud.gcp import GcpObserver
+
+    return GcpObserver(cfg.project or "", stack, list(cfg.zones), endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"))
+
+
+def bucket_documents(cloud: str, region: str, bucket: str, prefix: str) -> list[bytes]:
+    """Every object under ``prefix`` in the stack's event bucket, raw (S3 or GCS)."""
+    if cloud == "aws":
+        from cli.cloud.aws import s3_documents
+
+        return s3_documents(region, bucket, prefix)
+    from cli.cloud.gcp import gcs_documents
+
+    return gcs_documents(bucket, prefix)

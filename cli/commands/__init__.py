@@ -1,0 +1,126 @@
+"""What every command shares: the Typer app, the common options, and turning the parts' errors
+into one ``error:`` line with a non-zero exit. Commands live in the sibling modules, one per area;
+each parses, calls one function of a part, and prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from infra.config import ConfigError
+
+app = typer.Typer(
+    name="spotctl",
+    help="Spot/preemptible GPU training as code: validate and plan stacks offline, resume jobs after preemption.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+StackOpt = Annotated[
+    Optional[str], typer.Option("--stack", "-s", metavar="NAME", help="Stack name: reads stacks/Pulumi.NAME.yaml.")
+]
+StackFileOpt = Annotated[
+    Optional[Path], typer.Option("--stack-file", metavar="PATH", help="A Pulumi.<stack>.yaml file anywhere.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+NoApplyOpt = Annotated[bool, typer.Option("--no-apply", help="Only edit the stack file; do not run pulumi.")]
+BucketOpt = Annotated[
+    Optional[str], typer.Option("--events-bucket", metavar="NAME", help="Read events from the stack's event bucket (the eventBucket output).")
+]
+ObserveOpt = Annotated[
+    bool, typer.Option("--observe", help="Also ask the cloud (boto3 / google-cloud-compute) what the job's VMs are doing now.")
+]
+EventsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--events-dir", metavar="DIR", help="Recorded events: the event bucket synced locally, or a job disk's .spotctl/."),
+]
+
+
+def stack_jobs(stack: Optional[str], stack_file: Optional[Path], job: Optional[str]):
+    """(ref, config, jobs): the stack's jobs, or only ``job``; errors name the file (and the job)."""
+    from cli.lifecycle import stackfile
+
+    ref = None
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        cfg = stackfile.load(ref)
+        return ref, cfg, ([cfg.job(job)] if job else list(cfg.jobs))
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    except KeyError as exc:
+        raise fail(f"{ref.path if ref else 'spotctl'}: job {job}: {exc.args[0]}") from None
+
+
+def cloud_for(cfg, ref):
+    from cli.cloud import Cloud
+
+    return Cloud(cfg, ref.name)
+
+
+def guard(fn):
+    """Run a call into the parts; a cloud failure becomes one error line."""
+    from cli.cloud import CloudError
+
+    try:
+        return fn()
+    except CloudError as exc:
+        raise fail(str(exc)) from None
+
+
+def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
+    from cli.lifecycle import events
+
+    return guard(lambda: events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket))
+
+
+def fail(message: str) -> typer.Exit:
+    """Print one error (already naming file/key/job) and return the exit to raise."""
+    for line in message.splitlines():
+        typer.echo(f"error: {line}", err=True)
+    return typer.Exit(1)
+
+
+def applier_for(ref, no_apply: bool):
+    import os
+
+    from cli.lifecycle.apply import Applier
+    from cli.lifecycle.stackfile import project_root
+
+    if no_apply:
+        return None
+    root = os.environ.get("SPOTCTL_PULUMI_ROOT")  # a pulumi install outside PATH (dir with bin/pulumi)
+    return Applier(project_root(ref.path.parent), ref.name, Path(root) if root else None)
+
+
+def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool) -> None:
+    import json
+
+    from cli.lifecycle import operations, stackfile
+    from cli.lifecycle.apply import ApplyError
+    from cli.lifecycle.states import LifecycleError
+
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        outcome = operations.change_job(ref, job_id, decide, applier=applier_for(ref, no_apply), out=lambda line: typer.echo(line.rstrip("\n"), err=True))
+    except (ConfigError, LifecycleError, ApplyError) as exc:
+        raise fail(str(exc)) from None
+    change = outcome.change
+    if json_out:
+        typer.echo(json.dumps({"job": change.job_id, "changed": not change.noop, "fields": change.fields,
+                               "reason": change.reason, "applied": outcome.applied}, sort_keys=True))
+    else:
+        typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else f" — written to {ref.path}")))
+
+
+def capacity_option(value: Optional[str], option: str):
+    from infra.config import Capacity
+
+    if value is None:
+        return None
+    try:
+        return Capacity(value)
+    except ValueError:
+        raise fail(f"{option}: expected 'spot' or 'on-demand', got {value!r}") from None

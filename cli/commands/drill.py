@@ -1,0 +1,81 @@
+"""``spotctl drill``: preempt a training command locally under the real VM scripts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, stack_jobs
+
+
+@app.command(
+    short_help="Preempt a training script locally and judge if it resumes.  Example: spotctl drill -- python train.py",
+    help="Run COMMAND under the same scripts a cloud VM runs, preempt it the way GCP or AWS would, resume it on "
+    "the same (temporary) disk, and judge whether training survives: reentrant, restarts-from-scratch, lost-work "
+    "or did-not-finish. Exits non-zero unless reentrant. The script may print `SPOTCTL_PROGRESS step/total` and "
+    "`SPOTCTL_CHECKPOINT step` lines.\n\n"
+    "Example: spotctl drill --preempt-every 1.5 --verify -- python examples/reentrant_train.py",
+)
+def drill(
+    command: Annotated[Optional[list[str]], typer.Argument(help="The training command, after `--`.", show_default=False)] = None,
+    cloud: Annotated[str, typer.Option("--cloud", help="Whose preemption to play: gcp (30 s) or aws (2-minute notice).")] = "gcp",
+    preempt_every: Annotated[Optional[float], typer.Option("--preempt-every", metavar="SECONDS", help="Preempt each attempt after this long.")] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Preempt when a spot-traces JSON file says spot went away.")] = None,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="Trace seconds (and AWS's notice) per drill second.")] = 1.0,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, help="Give up after this many attempts.")] = 10,
+    verify: Annotated[bool, typer.Option("--verify", help="Also run uninterrupted and compare the final output files.")] = False,
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    job: Annotated[Optional[str], typer.Option("--job", metavar="ID", help="With --stack: drill this job's command and env.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+    import sys
+
+    from cli.drill import runner as drills
+
+    if cloud not in ("gcp", "aws"):
+        raise fail(f"--cloud: expected 'gcp' or 'aws', got {cloud!r}")
+    if preempt_every is not None and trace is not None:
+        raise fail("give --preempt-every or --trace, not both")
+    if preempt_every is not None and preempt_every <= 0:
+        raise fail(f"--preempt-every: expected a positive number of seconds, got {preempt_every}")
+    if time_scale <= 0:
+        raise fail(f"--time-scale: expected a positive number, got {time_scale}")
+    env: dict[str, str] = {}
+    job_id = "drill"
+    if stack is not None or stack_file is not None:
+        if command:
+            raise fail("give a COMMAND or --stack/--job, not both")
+        if not job:
+            raise fail("--stack needs --job ID")
+        _, cfg, (spec_job,) = stack_jobs(stack, stack_file, job)
+        command_text, env, job_id, cloud = spec_job.command, dict(spec_job.env), spec_job.id, cfg.cloud
+    elif command:
+        command_text = drills.command_string(command)
+    else:
+        raise fail("nothing to drill: give a command after `--` (or --stack NAME --job ID)")
+    try:
+        spec = drills.make_spec(command=command_text, cloud=cloud, job_id=job_id, env=env, preempt_every=preempt_every,
+                                trace=trace, time_scale=time_scale, max_attempts=max_attempts, verify=verify)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    live = sys.stderr.isatty()
+
+    def status(line: str) -> None:
+        if live:
+            sys.stderr.write("\r\033[K" + line)
+            sys.stderr.flush()
+
+    try:
+        report = drills.run_drill(spec, status)
+    except KeyboardInterrupt:
+        typer.echo("\ndrill interrupted: every process it started was stopped", err=True)
+        raise typer.Exit(130) from None
+    if live:
+        sys.stderr.write("\r\033[K")
+    typer.echo(json.dumps(report.as_json(), indent=2, sort_keys=True) if json_out else drills.render_report(report), nl=json_out)
+    if not report.ok:
+        raise typer.Exit(1)

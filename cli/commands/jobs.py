@@ -1,0 +1,217 @@
+"""The job lifecycle commands: resume, failover, complete, status, events, cleanup."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from cli.commands import (
+    BucketOpt,
+    EventsOpt,
+    JsonOpt,
+    NoApplyOpt,
+    ObserveOpt,
+    StackFileOpt,
+    StackOpt,
+    app,
+    applier_for,
+    capacity_option,
+    cloud_for,
+    fail,
+    guard,
+    recorded_events,
+    run_change,
+    stack_jobs,
+)
+from infra.config import ConfigError
+
+
+@app.command(
+    short_help="New attempt of a preempted job, same disk.  Example: spotctl resume llm-pretrain --stack team-a",
+    help="Give a preempted (or stopped, or --force: failed) job its next attempt: attempt + 1, state running, and the "
+    "capacity its policy picks (or --capacity), then a targeted pulumi update of only that job's resources. The job "
+    "disk stays, so training continues from its last checkpoint. Running it twice makes one new attempt.\n\n"
+    "Example: spotctl resume llm-pretrain --stack team-a --events-dir ./events",
+)
+def resume(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    capacity: Annotated[Optional[str], typer.Option("--capacity", help="Force spot or on-demand instead of the policy's choice.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Start a new attempt even if nothing says the current one ended (or it failed).")] = False,
+    events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
+    observe: ObserveOpt = False,
+    no_apply: NoApplyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    from cli.lifecycle import capacity as capacity_choice
+    from cli.lifecycle.states import decide_resume
+
+    forced = capacity_option(capacity, "--capacity")
+    ref, cfg, _ = stack_jobs(stack, stack_file, job)
+    events = recorded_events(ref, cfg, job, events_dir, events_bucket)
+    if observe:
+        from datetime import UTC, datetime
+
+        from cli.lifecycle.events import observed
+
+        events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
+    choose = capacity_choice.policy_capacity()
+    run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose), no_apply, json_out)
+
+
+@app.command(
+    short_help="Switch a job to on-demand or spot, new attempt.  Example: spotctl failover vit --to on-demand -s team-a",
+    help="Switch a job's capacity (default: to the other one) with a new attempt on the same disk, then a targeted "
+    "update.\n\nExample: spotctl failover vit-finetune --to on-demand --stack team-a",
+)
+def failover(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    to: Annotated[Optional[str], typer.Option("--to", help="on-demand or spot (default: the other one).")] = None,
+    no_apply: NoApplyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    from cli.lifecycle.states import decide_failover
+
+    target = capacity_option(to, "--to")
+    run_change(stack, stack_file, job, lambda j: decide_failover(j, target), no_apply, json_out)
+
+
+@app.command(
+    short_help="Mark a job completed: its VMs go, its disks stay.  Example: spotctl complete bert-eval -s team-a",
+    help="Mark a job completed: its VMs are deleted by a targeted update; its disks stay (no longer protected) until "
+    "`spotctl cleanup`.\n\nExample: spotctl complete bert-eval --stack team-a",
+)
+def complete(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    no_apply: NoApplyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    from cli.lifecycle.states import decide_complete
+
+    run_change(stack, stack_file, job, decide_complete, no_apply, json_out)
+
+
+@app.command(
+    short_help="Jobs' state, capacity, attempt, preemptions.  Example: spotctl status --stack team-a",
+    help="Each job's state, capacity, attempt, zone, preemptions so far, time on spot vs on-demand and its last "
+    "events (from --events-dir).\n\nExample: spotctl status llm-pretrain --stack team-a --events-dir ./events --json",
+)
+def status(
+    job: Annotated[Optional[str], typer.Argument(help="Only this job.")] = None,
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
+    observe: ObserveOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+
+    from cli.lifecycle.status import job_status
+
+    ref, cfg, selected = stack_jobs(stack, stack_file, job)
+    rows = [job_status(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket)) for j in selected]
+    if observe:
+        cloud = cloud_for(cfg, ref)
+        for row in rows:
+            row["cloud"] = [vm.__dict__ for vm in guard(lambda r=row: cloud.vms(r["job"]))]
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    typer.echo(f"{'job':<16} {'state':<10} {'capacity':<10} {'attempt':>7} {'zone':<16} {'preempt':>7}  last event")
+    for r in rows:
+        last = r["last_event"]
+        last_text = f"{last['event']} (attempt {last['attempt']}, {last['time']})" if last else "-"
+        typer.echo(f"{r['job']:<16} {r['state']:<10} {r['capacity']:<10} {r['attempt']:>7} {r['zone']:<16} {r['preemptions']:>7}  {last_text}")
+        for vm in r.get("cloud", []):
+            flag = " PREEMPTED" if vm["preempted"] else ""
+            typer.echo(f"    {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason']}".rstrip())
+
+
+@app.command(
+    short_help="A job's recorded events.  Example: spotctl events llm-pretrain --stack team-a --events-dir ./events",
+    help="The events a job's VMs recorded (started, preemption-notice, preempted, stopped, completed, failed, ...).\n\n"
+    "Example: spotctl events llm-pretrain --stack team-a --events-bucket team-a-events-4d8689f7 --json",
+)
+def events(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+
+    from cli.lifecycle.events import event_json
+
+    ref, cfg, _ = stack_jobs(stack, stack_file, job)
+    found = recorded_events(ref, cfg, job, events_dir, events_bucket)
+    if json_out:
+        typer.echo(json.dumps([event_json(e) for e in found], indent=2, sort_keys=True))
+        return
+    for e in found:
+        details = " ".join(f"{k}={v}" for k, v in e.details.items())
+        typer.echo(f"{e.time.isoformat()}  attempt {e.attempt} node {e.node}  {e.event:<18} {details}".rstrip())
+
+
+@app.command(
+    short_help="Delete a completed job's disks, or orphans.  Example: spotctl cleanup bert-eval -s team-a --yes",
+    help="Delete a job's disks, only when the job is completed (or failed, with --force): lift their Pulumi "
+    "protection, drop the job from the stack file and delete its resources with a targeted update. --orphans finds "
+    "disks/volumes carrying this stack's ownership labels that no job declares. Without --yes: a dry-run listing.\n\n"
+    "Example: spotctl cleanup --orphans --stack team-a            (then again with --yes)",
+)
+def cleanup(
+    job: Annotated[Optional[str], typer.Argument(help="The completed job whose disks go.")] = None,
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Disks of this stack that no job declares.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Also for a failed job.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Really delete (otherwise only list).")] = False,
+    no_apply: NoApplyOpt = False,
+) -> None:
+    from cli.lifecycle import cleanup as cleanups
+    from cli.lifecycle import stackfile
+    from cli.lifecycle.apply import ApplyError
+    from cli.lifecycle.states import LifecycleError
+
+    if (job is None) == (not orphans):
+        raise fail("give a JOB or --orphans")
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        if orphans:
+            cfg = stackfile.load(ref)
+            inv = cloud_for(cfg, ref).inventory()
+            found = cleanups.deletable_orphans(guard(inv.disks), cfg, ref.name)
+            if not found:
+                typer.echo(f"stack {ref.name}: no orphaned disks")
+                return
+            for disk, ok, why in found:
+                verb = ("deleting" if yes else "would delete") if ok else "keeping"
+                typer.echo(f"{verb} {disk.id} ({disk.zone}): {why}")
+                if ok and yes:
+                    guard(lambda d=disk: inv.delete(d))
+            if not yes:
+                typer.echo("dry run: nothing deleted (re-run with --yes)")
+            return
+        result = cleanups.cleanup_job(ref, job, force=force, yes=yes, applier=applier_for(ref, no_apply),
+                                  out=lambda line: typer.echo(line.rstrip("\n"), err=True))
+    except (ConfigError, LifecycleError, ApplyError) as exc:
+        raise fail(str(exc)) from None
+    if not result.done:
+        typer.echo(f"job {job}: would delete {len(result.disks)} disks and {len(result.urns) - len(result.disks)} other resources:")
+        for urn in result.urns:
+            typer.echo(f"  {urn}")
+        typer.echo("dry run: nothing changed (re-run with --yes)")
+    elif no_apply:
+        typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
+    else:
+        typer.echo(f"job {job}: {len(result.disks)} disks and its other resources deleted; removed from {ref.path}")

@@ -1,0 +1,69 @@
+"""``spotctl simulate``: replay spot traces against the policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.commands import JsonOpt, app, fail
+
+
+@app.command(
+    short_help="Replay spot traces against policies.  Example: spotctl simulate --trace us-west-2b_v100_1.json",
+    help="For each trace and random start, run every policy and the omniscient optimum (an exact DP over the trace) "
+    "and report mean cost normalised to all-on-demand, p25/p75, misses, spot/on-demand hours and the gap to the "
+    "optimum.\n\n"
+    "Example: spotctl simulate --trace us-west-2b_v100_1.json --job-hours 48 --deadline-hours 60 --changeover-hours 0.2 --plot run.png",
+)
+def simulate(
+    trace: Annotated[list[Path], typer.Option("--trace", metavar="FILE", help="A spot-traces JSON or probe CSV; repeatable.")],
+    policy: Annotated[Optional[list[str]], typer.Option("--policy", metavar="NAME", help="Repeatable; default: all.")] = None,
+    job_hours: Annotated[float, typer.Option("--job-hours", help="C: compute hours the job needs.")] = 48.0,
+    deadline_hours: Annotated[float, typer.Option("--deadline-hours", help="R: hours from start to the deadline.")] = 60.0,
+    changeover_hours: Annotated[float, typer.Option("--changeover-hours", help="d: hours lost (and billed) per launch.")] = 0.2,
+    price_ratio: Annotated[Optional[float], typer.Option("--price-ratio", help="k: on-demand / spot price (default p3.2xlarge's).")] = None,
+    starts: Annotated[int, typer.Option("--starts", min=1, help="Random start points per trace.")] = 20,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the start points.")] = 0,
+    inverted: Annotated[bool, typer.Option("--inverted", help="JSON values mean 1 = unavailable (ADRS copies).")] = False,
+    json_out: JsonOpt = False,
+    plot_path: Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="Draw one run's timeline and a cost bar chart.")] = None,
+) -> None:
+    import json
+    from dataclasses import asdict
+
+    from cli.policy import simulate as sim
+    from cli.policy.policies import policy_names
+
+    names = policy or ["default", "uniform-progress", "uniform-progress-nh", "greedy", "n-preemptions", "on-demand"]
+    for name in names:
+        if name not in policy_names():
+            raise fail(f"--policy {name}: unknown; valid: {', '.join(policy_names())}")
+    if not 0 < job_hours <= deadline_hours:
+        raise fail(f"--job-hours must be > 0 and <= --deadline-hours ({job_hours} vs {deadline_hours})")
+    if changeover_hours < 0:
+        raise fail(f"--changeover-hours must be >= 0, got {changeover_hours}")
+    if price_ratio is not None and price_ratio < 1:
+        raise fail(f"--price-ratio must be >= 1 (on-demand costs more than spot), got {price_ratio}")
+    traces = []
+    for path in trace:
+        try:
+            traces.append(sim.load_trace(path, inverted=inverted))
+        except (OSError, ValueError, KeyError, IndexError, json.JSONDecodeError) as exc:
+            raise fail(f"{path}: not a trace file ({exc})") from None
+    job = sim.Job(job_hours, deadline_hours, changeover_hours, price_ratio or sim.PAPER_PRICE_RATIO)
+    try:
+        rows = sim.evaluate(traces, names, job, starts, seed)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    everything = rows + (sim.overall(rows) if len(traces) > 1 else [])
+    if json_out:
+        typer.echo(json.dumps({"job": asdict(job), "starts": starts, "seed": seed,
+                               "results": [asdict(r) for r in everything]}, indent=2, sort_keys=True))
+    else:
+        typer.echo(sim.render_table(everything), nl=False)
+    if plot_path is not None:
+        first = traces[0]
+        sim.plot(plot_path, first, sim.starts_for(first, job, starts, seed)[0], job, names, rows)
+        typer.echo(f"plot written to {plot_path}", err=True)

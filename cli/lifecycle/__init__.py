@@ -1,0 +1,12 @@
+"""The lifecycle core: what happens to a job between preemptions.
+
+Owns: the state machine with a reason on every edge (``states``), a job's recorded events
+(``events``), the job operations behind resume/failover/complete (``operations``), cleanup and the
+disk-deletion rule (``cleanup``), status (``status``), the live policy path (``capacity``), stack
+files edited atomically under a lock (``stackfile``) and applying with Pulumi's Automation API
+(``apply``). Pure decisions (``states``, ``events``' parsing) are kept apart from I/O; the clock is
+passed in.
+
+May import: ``cli.policy``, ``cli.plan``, ``cli.cloud`` (the ``Cloud`` object and its data types,
+never an SDK), ``infra.config`` and ``infra.naming``. Never ``cli.app``.
+"""

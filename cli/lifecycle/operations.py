@@ -1,0 +1,117 @@
+"""Job operations behind resume/failover/complete: observe (stack file + recorded events), decide
+(``cli.lifecycle.states``), act (edit the stack file atomically under its lock, then a targeted update)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cli.lifecycle import stackfile
+from cli.lifecycle.apply import Applier, ApplyError, job_urns
+from cli.lifecycle.states import Change
+from infra.config import ConfigError, Job, StackConfig
+
+# ---- act ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    change: Change
+    config: StackConfig
+    applied: bool
+
+
+def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
+               applier: Applier | None, out: Callable[[str], None] = print) -> Outcome:
+    """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
+
+    With ``applier`` None the file is only edited (--no-apply). If the update cannot start, the
+    edit is undone (only the keys it set), so the file again matches what runs in the cloud.
+    """
+    guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
+    if applier:
+        applier.preflight()
+    with guard:
+        holder: dict[str, Any] = {}
+
+        def fields(current: StackConfig, written: Any) -> dict[str, Any]:
+            try:
+                job = current.job(job_id)
+            except KeyError as exc:
+                raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
+            change = decide(job)
+            holder["change"] = change
+            holder["before"] = {k: written.get(k, _MISSING) for k in change.fields}
+            return {} if change.noop else change.fields
+
+        old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, fields)
+        change: Change = holder["change"]
+        if change.noop or applier is None:
+            return Outcome(change, new_cfg, applied=False)
+        from cli.plan import mocks as planner
+
+        old_job = old_cfg.job(job_id)
+        if _gang_restart(old_job, change):
+            _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out)
+        targets = job_urns(planner.run(new_cfg, ref.name), job_id)
+        try:
+            applier.up(targets, out)
+        except ApplyError as exc:
+            if not exc.started:
+                _undo(ref.path, job_id, holder["before"])
+            raise
+        return Outcome(change, new_cfg, applied=True)
+
+
+def _gang_restart(job: Job, change: Change) -> bool:
+    """A new attempt of a multi-node job whose VMs may still run (some nodes survived a preemption)."""
+    return job.nodes > 1 and "attempt" in change.fields and job.state.value in ("pending", "running")
+
+
+def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig, applier: Applier,
+                     before: dict[str, Any], out: Callable[[str], None]) -> None:
+    """Delete every VM of the current attempt before the new one starts, so no surviving node of
+    the old gang is still running when the new rendezvous begins: the job is written as stopped
+    (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
+    from cli.plan import mocks as planner
+
+    old_targets = job_urns(planner.run(old_cfg, ref.name), job_id)
+    final = stackfile.job_fields(ref.path, job_id, list(before))
+    stackfile.update_job(ref.path, job_id, lambda current, written: {k: before[k] for k in before if before[k] is not _MISSING}
+                         | {"state": "stopped"})
+    out(f"job {job_id}: stopping every node of attempt {old_cfg.job(job_id).attempt} before the new attempt starts")
+    try:
+        applier.up(old_targets, out)
+    except ApplyError as exc:
+        if not exc.started:
+            _undo(ref.path, job_id, before)
+        raise
+    stackfile.update_job(ref.path, job_id, lambda current, written: final)
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _undo(path: Path, job_id: str, before: dict[str, Any]) -> None:
+    if all(v is not _MISSING for v in before.values()):
+        stackfile.update_job(path, job_id, lambda current, written: before)
+        return
+
+    def restore(config_map: Any, current: StackConfig) -> None:
+        entry = stackfile.job_entry(config_map, job_id)
+        for name, value in before.items():
+            if value is _MISSING:
+                entry.pop(name, None)
+            else:
+                entry[name] = value
+
+    stackfile.edit(path, restore)
+
+

@@ -1,0 +1,6 @@
+"""``spotctl plan``: the Pulumi program (``infra``) evaluated in-process under Pulumi's mocks.
+
+Owns: the recording mock monitor, engine-identical URNs, mocked invoke answers and the plan's
+rendering (``mocks``). May import: ``infra`` and pulumi. Never ``cli.lifecycle``, ``cli.cloud``
+or ``cli.app``.
+"""

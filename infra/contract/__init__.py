@@ -1,0 +1,186 @@
+"""The contract: every rule AWS and GCP enforce that spotctl relies on, in one table with sources,
+checked on every resource at registration.
+
+Pulumi's mocks accept anything, and a real ``pulumi up`` finds a broken input only when the cloud
+API refuses it, half-way through an update. So each rule the clouds enforce on what we declare is
+written down here (``aws.py``, ``gcp.py``: a ``Rule`` each, with the doc URL or provider source it
+comes from) and checked by a Pulumi stack transformation that ``infra.program`` installs first:
+the same code runs under the mocks (``spotctl plan``, the tests) and in the real program. A
+violation is one ``ContractError`` naming the resource, the rule and the fix, raised before the
+resource is registered when its inputs are known then (otherwise as soon as they resolve).
+
+Rules that need more than one resource's inputs (e.g. a root volume against the AMI's snapshot
+size) are checked by the component that has both, through ``enforce`` with the rule's id, so the
+table stays the one list of what the clouds require.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class ContractError(Exception):
+    """A declared resource breaks a rule the cloud enforces; ``str()`` names resource, rule and fix."""
+
+
+class _Unknown:
+    """An input whose value is not known at registration (an unresolved Output)."""
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+UNKNOWN = _Unknown()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule a cloud enforces.
+
+    ``check(type_, props)`` gets the resource's type token and its inputs as plain Python (snake_case keys, as the pulumi-aws /
+    pulumi-gcp constructors name them; nested ``*Args`` as dicts; unknown values as ``UNKNOWN``) and
+    returns what is wrong, or None. Rules with ``types`` empty are context rules, checked through
+    ``enforce`` by the component that has the context.
+    """
+
+    id: str
+    types: tuple[str, ...]
+    says: str
+    fix: str
+    source: str
+    check: Callable[[str, Mapping[str, Any]], str | None] | None = None
+
+
+_RULES: dict[str, Rule] = {}
+
+
+def rule(id: str, types: Iterable[str], says: str, fix: str, source: str):
+    """Register a rule; used as a decorator on its check (or called bare for a context rule)."""
+
+    def register(check: Callable[[str, Mapping[str, Any]], str | None] | None) -> Callable | None:
+        if id in _RULES:
+            raise ValueError(f"contract rule {id} registered twice")
+        _RULES[id] = Rule(id, tuple(types), says, fix, source, check)
+        return check
+
+    return register
+
+
+def rules() -> list[Rule]:
+    """Every rule, both clouds (importing the rule modules registers them)."""
+    from infra.contract import aws, gcp  # noqa: F401
+
+    return sorted(_RULES.values(), key=lambda r: r.id)
+
+
+def get(id: str) -> Rule:
+    rules()
+    return _RULES[id]
+
+
+def error(rule: Rule, resource: str, problem: str) -> ContractError:
+    return ContractError(f"{resource}: {problem}\n  rule {rule.id}: {rule.says}\n  fix: {rule.fix}\n  source: {rule.source}")
+
+
+def enforce(id: str, resource: str, problem: str | None) -> None:
+    """Raise ContractError for a context rule when ``problem`` is not None."""
+    if problem is not None:
+        raise error(get(id), resource, problem)
+
+
+def violations(type_: str, props: Mapping[str, Any]) -> list[tuple[Rule, str]]:
+    """(rule, problem) for every rule of ``type_`` that ``props`` break."""
+    found = []
+    for r in rules():
+        if r.check is not None and type_ in r.types:
+            problem = r.check(type_, props)
+            if problem is not None:
+                found.append((r, problem))
+    return found
+
+
+def check(type_: str, name: str, props: Mapping[str, Any]) -> None:
+    """Raise ContractError for the first rule ``props`` break."""
+    for r, problem in violations(type_, props):
+        raise error(r, f"{type_} {name!r}", problem)
+
+
+def dig(props: Any, path: str) -> Any:
+    """``props["a"]["b"][0]`` for path ``a.b.0``; None when absent, UNKNOWN when not known yet."""
+    value = props
+    for part in path.split("."):
+        if value is UNKNOWN:
+            return UNKNOWN
+        if isinstance(value, Mapping):
+            value = value.get(part)
+        elif isinstance(value, list | tuple) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def known(*values: Any) -> bool:
+    return all(v is not UNKNOWN for v in values)
+
+
+def _snake(value: Any) -> Any:
+    """Nested ``*Args`` objects as dicts with their Python (snake_case) names; Outputs kept."""
+    from pulumi import _types
+
+    if _types.is_input_type(type(value)):
+        names = _types.input_type_py_to_pulumi_names(type(value))
+        return {py: _snake(getattr(value, py)) for py in names if getattr(value, py, None) is not None}
+    if isinstance(value, Mapping):
+        return {k: _snake(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_snake(v) for v in value]
+    return value
+
+
+def _plain_now(value: Any) -> Any:
+    """Inputs as plain Python without waiting: Outputs and awaitables become UNKNOWN."""
+    import pulumi
+
+    if isinstance(value, pulumi.Output) or hasattr(value, "__await__"):
+        return UNKNOWN
+    if isinstance(value, Mapping):
+        return {k: _plain_now(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_now(v) for v in value]
+    return value
+
+
+def _has_unknown(value: Any) -> bool:
+    if value is UNKNOWN:
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_unknown(v) for v in value)
+    return False
+
+
+def transformation(args) -> None:
+    """The Pulumi stack transformation: check what is known now, the rest when it resolves."""
+    import pulumi
+
+    props = _snake(dict(args.props))
+    now = _plain_now(props)
+    check(args.type_, args.name, now)
+    if _has_unknown(now):
+        def later(resolved: Any) -> None:
+            check(args.type_, args.name, resolved)
+
+        pulumi.Output.from_input(props).apply(later)
+    return None
+
+
+def install() -> None:
+    """Check every resource registered from now on (call first in the program)."""
+    import pulumi
+
+    rules()
+    pulumi.runtime.register_stack_transformation(transformation)
