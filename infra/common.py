@@ -101,6 +101,8 @@ def job_script_context(
         master_addr=master_addr,
         master_port=master_port(job.attempt),
         env=dict(job.env),
+        capacity=job.capacity.value,
+        machine_type=job.machine_type or job.instance_type or "",
         disk_device=disk_device,
         mount_point=MOUNT_POINT,
     )
@@ -116,6 +118,7 @@ def pool_script_context(cfg: StackConfig, stack: str, pool: Pool, *, bucket: str
         command=pool.agent_command or "",
         event_bucket=bucket,
         region=cfg.region,
+        machine_type=pool.machine_type or ",".join(pool.instance_types or []),
         disk_device="",
         mount_point="/var/lib/spotctl/work",
     )

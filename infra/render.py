@@ -44,6 +44,10 @@ class ScriptContext:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     env: dict[str, str] = field(default_factory=dict)
+    # The attempt's capacity ("spot"/"on-demand"; "" for pools, whose parts mix) and machine or
+    # instance type: recorded in the `started` event so cost reports price each attempt as it ran.
+    capacity: str = ""
+    machine_type: str = ""
     disk_device: str = ""
     mount_point: str = MOUNT_POINT
     cwd: str = ""  # where the command runs; "" = the job disk (drills run it where the user is)

@@ -134,8 +134,11 @@ def test_new_attempt_new_instance_same_volume_same_zone():
 def test_capacity_switch_changes_only_market_options():
     spot = only(plan_of(raw_stack(jobs=[aws_job(capacity="spot")])), INSTANCE).inputs
     od = only(plan_of(raw_stack(jobs=[aws_job(capacity="on-demand")])), INSTANCE).inputs
-    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"instanceMarketOptions"}
+    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"instanceMarketOptions", "userData"}
     assert "instanceMarketOptions" not in od
+    # the script only learns the capacity its `started` event records (spotctl switches with a new attempt anyway)
+    changed = set(spot["userData"].splitlines()) ^ set(od["userData"].splitlines())
+    assert changed == {"SPOTCTL_CAPACITY=spot", "SPOTCTL_CAPACITY=on-demand"}
 
 
 @pytest.mark.parametrize("state", ["completed", "failed", "preempted"])

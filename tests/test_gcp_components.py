@@ -160,7 +160,11 @@ def test_new_attempt_changes_the_instance_name_but_not_the_disk():
 def test_switching_capacity_changes_only_the_scheduling():
     spot = only(plan_of(raw_stack(jobs=[gcp_job(capacity="spot")])), INSTANCE).inputs
     od = only(plan_of(raw_stack(jobs=[gcp_job(capacity="on-demand")])), INSTANCE).inputs
-    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"scheduling"}
+    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"scheduling", "metadata"}
+    # the scripts only learn the capacity their `started` event records (spotctl switches with a new attempt anyway)
+    for key in ("startup-script", "shutdown-script"):
+        changed = set(spot["metadata"][key].splitlines()) ^ set(od["metadata"][key].splitlines())
+        assert changed == {"SPOTCTL_CAPACITY=spot", "SPOTCTL_CAPACITY=on-demand"}
     assert od["scheduling"] == {
         "automaticRestart": True, "onHostMaintenance": "TERMINATE", "preemptible": False, "provisioningModel": "STANDARD",
     }

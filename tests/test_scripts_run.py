@@ -161,6 +161,16 @@ def test_completed_and_not_run_again(make_vm, emu, cloud):
     assert again.events()[-1]["details"] == {"reason": "already completed"}
 
 
+@pytest.mark.parametrize("cloud,capacity,machine", [("gcp", "spot", "a2-highgpu-1g"), ("aws", "on-demand", "p4d.24xlarge")])
+def test_started_says_what_the_attempt_runs_on(make_vm, emu, cloud, capacity, machine):
+    vm = make_vm(cloud, attempt=2, env={"STEPS": "5"}, capacity=capacity, machine_type=machine, node_rank=1, world_size=2)
+    assert vm.boot().returncode == 0
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    started = vm.events()[0]
+    assert (started["event"], started["attempt"], started["node"]) == ("started", 2, 1)
+    assert started["details"] == {"capacity": capacity, "machineType": machine, "nodes": "2"}
+
+
 def test_failed_records_exit_code(make_vm, emu):
     vm = make_vm("aws", env={"STEPS": "5", "EXIT_CODE": "3"})
     vm.boot()

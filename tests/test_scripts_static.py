@@ -27,11 +27,13 @@ def variants() -> dict[str, ScriptContext]:
         )
         out[f"{cloud}-job-1node"] = ScriptContext(
             **base, kind="job", name="vit", command='python finetune.py --resume-from "$SPOTCTL_CHECKPOINT_DIR"',
-            disk_device=device, env={"WANDB_PROJECT": "vit runs"},
+            disk_device=device, env={"WANDB_PROJECT": "vit runs"}, capacity="spot",
+            machine_type="g2-standard-8" if cloud == "gcp" else "g5.2xlarge",
         )
         out[f"{cloud}-job-4node-attempt3"] = ScriptContext(
             **base, kind="job", name="llm", attempt=3, node_rank=2, world_size=4, master_addr="10.128.0.42",
             command='torchrun --nnodes "$WORLD_SIZE" --node-rank "$NODE_RANK" train.py', disk_device=device,
+            capacity="on-demand", machine_type="a3-highgpu-8g" if cloud == "gcp" else "p5.48xlarge",
         )
     return out
 

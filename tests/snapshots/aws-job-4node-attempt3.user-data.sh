@@ -19,6 +19,9 @@ SPOTCTL_NAME=llm
 SPOTCTL_ATTEMPT=3
 SPOTCTL_NODE_RANK=2
 SPOTCTL_WORLD_SIZE=4
+# What this attempt runs on: the `started` event carries them, so cost reports keep each attempt's own.
+SPOTCTL_CAPACITY=on-demand
+SPOTCTL_MACHINE_TYPE=p5.48xlarge
 SPOTCTL_MASTER_ADDR=10.128.0.42
 SPOTCTL_MASTER_PORT=29500
 SPOTCTL_COMMAND='torchrun --nnodes "$WORLD_SIZE" --node-rank "$NODE_RANK" train.py'
@@ -264,7 +267,7 @@ spotctl_run() {
   # shellcheck disable=SC1091
   . "$SPOTCTL_STATE_DIR/env"
   cd "${SPOTCTL_CWD:-$SPOTCTL_WORKDIR}" || return 1
-  SPOTCTL_RECORD_BG=1 spotctl_record started
+  SPOTCTL_RECORD_BG=1 spotctl_record started "capacity=$SPOTCTL_CAPACITY" "machineType=$SPOTCTL_MACHINE_TYPE" "nodes=$SPOTCTL_WORLD_SIZE"
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
   setsid bash -c "$SPOTCTL_COMMAND" \

@@ -19,6 +19,9 @@ SPOTCTL_NAME=vit
 SPOTCTL_ATTEMPT=1
 SPOTCTL_NODE_RANK=0
 SPOTCTL_WORLD_SIZE=1
+# What this attempt runs on: the `started` event carries them, so cost reports keep each attempt's own.
+SPOTCTL_CAPACITY=spot
+SPOTCTL_MACHINE_TYPE=g2-standard-8
 SPOTCTL_MASTER_ADDR=127.0.0.1
 SPOTCTL_MASTER_PORT=29500
 SPOTCTL_COMMAND='python finetune.py --resume-from "$SPOTCTL_CHECKPOINT_DIR"'
@@ -223,7 +226,7 @@ spotctl_run() {
   # shellcheck disable=SC1091
   . "$SPOTCTL_STATE_DIR/env"
   cd "${SPOTCTL_CWD:-$SPOTCTL_WORKDIR}" || return 1
-  SPOTCTL_RECORD_BG=1 spotctl_record started
+  SPOTCTL_RECORD_BG=1 spotctl_record started "capacity=$SPOTCTL_CAPACITY" "machineType=$SPOTCTL_MACHINE_TYPE" "nodes=$SPOTCTL_WORLD_SIZE"
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
   setsid bash -c "$SPOTCTL_COMMAND" \
