@@ -187,7 +187,7 @@ def test_status_and_events(project, runner, tmp_path):
 
 
 def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, fake_pulumi):
-    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws"])
+    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws", "--yes"])
     assert result.exit_code == 0, result.output
     assert result.stdout.endswith("— applied\n")
     (up,) = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
@@ -202,7 +202,7 @@ def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, f
 
 
 def test_a_multi_node_gang_is_stopped_before_its_new_attempt(project, runner, fake_pulumi):
-    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force"])
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force", "--yes"])
     assert result.exit_code == 0, result.output
     assert "stopping every node of attempt 1 before the new attempt starts" in result.output
     ups = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
@@ -227,7 +227,7 @@ def test_no_pulumi_is_reported_before_anything_changes(project, runner, monkeypa
     monkeypatch.delenv("SPOTCTL_PULUMI_ROOT", raising=False)
     path = project / "stacks" / "Pulumi.example-aws.yaml"
     before = path.read_text()
-    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws"])
+    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws", "--yes"])
     assert result.exit_code == 1
     assert result.output.startswith("error: cannot apply: no `pulumi` CLI found")
     assert path.read_text() == before
@@ -237,7 +237,7 @@ def test_locked_stack_undoes_the_edit(project, runner, fake_pulumi, monkeypatch)
     monkeypatch.setenv("FAKE_PULUMI_LOCKED", "1")
     path = project / "stacks" / "Pulumi.example-aws.yaml"
     before = path.read_text()
-    result = runner.invoke(app, ["failover", "sweep-07", "--stack", "example-aws"])
+    result = runner.invoke(app, ["failover", "sweep-07", "--stack", "example-aws", "--yes"])
     assert result.exit_code == 1
     assert "error: cannot apply: stack example-aws is locked by another update" in result.output
     assert path.read_text() == before
@@ -246,7 +246,7 @@ def test_locked_stack_undoes_the_edit(project, runner, fake_pulumi, monkeypatch)
 def test_failed_update_keeps_the_edit_and_says_so(project, runner, fake_pulumi, monkeypatch):
     monkeypatch.setenv("FAKE_PULUMI_UP_EXIT", "1")
     path = project / "stacks" / "Pulumi.example-aws.yaml"
-    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws"])
+    result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws", "--yes"])
     assert result.exit_code == 1 and "error: pulumi up failed" in result.output
     assert "attempt: 3" in path.read_text()  # the file says what should run; rerunning applies it
 

@@ -27,6 +27,8 @@ StackFileOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 NoApplyOpt = Annotated[bool, typer.Option("--no-apply", help="Only edit the stack file; do not run pulumi.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Apply without the preview and the question (needed when stdin is not a terminal).")]
+PreviewOnlyOpt = Annotated[bool, typer.Option("--preview-only", help="Show Pulumi's preview of the update, then stop: nothing changes.")]
 BucketOpt = Annotated[
     Optional[str], typer.Option("--events-bucket", metavar="NAME", help="Read events from the stack's event bucket (the eventBucket output).")
 ]
@@ -95,32 +97,64 @@ def applier_for(ref, no_apply: bool):
     return Applier(project_root(ref.path.parent), ref.name, Path(root) if root else None)
 
 
-def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool) -> None:
+def interactive() -> bool:
+    """Whether a person can answer a question (stdin is a terminal)."""
+    import sys
+
+    return sys.stdin.isatty()
+
+
+def confirmer(yes: bool, preview_only: bool, no_apply: bool = False):
+    """The ``confirm`` callback a changing command passes to its part: None applies without a
+    preview (--yes, --no-apply); --preview-only previews and declines; otherwise the question is
+    asked on the terminal. Without a terminal and without --yes nothing is changed (like
+    ``pulumi up`` in non-interactive mode)."""
+    if preview_only:
+        return lambda question: False
+    if yes or no_apply:
+        return None
+    if not interactive():
+        raise fail("stdin is not a terminal: pass --yes to apply without a question, or --preview-only to only see the preview")
+    return lambda question: typer.confirm(question, default=False, err=True)
+
+
+def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool,
+               yes: bool = False, preview_only: bool = False) -> None:
     import json
 
     from cli.lifecycle import operations, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
+    if preview_only and no_apply:
+        raise fail("--preview-only needs pulumi: it cannot be combined with --no-apply")
+    confirm = confirmer(yes, preview_only, no_apply)
     try:
         ref = stackfile.resolve(stack, stack_file)
-        outcome = operations.change_job(ref, job_id, decide, applier=applier_for(ref, no_apply), out=lambda line: typer.echo(line.rstrip("\n"), err=True))
+        outcome = operations.change_job(ref, job_id, decide, applier=applier_for(ref, no_apply),
+                                        out=lambda line: typer.echo(line.rstrip("\n"), err=True), confirm=confirm)
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
     change = outcome.change
     if json_out:
-        typer.echo(json.dumps({"job": change.job_id, "changed": not change.noop, "fields": change.fields,
-                               "reason": change.reason, "applied": outcome.applied}, sort_keys=True))
+        typer.echo(json.dumps({"job": change.job_id, "changed": not change.noop and not outcome.declined, "fields": change.fields,
+                               "reason": change.reason, "applied": outcome.applied, "declined": outcome.declined},
+                              sort_keys=True))
+    elif outcome.declined:
+        typer.echo(change.describe() + (" — preview only: nothing changed" if preview_only else " — not confirmed: nothing changed"))
     else:
         typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else f" — written to {ref.path}")))
 
 
-def capacity_option(value: Optional[str], option: str):
-    from infra.config import Capacity
 
-    if value is None:
-        return None
-    try:
-        return Capacity(value)
-    except ValueError:
-        raise fail(f"{option}: expected 'spot' or 'on-demand', got {value!r}") from None
+def progress(step: str):
+    """A spinner with the current step on stderr while a slow call runs (only on a terminal, so
+    output captured by scripts and tests stays plain)."""
+    import contextlib
+    import sys
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(step)

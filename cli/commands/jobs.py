@@ -12,19 +12,23 @@ from cli.commands import (
     JsonOpt,
     NoApplyOpt,
     ObserveOpt,
+    PreviewOnlyOpt,
     StackFileOpt,
     StackOpt,
+    YesOpt,
     app,
     applier_for,
-    capacity_option,
     cloud_for,
+    confirmer,
     fail,
     guard,
+    interactive,
+    progress,
     recorded_events,
     run_change,
     stack_jobs,
 )
-from infra.config import ConfigError
+from infra.config import Capacity, ConfigError
 
 
 @app.command(
@@ -38,18 +42,20 @@ def resume(
     job: Annotated[str, typer.Argument(help="The job id.")],
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
-    capacity: Annotated[Optional[str], typer.Option("--capacity", help="Force spot or on-demand instead of the policy's choice.")] = None,
+    capacity: Annotated[Optional[Capacity], typer.Option("--capacity", help="Force spot or on-demand instead of the policy's choice.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Start a new attempt even if nothing says the current one ended (or it failed).")] = False,
     events_dir: EventsOpt = None,
     events_bucket: BucketOpt = None,
     observe: ObserveOpt = False,
     no_apply: NoApplyOpt = False,
+    yes: YesOpt = False,
+    preview_only: PreviewOnlyOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.lifecycle import capacity as capacity_choice
     from cli.lifecycle.states import decide_resume
 
-    forced = capacity_option(capacity, "--capacity")
+    forced = capacity
     ref, cfg, _ = stack_jobs(stack, stack_file, job)
     events = recorded_events(ref, cfg, job, events_dir, events_bucket)
     if observe:
@@ -59,7 +65,8 @@ def resume(
 
         events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
     choose = capacity_choice.policy_capacity()
-    run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose), no_apply, json_out)
+    run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose), no_apply, json_out,
+               yes, preview_only)
 
 
 @app.command(
@@ -71,14 +78,15 @@ def failover(
     job: Annotated[str, typer.Argument(help="The job id.")],
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
-    to: Annotated[Optional[str], typer.Option("--to", help="on-demand or spot (default: the other one).")] = None,
+    to: Annotated[Optional[Capacity], typer.Option("--to", help="The capacity to switch to (default: the other one).")] = None,
     no_apply: NoApplyOpt = False,
+    yes: YesOpt = False,
+    preview_only: PreviewOnlyOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.lifecycle.states import decide_failover
 
-    target = capacity_option(to, "--to")
-    run_change(stack, stack_file, job, lambda j: decide_failover(j, target), no_apply, json_out)
+    run_change(stack, stack_file, job, lambda j: decide_failover(j, to), no_apply, json_out, yes, preview_only)
 
 
 @app.command(
@@ -91,11 +99,13 @@ def complete(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     no_apply: NoApplyOpt = False,
+    yes: YesOpt = False,
+    preview_only: PreviewOnlyOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.lifecycle.states import decide_complete
 
-    run_change(stack, stack_file, job, decide_complete, no_apply, json_out)
+    run_change(stack, stack_file, job, decide_complete, no_apply, json_out, yes, preview_only)
 
 
 @app.command(
@@ -163,11 +173,12 @@ def events(
 
 
 @app.command(
-    short_help="Delete a completed job's disks, or orphans.  Example: spotctl cleanup bert-eval -s team-a --yes",
+    short_help="Delete a completed job's disks, or orphans.  Example: spotctl cleanup bert-eval -s team-a",
     help="Delete a job's disks, only when the job is completed (or failed, with --force): lift their Pulumi "
     "protection, drop the job from the stack file and delete its resources with a targeted update. --orphans finds "
-    "disks/volumes carrying this stack's ownership labels that no job declares. Without --yes: a dry-run listing.\n\n"
-    "Example: spotctl cleanup --orphans --stack team-a            (then again with --yes)",
+    "disks/volumes carrying this stack's ownership labels that no job declares. Lists what would go, then asks; "
+    "--yes deletes without asking; --preview-only (or no terminal) only lists.\n\n"
+    "Example: spotctl cleanup --orphans --stack team-a",
 )
 def cleanup(
     job: Annotated[Optional[str], typer.Argument(help="The completed job whose disks go.")] = None,
@@ -175,7 +186,8 @@ def cleanup(
     stack_file: StackFileOpt = None,
     orphans: Annotated[bool, typer.Option("--orphans", help="Disks of this stack that no job declares.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Also for a failed job.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", help="Really delete (otherwise only list).")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
+    preview_only: PreviewOnlyOpt = False,
     no_apply: NoApplyOpt = False,
 ) -> None:
     from cli.lifecycle import cleanup as cleanups
@@ -185,33 +197,48 @@ def cleanup(
 
     if (job is None) == (not orphans):
         raise fail("give a JOB or --orphans")
+    # Cleanup never deleted without --yes: with no terminal to ask on, it stays a listing.
+    ask = None if yes else (confirmer(False, preview_only) if interactive() else (lambda question: False))
     try:
         ref = stackfile.resolve(stack, stack_file)
         if orphans:
             cfg = stackfile.load(ref)
             inv = cloud_for(cfg, ref).inventory()
-            found = cleanups.deletable_orphans(guard(inv.disks), cfg, ref.name)
+            with progress(f"listing the disks of stack {ref.name}"):
+                found = cleanups.deletable_orphans(guard(inv.disks), cfg, ref.name)
             if not found:
                 typer.echo(f"stack {ref.name}: no orphaned disks")
                 return
             for disk, ok, why in found:
-                verb = ("deleting" if yes else "would delete") if ok else "keeping"
-                typer.echo(f"{verb} {disk.id} ({disk.zone}): {why}")
-                if ok and yes:
-                    guard(lambda d=disk: inv.delete(d))
-            if not yes:
-                typer.echo("dry run: nothing deleted (re-run with --yes)")
+                typer.echo(f"{('deleting' if ask is None else 'would delete') if ok else 'keeping'} {disk.id} ({disk.zone}): {why}")
+            deletable = [disk for disk, ok, _ in found if ok]
+            if deletable and (ask is None or ask(f"Delete {len(deletable)} orphaned disks of stack {ref.name}?")):
+                for disk in deletable:
+                    with progress(f"deleting {disk.id}"):
+                        guard(lambda d=disk: inv.delete(d))
+                    typer.echo(f"deleted {disk.id}")
+            elif deletable:
+                typer.echo(_declined("nothing deleted", preview_only))
             return
-        result = cleanups.cleanup_job(ref, job, force=force, yes=yes, applier=applier_for(ref, no_apply),
-                                  out=lambda line: typer.echo(line.rstrip("\n"), err=True))
+        applier = applier_for(ref, no_apply)
+        result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier)
+        if ask is not None:
+            typer.echo(f"job {job}: a targeted update would delete {len(result.disks)} disks (protection lifted first) "
+                       f"and {len(result.urns) - len(result.disks)} other resources, and drop the job from {ref.path}:")
+            for urn in result.urns:
+                typer.echo(f"  - delete {urn}")
+            if not ask(f"Delete job {job}'s disks and resources?"):
+                typer.echo(_declined("nothing changed", preview_only))
+                return
+        result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier,
+                                      out=lambda line: typer.echo(line.rstrip("\n"), err=True))
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
-    if not result.done:
-        typer.echo(f"job {job}: would delete {len(result.disks)} disks and {len(result.urns) - len(result.disks)} other resources:")
-        for urn in result.urns:
-            typer.echo(f"  {urn}")
-        typer.echo("dry run: nothing changed (re-run with --yes)")
-    elif no_apply:
+    if no_apply:
         typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
     else:
         typer.echo(f"job {job}: {len(result.disks)} disks and its other resources deleted; removed from {ref.path}")
+
+
+def _declined(what: str, preview_only: bool) -> str:
+    return f"{what} (not confirmed)" if interactive() and not preview_only else f"dry run: {what} (re-run with --yes)"

@@ -110,6 +110,25 @@ class Applier:
         except auto.errors.CommandError as exc:
             raise ApplyError(f"pulumi up failed: {_last_line(exc)}", started=True) from None
 
+    def preview(self, targets: list[str], on_output: Callable[[str], None]) -> str:
+        """``pulumi preview`` of exactly ``targets``: what the targeted update would create, replace or
+        delete, as Pulumi prints it (streamed to ``on_output`` and returned)."""
+        from pulumi import automation as auto
+
+        if not targets:
+            raise ApplyError("nothing to preview: no resources to target")
+        stack = self._stack()
+        args = ["preview", "--stack", self.stack, "--non-interactive", "--color", "never"]
+        for urn in targets:
+            args += ["--target", urn]
+        try:
+            result = stack.workspace.pulumi_command.run(args, str(self.work_dir), {}, on_output=on_output)
+        except auto.errors.ConcurrentUpdateError:
+            raise ApplyError(f"cannot preview: stack {self.stack} is locked by another update (retry when it has finished)") from None
+        except auto.errors.CommandError as exc:
+            raise ApplyError(f"pulumi preview failed: {_last_line(exc)}") from None
+        return result.stdout
+
     def unprotect(self, urns: list[str]) -> None:
         """Lift `protect` from these resources in the stack's state (so they can be deleted)."""
         from pulumi import automation as auto

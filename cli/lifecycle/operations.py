@@ -22,14 +22,23 @@ class Outcome:
     change: Change
     config: StackConfig
     applied: bool
+    declined: bool = False  # previewed, then not confirmed (or --preview-only): the file is as before
+
+
+Confirm = Callable[[str], bool]
+"""Asked after Pulumi's preview of the targeted update; False leaves everything as it was."""
 
 
 def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
-               applier: Applier | None, out: Callable[[str], None] = print) -> Outcome:
+               applier: Applier | None, out: Callable[[str], None] = print,
+               confirm: Confirm | None = None) -> Outcome:
     """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
 
-    With ``applier`` None the file is only edited (--no-apply). If the update cannot start, the
-    edit is undone (only the keys it set), so the file again matches what runs in the cloud.
+    With ``applier`` None the file is only edited (--no-apply). With ``confirm`` (the commands pass
+    one unless --yes; ``watch`` passes none: it is the automation) Pulumi first previews the
+    targeted update with the edited file, and ``confirm`` decides; declined, the edit is undone.
+    If the update cannot start, the edit is undone (only the keys it set), so the file again
+    matches what runs in the cloud.
     """
     guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
     if applier:
@@ -54,9 +63,12 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
         from cli.plan import mocks as planner
 
         old_job = old_cfg.job(job_id)
+        targets = job_urns(planner.run(new_cfg, ref.name), job_id)
+        if confirm is not None and not _previewed_and_confirmed(ref, job_id, change, old_job, targets, applier,
+                                                                holder["before"], out, confirm):
+            return Outcome(change, old_cfg, applied=False, declined=True)
         if _gang_restart(old_job, change):
             _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out)
-        targets = job_urns(planner.run(new_cfg, ref.name), job_id)
         try:
             applier.up(targets, out)
         except ApplyError as exc:
@@ -64,6 +76,23 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                 _undo(ref.path, job_id, holder["before"])
             raise
         return Outcome(change, new_cfg, applied=True)
+
+
+def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, change: Change, old_job: Job, targets: list[str],
+                             applier: Applier, before: dict[str, Any], out: Callable[[str], None],
+                             confirm: Confirm) -> bool:
+    """Pulumi's preview of the targeted update (the file already edited), then the question; on
+    no (or a failed preview) the edit is undone."""
+    try:
+        applier.preview(targets, out)
+    except ApplyError:
+        _undo(ref.path, job_id, before)
+        raise
+    gang = (f" (every node of attempt {old_job.attempt} is stopped first)" if _gang_restart(old_job, change) else "")
+    if confirm(f"Do you want to perform this update of job {job_id}{gang}?"):
+        return True
+    _undo(ref.path, job_id, before)
+    return False
 
 
 def _gang_restart(job: Job, change: Change) -> bool:
