@@ -185,6 +185,21 @@ class Job(_Model):
         return self.state in (JobState.PENDING, JobState.RUNNING)
 
 
+class MachinePrice(_Model):
+    """What one machine (GCP) or instance (AWS) type costs per hour, in USD: ``{spot, onDemand}``.
+    Stack prices win over spotctl's shipped table and the clouds' price APIs (``spotctl cost``)."""
+
+    spot: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    on_demand: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+    @field_validator("spot", "on_demand", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"expected a price in USD per hour (a number), got {_show(v)}")
+        return v
+
+
 class Network(_Model):
     """Where VMs attach. GCP: network/subnetwork names; AWS: one subnet id per zone (default VPC if absent)."""
 
@@ -205,6 +220,7 @@ class StackConfig(_Model):
     event_retention_days: Annotated[int, Field(strict=True, ge=1, le=3650)] = 30
     pools: list[Pool] = Field(default_factory=list)
     jobs: list[Job] = Field(default_factory=list)
+    prices: dict[str, MachinePrice] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Self:
@@ -304,12 +320,15 @@ def _path(loc: Sequence[str | int]) -> str:
 def _model_at(loc: Sequence[str | int]) -> type[BaseModel] | None:
     """The model class that owns the last key of ``loc`` (to suggest its real keys)."""
     model: Any = StackConfig
+    map_key = False  # the part after a mapping field (spotctl:prices.<type>) is a user's key
     for part in loc[:-1]:
-        if isinstance(part, int):
+        if isinstance(part, int) or map_key:
+            map_key = False
             continue
         field = model.model_fields.get(_snake(part))
         if field is None:
             return None
+        map_key = getattr(field.annotation, "__origin__", None) is dict
         model = _inner_model(field.annotation)
         if model is None:
             return None
@@ -340,6 +359,7 @@ _TYPE_WORDS = {
     "int_from_float": "an integer",
     "float_type": "a number",
     "float_parsing": "a number",
+    "finite_number": "a finite number",
     "string_type": "a string",
     "bool_type": "true or false",
     "bool_parsing": "true or false",

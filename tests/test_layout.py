@@ -20,7 +20,8 @@ ALLOWED = {
     "cli.plan": {"infra"},
     "cli.cloud": {"infra.config", "infra.naming"},
     "cli.drill": {"infra.render", "infra.config"},
-    "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "infra.config", "infra.naming"},
+    "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming"},
+    "cli.cost": {"cli.cloud", "infra.config"},
 }
 
 

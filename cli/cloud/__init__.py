@@ -93,6 +93,14 @@ class Cloud:
     def bucket_documents(self, bucket: str, prefix: str) -> list[bytes]:
         return call(lambda: bucket_documents(self.cfg.cloud, self.cfg.region, bucket, prefix))
 
+    def prices(self, machine_types: list[str]) -> dict[str, tuple[float, float, str]]:
+        """{type: (spot $/h, on-demand $/h, source)} from the cloud's price APIs (AWS only)."""
+        if self.cfg.cloud != "aws":
+            raise CloudError("the GCP Cloud Billing Catalog is not queried yet (its SKUs price vCPU, memory and GPUs apart)")
+        from cli.cloud.aws import aws_prices
+
+        return call(lambda: aws_prices(self.cfg.region, machine_types))
+
 
 def inventory_for(cfg, stack: str) -> Inventory:
     """The stack's cloud inventory. AWS endpoints follow boto3's environment (AWS_ENDPOINT_URL);

@@ -59,3 +59,46 @@ def s3_documents(region: str, bucket: str, prefix: str) -> list[bytes]:
         for obj in page.get("Contents", []):
             docs.append(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
     return docs
+
+
+# Filters of a Linux, shared-tenancy, no-preinstalled-software on-demand price (the same attributes
+# the AWS provider documents for aws.pricing.getProduct: pulumi registry aws/api-docs/pricing/getproduct;
+# regionCode is an attribute of every EC2 product in the Price List).
+PRICE_FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
+                 "licenseModel": "No License required", "capacitystatus": "Used"}
+
+
+def aws_prices(region: str, instance_types: list[str], ec2=None, pricing=None) -> dict[str, tuple[float, float, str]]:
+    """{type: (spot, on-demand, source)} from the account's view: the newest EC2 spot price of each
+    zone of the region (DescribeSpotPriceHistory, Linux/UNIX), averaged over the zones, and the
+    on-demand price from the AWS Price List (GetProducts; its endpoint is in us-east-1). Types
+    without both are left out."""
+    import json
+    from datetime import UTC, datetime
+
+    import boto3
+
+    ec2 = ec2 or boto3.client("ec2", region_name=region)
+    pricing = pricing or boto3.client("pricing", region_name="us-east-1")
+    out = {}
+    for itype in instance_types:
+        newest: dict[str, tuple[datetime, float]] = {}
+        pages = ec2.get_paginator("describe_spot_price_history").paginate(
+            InstanceTypes=[itype], ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"], StartTime=datetime.now(UTC))
+        for page in pages:
+            for h in page["SpotPriceHistory"]:
+                when = h["Timestamp"]
+                if h["AvailabilityZone"] not in newest or when > newest[h["AvailabilityZone"]][0]:
+                    newest[h["AvailabilityZone"]] = (when, float(h["SpotPrice"]))
+        filters = [{"Type": "TERM_MATCH", "Field": k, "Value": v}
+                   for k, v in {"instanceType": itype, "regionCode": region, **PRICE_FILTERS}.items()]
+        listed = []
+        for doc in pricing.get_products(ServiceCode="AmazonEC2", Filters=filters, MaxResults=10)["PriceList"]:
+            product = json.loads(doc) if isinstance(doc, str) else doc
+            for term in product.get("terms", {}).get("OnDemand", {}).values():
+                listed += [float(d["pricePerUnit"]["USD"]) for d in term.get("priceDimensions", {}).values()]
+        od = next((p for p in listed if p > 0), None)  # $0 dimensions are reservations' placeholders
+        if newest and od is not None:
+            spot = sum(p for _, p in newest.values()) / len(newest)
+            out[itype] = (spot, od, f"AWS APIs, {datetime.now(UTC).date()}: spot price history (mean of {len(newest)} zones), Price List on-demand")
+    return out

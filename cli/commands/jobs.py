@@ -135,11 +135,12 @@ def status(
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
-    typer.echo(f"{'job':<16} {'state':<10} {'capacity':<10} {'attempt':>7} {'zone':<16} {'preempt':>7}  last event")
+    typer.echo(f"{'job':<16} {'state':<10} {'capacity':<10} {'attempt':>7} {'zone':<16} {'preempt':>7} {'spot/od VM-h':>13}  last event")
     for r in rows:
         last = r["last_event"]
         last_text = f"{last['event']} (attempt {last['attempt']}, {last['time']})" if last else "-"
-        typer.echo(f"{r['job']:<16} {r['state']:<10} {r['capacity']:<10} {r['attempt']:>7} {r['zone']:<16} {r['preemptions']:>7}  {last_text}")
+        split = f"{r['spot_hours']:.1f}/{r['on_demand_hours']:.1f}"
+        typer.echo(f"{r['job']:<16} {r['state']:<10} {r['capacity']:<10} {r['attempt']:>7} {r['zone']:<16} {r['preemptions']:>7} {split:>13}  {last_text}")
         for vm in r.get("cloud", []):
             flag = " PREEMPTED" if vm["preempted"] else ""
             typer.echo(f"    {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason']}".rstrip())

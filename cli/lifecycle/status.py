@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from cli.cost.ledger import job_ledger
 from cli.lifecycle.events import Event, Timeline, event_json
-from infra.config import Job
+from infra.config import Capacity, Job
 
 
 def job_status(job: Job, events: list[Event], now: datetime | None = None) -> dict[str, Any]:
@@ -14,6 +15,8 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
     now = now or datetime.now(UTC)
     tl = Timeline.of(events, now)
     run_h = sum(max(0.0, (b - a).total_seconds() / 3600) for a, b, _ in tl.runs)
+    # VM-hours (nodes x hours) by the capacity each attempt really ran on (its `started` event)
+    ledger = job_ledger(job, events, now)
     return {
         "job": job.id,
         "state": job.state.value,
@@ -23,5 +26,7 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
         "nodes": job.nodes,
         "preemptions": sum(how == "preempted" for _, _, how in tl.runs),
         "hours_running": round(run_h, 3),
+        "spot_hours": round(ledger.vm_hours(Capacity.SPOT.value), 3),
+        "on_demand_hours": round(ledger.vm_hours(Capacity.ON_DEMAND.value), 3),
         "last_event": event_json(events[-1]) if events else None,
     }

@@ -1,0 +1,106 @@
+"""``spotctl cost``: what each job (and the stack) cost, and what spot saved against on-demand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.commands import (
+    BucketOpt,
+    EventsOpt,
+    JsonOpt,
+    StackFileOpt,
+    StackOpt,
+    app,
+    cloud_for,
+    fail,
+    guard,
+    recorded_events,
+    stack_jobs,
+)
+
+
+@app.command(
+    short_help="What spot saved, per job and stack.  Example: spotctl cost --stack team-a --events-dir ./events",
+    help="Per job and for the stack: VM-hours on spot and on on-demand (nodes x hours from each attempt's `started` "
+    "event to its end, or now), changeover hours, preemptions, work lost where the events say, what it cost, what "
+    "the same VM-hours would have cost on on-demand, and the savings. Prices: spotctl:prices in the stack file, else "
+    "spotctl's dated table of list prices, else the cloud's price APIs; the report names each price's source.\n\n"
+    "Example: spotctl cost llm-pretrain --stack team-a --events-bucket team-a-events-4d8689f7 --plot cost.png",
+)
+def cost(
+    job: Annotated[Optional[str], typer.Argument(help="Only this job.")] = None,
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="Also draw each job's timeline and the savings (matplotlib).")] = None,
+    as_of: Annotated[Optional[str], typer.Option("--as-of", metavar="TIME", help="Report as of this ISO 8601 time (UTC if no offset; default: now): later events are ignored, running attempts end here.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+    from datetime import UTC, datetime
+
+    from cli import cost as ledger
+
+    now = datetime.now(UTC)
+    if as_of is not None:
+        try:
+            now = datetime.fromisoformat(as_of.replace("Z", "+00:00"))
+        except ValueError:
+            raise fail(f"--as-of: expected an ISO 8601 time such as 2026-11-21T18:00:00Z, got {as_of!r}") from None
+        now = now if now.tzinfo else now.replace(tzinfo=UTC)
+    ref, cfg, selected = stack_jobs(stack, stack_file, job)
+    events = {j.id: recorded_events(ref, cfg, j.id, events_dir, events_bucket) for j in selected}
+    cloud = cloud_for(cfg, ref)
+    rep = guard(lambda: ledger.report(cfg, ref.name, selected, events, now, lookup=cloud.prices))
+    if plot is not None:
+        from cli.cost.plot import draw
+
+        draw(rep.costed, plot, rep.now, f"spotctl cost {ref.name}")
+    data = rep.json()
+    if json_out:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
+        return
+    _print(data, plot)
+
+
+def _usd(x) -> str:
+    return "-" if x is None else f"${x:,.2f}"
+
+
+def _print(data: dict, plot: Optional[Path]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=150)  # piped or captured: do not squeeze the table into 80 columns
+    table = Table(title=f"spotctl cost — stack {data['stack']}, as of {data['as_of'][:16].replace('T', ' ')} UTC")
+    for name, justify in [("job", "left"), ("state", "left"), ("spot VM-h", "right"), ("on-dem VM-h", "right"),
+                          ("changeover h", "right"), ("preempt", "right"), ("lost h", "right"), ("cost", "right"),
+                          ("all on-demand", "right"), ("saved", "right")]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for j in data["jobs"]:
+        saved = "-" if j["savings"] is None else f"{_usd(j['savings'])}" + (f" ({j['savings_pct']:.1f} %)" if j["savings_pct"] is not None else "")
+        lost = "-" if j["work_lost_hours"] is None else f"{j['work_lost_hours']:.2f}"
+        table.add_row(j["id"], j["state"] + (" (so far)" if j["running"] else ""), f"{j['spot_hours']:.2f}",
+                      f"{j['on_demand_hours']:.2f}", f"{j['changeover_hours']:.2f}", str(j["preemptions"]), lost,
+                      _usd(j["cost"]), _usd(j["on_demand_cost"]), saved)
+    t = data["total"]
+    pct = f" ({t['savings_pct']:.1f} %)" if t["savings_pct"] is not None else ""
+    table.add_row("total", "", f"{t['spot_hours']:.2f}", f"{t['on_demand_hours']:.2f}", f"{t['changeover_hours']:.2f}",
+                  str(t["preemptions"]), "", _usd(t["cost"]), _usd(t["on_demand_cost"]), f"{_usd(t['savings'])}{pct}", style="bold")
+    console.print(table)
+    if t["running_cost"]:
+        console.print(f"jobs still running have cost {_usd(t['running_cost'])} so far")
+    sources = {(mt, p["source"]) for j in data["jobs"] for mt, p in j["prices"].items() if p}
+    for mt, source in sorted(sources):
+        price = next(j["prices"][mt] for j in data["jobs"] if j["prices"].get(mt))
+        console.print(f"price {mt}: spot ${price['spot']:.4f}/h, on-demand ${price['on_demand']:.4f}/h — {source}", highlight=False)
+    for note in data["notes"]:
+        console.print(f"note: {note}", highlight=False)
+    if plot is not None:
+        console.print(f"plot written to {plot}")

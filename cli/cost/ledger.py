@@ -1,0 +1,264 @@
+"""The cost ledger (pure): a job's recorded events -> its attempts with capacity, machine type,
+node count and VM-hours, then dollars at given prices. The clock is passed in; nothing here reads
+files or asks a cloud.
+
+An attempt runs from its first ``started`` event to its first end event (``preempted``,
+``stopped``, ``failed``, ``completed``) of any node, as ``cli.lifecycle.events.Timeline`` has it;
+VM-hours are nodes x those wall hours. Time a VM spends booting before the script records
+``started`` is not seen, so costs are a lower bound by that much per attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, Protocol
+
+from infra.config import Capacity, Job
+
+END_EVENTS = ("preempted", "stopped", "failed", "completed")
+PROGRESS_KEYS = ("progress", "step")
+
+
+class EventLike(Protocol):
+    """What the ledger reads of an event (``cli.lifecycle.events.Event`` fits)."""
+
+    attempt: int
+    node: int
+    event: str
+    time: datetime
+    details: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per VM-hour, and where the numbers came from (the report names it)."""
+
+    spot: float
+    on_demand: float
+    source: str
+
+    def rate(self, capacity: str) -> float:
+        return self.spot if capacity == Capacity.SPOT.value else self.on_demand
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a job as its events tell it."""
+
+    attempt: int
+    capacity: str  # "spot" | "on-demand"
+    machine_type: str
+    nodes: int
+    start: datetime
+    end: datetime
+    outcome: str  # an END_EVENTS name, "running", "replaced" (a later attempt started) or "ended"
+    # Where capacity / machine type / nodes came from: the `started` event, or the stack file
+    # (older scripts recorded no details; the file may have moved on since).
+    from_events: bool
+    lost_hours: float | None = None  # wall hours since the last checkpoint, for a preempted attempt
+    lost_steps: int | None = None
+
+    @property
+    def hours(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds() / 3600)
+
+    @property
+    def vm_hours(self) -> float:
+        return self.nodes * self.hours
+
+
+@dataclass(frozen=True)
+class JobLedger:
+    """A job's attempts and what happened between them."""
+
+    job: str
+    state: str
+    attempts: list[Attempt]
+    changeover_hours: float
+    running: bool
+
+    def vm_hours(self, capacity: str) -> float:
+        return sum(a.vm_hours for a in self.attempts if a.capacity == capacity)
+
+    @property
+    def preemptions(self) -> int:
+        return sum(a.outcome == "preempted" for a in self.attempts)
+
+    @property
+    def machine_types(self) -> list[str]:
+        return sorted({a.machine_type for a in self.attempts})
+
+
+def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedger:
+    """The attempts of ``job`` from its events; ``now`` ends an attempt still running."""
+    by_attempt: dict[int, list[EventLike]] = {}
+    for e in events:
+        by_attempt.setdefault(e.attempt, []).append(e)
+    checkpoints = sorted(e.time for evs in by_attempt.values() for e in evs if e.event == "checkpoint")
+    numbers = sorted(n for n, evs in by_attempt.items() if any(e.event == "started" for e in evs))
+    attempts: list[Attempt] = []
+    for i, number in enumerate(numbers):
+        evs = sorted(by_attempt[number], key=lambda e: e.time)
+        started = [e for e in evs if e.event == "started"]
+        start = started[0].time
+        details = next((e.details for e in started if e.details.get("capacity")), {})
+        ends = [e for e in evs if e.event in END_EVENTS and e.time >= start]
+        later = [by_attempt[n] for n in numbers[i + 1:]]
+        if ends:
+            end, outcome = ends[0].time, ends[0].event
+        elif number == job.attempt and job.active and not later:
+            end, outcome = max(now, start), "running"
+        elif later:
+            end, outcome = min(e.time for e in later[0] if e.event == "started"), "replaced"
+        else:
+            end, outcome = evs[-1].time, "ended"
+        lost_h, lost_steps = _work_lost(evs, checkpoints, start, end) if outcome == "preempted" else (None, None)
+        attempts.append(Attempt(
+            attempt=number,
+            capacity=details.get("capacity") or job.capacity.value,
+            machine_type=details.get("machineType") or job.machine_type or job.instance_type or "",
+            nodes=_int(details.get("nodes")) or job.nodes,
+            start=start, end=end, outcome=outcome, from_events=bool(details),
+            lost_hours=lost_h, lost_steps=lost_steps,
+        ))
+    gaps = [(b.start - a.end).total_seconds() / 3600 for a, b in zip(attempts, attempts[1:], strict=False)]
+    return JobLedger(job.id, job.state.value, attempts, sum(g for g in gaps if g > 0),
+                     running=bool(attempts) and attempts[-1].outcome == "running")
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _work_lost(evs: list[EventLike], checkpoints: list[datetime], start: datetime, end: datetime) -> tuple[float | None, int | None]:
+    """Work a preemption threw away, where the events say: the time since the last ``checkpoint``
+    event (or since the attempt started, if it never checkpointed) and, when the checkpoint and the
+    preemption carry a step, the steps. Jobs that record no checkpoint events: unknown (None)."""
+    if not checkpoints:
+        return None, None
+    last = max([t for t in checkpoints if t <= end] or [start])
+    hours = (end - max(start, last)).total_seconds() / 3600
+    step = next((_int(e.details.get("step")) for e in reversed(evs) if e.event == "checkpoint" and e.time <= end), None)
+    progress = next((p for e in reversed(evs) if e.event in ("preempted", "preemption-notice")
+                     for p in [_int(next((e.details[k] for k in PROGRESS_KEYS if k in e.details), None))] if p is not None), None)
+    steps = progress - step if progress is not None and step is not None else None
+    return hours, steps
+
+
+# ---- dollars ---------------------------------------------------------------------------------
+
+
+def money(x: float) -> float:
+    """Dollars rounded to the cent, half up (what a bill shows)."""
+    return float(Decimal(repr(x)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def hours(x: float) -> float:
+    return round(x, 4)
+
+
+def percent(part: float, whole: float) -> float | None:
+    """``part`` as a % of ``whole``; None (JSON null, never NaN) when there is no whole."""
+    return round(100 * part / whole, 1) if whole > 0 else None
+
+
+@dataclass
+class Costed:
+    """A job's ledger at prices: unrounded dollars (rounded only when shown)."""
+
+    ledger: JobLedger
+    prices: dict[str, Price | None]
+    cost: float | None = None
+    on_demand_cost: float | None = None
+    lost_cost: float | None = None
+    attempt_costs: list[tuple[float, float] | None] = field(default_factory=list)
+
+    @property
+    def unpriced(self) -> list[str]:
+        return sorted(t for t, p in self.prices.items() if p is None)
+
+
+def cost_job(ledger: JobLedger, price_of: Callable[[str], Price | None]) -> Costed:
+    """Dollars for each attempt (VM-hours x the attempt's capacity's price) and what the same
+    VM-hours would have cost on on-demand. A job with an unpriced machine type has no cost."""
+    prices = {t: price_of(t) for t in ledger.machine_types}
+    out = Costed(ledger, prices)
+    for a in ledger.attempts:
+        p = prices[a.machine_type]
+        out.attempt_costs.append((a.vm_hours * p.rate(a.capacity), a.vm_hours * p.on_demand) if p else None)
+    if ledger.attempts and all(c is not None for c in out.attempt_costs):
+        out.cost = sum(c[0] for c in out.attempt_costs if c)
+        out.on_demand_cost = sum(c[1] for c in out.attempt_costs if c)
+        lost = [(a, prices[a.machine_type]) for a in ledger.attempts if a.lost_hours is not None]
+        out.lost_cost = sum(a.lost_hours * a.nodes * p.rate(a.capacity) for a, p in lost if p and a.lost_hours) if lost else None
+    elif not ledger.attempts:
+        out.cost = out.on_demand_cost = 0.0
+    return out
+
+
+def _opt(x: float | None, fn=money) -> float | None:
+    return None if x is None else fn(x)
+
+
+def job_json(c: Costed) -> dict[str, Any]:
+    """The report of one job (``--json``): hours are VM-hours, dollars rounded to the cent."""
+    led = c.ledger
+    lost = [a for a in led.attempts if a.lost_hours is not None]
+    steps = [a.lost_steps for a in lost if a.lost_steps is not None]
+    savings = None if c.cost is None or c.on_demand_cost is None else c.on_demand_cost - c.cost
+    return {
+        "id": led.job,
+        "state": led.state,
+        "running": led.running,
+        "spot_hours": hours(led.vm_hours(Capacity.SPOT.value)),
+        "on_demand_hours": hours(led.vm_hours(Capacity.ON_DEMAND.value)),
+        "changeover_hours": hours(led.changeover_hours),
+        "preemptions": led.preemptions,
+        "work_lost_hours": hours(sum(a.lost_hours * a.nodes for a in lost if a.lost_hours)) if lost else None,
+        "work_lost_steps": sum(steps) if steps else None,
+        "work_lost_cost": _opt(c.lost_cost),
+        "cost": _opt(c.cost),
+        "on_demand_cost": _opt(c.on_demand_cost),
+        "savings": _opt(savings),
+        "savings_pct": percent(savings, c.on_demand_cost) if savings is not None and c.on_demand_cost else None,
+        "unpriced": c.unpriced,
+        "prices": {t: ({"spot": p.spot, "on_demand": p.on_demand, "source": p.source} if p else None)
+                   for t, p in c.prices.items()},
+        "attempts": [_attempt_json(a, cost) for a, cost in zip(led.attempts, c.attempt_costs, strict=True)],
+    }
+
+
+def _attempt_json(a: Attempt, cost: tuple[float, float] | None) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt, "capacity": a.capacity, "machine_type": a.machine_type, "nodes": a.nodes,
+        "start": a.start.isoformat(), "end": a.end.isoformat(), "outcome": a.outcome,
+        "hours": hours(a.hours), "vm_hours": hours(a.vm_hours), "from_events": a.from_events,
+        "work_lost_hours": None if a.lost_hours is None else hours(a.lost_hours * a.nodes),
+        "work_lost_steps": a.lost_steps,
+        "cost": money(cost[0]) if cost else None, "on_demand_cost": money(cost[1]) if cost else None,
+    }
+
+
+def total_json(costed: list[Costed]) -> dict[str, Any]:
+    """The stack's total over the priced jobs (unpriced ones are named, never guessed)."""
+    priced = [c for c in costed if c.cost is not None and c.on_demand_cost is not None]
+    cost = sum(c.cost or 0.0 for c in priced)
+    od = sum(c.on_demand_cost or 0.0 for c in priced)
+    return {
+        "cost": money(cost),
+        "on_demand_cost": money(od),
+        "savings": money(od - cost),
+        "savings_pct": percent(od - cost, od),
+        "running_cost": money(sum(c.cost or 0.0 for c in priced if c.ledger.running)),
+        "spot_hours": hours(sum(c.ledger.vm_hours(Capacity.SPOT.value) for c in costed)),
+        "on_demand_hours": hours(sum(c.ledger.vm_hours(Capacity.ON_DEMAND.value) for c in costed)),
+        "changeover_hours": hours(sum(c.ledger.changeover_hours for c in costed)),
+        "preemptions": sum(c.ledger.preemptions for c in costed),
+        "unpriced_jobs": [c.ledger.job for c in costed if c not in priced],
+    }

@@ -1,0 +1,339 @@
+"""spotctl cost: the ledger against hand-computed examples (to the cent), the price sources, the
+cloud's price APIs (moto for EC2 spot price history, a Stubber for the Price List, which moto lacks),
+the CLI (tables, --json without NaN, --plot), status's spot/on-demand split, and the refresh tool."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cli.app import app
+from cli.cost import price_ratio, report
+from cli.cost.ledger import Price, cost_job, job_ledger, money
+from cli.cost.prices import shipped_table, table_price
+from cli.lifecycle.events import Event
+from infra.config import validate
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+STACK = """\
+# team-a's stack (comments stay)
+config:
+  spotctl:cloud: aws
+  spotctl:region: us-east-1
+  spotctl:zones: [us-east-1a, us-east-1b]
+  spotctl:prices:
+    g5.2xlarge: {spot: 0.4871, onDemand: 1.212}
+    p4d.24xlarge: {spot: 9.83, onDemand: 32.7726}
+  spotctl:jobs:
+    - id: vit
+      instanceType: g5.2xlarge
+      zone: us-east-1a
+      capacity: on-demand
+      attempt: 2
+      state: completed
+      command: python finetune.py
+    - id: llm
+      instanceType: p4d.24xlarge
+      nodes: 2
+      zone: us-east-1a
+      capacity: spot
+      attempt: 3
+      state: running
+      command: torchrun train.py
+    - id: sweep
+      instanceType: g5.4xlarge
+      zone: us-east-1b
+      capacity: on-demand
+      state: completed
+      command: python sweep.py
+"""
+AS_OF = "2026-11-21T14:45:00Z"
+
+
+def ev(job, attempt, node, name, hhmm, **details):
+    return {"job": job, "attempt": attempt, "node": node, "event": name, "time": f"2026-11-21T{hhmm}:00Z", "details": details}
+
+
+def started(job, attempt, node, hhmm, capacity, machine, nodes):
+    return ev(job, attempt, node, "started", hhmm, capacity=capacity, machineType=machine, nodes=str(nodes))
+
+
+EVENTS = [
+    # vit, 1 node: spot 10:00-13:30 (3.5 h), preempted; changeover 0.25 h; on-demand 13:45-14:21 (0.6 h).
+    started("vit", 1, 0, "10:00", "spot", "g5.2xlarge", 1), ev("vit", 1, 0, "preempted", "13:30"),
+    started("vit", 2, 0, "13:45", "on-demand", "g5.2xlarge", 1), ev("vit", 2, 0, "completed", "14:21"),
+    # llm, 2 nodes: spot 08:00-11:00 (the first node's preemption ends the attempt), changeover 0.5 h,
+    # on-demand 11:30-12:00 (a failover; the stack file says spot again now), changeover 0.25 h,
+    # spot from 12:15, still running at 14:45.
+    started("llm", 1, 0, "08:00", "spot", "p4d.24xlarge", 2), started("llm", 1, 1, "08:01", "spot", "p4d.24xlarge", 2),
+    ev("llm", 1, 1, "preempted", "11:00"), ev("llm", 1, 0, "preempted", "11:00"),
+    started("llm", 2, 0, "11:30", "on-demand", "p4d.24xlarge", 2), started("llm", 2, 1, "11:30", "on-demand", "p4d.24xlarge", 2),
+    ev("llm", 2, 0, "stopped", "12:00"),
+    started("llm", 3, 0, "12:15", "spot", "p4d.24xlarge", 2), started("llm", 3, 1, "12:16", "spot", "p4d.24xlarge", 2),
+    # sweep, on-demand 09:00-11:00, priced from the shipped table (g5.4xlarge us-east-1).
+    started("sweep", 1, 0, "09:00", "on-demand", "g5.4xlarge", 1), ev("sweep", 1, 0, "completed", "11:00"),
+    # an event after --as-of is not counted
+    ev("llm", 3, 0, "preempted", "15:00"),
+]
+
+
+@pytest.fixture
+def team(project: Path) -> Path:
+    (project / "stacks" / "Pulumi.team-a.yaml").write_text(STACK)
+    events = project / "events"
+    events.mkdir()
+    (events / "events.jsonl").write_text("\n".join(json.dumps(e) for e in EVENTS) + "\n")
+    return project
+
+
+def no_nan(text: str):
+    def refuse(name):
+        raise AssertionError(f"{name} in JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def cost_json(runner, *args):
+    result = runner.invoke(app, ["cost", *args, "--stack", "team-a", "--events-dir", "events", "--as-of", AS_OF, "--json"])
+    assert result.exit_code == 0, result.output
+    return no_nan(result.stdout)
+
+
+# ---- hand-computed examples, to the cent ------------------------------------------------------
+
+
+def test_one_node_job_with_a_preemption_and_a_capacity_switch(team, runner):
+    (vit,) = cost_json(runner, "vit")["jobs"]
+    # spot 3.5 h x $0.4871 = 1.70485; on-demand 0.6 h x $1.212 = 0.7272; paid 2.43205
+    # all on-demand: 4.1 h x $1.212 = 4.9692; saved 2.53715 (51.06 %)
+    assert (vit["spot_hours"], vit["on_demand_hours"], vit["changeover_hours"], vit["preemptions"]) == (3.5, 0.6, 0.25, 1)
+    assert (vit["cost"], vit["on_demand_cost"], vit["savings"], vit["savings_pct"]) == (2.43, 4.97, 2.54, 51.1)
+    assert [(a["attempt"], a["capacity"], a["outcome"], a["cost"]) for a in vit["attempts"]] == [
+        (1, "spot", "preempted", 1.70), (2, "on-demand", "completed", 0.73)]
+    assert vit["running"] is False and vit["work_lost_hours"] is None  # no checkpoint events: unknown, not 0
+    assert vit["prices"]["g5.2xlarge"]["source"] == "stack file (spotctl:prices)"
+
+
+def test_two_node_job_still_running_keeps_each_attempts_own_capacity(team, runner):
+    data = cost_json(runner, "llm")
+    (llm,) = data["jobs"]
+    # VM-hours: spot 2 x 3 h + 2 x 2.5 h (running, 12:15 -> 14:45) = 11; on-demand 2 x 0.5 h = 1
+    # paid 11 x 9.83 + 1 x 32.7726 = 140.9026; all on-demand 12 x 32.7726 = 393.2712; saved 252.3686 (64.17 %)
+    assert (llm["spot_hours"], llm["on_demand_hours"], llm["changeover_hours"], llm["preemptions"]) == (11.0, 1.0, 0.75, 1)
+    assert (llm["cost"], llm["on_demand_cost"], llm["savings"], llm["savings_pct"]) == (140.90, 393.27, 252.37, 64.2)
+    assert llm["running"] is True and data["total"]["running_cost"] == 140.90
+    assert [(a["capacity"], a["nodes"], a["vm_hours"], a["outcome"]) for a in llm["attempts"]] == [
+        ("spot", 2, 6.0, "preempted"), ("on-demand", 2, 1.0, "stopped"), ("spot", 2, 5.0, "running")]
+
+
+def test_stack_total_and_the_shipped_table(team, runner):
+    data = cost_json(runner)
+    sweep = next(j for j in data["jobs"] if j["id"] == "sweep")
+    # 2 h on-demand x $1.624 (g5.4xlarge us-east-1 in the shipped table)
+    assert (sweep["cost"], sweep["on_demand_cost"], sweep["savings"], sweep["savings_pct"]) == (3.25, 3.25, 0.0, 0.0)
+    assert sweep["prices"]["g5.4xlarge"]["source"].startswith("shipped table, 2026-11-22: skypilot-org/skypilot-catalog")
+    # paid 2.43205 + 140.9026 + 3.248 = 146.58265; all on-demand 4.9692 + 393.2712 + 3.248 = 401.4884
+    assert data["total"] == {
+        "cost": 146.58, "on_demand_cost": 401.49, "savings": 254.91, "savings_pct": 63.5, "running_cost": 140.90,
+        "spot_hours": 14.5, "on_demand_hours": 3.6, "changeover_hours": 1.0, "preemptions": 2, "unpriced_jobs": [],
+    }
+
+
+def test_table_output_names_every_price_source(team, runner):
+    result = runner.invoke(app, ["cost", "--stack", "team-a", "--events-dir", "events", "--as-of", AS_OF])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "$146.58" in out and "$254.91 (63.5 %)" in out and "running (so far)" in out
+    assert "price p4d.24xlarge: spot $9.8300/h, on-demand $32.7726/h — stack file (spotctl:prices)" in out
+    assert "price g5.4xlarge: spot $0.6512/h, on-demand $1.6240/h — shipped table, 2026-11-22" in out
+    assert "jobs still running have cost $140.90 so far" in out
+
+
+def test_plot_is_written(team, runner, tmp_path):
+    png = tmp_path / "out" / "cost.png"
+    result = runner.invoke(app, ["cost", "--stack", "team-a", "--events-dir", "events", "--as-of", AS_OF, "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a drawn figure, not an empty canvas
+
+
+def test_unpriced_type_is_named_never_guessed(team, runner, monkeypatch):
+    # no credentials anywhere: the cloud's price API is tried for the unknown type and says why not
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(team / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(team / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    path = team / "stacks" / "Pulumi.team-a.yaml"
+    path.write_text(path.read_text().replace("instanceType: g5.4xlarge", "instanceType: x9.mega"))
+    (team / "events" / "events.jsonl").write_text((team / "events" / "events.jsonl").read_text().replace('"g5.4xlarge"', '"x9.mega"'))
+    data = cost_json(runner)
+    sweep = next(j for j in data["jobs"] if j["id"] == "sweep")
+    assert sweep["cost"] is None and sweep["savings_pct"] is None and sweep["unpriced"] == ["x9.mega"]
+    assert data["total"]["unpriced_jobs"] == ["sweep"] and data["total"]["cost"] == 143.33  # 2.43205 + 140.9026
+    assert any(n.startswith("cloud price API not used: cannot ask the cloud: NoCredentialsError") for n in data["notes"])
+    assert any("no price for x9.mega: add them to spotctl:prices" in n for n in data["notes"])
+
+
+def test_bad_as_of_and_unknown_job(team, runner):
+    result = runner.invoke(app, ["cost", "--stack", "team-a", "--as-of", "yesterday"])
+    assert result.exit_code == 1 and "--as-of: expected an ISO 8601 time" in result.output
+    result = runner.invoke(app, ["cost", "vitt", "--stack", "team-a"])
+    assert result.exit_code == 1 and "did you mean 'vit'" in result.output
+
+
+# ---- the ledger's rules -----------------------------------------------------------------------
+
+
+def cfg_with(**job):
+    return validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"], "prices": {"g5.2xlarge": {"spot": 0.5, "onDemand": 1.25}},
+                     "jobs": [{"id": "j", "instanceType": "g5.2xlarge", "zone": "us-east-1a", "command": "x", **job}]}, "f.yaml")
+
+
+T0 = datetime(2026, 11, 21, 8, tzinfo=UTC)
+
+
+def event(attempt, name, hours, node=0, **details):
+    return Event("j", attempt, node, name, T0 + timedelta(hours=hours), {k: str(v) for k, v in details.items()})
+
+
+def test_old_events_without_details_fall_back_to_the_stack_file():
+    cfg = cfg_with(capacity="on-demand", nodes=2, attempt=1, state="completed")
+    led = job_ledger(cfg.jobs[0], [event(1, "started", 0), event(1, "completed", 2)], T0)
+    (a,) = led.attempts
+    assert (a.capacity, a.nodes, a.machine_type, a.from_events, a.vm_hours) == ("on-demand", 2, "g5.2xlarge", False, 4.0)
+
+
+def test_work_lost_where_the_events_say():
+    cfg = cfg_with(attempt=2, state="running")
+    events = [event(1, "started", 0), event(1, "checkpoint", 1.0, step=100), event(1, "checkpoint", 2.0, step=200),
+              event(1, "preemption-notice", 2.75, progress=275), event(1, "preempted", 2.8), event(2, "started", 3.0)]
+    led = job_ledger(cfg.jobs[0], events, T0 + timedelta(hours=4))
+    first = led.attempts[0]
+    assert first.lost_hours == pytest.approx(0.8) and first.lost_steps == 75
+    costed = cost_job(led, {"g5.2xlarge": Price(0.5, 1.25, "t")}.get)
+    assert money(costed.lost_cost) == 0.40  # 0.8 VM-h lost at the spot price
+
+
+def test_an_attempt_replaced_without_an_end_event_ends_where_the_next_began():
+    cfg = cfg_with(attempt=2, state="running")
+    led = job_ledger(cfg.jobs[0], [event(1, "started", 0), event(2, "started", 1.5)], T0 + timedelta(hours=2))
+    assert [(a.outcome, a.hours) for a in led.attempts] == [("replaced", 1.5), ("running", 0.5)]
+    assert led.changeover_hours == 0
+
+
+def test_a_job_that_never_started_costs_nothing():
+    cfg = cfg_with()
+    rep = report(cfg, "s", cfg.jobs, {}, T0)
+    (job,) = rep.json()["jobs"]
+    assert (job["cost"], job["on_demand_cost"], job["savings_pct"], job["attempts"]) == (0.0, 0.0, None, [])
+
+
+NAMES = st.sampled_from(["started", "preempted", "stopped", "completed", "failed", "checkpoint", "preemption-notice"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 1), NAMES, st.floats(0, 50, allow_nan=False),
+                          st.sampled_from(["spot", "on-demand", ""])), max_size=25),
+       st.floats(0, 60, allow_nan=False))
+def test_any_events_give_a_finite_report(raw, now_h):
+    cfg = cfg_with(attempt=4, state="running", nodes=2)
+    events = [event(a, name, h, node=n, **({"capacity": cap, "nodes": 2} if name == "started" and cap else {})) for a, n, name, h, cap in raw]
+    data = report(cfg, "s", cfg.jobs, {"j": events}, T0 + timedelta(hours=now_h)).json()
+    text = json.dumps(data, allow_nan=False)  # raises on NaN/inf
+    (job,) = json.loads(text)["jobs"]
+    assert all(v is None or math.isfinite(v) for v in (job["cost"], job["on_demand_cost"], job["savings"], job["savings_pct"]))
+    assert job["spot_hours"] >= 0 and job["on_demand_hours"] >= 0 and job["changeover_hours"] >= 0
+    assert job["cost"] <= job["on_demand_cost"] + 0.01  # spot is cheaper here, so never more than on-demand
+    assert abs(job["on_demand_cost"] - job["cost"] - job["savings"]) <= 0.011
+
+
+# ---- prices -----------------------------------------------------------------------------------
+
+
+def test_stack_prices_win_over_the_table_and_ratio():
+    cfg = validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"],
+                    "prices": {"g5.4xlarge": {"spot": 0.5, "onDemand": 2.0}}}, "f.yaml")
+    assert price_ratio(cfg, "g5.4xlarge") == 0.25
+    assert price_ratio(cfg, "g5.2xlarge") == pytest.approx(0.51652 / 1.212)  # from the shipped table
+    assert price_ratio(cfg, "g5.2xlarge", "us-west-2") == pytest.approx(0.41397 / 1.212)
+    assert price_ratio(cfg, "p9.huge") is None
+
+
+def test_shipped_table_entries_have_source_and_date():
+    table = shipped_table()
+    entries = [e for regions in table.values() for by_type in regions.values() for e in by_type.values()]
+    assert entries
+    for e in entries:
+        assert e["source"] and datetime.fromisoformat(e["date"]) and 0 < e["spot"] < e["onDemand"]
+
+
+def test_refresh_tool_reproduces_the_shipped_table(tmp_path):
+    from tools.refresh_prices import main
+
+    out = tmp_path / "prices.json"
+    assert main(["--catalog", str(FIXTURES / "skypilot-aws-vms-excerpt.csv"), "--commit", "001367d2", "--date", "2026-11-22",
+                 "--types", "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g6.2xlarge",
+                 "--regions", "us-east-1", "us-east-2", "us-west-2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == shipped_table()
+    assert table_price("aws", "us-west-2", "g6.2xlarge").spot == 0.4541  # the zone without a spot price is skipped
+
+
+def test_price_config_errors_name_the_key():
+    from infra.config import ConfigError
+
+    base = {"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}
+    for prices, message in [({"g5.2xlarge": {"spot": 1, "ondemand": 2}}, "spotctl:prices.g5.2xlarge.ondemand: unknown key (did you mean 'onDemand'?)"),
+                            ({"g5.2xlarge": {"spot": "cheap", "onDemand": 2}}, "spotctl:prices.g5.2xlarge.spot: expected a price in USD per hour"),
+                            ({"g5.2xlarge": {"spot": -1, "onDemand": 2}}, "spotctl:prices.g5.2xlarge.spot: expected a number >= 0"),
+                            ({"g5.2xlarge": {"spot": 1}}, "spotctl:prices.g5.2xlarge.onDemand: required key is missing")]:
+        with pytest.raises(ConfigError) as err:
+            validate({**base, "prices": prices}, "f.yaml")
+        assert message in str(err.value)
+
+
+def test_aws_price_apis_moto_spot_history_and_price_list(monkeypatch):
+    import boto3
+    from botocore.stub import Stubber
+    from moto import mock_aws
+
+    from cli.cloud.aws import aws_prices
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    product = {"product": {"attributes": {"instanceType": "g5.2xlarge"}},
+               "terms": {"OnDemand": {"X.JRTCKXETXF": {"priceDimensions": {"X.JRTCKXETXF.6YS6EN2CT7": {"pricePerUnit": {"USD": "1.2120000000"}}}}}}}
+    with mock_aws():
+        pricing = boto3.client("pricing", region_name="us-east-1")
+        stub = Stubber(pricing)
+        stub.add_response("get_products", {"PriceList": [json.dumps(product)], "FormatVersion": "aws_v1"},
+                          {"ServiceCode": "AmazonEC2", "MaxResults": 10, "Filters": [
+                              {"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in [
+                                  ("instanceType", "g5.2xlarge"), ("regionCode", "us-east-1"), ("operatingSystem", "Linux"),
+                                  ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("licenseModel", "No License required"),
+                                  ("capacitystatus", "Used")]]})
+        with stub:
+            found = aws_prices("us-east-1", ["g5.2xlarge"], ec2=boto3.client("ec2", region_name="us-east-1"), pricing=pricing)
+        stub.assert_no_pending_responses()
+    spot, od, source = found["g5.2xlarge"]
+    assert spot == pytest.approx(0.00001) and od == 1.212  # moto's spot history says 0.00001 in every zone
+    assert "spot price history (mean of" in source and "Price List" in source
+
+
+# ---- status gains the split --------------------------------------------------------------------
+
+
+def test_status_shows_spot_and_on_demand_vm_hours(team, runner):
+    result = runner.invoke(app, ["status", "vit", "--stack", "team-a", "--events-dir", "events", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert (row["spot_hours"], row["on_demand_hours"]) == (3.5, 0.6)
+    result = runner.invoke(app, ["status", "vit", "--stack", "team-a", "--events-dir", "events"])
+    assert "spot/od VM-h" in result.stdout.splitlines()[0] and "3.5/0.6" in result.stdout
