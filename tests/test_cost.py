@@ -337,3 +337,92 @@ def test_status_shows_spot_and_on_demand_vm_hours(team, runner):
     assert (row["spot_hours"], row["on_demand_hours"]) == (3.5, 0.6)
     result = runner.invoke(app, ["status", "vit", "--stack", "team-a", "--events-dir", "events"])
     assert "spot/od VM-h" in result.stdout.splitlines()[0] and "3.5/0.6" in result.stdout
+
+
+# ---- GCP: Compute API machine types + the Cloud Billing Catalog, on a local endpoint ------------
+
+
+def sku(desc, group, usage, price, regions=("us-central1",), family="Compute"):
+    units, nanos = int(price), round((price - int(price)) * 1e9)
+    return {"description": desc, "serviceRegions": list(regions),
+            "category": {"resourceFamily": family, "resourceGroup": group, "usageType": usage},
+            "pricingInfo": [{"pricingExpression": {"usageUnit": "h", "tieredRates": [
+                {"startUsageAmount": 0, "unitPrice": {"currencyCode": "USD", "units": str(units), "nanos": nanos}}]}}]}
+
+
+# A fixture in the catalog's documented shape (prices chosen for the test), with decoys that must not match.
+SKUS_PAGE_1 = [
+    sku("Commitment v1: A2 Cpu in Americas for 1 Year", "CPU", "Commit1Yr", 0.01),
+    sku("A2 Instance Core running in EMEA", "CPU", "OnDemand", 0.9, regions=("europe-west4",)),
+    sku("A2 Instance Core running in Americas", "CPU", "OnDemand", 0.031611),
+    sku("A2 Instance Ram running in Americas", "RAM", "OnDemand", 0.004237),
+    sku("Nvidia Tesla A100 80GB GPU running in Americas", "GPU", "OnDemand", 3.9),
+    sku("Storage PD Capacity", "SSD", "OnDemand", 0.1, family="Storage"),
+]
+SKUS_PAGE_2 = [
+    sku("Spot Preemptible A2 Instance Core running in Americas", "CPU", "Preemptible", 0.01264),
+    sku("Spot Preemptible A2 Instance Ram running in Americas", "RAM", "Preemptible", 0.001695),
+    sku("Nvidia Tesla A100 GPU running in Americas", "GPU", "OnDemand", 2.933908),
+    sku("Nvidia Tesla A100 GPU attached to Spot Preemptible VMs running in Americas", "GPU", "Preemptible", 1.17356),
+]
+
+
+@pytest.fixture
+def gcp_endpoint(monkeypatch):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            seen.append(self.path)
+            if self.path.startswith("/compute/v1/projects/proj-1/zones/us-central1-a/machineTypes/a2-highgpu-1g"):
+                doc = {"name": "a2-highgpu-1g", "guestCpus": 12, "memoryMb": 87040,
+                       "accelerators": [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 1}]}
+            elif self.path.startswith("/v1/services/6F81-5844-456A/skus"):
+                doc = {"skus": SKUS_PAGE_2} if "pageToken=p2" in self.path else {"skus": SKUS_PAGE_1, "nextPageToken": "p2"}
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            body = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", url)
+    monkeypatch.setenv("SPOTCTL_BILLING_ENDPOINT", url)
+    yield seen
+    server.shutdown()
+
+
+def test_gcp_prices_from_the_billing_catalog(project, runner, gcp_endpoint):
+    (project / "stacks" / "Pulumi.gteam.yaml").write_text("""\
+config:
+  spotctl:cloud: gcp
+  spotctl:project: proj-1
+  spotctl:region: us-central1
+  spotctl:zones: [us-central1-a]
+  spotctl:jobs:
+    - {id: bert, machineType: a2-highgpu-1g, zone: us-central1-a, state: completed, command: python eval.py}
+""")
+    (project / "ev.jsonl").write_text("\n".join(json.dumps(e) for e in [
+        started("bert", 1, 0, "10:00", "spot", "a2-highgpu-1g", 1), ev("bert", 1, 0, "completed", "12:00")]))
+    result = runner.invoke(app, ["cost", "--stack", "gteam", "--events-dir", "ev.jsonl", "--json"])
+    assert result.exit_code == 0, result.output
+    (bert,) = no_nan(result.stdout)["jobs"]
+    price = bert["prices"]["a2-highgpu-1g"]
+    # on-demand 12 x 0.031611 + 85 GiB x 0.004237 + 1 x 2.933908; spot 12 x 0.01264 + 85 x 0.001695 + 1.17356
+    assert price["on_demand"] == pytest.approx(3.673385) and price["spot"] == pytest.approx(1.469315)
+    assert price["source"].startswith("GCP Cloud Billing Catalog")
+    assert (bert["cost"], bert["on_demand_cost"], bert["savings"]) == (2.94, 7.35, 4.41)  # 2 h: 2.93863, 7.34677
+    assert any("pageToken=p2" in p for p in gcp_endpoint)  # every page was read

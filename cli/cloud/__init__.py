@@ -94,12 +94,21 @@ class Cloud:
         return call(lambda: bucket_documents(self.cfg.cloud, self.cfg.region, bucket, prefix))
 
     def prices(self, machine_types: list[str]) -> dict[str, tuple[float, float, str]]:
-        """{type: (spot $/h, on-demand $/h, source)} from the cloud's price APIs (AWS only)."""
-        if self.cfg.cloud != "aws":
-            raise CloudError("the GCP Cloud Billing Catalog is not queried yet (its SKUs price vCPU, memory and GPUs apart)")
-        from cli.cloud.aws import aws_prices
+        """{type: (spot $/h, on-demand $/h, source)} from the cloud's price APIs: EC2 spot price
+        history and the AWS Price List; GCP's Cloud Billing Catalog with the Compute API's machine
+        types (asked in the stack's first zone; SPOTCTL_GCE_ENDPOINT / SPOTCTL_BILLING_ENDPOINT
+        point them elsewhere)."""
+        import os
 
-        return call(lambda: aws_prices(self.cfg.region, machine_types))
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import aws_prices
+
+            return call(lambda: aws_prices(self.cfg.region, machine_types))
+        from cli.cloud.gcp import gcp_prices
+
+        return call(lambda: gcp_prices(self.cfg.project or "", self.cfg.region, self.cfg.zones[0], machine_types,
+                                       endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"),
+                                       billing_endpoint=os.environ.get("SPOTCTL_BILLING_ENDPOINT")))
 
 
 def inventory_for(cfg, stack: str) -> Inventory:
