@@ -149,10 +149,12 @@ def job_outputs(plan: JobPlan, *, disks_key: str, disks: Sequence[Any], instance
 
 
 def declare_components(
-    args: StackArgs, plans: Sequence[JobPlan], base_cls: Callable, pool_cls: Callable, job_cls: Callable
+    args: StackArgs, plans: Sequence[JobPlan], base_cls: Callable, pool_cls: Callable, job_cls: Callable, opts: Any = None
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The stack's shared base, one pool component per pool and one job component per job."""
-    base = base_cls("stack", args)
-    pools = {pool.name: pool_cls(f"pool-{pool.name}", args, pool, base) for pool in args.cfg.pools}
-    jobs = {plan.job.id: job_cls(f"job-{plan.job.id}", args, plan, base) for plan in plans}
+    """The stack's shared base, one pool component per pool and one job component per job.
+
+    ``opts`` (ResourceOptions, e.g. the explicit provider) is given to every component."""
+    base = base_cls("stack", args, opts=opts)
+    pools = {pool.name: pool_cls(f"pool-{pool.name}", args, pool, base, opts=opts) for pool in args.cfg.pools}
+    jobs = {plan.job.id: job_cls(f"job-{plan.job.id}", args, plan, base, opts=opts) for plan in plans}
     return base, pools, jobs

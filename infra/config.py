@@ -150,6 +150,9 @@ class Job(_Model):
     policy: str = "default"
     env: dict[str, str] = Field(default_factory=dict)
     external_ip: bool = False
+    # GCP: "keep" gives every node a protected boot disk that each attempt boots from (what was
+    # installed at first boot survives preemption); "attempt" (default) boots each attempt fresh.
+    boot_disk: Literal["attempt", "keep"] = "attempt"
 
     @field_validator("id")
     @classmethod
@@ -201,11 +204,16 @@ class MachinePrice(_Model):
 
 
 class Network(_Model):
-    """Where VMs attach. GCP: network/subnetwork names; AWS: one subnet id per zone (default VPC if absent)."""
+    """Where VMs attach. GCP: network/subnetwork names; AWS: one subnet id per zone (default VPC if absent).
+
+    GCP ``egress``: ``nat`` (default) declares a Cloud Router + NAT for the stack's subnetwork, so VMs
+    without external IPs reach GCS, pip and datasets; ``existing`` when the subnetwork already has egress.
+    """
 
     network: str = "default"
     subnetwork: str | None = None
     subnets: dict[str, str] = Field(default_factory=dict)
+    egress: Literal["nat", "existing"] = "nat"
 
 
 class StackConfig(_Model):
@@ -238,6 +246,11 @@ class StackConfig(_Model):
         for zone in self.network.subnets:
             if zone not in self.zones:
                 problems.append((f"network.subnets.{zone}", f"zone {zone!r} is not in spotctl:zones {self.zones}"))
+        if gcp:
+            _gcp_checks(self, problems)
+        elif any(j.boot_disk == "keep" for j in self.jobs):
+            i = next(i for i, j in enumerate(self.jobs) if j.boot_disk == "keep")
+            problems.append((f"jobs[{i}].bootDisk", "'keep' is supported on GCP only"))
         _unique(problems, "pools", "name", [p.name for p in self.pools])
         _unique(problems, "jobs", "id", [j.id for j in self.jobs])
         for i, pool in enumerate(self.pools):
@@ -263,6 +276,36 @@ class StackConfig(_Model):
             if job.id == job_id:
                 return job
         raise KeyError(_choice_message("job", job_id, [j.id for j in self.jobs]))
+
+
+def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:
+    """GCP-only cross checks: the subnetwork of a custom network, machine type vs GPUs (the one
+    table in infra/contract/gcp.py), and event prefixes that must not be shared."""
+    from infra.contract.gcp import gpu_problem
+
+    net = cfg.network
+    if net.network != "default" and not net.subnetwork:
+        problems.append((
+            "network.subnetwork",
+            f"required when network is {net.network!r}: a custom-mode VPC has no subnetwork 'default' "
+            f"(name the network's subnetwork in region {cfg.region!r})",
+        ))
+    for section, items in (("pools", cfg.pools), ("jobs", cfg.jobs)):
+        for i, item in enumerate(items):
+            if item.machine_type is None:
+                continue
+            acc = item.accelerator
+            problem = gpu_problem(item.machine_type, acc.type if acc else None, acc.count if acc else None)
+            if problem is not None:
+                problems.append((f"{section}[{i}].{problem[0]}", problem[1]))
+    job_ids = {j.id for j in cfg.jobs}
+    for i, pool in enumerate(cfg.pools):
+        if pool.name in job_ids:
+            problems.append((
+                f"pools[{i}].name",
+                f"pool {pool.name!r} has the name of a job: both write events under <stack>/{pool.name}/, "
+                "and each identity may write only under its own prefix",
+            ))
 
 
 class _CrossErrors(ValueError):

@@ -1,11 +1,18 @@
 """GCP components: the stack's shared pieces, GPU pools (static on-demand + dynamic spot MIGs) and
-training jobs whose persistent disks outlive every VM (see README, "What a GCP stack declares")."""
+training jobs whose persistent disks outlive every VM (see README, "What a GCP stack declares").
+
+Every resource goes through one explicit ``gcp.Provider`` built from ``spotctl:project`` and
+``spotctl:region`` (never the ambient ``gcp:*`` config), and every rule GCE enforces on these inputs
+is in ``infra/contract/gcp.py``. Longer than 400 lines because each component declares its
+identity, egress, firewall and disks next to the VMs that depend on them.
+"""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_gcp as gcp
 
+from infra import contract
 from infra.common import (
     BOOT_DISK_GB,
     JobPlan,
@@ -16,19 +23,27 @@ from infra.common import (
     pool_parts,
     pool_script_context,
 )
-from infra.config import Accelerator, Pool
-from infra.naming import gcp_labels, short_hash
-from infra.render import DEVICE_NAME, scripts_for
+from infra.config import Accelerator, StackConfig
+from infra.config import Pool as PoolConfig
+from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic
+from infra.naming import boot_disk_name, gcp_labels, short_hash
+from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
 DISK_TYPE = "pd-balanced"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]  # access is limited by IAM roles, not scopes
+BOOT_DEVICE_NAME = "spotctl-boot"
 
 
+def subnetwork_path(cfg: StackConfig) -> str:
+    """The stack's subnetwork by its full path, so no resource ever infers project or region
+    (a bare name is looked up in the provider's region: contract rule gcp.template-region)."""
+    return f"projects/{cfg.project}/regions/{cfg.region}/subnetworks/{cfg.network.subnetwork or 'default'}"
 
-def _network(args: StackArgs, *, external_ip: bool, template: bool = False, network_ip=None):
-    """One NIC on the stack's subnetwork; no access config (so no external IP) unless asked."""
-    net = args.cfg.network
+
+def _network(args: StackArgs, machine_type: str, *, external_ip: bool, template: bool = False, network_ip=None):
+    """One NIC on the stack's subnetwork; no access config (so no external IP) unless asked; gVNIC
+    where the machine series supports nothing else (contract rule gcp.gvnic)."""
     nic, access = (
         (gcp.compute.InstanceTemplateNetworkInterfaceArgs, gcp.compute.InstanceTemplateNetworkInterfaceAccessConfigArgs)
         if template
@@ -36,15 +51,25 @@ def _network(args: StackArgs, *, external_ip: bool, template: bool = False, netw
     )
     extra = {} if template else {"network_ip": network_ip}
     return nic(
-        network=net.network,
-        subnetwork=net.subnetwork or "default",
+        network=args.cfg.network.network,
+        subnetwork=subnetwork_path(args.cfg),
+        nic_type="GVNIC" if needs_gvnic(machine_type) else None,
         access_configs=[access()] if external_ip else None,
         **extra,
     )
 
 
-def _accelerators(acc: Accelerator | None, cls):
-    return [cls(type=acc.type, count=acc.count)] if acc else None
+def _accelerators(machine_type: str, acc: Accelerator | None, cls):
+    """guest_accelerators only for N1: accelerator-optimized types bring their own GPUs ("the
+    specified GPU model automatically attaches", https://cloud.google.com/compute/docs/gpus)."""
+    if acc is None or builtin_gpus(machine_type) is not None:
+        return None
+    return [cls(type=acc.type, count=acc.count)]
+
+
+def _gpu_count(machine_type: str, acc: Accelerator | None) -> int:
+    builtin = builtin_gpus(machine_type)
+    return builtin[1] if builtin else (acc.count if acc else 0)
 
 
 def _scheduling(spot: bool, cls, termination_action: str):
@@ -60,18 +85,44 @@ def _scheduling(spot: bool, cls, termination_action: str):
     return cls(provisioning_model="STANDARD", preemptible=False, automatic_restart=True, on_host_maintenance="TERMINATE")
 
 
-class ServiceAccount(pulumi.ComponentResource):
-    """A VM identity that may only create objects in the event bucket and write logs."""
+def _metadata(scripts, *, driver: bool) -> dict[str, str]:
+    """Scripts, OS Login, and on Deep Learning VM images with GPUs the driver install flag
+    (contract rule gcp.dlvm-driver; custom images must bring their own driver)."""
+    meta = {"startup-script": scripts.startup, "shutdown-script": scripts.shutdown, "enable-oslogin": "TRUE"}
+    if driver:
+        meta["install-nvidia-driver"] = "True"
+    return meta
 
-    def __init__(self, name: str, account_id: str, display: str, bucket: pulumi.Input[str], project: str, opts=None):
+
+def _wants_driver(machine_type: str, acc: Accelerator | None, image: str) -> bool:
+    return is_dlvm(image) and has_gpus(machine_type, _gpu_count(machine_type, acc))
+
+
+class ServiceAccount(pulumi.ComponentResource):
+    """The identity of one job or pool: creates event objects only under its own ``<stack>/<name>/``
+    (an IAM condition on the object name; contract rule gcp.event-writer-prefix) and writes logs.
+
+    ``resume`` trusts the events, so no VM may write another job's: one account per job and pool.
+    """
+
+    def __init__(self, name: str, account_id: str, display: str, bucket: pulumi.Input[str], project: str, prefix: str,
+                 opts=None):
         super().__init__("spotctl:gcp:ServiceAccount", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.account = gcp.serviceaccount.Account(
             f"{name}-account", account_id=account_id, display_name=display, project=project, opts=child
         )
         member = self.account.email.apply(lambda e: f"serviceAccount:{e}")
+        condition = gcp.storage.BucketIAMMemberConditionArgs(
+            title="spotctl-event-prefix",
+            description=f"create event objects under {prefix} only",
+            expression=pulumi.Output.from_input(bucket).apply(
+                lambda b: f'resource.name.startsWith("projects/_/buckets/{b}/objects/{prefix}")'
+            ),
+        )
         gcp.storage.BucketIAMMember(
-            f"{name}-events-writer", bucket=bucket, role="roles/storage.objectCreator", member=member, opts=child
+            f"{name}-events-writer", bucket=bucket, role="roles/storage.objectCreator", member=member,
+            condition=condition, opts=child,
         )
         gcp.projects.IAMMember(f"{name}-log-writer", project=project, role="roles/logging.logWriter", member=member, opts=child)
         self.email = self.account.email
@@ -79,17 +130,64 @@ class ServiceAccount(pulumi.ComponentResource):
 
 
 def _account_id(slug: str, what: str) -> str:
-    """GCP service account ids are 6-30 characters."""
+    """GCP service account ids are 6-30 characters (contract rule gcp.service-account-id)."""
     candidate = f"{slug}-{what}"
     if len(candidate) <= 30:
         return candidate
     return f"{candidate[:23].rstrip('-')}-{short_hash(candidate)}"
 
 
-class StackBase(pulumi.ComponentResource):
-    """Per stack: the event bucket the scripts write to, the preemption log sink and the jobs' identity."""
+def sink_filter(args: StackArgs, plans: list[JobPlan]) -> str:
+    """Preemptions of exactly this stack's VMs: an anchored regular expression over the instance
+    names of its jobs (any attempt, any node) and pools (MIG base name + GCE's suffix). ``:`` would
+    be a substring match, so stack ``team`` would catch ``team-a`` (contract rule gcp.sink-filter-exact)."""
+    names = [f"{p.slug}-{p.job.id}-a[0-9]+-n[0-9]+" for p in plans]
+    names += [f"{args.slug}-{pool.name}-(ondemand|spot)-[a-z0-9]+" for pool in args.cfg.pools]
+    # Instance names never end with "-": with nothing declared the expression matches nothing.
+    pattern = f"/instances/({'|'.join(names)})$" if names else f"/instances/{args.slug}-$"
+    return (
+        'resource.type="gce_instance" AND protoPayload.methodName="compute.instances.preempted" '
+        f'AND protoPayload.resourceName=~"{pattern}"'
+    )
+
+
+class Egress(pulumi.ComponentResource):
+    """A Cloud Router + NAT for the stack's subnetwork, so VMs without external IPs reach GCS (events),
+    package indexes and datasets. Only this subnetwork (LIST_OF_SUBNETWORKS): other subnetworks of a
+    shared network stay as they are (contract rule gcp.nat-subnetworks)."""
 
     def __init__(self, name: str, args: StackArgs, opts=None):
+        super().__init__("spotctl:gcp:Egress", name, None, opts)
+        cfg = args.cfg
+        child = pulumi.ResourceOptions(parent=self)
+        router = gcp.compute.Router(
+            f"{name}-router", name=f"{args.slug}-router", project=cfg.project, region=cfg.region,
+            network=cfg.network.network, opts=child,
+        )
+        self.nat = gcp.compute.RouterNat(
+            f"{name}-nat",
+            name=f"{args.slug}-nat",
+            project=cfg.project,
+            region=cfg.region,
+            router=router.name,
+            nat_ip_allocate_option="AUTO_ONLY",
+            source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
+            subnetworks=[
+                gcp.compute.RouterNatSubnetworkArgs(
+                    name=f"https://www.googleapis.com/compute/v1/{subnetwork_path(cfg)}",
+                    source_ip_ranges_to_nats=["ALL_IP_RANGES"],
+                )
+            ],
+            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
+            opts=child,
+        )
+        self.register_outputs({"nat": self.nat.name})
+
+
+class StackBase(pulumi.ComponentResource):
+    """Per stack: the event bucket the scripts write to, the preemption log sink and the egress."""
+
+    def __init__(self, name: str, args: StackArgs, plans: list[JobPlan] | None = None, opts=None):
         super().__init__("spotctl:gcp:StackBase", name, None, opts)
         cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
@@ -99,7 +197,7 @@ class StackBase(pulumi.ComponentResource):
             name=f"{args.slug}-events-{short_hash(cfg.project or '', args.stack, n=8)}",
             project=cfg.project,
             location=cfg.region.upper(),
-            uniform_bucket_level_access=True,
+            uniform_bucket_level_access=True,  # IAM conditions (per-job prefixes) need it
             public_access_prevention="enforced",
             versioning=gcp.storage.BucketVersioningArgs(enabled=False),
             lifecycle_rules=[
@@ -113,17 +211,12 @@ class StackBase(pulumi.ComponentResource):
             opts=child,
         )
         self.topic = gcp.pubsub.Topic(f"{name}-preemptions", name=f"{args.slug}-preemptions", project=cfg.project, labels=labels, opts=child)
-        # Preemptions as GCE logs them; instance names of this stack all start with its slug.
-        log_filter = (
-            'resource.type="gce_instance" AND protoPayload.methodName="compute.instances.preempted" '
-            f'AND protoPayload.resourceName:"/instances/{args.slug}-"'
-        )
         self.sink = gcp.logging.ProjectSink(
             f"{name}-preempted-sink",
             name=f"{args.slug}-preempted",
             project=cfg.project,
             destination=self.topic.id.apply(lambda t: f"pubsub.googleapis.com/{t}"),
-            filter=log_filter,
+            filter=sink_filter(args, plans or []),
             unique_writer_identity=True,
             opts=child,
         )
@@ -135,25 +228,30 @@ class StackBase(pulumi.ComponentResource):
             member=self.sink.writer_identity,
             opts=child,
         )
-        self.jobs_account = ServiceAccount(
-            f"{name}-jobs-sa", _account_id(args.slug, "jobs"), f"spotctl jobs of stack {args.stack}", self.bucket.name, cfg.project or "", opts=child
-        )
+        # VMs wait for the NAT, so their first events and downloads have a way out.
+        self.egress: list[pulumi.Resource] = []
+        if cfg.network.egress == "nat":
+            self.egress = [Egress(f"{name}-egress", args, opts=child).nat]
         self.register_outputs({"eventBucket": self.bucket.name, "preemptionTopic": self.topic.name})
 
 
 class GpuPool(pulumi.ComponentResource):
     """Static on-demand MIG (fixed size) + dynamic spot MIG over every zone, autoscaled spotMin..spotMax."""
 
-    def __init__(self, name: str, args: StackArgs, pool: Pool, base: StackBase, opts=None):
+    def __init__(self, name: str, args: StackArgs, pool: PoolConfig, base: StackBase, opts=None):
         super().__init__("spotctl:gcp:GpuPool", name, None, opts)
         cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
+        machine = pool.machine_type or ""
         account = ServiceAccount(
-            f"{name}-sa", _account_id(args.slug, f"pool-{pool.name}"), f"spotctl pool {pool.name} of {args.stack}", base.bucket.name, cfg.project or "", opts=child
+            f"{name}-sa", _account_id(args.slug, f"pool-{pool.name}"), f"spotctl pool {pool.name} of {args.stack}",
+            base.bucket.name, cfg.project or "", event_object_prefix(args.stack, pool.name), opts=child,
         )
         labels = gcp_labels(args.stack, cfg.labels, pool=pool.name)
+        image = pool.image or DEFAULT_IMAGE
+        driver = _wants_driver(machine, pool.accelerator, image)
         metadata = base.bucket.name.apply(
-            lambda bucket: _metadata(scripts_for(pool_script_context(cfg, args.stack, pool, bucket=bucket)))
+            lambda bucket: _metadata(scripts_for(pool_script_context(cfg, args.stack, pool, bucket=bucket)), driver=driver)
         )
         self.mig_names: dict[str, pulumi.Output[str]] = {}
         for part, spot in pool_parts(pool):
@@ -162,27 +260,35 @@ class GpuPool(pulumi.ComponentResource):
                 f"{name}-{part}-template",
                 name_prefix=f"{physical[:36]}-",
                 project=cfg.project,
-                machine_type=pool.machine_type,
+                region=cfg.region,  # the subnetwork's region, never the provider's guess (gcp.template-region)
+                machine_type=machine,
                 disks=[
                     gcp.compute.InstanceTemplateDiskArgs(
                         boot=True,
                         auto_delete=True,
-                        source_image=pool.image or DEFAULT_IMAGE,
+                        source_image=image,
                         disk_size_gb=pool.disk_gb,
                         disk_type=DISK_TYPE,
                         labels=labels,
                     )
                 ],
-                guest_accelerators=_accelerators(pool.accelerator, gcp.compute.InstanceTemplateGuestAcceleratorArgs),
+                guest_accelerators=_accelerators(machine, pool.accelerator, gcp.compute.InstanceTemplateGuestAcceleratorArgs),
                 scheduling=_scheduling(spot, gcp.compute.InstanceTemplateSchedulingArgs, "DELETE"),
                 metadata=metadata,
-                network_interfaces=[_network(args, external_ip=pool.external_ip, template=True)],
+                network_interfaces=[_network(args, machine, external_ip=pool.external_ip, template=True)],
                 service_account=gcp.compute.InstanceTemplateServiceAccountArgs(email=account.email, scopes=SCOPES),
                 shielded_instance_config=gcp.compute.InstanceTemplateShieldedInstanceConfigArgs(
                     enable_secure_boot=False, enable_vtpm=True, enable_integrity_monitoring=True
                 ),
                 labels=labels,
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=base.egress),
+            )
+            # The fixed on-demand part must come up or `up` fails loudly; the spot part never waits
+            # (a stockout would hang `up` until the provider's timeout).
+            wait = not spot
+            contract.enforce(
+                "gcp.mig-no-wait-on-spot", f"{name}-{part}-mig",
+                "wait_for_instances on a spot group" if (spot and wait) else None,
             )
             mig = gcp.compute.RegionInstanceGroupManager(
                 f"{name}-{part}-mig",
@@ -206,7 +312,8 @@ class GpuPool(pulumi.ComponentResource):
                     max_surge_fixed=0,
                     max_unavailable_fixed=len(cfg.zones),
                 ),
-                wait_for_instances=False,
+                wait_for_instances=wait,
+                wait_for_instances_status="STABLE" if wait else None,
                 opts=child,
             )
             if spot:
@@ -229,18 +336,22 @@ class GpuPool(pulumi.ComponentResource):
         self.register_outputs({"migs": self.mig_names})
 
 
-def _metadata(scripts) -> dict[str, str]:
-    return {"startup-script": scripts.startup, "shutdown-script": scripts.shutdown, "enable-oslogin": "TRUE"}
-
-
 class TrainingJob(pulumi.ComponentResource):
-    """Per node a persistent job disk (protected until the job completed) and the VM of the current attempt."""
+    """Per node a persistent job disk (protected until the job completed), optionally a kept boot
+    disk (``bootDisk: keep``), and the VM of the current attempt; the job's own identity; for a
+    multi-node job on a custom network the firewall rule its gang talks through."""
 
     def __init__(self, name: str, args: StackArgs, plan: JobPlan, base: StackBase, opts=None):
         super().__init__("spotctl:gcp:TrainingJob", name, None, opts)
         cfg, job = args.cfg, plan.job
         child = pulumi.ResourceOptions(parent=self)
+        machine = job.machine_type or ""
+        image = job.image or DEFAULT_IMAGE
         labels = gcp_labels(args.stack, cfg.labels, job=job.id)
+        account = ServiceAccount(
+            f"{name}-sa", _account_id(plan.slug, f"job-{job.id}"), f"spotctl job {job.id} of {args.stack}",
+            base.bucket.name, cfg.project or "", event_object_prefix(args.stack, job.id), opts=child,
+        )
         master_addr: pulumi.Output[str] | None = None
         if plan.needs_master_address:
             # Reserved so MASTER_ADDR is the same for every attempt: workers never chase a new master.
@@ -251,11 +362,27 @@ class TrainingJob(pulumi.ComponentResource):
                 region=cfg.region,
                 address_type="INTERNAL",
                 purpose="GCE_ENDPOINT",
-                subnetwork=cfg.network.subnetwork or "default",
+                subnetwork=subnetwork_path(cfg),
                 labels=labels,
                 opts=child,
             )
             master_addr = address.address
+            if cfg.network.network != "default":
+                # A custom network has no rule letting VMs talk to each other (the default network's
+                # default-allow-internal): NCCL and the rendezvous need one, scoped to this job's identity.
+                gcp.compute.Firewall(
+                    f"{name}-gang-fw",
+                    name=f"{plan.slug}-{job.id}-gang",
+                    project=cfg.project,
+                    network=cfg.network.network,
+                    direction="INGRESS",
+                    allows=[gcp.compute.FirewallAllowArgs(protocol="all")],
+                    source_service_accounts=[account.email],
+                    target_service_accounts=[account.email],
+                    description=f"spotctl: nodes of job {job.id} of stack {args.stack} reach each other",
+                    opts=child,
+                )
+        driver = _wants_driver(machine, job.accelerator, image)
         self.disks: list[gcp.compute.Disk] = []
         self.instances: list[gcp.compute.Instance] = []
         for node in plan.nodes:
@@ -270,6 +397,23 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, protect=plan.protect_disks),
             )
             self.disks.append(disk)
+            boot = None
+            if job.boot_disk == "keep":
+                # Every attempt boots from this disk: the driver and whatever the first boot installed
+                # survive preemption. Protected like the job disk; the logical name ends in "-disk" so
+                # `spotctl cleanup` unprotects it with the others.
+                boot = gcp.compute.Disk(
+                    f"{name}-n{node.rank}-boot-disk",
+                    name=boot_disk_name(plan.slug, job.id, node.rank),
+                    project=cfg.project,
+                    zone=job.zone,
+                    image=image,
+                    size=BOOT_DISK_GB,
+                    type=DISK_TYPE,
+                    labels={**labels, "spotctl-node": str(node.rank), "spotctl-disk": "boot"},
+                    opts=pulumi.ResourceOptions(parent=self, protect=plan.protect_disks),
+                )
+                self.disks.append(boot)
             if not node.declares_instance:
                 continue
             addr = master_addr if master_addr is not None else pulumi.Output.from_input("127.0.0.1")
@@ -280,35 +424,42 @@ class TrainingJob(pulumi.ComponentResource):
                             cfg, args.stack, plan, node, bucket=v[0], master_addr=v[1],
                             disk_device=f"/dev/disk/by-id/google-{DEVICE_NAME}",
                         )
-                    )
+                    ),
+                    driver=driver,
                 )
             )
+            if boot is not None:
+                boot_disk = gcp.compute.InstanceBootDiskArgs(
+                    source=boot.self_link, auto_delete=False, device_name=BOOT_DEVICE_NAME  # gcp.kept-boot-disk
+                )
+            else:
+                boot_disk = gcp.compute.InstanceBootDiskArgs(
+                    auto_delete=True,  # the boot disk is per attempt; the job's data lives on the job disk
+                    initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
+                        image=image, size=BOOT_DISK_GB, type=DISK_TYPE, labels=labels
+                    ),
+                )
             instance = gcp.compute.Instance(
                 f"{name}-n{node.rank}-vm",
                 name=node.instance_name,
                 project=cfg.project,
                 zone=job.zone,
-                machine_type=job.machine_type,
-                boot_disk=gcp.compute.InstanceBootDiskArgs(
-                    auto_delete=True,  # the boot disk is per attempt; the job's data lives on the job disk
-                    initialize_params=gcp.compute.InstanceBootDiskInitializeParamsArgs(
-                        image=job.image or DEFAULT_IMAGE, size=BOOT_DISK_GB, type=DISK_TYPE, labels=labels
-                    ),
-                ),
+                machine_type=machine,
+                boot_disk=boot_disk,
                 # An attached existing disk is never auto-deleted with the VM (the API's autoDelete is
                 # false for it): the job disk survives preemption, deletion and every new attempt.
                 attached_disks=[
                     gcp.compute.InstanceAttachedDiskArgs(source=disk.self_link, device_name=DEVICE_NAME, mode="READ_WRITE")
                 ],
-                guest_accelerators=_accelerators(job.accelerator, gcp.compute.InstanceGuestAcceleratorArgs),
+                guest_accelerators=_accelerators(machine, job.accelerator, gcp.compute.InstanceGuestAcceleratorArgs),
                 # STOP keeps a preempted VM around (TERMINATED) so status can see what happened;
                 # the next attempt deletes it before creating its own.
                 scheduling=_scheduling(plan.spot, gcp.compute.InstanceSchedulingArgs, "STOP"),
                 metadata=metadata,
                 network_interfaces=[
-                    _network(args, external_ip=job.external_ip, network_ip=master_addr if node.is_master else None)
+                    _network(args, machine, external_ip=job.external_ip, network_ip=master_addr if node.is_master else None)
                 ],
-                service_account=gcp.compute.InstanceServiceAccountArgs(email=base.jobs_account.email, scopes=SCOPES),
+                service_account=gcp.compute.InstanceServiceAccountArgs(email=account.email, scopes=SCOPES),
                 shielded_instance_config=gcp.compute.InstanceShieldedInstanceConfigArgs(
                     enable_secure_boot=False, enable_vtpm=True, enable_integrity_monitoring=True
                 ),
@@ -318,7 +469,10 @@ class TrainingJob(pulumi.ComponentResource):
                 # One logical VM per node: a new attempt renames it, which replaces it, and the old VM
                 # must release the job disk before the new one can attach it read-write.
                 # Workers wait for the new master: none of them ever meets a stale master at the rendezvous.
-                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=[disk, *self.instances[:1]]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, delete_before_replace=True,
+                    depends_on=[disk, *([boot] if boot else []), *self.instances[:1], *base.egress],
+                ),
             )
             self.instances.append(instance)
         self.outputs = job_outputs(
@@ -329,8 +483,14 @@ class TrainingJob(pulumi.ComponentResource):
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
-    """Declare the whole GCP stack; returns the stack outputs."""
-    base, pools, jobs = declare_components(args, plans, StackBase, GpuPool, TrainingJob)
+    """Declare the whole GCP stack through one explicit provider; returns the stack outputs."""
+    provider = gcp.Provider("gcp", project=args.cfg.project, region=args.cfg.region)
+    opts = pulumi.ResourceOptions(providers=[provider])
+
+    def base_cls(name: str, args: StackArgs, opts=None) -> StackBase:
+        return StackBase(name, args, plans, opts=opts)
+
+    base, pools, jobs = declare_components(args, plans, base_cls, GpuPool, TrainingJob, opts=opts)
     return {
         "eventBucket": base.bucket.name,
         "preemptionTopic": base.topic.name,

@@ -31,6 +31,11 @@ def disk_name(slug: str, job_id: str, rank: int) -> str:
     return f"{slug}-{job_id}-n{rank}-disk"
 
 
+def boot_disk_name(slug: str, job_id: str, rank: int) -> str:
+    """A kept boot disk (job ``bootDisk: keep``): one per node, booted by every attempt."""
+    return f"{slug}-{job_id}-n{rank}-boot"
+
+
 def instance_name(slug: str, job_id: str, attempt: int, rank: int) -> str:
     """Changes with the attempt, so a new attempt is a new VM (and never a new disk)."""
     return f"{slug}-{job_id}-a{attempt}-n{rank}"

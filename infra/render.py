@@ -87,6 +87,12 @@ class ScriptContext:
         return v
 
 
+def event_object_prefix(stack: str, name: str) -> str:
+    """Where the scripts of job or pool ``name`` write event objects (``spotctl_record`` in
+    templates/common/lib.sh.j2: ``<event_prefix><name>/attempt-N/...`` with the default prefix)."""
+    return f"{stack}/{name}/"
+
+
 def templates_dir() -> Path:
     """``templates/`` in a checkout; ``infra/_templates`` in an installed wheel."""
     here = Path(__file__).resolve().parent

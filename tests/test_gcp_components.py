@@ -18,7 +18,7 @@ TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 MIG = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
 
 POOL = {
-    "name": "l4", "machineType": "g2-standard-8", "accelerator": {"type": "nvidia-l4", "count": 2},
+    "name": "l4", "machineType": "g2-standard-24", "accelerator": {"type": "nvidia-l4", "count": 2},
     "onDemand": 1, "spotMin": 1, "spotMax": 6, "agentCommand": "agent --pool l4", "diskGb": 150,
 }
 
@@ -81,8 +81,10 @@ def test_pool_dynamic_spot_part():
         "preemptible": True,
         "provisioningModel": "SPOT",
     }
-    assert tmpl["guestAccelerators"] == [{"count": 2.0, "type": "nvidia-l4"}]
-    assert tmpl["machineType"] == "g2-standard-8"
+    # G2 brings its own L4s: no guestAccelerators (GCE attaches them with the machine type).
+    assert "guestAccelerators" not in tmpl
+    assert tmpl["machineType"] == "g2-standard-24"
+    assert tmpl["region"] == "us-central1"
     mig = only(plan, MIG, "spot").inputs
     assert mig["distributionPolicyZones"] == ["us-central1-a", "us-central1-b"]
     assert mig["distributionPolicyTargetShape"] == "ANY"
@@ -197,7 +199,7 @@ def test_multi_node_job_reserves_the_master_address():
 
 
 def test_names_never_collide_across_jobs_or_stacks():
-    raw = raw_stack(jobs=[gcp_job(id="a", nodes=2), gcp_job(id="a-n1"), gcp_job(id="b")], pools=[POOL, {**POOL, "name": "a"}])
+    raw = raw_stack(jobs=[gcp_job(id="a", nodes=2), gcp_job(id="a-n1"), gcp_job(id="b")], pools=[POOL, {**POOL, "name": "a-n0"}])
     p1, p2 = plan_of(raw, "team-a"), plan_of(raw, "team-b")
     for plan in (p1, p2):
         urns = [r.urn for r in plan.resources]
@@ -230,12 +232,12 @@ def test_event_bucket_sink_and_identities():
     assert bucket["lifecycleRules"] == [{"action": {"type": "Delete"}, "condition": {"age": 30.0}}]
     writers = plan.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
     assert {w.inputs["role"] for w in writers} == {"roles/storage.objectCreator"}
-    assert len(writers) == 2  # the jobs' account and the pool's account
+    assert len(writers) == 2  # the job's own account and the pool's own account
     project_roles = {r.inputs["role"] for r in plan.by_type("gcp:projects/iAMMember:IAMMember")}
     assert project_roles == {"roles/logging.logWriter"}
     sink = only(plan, "gcp:logging/projectSink:ProjectSink").inputs
     assert 'protoPayload.methodName="compute.instances.preempted"' in sink["filter"]
-    assert '/instances/team-a-"' in sink["filter"]
+    assert 'protoPayload.resourceName=~"/instances/(team-a-train-a[0-9]+-n[0-9]+|team-a-l4-(ondemand|spot)-[a-z0-9]+)$"' in sink["filter"]
     assert sink["destination"] == "pubsub.googleapis.com/projects/proj-1/topics/team-a-preemptions"
     pub = only(plan, "gcp:pubsub/topicIAMMember:TopicIAMMember").inputs
     assert pub["role"] == "roles/pubsub.publisher" and pub["member"].startswith("serviceAccount:")
@@ -257,13 +259,14 @@ def test_components_are_canonical():
     components = [r for r in plan.resources if not r.custom]
     assert {c.type for c in components} == {
         "spotctl:gcp:StackBase", "spotctl:gcp:GpuPool", "spotctl:gcp:TrainingJob", "spotctl:gcp:ServiceAccount",
+        "spotctl:gcp:Egress",
     }
     by_urn = {r.urn: r for r in plan.resources}
     for r in plan.resources:
         if r.parent is not None:
             assert r.name.startswith(by_urn[r.parent].name + "-"), (r.name, by_urn[r.parent].name)
         else:
-            assert not r.custom, f"{r.name} is not inside a component"
+            assert not r.custom or r.type == "pulumi:providers:gcp", f"{r.name} is not inside a component"
 
 
 # ---- inputs against the provider's schema ---------------------------------------------------------

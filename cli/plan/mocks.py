@@ -31,6 +31,7 @@ class Resource:
     protect: bool = False
     delete_before_replace: bool = False
     dependencies: tuple[str, ...] = ()
+    provider: str = ""  # the provider reference ("<urn>::<id>") of a cloud resource; "" for components
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -40,7 +41,7 @@ class Resource:
             "parent": self.parent,
             "inputs": self.inputs,
             "options": {"protect": self.protect, "deleteBeforeReplace": self.delete_before_replace,
-                        "dependsOn": list(self.dependencies)},
+                        "dependsOn": list(self.dependencies), "provider": self.provider},
         }
 
 
@@ -94,7 +95,9 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
     if typ.startswith("gcp:"):
         out.setdefault("name", physical)
         zone = inputs.get("zone")
-        scope = f"zones/{zone}" if zone else (f"regions/{inputs['region']}" if "region" in inputs else "global")
+        # An InstanceTemplate is global even when its `region` pins the subnetwork's region.
+        regional = "region" in inputs and typ != "gcp:compute/instanceTemplate:InstanceTemplate"
+        scope = f"zones/{zone}" if zone else (f"regions/{inputs['region']}" if regional else "global")
         kind = typ.split("/")[1].split(":")[0] + "s"
         self_link = f"https://www.googleapis.com/compute/v1/projects/{project}/{scope}/{kind}/{physical}"
         out["selfLink"] = self_link
@@ -189,6 +192,7 @@ def run(cfg: StackConfig, stack: str) -> Plan:
                         protect=bool(request.protect),
                         delete_before_replace=bool(request.deleteBeforeReplace),
                         dependencies=tuple(sorted(request.dependencies)),
+                        provider=request.provider,
                     )
                 )
             return response

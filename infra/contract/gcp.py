@@ -1,21 +1,190 @@
-"""GCP rules (see ``infra.contract``). One ``@rule`` per rule the Compute Engine / GCS APIs enforce
-on what spotctl declares, each citing its source; checks get the pulumi-gcp constructor inputs."""
+"""GCP rules (see ``infra.contract``). One ``@rule`` per rule the Compute Engine / GCS / Logging APIs
+enforce on what spotctl declares (or that spotctl's promises depend on), each citing its source;
+checks get the pulumi-gcp constructor inputs.
+
+Also the one table of GPU machine shapes (:data:`ACCELERATOR_OPTIMIZED`, :data:`N1_GPUS`): ``spotctl
+validate`` (``infra.config``) and the ``gcp.gpu-machine-pair`` rule both ask :func:`gpu_problem`.
+Pure Python (no pulumi import): ``infra.config`` imports this module. Longer than 400 lines because
+every GCP rule and its source lives here and nowhere else.
+
+Sources marked [UNVERIFIED] were not confirmed from a primary document when the rule was written;
+the rule says so instead of pretending (see README, "First real `pulumi up`").
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.contract import UNKNOWN, rule
+from infra.contract import UNKNOWN, dig, known, rule
 
 INSTANCE = "gcp:compute/instance:Instance"
 INSTANCE_TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 REGION_INSTANCE_TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
+VMS = (INSTANCE, INSTANCE_TEMPLATE, REGION_INSTANCE_TEMPLATE)
+TEMPLATES = (INSTANCE_TEMPLATE, REGION_INSTANCE_TEMPLATE)
+ADDRESS = "gcp:compute/address:Address"
+ACCOUNT = "gcp:serviceaccount/account:Account"
+BUCKET = "gcp:storage/bucket:Bucket"
+BUCKET_IAM_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
+PROJECT_SINK = "gcp:logging/projectSink:ProjectSink"
+ROUTER_NAT = "gcp:compute/routerNat:RouterNat"
+FIREWALL = "gcp:compute/firewall:Firewall"
 
 METADATA_VALUE_LIMIT = 256 * 1024
 
+# ---- the GPU machine table -------------------------------------------------------------------------
+# Accelerator-optimized machine types come with a fixed GPU model and count ("Each machine type
+# within a series has a specific model and number of NVIDIA GPUs attached",
+# https://cloud.google.com/compute/docs/accelerator-optimized-machines). The map is Google's own:
+# GoogleCloudPlatform/cluster-toolkit modules/internal/gpu-definition/main.tf (`accelerator_machines`,
+# @147e356d); accelerator type names as in https://cloud.google.com/compute/docs/gpus.
+GPU_TABLE_SOURCE = (
+    "https://cloud.google.com/compute/docs/gpus and https://cloud.google.com/compute/docs/accelerator-optimized-machines; "
+    "machine -> (type, count) from GoogleCloudPlatform/cluster-toolkit modules/internal/gpu-definition/main.tf"
+)
 
-@rule("gcp.metadata-value-256k", [INSTANCE, INSTANCE_TEMPLATE, REGION_INSTANCE_TEMPLATE],
+
+def _series(fmt: str, gpu: str, counts: Mapping[str, int]) -> dict[str, tuple[str, int]]:
+    return {fmt.format(k): (gpu, n) for k, n in counts.items()}
+
+
+ACCELERATOR_OPTIMIZED: dict[str, tuple[str, int]] = {
+    **_series("a2-highgpu-{}", "nvidia-tesla-a100", {"1g": 1, "2g": 2, "4g": 4, "8g": 8}),
+    "a2-megagpu-16g": ("nvidia-tesla-a100", 16),
+    **_series("a2-ultragpu-{}", "nvidia-a100-80gb", {"1g": 1, "2g": 2, "4g": 4, "8g": 8}),
+    **_series("a3-highgpu-{}", "nvidia-h100-80gb", {"1g": 1, "2g": 2, "4g": 4, "8g": 8}),
+    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8),
+    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8),
+    "a4-highgpu-8g": ("nvidia-b200", 8),
+    "a4-highgpu-8g-lowmem": ("nvidia-b200", 8),
+    "a4x-highgpu-4g": ("nvidia-gb200", 4),
+    "a4x-highgpu-4g-nolssd": ("nvidia-gb200", 4),
+    **_series("g2-standard-{}", "nvidia-l4", {"4": 1, "8": 1, "12": 1, "16": 1, "32": 1, "24": 2, "48": 4, "96": 8}),
+    **_series("g4-standard-{}", "nvidia-rtx-pro-6000", {"48": 1, "96": 2, "192": 4, "384": 8}),
+}
+ACCELERATOR_FAMILIES = ("a2", "a3", "a4", "a4x", "g2", "g4")
+# N1 is the only general-purpose series GPUs attach to ("For the N1 general-purpose machine types,
+# you can attach the GPU models specified", https://cloud.google.com/compute/docs/gpus). Counts per
+# model from the same page as tabulated by skypilot (sky/catalog/gcp_catalog.py
+# `_NUM_ACC_TO_MAX_CPU_AND_MEMORY`, "Refer to: https://cloud.google.com/compute/docs/gpus").
+# Not checked: the per-count vCPU/memory ceilings of that table (e.g. 1 V100: <= 12 vCPUs).
+N1_GPUS: dict[str, tuple[int, ...]] = {
+    "nvidia-tesla-t4": (1, 2, 4),
+    "nvidia-tesla-v100": (1, 2, 4, 8),
+    "nvidia-tesla-p100": (1, 2, 4),
+    "nvidia-tesla-p4": (1, 2, 4),
+}
+
+
+def family(machine_type: str) -> str:
+    return machine_type.split("-", 1)[0]
+
+
+def _counts_of(gpu: str) -> str:
+    """'g2-standard-4: 1, ..., g2-standard-24: 2, ...' for one GPU model (by count, then size)."""
+    shapes = sorted((n, int(re.findall(r"\d+", m)[-1]), m) for m, (g, n) in ACCELERATOR_OPTIMIZED.items() if g == gpu)
+    return ", ".join(f"{m}: {n}" for n, _, m in shapes)
+
+
+def _with_count(gpu: str, count: int | None) -> list[str]:
+    return sorted(m for m, shape in ACCELERATOR_OPTIMIZED.items() if shape == (gpu, count))
+
+
+def builtin_gpus(machine_type: str) -> tuple[str, int] | None:
+    """(type, count) of an accelerator-optimized machine type's own GPUs, None for others."""
+    return ACCELERATOR_OPTIMIZED.get(machine_type)
+
+
+def gpu_problem(machine_type: str, gpu: str | None, count: int | None) -> tuple[str, str] | None:
+    """What is wrong with machine type + accelerator, as (which key, message); None when GCE sells it.
+
+    ``gpu`` None: no accelerator asked for (accelerator-optimized types bring theirs; others have none).
+    The key is ``"machineType"`` or ``"accelerator"``.
+    """
+    fam = family(machine_type)
+    builtin = ACCELERATOR_OPTIMIZED.get(machine_type)
+    if builtin is None and fam in ACCELERATOR_FAMILIES:
+        known_types = sorted(m for m in ACCELERATOR_OPTIMIZED if family(m) == fam)
+        return "machineType", (
+            f"{machine_type!r} is not an {fam.upper()} machine type spotctl knows ({', '.join(known_types)}); "
+            "its GPUs are fixed per machine type, so it must be in the table in infra/contract/gcp.py"
+        )
+    if builtin is not None:
+        want_gpu, want_count = builtin
+        if gpu is None or (gpu, count) == builtin:
+            return None
+        if gpu != want_gpu:
+            return "accelerator", (
+                f"{machine_type} comes with {want_count} x {want_gpu}, not {gpu!r}: "
+                f"leave accelerator out or set {{type: {want_gpu}, count: {want_count}}}"
+            )
+        other = _with_count(gpu, count)
+        hint = f"for {count} x {gpu} use {' or '.join(other)}" if other else "change machineType"
+        return "accelerator", (
+            f"{machine_type} comes with {want_count} x {want_gpu}, not {count}: {hint}, or leave accelerator out "
+            f"(allowed counts per machine type: {_counts_of(want_gpu)})"
+        )
+    if gpu is None:
+        return None
+    if fam != "n1":
+        return "accelerator", (
+            f"GPUs cannot be attached to {machine_type}: only N1 machine types take attached GPUs "
+            f"({', '.join(N1_GPUS)}); A2/A3/A4/G2/G4 machine types come with their own"
+        )
+    allowed = N1_GPUS.get(gpu)
+    if allowed is None:
+        return "accelerator", f"{gpu!r} cannot be attached to N1; N1 takes {', '.join(N1_GPUS)}"
+    if count not in allowed:
+        return "accelerator", (
+            f"{gpu} on N1 comes in counts {', '.join(map(str, allowed))}, got {count}"
+        )
+    return None
+
+
+def has_gpus(machine_type: str, attached: int = 0) -> bool:
+    return machine_type in ACCELERATOR_OPTIMIZED or attached > 0
+
+
+def needs_gvnic(machine_type: str) -> bool:
+    """Third-generation and later machine series (A3, A4, A4X, G4) support only gVNIC.
+
+    The digit of a series name is its generation (a3 = third). See rule ``gcp.gvnic``.
+    """
+    m = re.match(r"^[a-z]+(\d+)[a-z]*$", family(machine_type))
+    return bool(m) and int(m.group(1)) >= 3
+
+
+DLVM_PROJECT = "deeplearning-platform-release"
+
+
+def is_dlvm(image: str | None) -> bool:
+    return bool(image) and f"projects/{DLVM_PROJECT}/" in str(image)
+
+
+def _machine(props: Mapping[str, Any]) -> Any:
+    mt = props.get("machine_type")
+    return mt.rsplit("/", 1)[-1] if isinstance(mt, str) else mt
+
+
+def _accelerators(props: Mapping[str, Any]) -> list[tuple[Any, Any]] | None:
+    accs = props.get("guest_accelerators")
+    if accs is UNKNOWN:
+        return None
+    out = []
+    for a in accs or []:
+        if a is UNKNOWN or not known(a.get("type"), a.get("count")):
+            return None
+        if a.get("count"):
+            out.append((str(a["type"]).rsplit("/", 1)[-1], int(a["count"])))
+    return out
+
+
+# ---- rules -----------------------------------------------------------------------------------------
+
+
+@rule("gcp.metadata-value-256k", VMS,
       says="A Compute Engine metadata value is limited to 256 KB.",
       fix="keep startup/shutdown scripts and user values small (a long command belongs in a file on the job disk)",
       source="https://cloud.google.com/compute/docs/reference/rest/v1/Metadata (items[].value: \"must be less than or "
@@ -28,3 +197,253 @@ def metadata_value_size(type_: str, props: Mapping[str, Any]) -> str | None:
         if value is not None and value is not UNKNOWN and len(str(value).encode()) > METADATA_VALUE_LIMIT:
             return f"metadata {key!r} is {len(str(value).encode()):,} bytes (limit {METADATA_VALUE_LIMIT:,})"
     return None
+
+
+@rule("gcp.gpu-machine-pair", VMS,
+      says="Accelerator-optimized machine types (A2, A3, A4, G2, G4) come with a fixed GPU model and count; GPUs "
+           "attach only to N1, in the counts each model allows.",
+      fix="pick the machine type from the table in infra/contract/gcp.py (spotctl validate names the allowed counts); "
+          "emit guest_accelerators only for N1",
+      source=GPU_TABLE_SOURCE)
+def gpu_machine_pair(type_: str, props: Mapping[str, Any]) -> str | None:
+    machine, accs = _machine(props), _accelerators(props)
+    if not known(machine) or machine is None or accs is None:
+        return None
+    if len(accs) > 1:
+        return f"guest_accelerators lists {len(accs)} GPU models; a VM has one"
+    gpu, count = accs[0] if accs else (None, None)
+    problem = gpu_problem(machine, gpu, count)
+    return None if problem is None else problem[1]
+
+
+@rule("gcp.gpu-terminate-on-maintenance", VMS,
+      says="VMs with GPUs cannot live-migrate: scheduling.on_host_maintenance must be TERMINATE.",
+      fix="build scheduling with on_host_maintenance='TERMINATE' (infra/gcp.py _scheduling)",
+      source="pulumi_gcp/compute/instance.py Instance.guest_accelerators: \"GPU accelerators can only be used with on_host_maintenance "
+             "option set to TERMINATE\"; https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance")
+def gpu_terminate(type_: str, props: Mapping[str, Any]) -> str | None:
+    machine, accs = _machine(props), _accelerators(props)
+    if not known(machine) or machine is None or accs is None:
+        return None
+    if not has_gpus(machine, sum(n for _, n in accs)):
+        return None
+    ohm = dig(props, "scheduling.on_host_maintenance")
+    if not known(ohm) or ohm == "TERMINATE":
+        return None
+    return f"{machine} has GPUs but scheduling.on_host_maintenance is {ohm!r}"
+
+
+@rule("gcp.spot-scheduling", VMS,
+      says="provisioning_model SPOT needs preemptible = true and automatic_restart = false.",
+      fix="build scheduling through infra/gcp.py _scheduling",
+      source="pulumi_gcp/compute/_inputs.py InstanceSchedulingArgs.provisioning_model: \"If this is set to SPOT, preemptible should be "
+             "true and automatic_restart should be false\"")
+def spot_scheduling(type_: str, props: Mapping[str, Any]) -> str | None:
+    s = props.get("scheduling")
+    if not isinstance(s, Mapping) or s.get("provisioning_model") != "SPOT":
+        return None
+    if not known(s.get("preemptible"), s.get("automatic_restart")):
+        return None
+    if s.get("preemptible") is not True or s.get("automatic_restart") is not False:
+        return f"SPOT with preemptible={s.get('preemptible')!r}, automatic_restart={s.get('automatic_restart')!r}"
+    return None
+
+
+@rule("gcp.template-region", TEMPLATES,
+      says="An instance template's subnetwork is looked up in the template's region, which defaults to the "
+           "provider's: set region explicitly (or name the subnetwork by its full path).",
+      fix="pass region=cfg.region to the template (infra/gcp.py)",
+      source="pulumi_gcp/compute/instance_template.py InstanceTemplate.region: \"Defaults to the region of the Provider if no value is given\"; "
+             "terraform-provider-google google/tpgresource/field_helpers.go ParseRegionalFieldValue / GetRegionFromSchema")
+def template_region(type_: str, props: Mapping[str, Any]) -> str | None:
+    region = props.get("region")
+    if region is UNKNOWN or region:
+        return None
+    for nic in props.get("network_interfaces") or []:
+        sub = nic.get("subnetwork") if isinstance(nic, Mapping) else UNKNOWN
+        if sub is UNKNOWN or (isinstance(sub, str) and "/regions/" in sub):
+            continue
+        return f"no region and subnetwork {sub!r} is not a full path"
+    return None
+
+
+@rule("gcp.custom-network-subnetwork", (*VMS, ADDRESS),
+      says="On a custom-mode VPC a NIC must name its subnetwork (there is no subnetwork 'default').",
+      fix="set spotctl:network.subnetwork (spotctl validate requires it when network is not 'default')",
+      source="pulumi_gcp/compute/_inputs.py InstanceNetworkInterfaceArgs.subnetwork: \"If the network is in custom subnet mode, "
+             "specifying the subnetwork is required.\"")
+def custom_network_subnetwork(type_: str, props: Mapping[str, Any]) -> str | None:
+    nics = props.get("network_interfaces") if type_ != ADDRESS else [props]
+    for nic in nics or []:
+        if not isinstance(nic, Mapping):
+            continue
+        net, sub = nic.get("network"), nic.get("subnetwork")
+        if not known(net, sub) or net is None:
+            continue
+        custom = str(net).rsplit("/", 1)[-1] != "default"
+        if custom and (not sub or str(sub).rsplit("/", 1)[-1] == "default"):
+            return f"network {net!r} with subnetwork {sub!r}"
+    return None
+
+
+@rule("gcp.gvnic", VMS,
+      says="Third-generation and later machine series (A3, A4, A4X, G4) support only the gVNIC network interface.",
+      fix="set nic_type='GVNIC' on their NICs (infra/gcp.py _network); a custom image must carry the gVNIC driver",
+      source="GKE feature notes quoting https://cloud.google.com/kubernetes-engine/docs/how-to/using-gvnic: \"gVNIC "
+             "replaces VirtIO-Net as the only supported network interface in Compute Engine for all new machine types "
+             "(Generation 3 and onwards)\" [third-party copy; the series digit as generation is GCE's naming]")
+def gvnic(type_: str, props: Mapping[str, Any]) -> str | None:
+    machine = _machine(props)
+    if not known(machine) or not isinstance(machine, str) or not needs_gvnic(machine):
+        return None
+    for nic in props.get("network_interfaces") or []:
+        kind = nic.get("nic_type") if isinstance(nic, Mapping) else UNKNOWN
+        if known(kind) and kind != "GVNIC":
+            return f"{machine} with nic_type {kind!r}"
+    return None
+
+
+def _boot_image(props: Mapping[str, Any]) -> Any:
+    image = dig(props, "boot_disk.initialize_params.image")
+    if image is None:
+        for disk in props.get("disks") or []:
+            if isinstance(disk, Mapping) and disk.get("boot"):
+                image = disk.get("source_image")
+    return image
+
+
+@rule("gcp.dlvm-driver", VMS,
+      says="Deep Learning VM images install the NVIDIA driver only when metadata install-nvidia-driver is 'True'.",
+      fix="set metadata install-nvidia-driver='True' on GPU VMs booting a deeplearning-platform-release image "
+          "(infra/gcp.py _metadata); custom images must bring their own driver",
+      source="https://cloud.google.com/deep-learning-vm/docs/cli (--metadata=\"install-nvidia-driver=True\"; quoted by "
+             "third-party scripts, page not in the search corpus)")
+def dlvm_driver(type_: str, props: Mapping[str, Any]) -> str | None:
+    machine, accs, image = _machine(props), _accelerators(props), _boot_image(props)
+    if not known(machine, image) or machine is None or accs is None or not is_dlvm(image):
+        return None
+    if not has_gpus(machine, sum(n for _, n in accs)):
+        return None
+    flag = dig(props, "metadata.install-nvidia-driver")
+    if not known(flag) or flag == "True":
+        return None
+    return f"{machine} boots {image} without metadata install-nvidia-driver=True (no GPU driver)"
+
+
+@rule("gcp.kept-boot-disk", (INSTANCE,),
+      says="A boot disk that must outlive the VM needs auto_delete = false (the default deletes it with the VM).",
+      fix="InstanceBootDiskArgs(source=..., auto_delete=False) for bootDisk: keep",
+      source="pulumi_gcp/compute/_inputs.py InstanceBootDiskArgs.auto_delete: \"Whether the disk will be auto-deleted when the instance "
+             "is deleted. Defaults to true.\"")
+def kept_boot_disk(type_: str, props: Mapping[str, Any]) -> str | None:
+    source, auto = dig(props, "boot_disk.source"), dig(props, "boot_disk.auto_delete")
+    if source is None or not known(auto) or auto is False:
+        return None
+    return "boot_disk.source is an existing disk but auto_delete is not False"
+
+
+ACCOUNT_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])$")
+
+
+@rule("gcp.service-account-id", (ACCOUNT,),
+      says="A service account id is 6-30 characters, [a-z]([-a-z0-9]*[a-z0-9]) (RFC 1035).",
+      fix="build ids with infra/gcp.py _account_id (hashes long names)",
+      source="terraform-provider-google resource_google_service_account.go (ValidateRFC1035Name(6, 30))")
+def service_account_id(type_: str, props: Mapping[str, Any]) -> str | None:
+    aid = props.get("account_id")
+    if not known(aid) or aid is None:
+        return None
+    if not (6 <= len(aid) <= 30 and ACCOUNT_ID.match(aid)):
+        return f"account_id {aid!r}"
+    return None
+
+
+@rule("gcp.bucket-ubla", (BUCKET,),
+      says="IAM conditions on a bucket (the per-job event prefixes) need uniform bucket-level access.",
+      fix="gcp.storage.Bucket(uniform_bucket_level_access=True)",
+      source="https://cloud.google.com/storage/docs/access-control/iam (IAM Conditions need uniform bucket-level access) "
+             "[UNVERIFIED: not found in the search corpus]")
+def bucket_ubla(type_: str, props: Mapping[str, Any]) -> str | None:
+    ubla = props.get("uniform_bucket_level_access")
+    return None if not known(ubla) or ubla is True else f"uniform_bucket_level_access is {ubla!r}"
+
+
+PREFIX_CONDITION = re.compile(r'^resource\.name\.startsWith\("projects/_/buckets/[^/"]+/objects/[^"]+/"\)$')
+
+
+@rule("gcp.event-writer-prefix", (BUCKET_IAM_MEMBER,),
+      says="A VM identity may create event objects only under its own <stack>/<job or pool>/ prefix: resume trusts them.",
+      fix="grant roles/storage.objectCreator with condition resource.name.startsWith(\"projects/_/buckets/B/objects/"
+          "<stack>/<name>/\") (trailing slash, so 'train' does not cover 'train2')",
+      source="https://cloud.google.com/iam/docs/conditions-resource-attributes (Cloud Storage object resource names "
+             "projects/_/buckets/BUCKET/objects/OBJECT)")
+def event_writer_prefix(type_: str, props: Mapping[str, Any]) -> str | None:
+    if props.get("role") != "roles/storage.objectCreator":
+        return None
+    expr = dig(props, "condition.expression")
+    if not known(expr):
+        return None
+    if not isinstance(expr, str) or not PREFIX_CONDITION.match(expr):
+        return f"objectCreator granted with condition {expr!r}"
+    return None
+
+
+@rule("gcp.sink-filter-exact", (PROJECT_SINK,),
+      says="The preemption sink must match its stack's instance names exactly: ':' is Logging's substring (has) "
+           "operator, so 'team-a' would also catch 'team-ab'.",
+      fix="filter protoPayload.resourceName with an anchored regular expression (=~ \"/instances/(...)$\")",
+      source="https://cloud.google.com/logging/docs/view/logging-query-language (\":\" has operator: \"doesn't contain "
+             "the string ... anywhere inside it\"; =~ regular expression match)")
+def sink_filter_exact(type_: str, props: Mapping[str, Any]) -> str | None:
+    f = props.get("filter")
+    if not known(f) or not isinstance(f, str):
+        return None
+    if re.search(r"protoPayload\.resourceName\s*:", f):
+        return "filter uses the substring operator on protoPayload.resourceName"
+    m = re.search(r'protoPayload\.resourceName\s*=~\s*"([^"]*)"', f)
+    if m and not m.group(1).endswith("$"):
+        return f"regular expression {m.group(1)!r} is not anchored at the end"
+    return None
+
+
+@rule("gcp.nat-subnetworks", (ROUTER_NAT,),
+      says="A Cloud NAT with LIST_OF_SUBNETWORKS must list its subnetworks; ALL_SUBNETWORKS_* would claim every "
+           "subnetwork of the network in the region (no other NAT may exist there).",
+      fix="LIST_OF_SUBNETWORKS with the stack's subnetwork (infra/gcp.py Egress)",
+      source="pulumi_gcp/compute/router_nat.py RouterNat.source_subnetwork_ip_ranges_to_nat: \"if this field contains ALL_SUBNETWORKS_* then "
+             "there should not be any other RouterNat section in any Router for this network in this region\"")
+def nat_subnetworks(type_: str, props: Mapping[str, Any]) -> str | None:
+    mode, subs = props.get("source_subnetwork_ip_ranges_to_nat"), props.get("subnetworks")
+    if not known(mode, subs):
+        return None
+    if mode != "LIST_OF_SUBNETWORKS":
+        return f"source_subnetwork_ip_ranges_to_nat is {mode!r}"
+    return None if subs else "LIST_OF_SUBNETWORKS without subnetworks"
+
+
+@rule("gcp.firewall-sources", (FIREWALL,),
+      says="An INGRESS rule needs source_ranges, source_tags or source_service_accounts; service accounts cannot be "
+           "mixed with tags.",
+      fix="scope the gang rule by the job's service account on both sides (infra/gcp.py TrainingJob)",
+      source="pulumi_gcp/compute/firewall.py Firewall.direction / source_service_accounts: \"For INGRESS traffic, one of source_ranges, "
+             "source_tags or source_service_accounts is required\"; \"sourceServiceAccounts cannot be used at the same "
+             "time as sourceTags or targetTags\"")
+def firewall_sources(type_: str, props: Mapping[str, Any]) -> str | None:
+    if props.get("direction", "INGRESS") != "INGRESS":
+        return None
+    keys = ("source_ranges", "source_tags", "source_service_accounts", "target_tags", "target_service_accounts")
+    present = {k: props.get(k) for k in keys if props.get(k)}
+    if not any(k in present for k in keys[:3]):
+        return "INGRESS without a source"
+    accounts = "source_service_accounts" in present or "target_service_accounts" in present
+    if accounts and ("source_tags" in present or "target_tags" in present):
+        return "service accounts mixed with tags"
+    return None
+
+
+rule("gcp.mig-no-wait-on-spot", (),
+     says="wait_for_instances makes `pulumi up` wait until the group is stable and retry until timeout on failure: "
+          "right for fixed on-demand groups (fail loudly), wrong for spot groups (a stockout would hang up).",
+     fix="wait_for_instances=True only on the on-demand part of a pool (infra/gcp.py GpuPool)",
+     source="pulumi_gcp/compute/region_instance_group_manager.py RegionInstanceGroupManager.wait_for_instances: \"if this is set to true and the operation "
+            "does not succeed, the provider will continue trying until it times out\"")(None)
