@@ -124,14 +124,63 @@ def pool_script_context(cfg: StackConfig, stack: str, pool: Pool, *, bucket: str
     )
 
 
-def pool_parts(pool: Pool) -> list[tuple[str, bool]]:
-    """(part name, is spot) for the parts a pool declares: static on-demand and/or dynamic spot."""
+@dataclass(frozen=True)
+class PoolPart:
+    """One part of a pool: the static on-demand base, the spot part, or the on-demand fallback.
+
+    ``metric`` is the pool metric (``infra.naming.POOL_METRICS``) that sizes the part between
+    ``min_size`` and ``max_size``; None for the static part, whose size is fixed.
+    """
+
+    name: str
+    spot: bool
+    metric: str | None
+    min_size: int
+    max_size: int
+
+
+def pool_parts(pool: Pool) -> list[PoolPart]:
+    """The parts a pool declares: static on-demand, dynamic spot, and (with fallbackToOnDemand) fallback."""
     parts = []
     if pool.on_demand > 0:
-        parts.append(("ondemand", False))
+        parts.append(PoolPart("ondemand", False, None, pool.on_demand, pool.on_demand))
     if pool.spot_max > 0:
-        parts.append(("spot", True))
+        parts.append(PoolPart("spot", True, "spot_demand", pool.spot_min, pool.spot_max))
+        if pool.fallback_to_on_demand is not None:
+            parts.append(PoolPart("fallback", False, "fallback_demand", 0, pool.spot_max))
     return parts
+
+
+# Step adjustments per step scaling policy (Auto Scaling quota; see infra/contract/aws.py).
+MAX_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Step:
+    """Metric values in [lower, upper) (upper None: no bound) set the part to ``size`` VMs."""
+
+    lower: int
+    upper: int | None
+    size: int
+
+
+def demand_steps(min_size: int, max_size: int, max_steps: int = MAX_STEPS) -> list[Step]:
+    """Steps that turn a published demand (whole VMs) into an exact part size, never below what is
+    asked: a demand of 0 gives ``min_size`` (0 scales to zero), ``d`` gives ``max(min_size, d)`` while
+    there are enough steps, else the next boundary up; ``max_size`` from there on. Contiguous from
+    0 with one open-ended last step, as step adjustments must be."""
+    bounds = list(range(0, max_size + 1))
+    if len(bounds) > max_steps:
+        # 0 and 1 keep their own steps (scale to zero, the first VM); the rest is spread evenly.
+        rest = max_steps - 2
+        bounds = [0, 1] + sorted({1 + -(-(max_size - 1) * i // rest) for i in range(1, rest + 1)})
+    steps = []
+    for i, lower in enumerate(bounds):
+        upper = bounds[i + 1] if i + 1 < len(bounds) else None
+        # Every whole demand in [lower, upper) fits in upper - 1 VMs.
+        size = max_size if upper is None else upper - 1
+        steps.append(Step(lower, upper, max(min_size, size)))
+    return steps
 
 
 def job_outputs(plan: JobPlan, *, disks_key: str, disks: Sequence[Any], instances: Sequence[Any], master_addr: Any) -> dict[str, Any]:

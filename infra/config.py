@@ -102,6 +102,8 @@ class Pool(_Model):
     disk_gb: Annotated[int, Field(strict=True, ge=10, le=65536)] = 200
     image: str | None = None
     external_ip: bool = False
+    # Minutes demand may stay unmet by spot before on-demand VMs are added above the base (None: never).
+    fallback_to_on_demand: Annotated[int, Field(strict=True, ge=1, le=1440)] | None = None
 
     @field_validator("name")
     @classmethod
@@ -121,6 +123,8 @@ class Pool(_Model):
             raise ValueError(f"spotMax ({self.spot_max}) must be >= spotMin ({self.spot_min})")
         if self.on_demand + self.spot_max == 0:
             raise ValueError("a pool needs onDemand > 0 or spotMax > 0, or it declares no capacity")
+        if self.fallback_to_on_demand is not None and self.spot_max == 0:
+            raise ValueError("fallbackToOnDemand replaces missing spot VMs: it needs spotMax > 0")
         return self
 
 

@@ -26,7 +26,7 @@ from infra.common import (
 from infra.config import Accelerator, StackConfig
 from infra.config import Pool as PoolConfig
 from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic
-from infra.naming import boot_disk_name, gcp_labels, short_hash
+from infra.naming import boot_disk_name, gcp_labels, pool_metric_filter, pool_metric_type, short_hash
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
@@ -142,7 +142,7 @@ def sink_filter(args: StackArgs, plans: list[JobPlan]) -> str:
     names of its jobs (any attempt, any node) and pools (MIG base name + GCE's suffix). ``:`` would
     be a substring match, so stack ``team`` would catch ``team-a`` (contract rule gcp.sink-filter-exact)."""
     names = [f"{p.slug}-{p.job.id}-a[0-9]+-n[0-9]+" for p in plans]
-    names += [f"{args.slug}-{pool.name}-(ondemand|spot)-[a-z0-9]+" for pool in args.cfg.pools]
+    names += [f"{args.slug}-{pool.name}-({'|'.join(p.name for p in pool_parts(pool))})-[a-z0-9]+" for pool in args.cfg.pools]
     # Instance names never end with "-": with nothing declared the expression matches nothing.
     pattern = f"/instances/({'|'.join(names)})$" if names else f"/instances/{args.slug}-$"
     return (
@@ -236,7 +236,9 @@ class StackBase(pulumi.ComponentResource):
 
 
 class GpuPool(pulumi.ComponentResource):
-    """Static on-demand MIG (fixed size) + dynamic spot MIG over every zone, autoscaled spotMin..spotMax."""
+    """Static on-demand MIG (fixed size) + dynamic spot MIG over every zone, autoscaled spotMin..spotMax
+    on the pool's published demand (and with fallbackToOnDemand an on-demand MIG that stands in for
+    spot that stayed sold out); see ``_demand_policy``."""
 
     def __init__(self, name: str, args: StackArgs, pool: PoolConfig, base: StackBase, opts=None):
         super().__init__("spotctl:gcp:GpuPool", name, None, opts)
@@ -254,7 +256,8 @@ class GpuPool(pulumi.ComponentResource):
             lambda bucket: _metadata(scripts_for(pool_script_context(cfg, args.stack, pool, bucket=bucket)), driver=driver)
         )
         self.mig_names: dict[str, pulumi.Output[str]] = {}
-        for part, spot in pool_parts(pool):
+        for pool_part in pool_parts(pool):
+            part, spot, scaled = pool_part.name, pool_part.spot, pool_part.metric is not None
             physical = f"{args.slug}-{pool.name}-{part}"
             template = gcp.compute.InstanceTemplate(
                 f"{name}-{part}-template",
@@ -283,9 +286,9 @@ class GpuPool(pulumi.ComponentResource):
                 labels=labels,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=base.egress),
             )
-            # The fixed on-demand part must come up or `up` fails loudly; the spot part never waits
-            # (a stockout would hang `up` until the provider's timeout).
-            wait = not spot
+            # The fixed on-demand part must come up or `up` fails loudly; the autoscaled parts (spot,
+            # fallback) never wait (a stockout would hang `up` until the provider's timeout).
+            wait = not scaled
             contract.enforce(
                 "gcp.mig-no-wait-on-spot", f"{name}-{part}-mig",
                 "wait_for_instances on a spot group" if (spot and wait) else None,
@@ -302,9 +305,10 @@ class GpuPool(pulumi.ComponentResource):
                     )
                 ],
                 distribution_policy_zones=list(cfg.zones),
-                # Spot: take capacity in whichever zone has it (GCP's AZ shuffle); on-demand: spread evenly.
-                distribution_policy_target_shape="ANY" if spot else "EVEN",
-                target_size=None if spot else pool.on_demand,
+                # Autoscaled parts take capacity in whichever zone has it (GCP's AZ shuffle); the static
+                # part spreads evenly.
+                distribution_policy_target_shape="ANY" if scaled else "EVEN",
+                target_size=None if scaled else pool_part.min_size,
                 update_policy=gcp.compute.RegionInstanceGroupManagerUpdatePolicyArgs(
                     type="OPPORTUNISTIC",
                     minimal_action="REPLACE",
@@ -316,24 +320,48 @@ class GpuPool(pulumi.ComponentResource):
                 wait_for_instances_status="STABLE" if wait else None,
                 opts=child,
             )
-            if spot:
+            if scaled:
                 gcp.compute.RegionAutoscaler(
                     f"{name}-{part}-autoscaler",
                     name=physical,
                     project=cfg.project,
                     region=cfg.region,
                     target=mig.id,
-                    autoscaling_policy=gcp.compute.RegionAutoscalerAutoscalingPolicyArgs(
-                        min_replicas=pool.spot_min,
-                        max_replicas=pool.spot_max,
-                        cooldown_period=120,
-                        mode="ON",
-                        cpu_utilization=gcp.compute.RegionAutoscalerAutoscalingPolicyCpuUtilizationArgs(target=0.6),
-                    ),
+                    autoscaling_policy=_demand_policy(args.stack, pool, pool_part),
                     opts=child,
                 )
             self.mig_names[part] = mig.name
         self.register_outputs({"migs": self.mig_names})
+
+
+def _demand_policy(stack: str, pool: PoolConfig, part) -> gcp.compute.RegionAutoscalerAutoscalingPolicyArgs:
+    """Size a part by the pool's demand metric, never by CPU (a GPU VM's CPUs idle while it trains).
+
+    A per-group metric (resource type ``global``) with ``single_instance_assignment = 1``: the group
+    gets one VM per unit of published demand, and it is defined at 0 VMs, so a part with min 0
+    grows from zero (with per-instance metrics a MIG "cannot scale below a size of 1 VM"; see the
+    rule gcp.autoscaler-zero-needs-per-group-metric). Demand counts running work, so the target
+    never drops below the VMs that are busy; scale-in control removes at most one VM per 10
+    minutes, so a dip in the published demand does not drain the pool.
+    """
+    policy = gcp.compute.RegionAutoscalerAutoscalingPolicyArgs
+    return policy(
+        min_replicas=part.min_size,
+        max_replicas=part.max_size,
+        cooldown_period=120,
+        mode="ON",
+        metrics=[
+            gcp.compute.RegionAutoscalerAutoscalingPolicyMetricArgs(
+                name=pool_metric_type(part.metric),
+                filter=pool_metric_filter(stack, pool.name),
+                single_instance_assignment=1,
+            )
+        ],
+        scale_in_control=gcp.compute.RegionAutoscalerAutoscalingPolicyScaleInControlArgs(
+            max_scaled_in_replicas=gcp.compute.RegionAutoscalerAutoscalingPolicyScaleInControlMaxScaledInReplicasArgs(fixed=1),
+            time_window_sec=600,
+        ),
+    )
 
 
 class TrainingJob(pulumi.ComponentResource):

@@ -62,3 +62,34 @@ def aws_tags(stack: str, extra: dict[str, str], name: str | None = None, **owner
 def label_value(value: str) -> str:
     v = re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
     return v
+
+
+# ---- pool demand metrics (published by `spotctl pool demand`, read by the autoscalers) ------------
+# spot_demand: VMs the spot part should have (demand above the on-demand base, clipped to spotMax);
+# fallback_demand: on-demand VMs standing in for spot that stayed sold out (fallbackToOnDemand);
+# demand and unmet are published for `spotctl pool status` and dashboards. All are per-group
+# values (a total for the pool, meaningful at 0 VMs), never per-instance ones.
+POOL_METRICS = ("demand", "spot_demand", "unmet", "fallback_demand")
+CLOUDWATCH_NAMESPACE = "spotctl"
+
+
+def pool_metric_type(metric: str) -> str:
+    """The Cloud Monitoring custom metric type of a pool metric."""
+    return f"custom.googleapis.com/spotctl/pool/{metric}"
+
+
+def pool_metric_dimensions(stack: str, pool: str) -> dict[str, str]:
+    """CloudWatch dimensions of a pool's metrics (the alarm must name exactly these)."""
+    return {"Stack": stack, "Pool": pool}
+
+
+def pool_metric_labels(stack: str, pool: str) -> dict[str, str]:
+    """Cloud Monitoring metric labels of a pool's metrics (the autoscaler filter matches them)."""
+    return {"stack": label_value(stack), "pool": pool}
+
+
+def pool_metric_filter(stack: str, pool: str) -> str:
+    """The autoscaler's filter (the metric type is its ``name``): a per-group series (resource type
+    ``global``) of this stack's pool, selectors joined by AND with ``=`` only."""
+    labels = " AND ".join(f'metric.labels.{k} = "{v}"' for k, v in pool_metric_labels(stack, pool).items())
+    return f'resource.type = "global" AND {labels}'

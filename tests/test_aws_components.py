@@ -215,7 +215,7 @@ def test_event_bucket_role_and_interruption_queue():
     assert enc["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
     life = only(plan, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs
     assert life["rules"][0]["expiration"]["days"] == 30.0 and life["rules"][0]["status"] == "Enabled"
-    policy = json.loads(only(plan, "aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+    policy = json.loads(only(plan, "aws:iam/rolePolicy:RolePolicy", "events").inputs["policy"])
     bucket_name = plan.outputs["eventBucket"]
     assert policy["Statement"] == [
         {"Sid": "PutOwnStackEvents", "Effect": "Allow", "Action": "s3:PutObject",

@@ -447,3 +447,67 @@ rule("gcp.mig-no-wait-on-spot", (),
      fix="wait_for_instances=True only on the on-demand part of a pool (infra/gcp.py GpuPool)",
      source="pulumi_gcp/compute/region_instance_group_manager.py RegionInstanceGroupManager.wait_for_instances: \"if this is set to true and the operation "
             "does not succeed, the provider will continue trying until it times out\"")(None)
+
+
+AUTOSCALERS = ["gcp:compute/regionAutoscaler:RegionAutoscaler", "gcp:compute/autoscaler:Autoscaler"]
+SCALING_DOC = "https://cloud.google.com/compute/docs/autoscaler/scaling-cloud-monitoring-metrics"
+METRIC_FILTER_DOC = ("https://cloud.google.com/compute/docs/reference/rest/v1/autoscalers "
+                     "(autoscalingPolicy.customMetricUtilizations[].filter)")
+
+
+def _policy(props: Mapping[str, Any]) -> Mapping[str, Any]:
+    policy = props.get("autoscaling_policy")
+    return policy if isinstance(policy, Mapping) else {}
+
+
+def _per_group(metric: Mapping[str, Any]) -> bool:
+    flt = metric.get("filter") or ""
+    return metric.get("single_instance_assignment") is not None and 'resource.type = "gce_instance"' not in str(flt) \
+        and "resource.type" in str(flt)
+
+
+@rule("gcp.autoscaler-zero-needs-per-group-metric", AUTOSCALERS,
+      says="A MIG scales below 1 VM only on per-group Monitoring metrics: \"When using per-instance metrics, the MIG "
+           "cannot scale below a size of 1 VM\" (CPU and load balancing are per-instance signals).",
+      fix="with min_replicas 0, scale only on a per-group metric: single_instance_assignment and a filter on a "
+          "non-gce_instance resource type (infra/gcp.py _demand_policy)",
+      source=SCALING_DOC + " (\"if you need to scale your MIG down to zero VMs from time to time, you can configure "
+             "your MIG to scale using per-group metrics instead\")")
+def zero_needs_per_group(type_: str, props: Mapping[str, Any]) -> str | None:
+    policy = _policy(props)
+    if policy.get("min_replicas") not in (0, 0.0):
+        return None
+    if policy.get("cpu_utilization") or policy.get("load_balancing_utilization"):
+        return "min_replicas is 0 but the policy scales on CPU or load balancing (per-instance): it can never grow from zero"
+    metrics = policy.get("metrics") or []
+    if UNKNOWN in metrics or any(m is UNKNOWN for m in metrics):
+        return None
+    if not metrics:
+        return "min_replicas is 0 but no metric is given (the default is CPU, per-instance)"
+    bad = [m.get("name") for m in metrics if isinstance(m, Mapping) and not _per_group(m)]
+    return f"min_replicas is 0 but metric(s) {bad} are per-instance" if bad else None
+
+
+@rule("gcp.autoscaler-metric-filter", AUTOSCALERS,
+      says="An autoscaler metric filter may only join selectors with AND and compare with = (no functions).",
+      fix='write the filter as `a = "x" AND b = "y"` (infra/naming.py pool_metric_filter)',
+      source=METRIC_FILTER_DOC + ": \"You can only use the AND operator for joining selectors. You can only use direct "
+             "equality comparison operator (=) without any functions for each selector.\"")
+def metric_filter(type_: str, props: Mapping[str, Any]) -> str | None:
+    for m in _policy(props).get("metrics") or []:
+        flt = m.get("filter") if isinstance(m, Mapping) else None
+        if not isinstance(flt, str) or not flt:
+            continue
+        for selector in flt.split(" AND "):
+            if not re.fullmatch(r'\s*[\w.]+ = "[^"]*"\s*', selector):
+                return f"filter selector {selector.strip()!r} of metric {m.get('name')!r} is not `key = \"value\"`"
+    return None
+
+
+@rule("gcp.autoscaler-max-5-metrics", AUTOSCALERS,
+      says="An autoscaler can use up to 5 Monitoring metrics per MIG.",
+      fix="scale on fewer metrics (one demand metric per pool part is enough)",
+      source=SCALING_DOC + " (limits: \"up to 5 Monitoring metrics per MIG\")")
+def max_metrics(type_: str, props: Mapping[str, Any]) -> str | None:
+    metrics = _policy(props).get("metrics") or []
+    return f"{len(metrics)} metrics" if isinstance(metrics, list) and len(metrics) > 5 else None
