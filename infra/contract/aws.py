@@ -56,7 +56,7 @@ def step_adjustments(type_: str, props: Mapping[str, Any]) -> str | None:
     if sum(1 for lo, _ in spans if lo == float("-inf")) > 1 or sum(1 for _, hi in spans if hi == float("inf")) > 1:
         return "more than one step without a lower (or upper) bound"
     spans.sort()
-    for (lo1, hi1), (lo2, _) in zip(spans, spans[1:], strict=False):
+    for (_, hi1), (lo2, _) in zip(spans, spans[1:], strict=False):
         if hi1 != lo2:
             return f"steps {'overlap' if hi1 > lo2 else 'leave a gap'} between {hi1:g} and {lo2:g}"
     if any(lo >= hi for lo, hi in spans):
