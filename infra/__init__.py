@@ -2,7 +2,7 @@
 
 Owns: the stack config model and its validation (``config``, no pulumi import), resource names and
 ownership labels (``naming``), the startup/shutdown scripts (``render`` over ``templates/``), the
-cloud-neutral plans of jobs and pools (``common``), the per-cloud components (``aws``, ``gcp``) and
+cloud-neutral plans of jobs and pools (``common``), the per-cloud components (``aws``, ``gcp``; AWS pool groups and their demand scaling in ``aws_scaling``) and
 the program itself (``program``).
 
 May import: pulumi and the pulumi-aws / pulumi-gcp providers. Never ``cli``: the CLI builds on the

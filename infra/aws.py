@@ -10,20 +10,19 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra.aws_scaling import demand_scaling, mixed_group, protect_policy
 from infra.common import (
     BOOT_DISK_GB,
     JobPlan,
-    PoolPart,
     StackArgs,
     declare_components,
-    demand_steps,
     job_outputs,
     job_script_context,
     pool_parts,
     pool_script_context,
 )
 from infra.config import Pool, StackConfig
-from infra.naming import CLOUDWATCH_NAMESPACE, aws_tags, pool_metric_dimensions
+from infra.naming import aws_tags
 from infra.render import scripts_for
 
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
@@ -279,121 +278,24 @@ class GpuPool(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        self.group = _mixed_group(
+        self.group = mixed_group(
             f"{name}-asg", physical, pool.on_demand + pool.spot_min, pool.on_demand + pool.spot_max,
             on_demand_base=pool.on_demand, on_demand_above_base_pct=0, **group_args,
         )
         self.groups = {"asg": self.group}
         if "spot" in parts:
-            _demand_scaling(f"{name}-spot", f"{physical}-spot", args.stack, pool, self.group, parts["spot"], pool.on_demand, tags, child)
+            demand_scaling(f"{name}-spot", f"{physical}-spot", args.stack, pool, self.group, parts["spot"], pool.on_demand, tags, child)
         if "fallback" in parts:
             fallback = parts["fallback"]
-            self.fallback = _mixed_group(
+            self.fallback = mixed_group(
                 f"{name}-fallback-asg", f"{physical}-fallback", fallback.min_size, fallback.max_size,
                 on_demand_base=0, on_demand_above_base_pct=100, **group_args,
             )
             self.groups["fallbackAsg"] = self.fallback
-            _demand_scaling(f"{name}-fallback", f"{physical}-fallback", args.stack, pool, self.fallback, fallback, 0, tags, child)
-        # A busy instance sets scale-in protection on itself (templates/common/lib.sh.j2, spotctl_protect):
-        # it looks its group up, then protects itself in that group only.
-        aws.iam.RolePolicy(
-            f"{name}-protect-policy",
-            role=base.role.id,
-            policy=pulumi.Output.all(*[g.arn for g in self.groups.values()]).apply(
-                lambda arns: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {"Sid": "ProtectSelfInPool", "Effect": "Allow", "Action": "autoscaling:SetInstanceProtection",
-                             "Resource": list(arns)},
-                            # Describe* actions take no resource-level permissions.
-                            {"Sid": "FindOwnGroup", "Effect": "Allow", "Action": "autoscaling:DescribeAutoScalingInstances",
-                             "Resource": "*"},
-                        ],
-                    }
-                )
-            ),
-            opts=child,
-        )
+            demand_scaling(f"{name}-fallback", f"{physical}-fallback", args.stack, pool, self.fallback, fallback, 0, tags, child)
+        # A busy instance sets scale-in protection on itself (templates/common/lib.sh.j2).
+        protect_policy(f"{name}-protect-policy", base.role, list(self.groups.values()), child)
         self.register_outputs({k: g.name for k, g in self.groups.items()})
-
-
-def _mixed_group(resource: str, physical: str, min_size: int, max_size: int, *, on_demand_base: int,
-                 on_demand_above_base_pct: int, vpc_zone_identifiers, template_id, instance_types, tags, opts):
-    """An ASG over every subnet and instance type: ``on_demand_base`` on-demand instances, then
-    ``on_demand_above_base_pct`` % on-demand above it (the rest spot); the ASG refills what spot takes."""
-    return aws.autoscaling.Group(
-        resource,
-        name=physical,
-        min_size=min_size,
-        max_size=max_size,
-        vpc_zone_identifiers=vpc_zone_identifiers,
-        capacity_rebalance=on_demand_above_base_pct < 100,
-        mixed_instances_policy=aws.autoscaling.GroupMixedInstancesPolicyArgs(
-            instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
-                on_demand_base_capacity=on_demand_base,
-                on_demand_percentage_above_base_capacity=on_demand_above_base_pct,
-                spot_allocation_strategy="price-capacity-optimized",
-                # spot_max_price left unset: the cap is the on-demand price.
-            ),
-            launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
-                launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
-                    launch_template_id=template_id, version="$Latest"
-                ),
-                overrides=[aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=t) for t in instance_types],
-            ),
-        ),
-        tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True) for k, v in tags.items()],
-        opts=opts,
-    )
-
-
-def _demand_scaling(resource: str, physical: str, stack: str, pool: Pool, group, part: PoolPart, base: int, tags, opts):
-    """Size ``group`` to ``base`` + the part's share of the published demand, never by CPU.
-
-    A step scaling policy with ExactCapacity steps (``infra.common.demand_steps``) behind an alarm on
-    the pool's demand metric with threshold 0, so the alarm is in ALARM whenever demand is
-    published, 0 included, and Auto Scaling re-runs the policy every minute it stays there (alarm
-    actions other than Auto Scaling's run only on state changes). The metric is a total for the
-    pool, defined at 0 instances, so a part with min 0 grows from zero; target tracking would need
-    a per-instance metric, undefined at 0 instances. Without published demand the alarm has
-    INSUFFICIENT_DATA and the group keeps its size.
-    """
-    policy = aws.autoscaling.Policy(
-        f"{resource}-demand-policy",
-        name=f"{physical}-demand",
-        autoscaling_group_name=group.name,
-        policy_type="StepScaling",
-        adjustment_type="ExactCapacity",
-        metric_aggregation_type="Maximum",
-        step_adjustments=[
-            aws.autoscaling.PolicyStepAdjustmentArgs(
-                metric_interval_lower_bound=str(step.lower),
-                metric_interval_upper_bound=None if step.upper is None else str(step.upper),
-                scaling_adjustment=base + step.size,
-            )
-            for step in demand_steps(part.min_size, part.max_size)
-        ],
-        opts=opts,
-    )
-    aws.cloudwatch.MetricAlarm(
-        f"{resource}-demand-alarm",
-        name=f"{physical}-demand",
-        alarm_description=f"spotctl {stack}/{pool.name}: {part.metric} sizes the {part.name} part (always in ALARM while published)",
-        namespace=CLOUDWATCH_NAMESPACE,
-        metric_name=part.metric,
-        dimensions=pool_metric_dimensions(stack, pool.name),
-        statistic="Maximum",
-        period=60,
-        evaluation_periods=1,
-        comparison_operator="GreaterThanOrEqualToThreshold",
-        threshold=0,
-        treat_missing_data="missing",
-        alarm_actions=[policy.arn],
-        tags=tags,
-        opts=opts,
-    )
-    return policy
 
 
 class TrainingJob(pulumi.ComponentResource):
