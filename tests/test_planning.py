@@ -59,11 +59,25 @@ def test_the_posterior_finds_the_regime_that_generated_the_availability():
     calm = Regime("calm", (0.05,) * planning.B, (3.0,) * planning.B)
     choppy = Regime("choppy", (3.0,) * planning.B, (0.3,) * planning.B)
     for truth in (calm, choppy):
-        policy = Default(regimes=[calm, choppy])
+        policy = Default(regimes=[calm, choppy], online=False)
         for t, available in enumerate(sample(truth, 150, random.Random(truth.name))):
             policy.decide(Observation(t * TICK, 0.0, 10.0, 100.0, 0.1, 3.0, "idle", available, 0, TICK))
         assert policy.regimes[int(policy.posterior().argmax())] is truth
         assert policy.posterior().max() > 0.99
+
+
+def test_the_online_regime_takes_over_where_no_prior_regime_fits():
+    """Prequentially scored, the regime learned from the job's own ticks wins when the truth is new."""
+    calm = Regime("calm", (0.05,) * planning.B, (3.0,) * planning.B)
+    choppy = Regime("choppy", (3.0,) * planning.B, (0.3,) * planning.B)
+    unseen = Regime("unseen", (0.6,) * planning.B, (0.02,) * planning.B)  # rare, long outages
+    policy = Default(regimes=[calm, choppy])
+    for t, available in enumerate(sample(unseen, 2000, random.Random(7))):
+        policy.observe(available, TICK)
+    post = policy.posterior()
+    assert post[-1] > 0.99, post
+    learned = policy.online.regime()
+    assert 0.3 < learned.up_rate[0] < 1.2 and learned.down_rate[-1] < 0.2
 
 
 def test_plan_costs_match_the_exact_answers_when_the_future_is_certain():
@@ -96,8 +110,8 @@ def test_default_is_safe_and_bounded_on_random_regime_traces(seed, ratio, d):
 
 
 def test_long_jobs_are_planned_on_a_coarser_grid_that_never_understates_a_changeover():
-    exact, tick = Units.fit(TICK, 0.05, 48, 60)
-    assert (exact, tick) == (Units.of(TICK, 0.05, 48, 60), TICK)
+    exact, tick = Units.fit(TICK, 0.05, 12, 15)
+    assert (exact, tick) == (Units.of(TICK, 0.05, 12, 15), TICK)
     units, plan_tick = Units.fit(TICK, 0.05, 400, 600, budget=200_000)
     assert units.size <= 200_000
     assert round(plan_tick * 3600) % 600 == 0 and round(plan_tick * 3600) == units.tick * units.u_s

@@ -1,10 +1,23 @@
-"""The live policy path: a job about to be resumed, seen as the policy engine sees it (its progress
-and the availability its events reveal), and the capacity its policy picks."""
+"""The live policy path: a job about to be resumed, seen as the policy engine sees it (its measured
+progress, changeover and spot windows, and the availability its events reveal), what the stack's
+history taught (``spotctl policy fit``), and the capacity its policy picks.
+
+Measured, not assumed: an attempt's changeover runs from its ``started`` event to its first
+``progress`` (or ``checkpoint``) event; the job's changeover is the median over its attempts that have
+one (``DEFAULT_CHANGEOVER_H`` until one does); progress is running time minus changeovers. A spot
+window is an attempt that ended ``preempted``: from ``started`` to the preemption.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from cli.lifecycle.events import Event, Timeline
 from infra.config import Capacity, Job
@@ -12,50 +25,186 @@ from infra.config import Capacity, Job
 DEFAULT_CHANGEOVER_H = 0.2
 DEFAULT_PRICE_RATIO = 3.0
 TICK_H = 1 / 6
+PROGRESS_EVENTS = ("progress", "checkpoint")
+LEARNED_VERSION = 1
 
 
-def observation_for(job: Job, events: list[Event], now: datetime, changeover_h: float = DEFAULT_CHANGEOVER_H,
+@dataclass(frozen=True)
+class Measured:
+    """What a job's own events say: changeover (measured or default), progress, spot windows."""
+
+    changeover_h: float
+    measured_changeovers: int
+    progress_h: float
+    windows_h: tuple[float, ...]  # complete spot windows: started -> preempted
+    censored_h: tuple[float, ...]  # the current attempt's window while it still runs
+
+
+def _hours(a: datetime, b: datetime) -> float:
+    return max(0.0, (b - a).total_seconds() / 3600)
+
+
+def measure(events: Iterable[Event], now: datetime, default_changeover_h: float = DEFAULT_CHANGEOVER_H) -> Measured:
+    """Changeover, progress and spot windows from one job's events (see the module docstring)."""
+    events = list(events)
+    tl = Timeline.of(events, now)
+    first_progress: dict[int, datetime] = {}
+    started: dict[int, datetime] = {}
+    for e in events:
+        if e.event == "started":
+            started[e.attempt] = min(started.get(e.attempt, e.time), e.time)
+        elif e.event in PROGRESS_EVENTS:
+            first_progress[e.attempt] = min(first_progress.get(e.attempt, e.time), e.time)
+    changeovers = [_hours(started[a], t) for a, t in first_progress.items() if a in started and t >= started[a]]
+    changeover = statistics.median(changeovers) if changeovers else default_changeover_h
+    progress = 0.0
+    windows: list[float] = []
+    censored: list[float] = []
+    by_start = {t: a for a, t in started.items()}
+    for a, b, how in tl.runs:
+        attempt = by_start.get(a)
+        begin = first_progress.get(attempt) if attempt is not None else None
+        lost = _hours(a, begin) if begin is not None and begin <= b else changeover
+        progress += max(0.0, _hours(a, b) - lost)
+        if how == "preempted":
+            windows.append(_hours(a, b))
+        elif how == "running":
+            censored.append(_hours(a, b))
+    return Measured(changeover, len(changeovers), progress, tuple(windows), tuple(censored))
+
+
+def observation_for(job: Job, events: list[Event], now: datetime, changeover_h: float | None = None,
                     price_ratio: float = DEFAULT_PRICE_RATIO):
-    """The policy's view of a job about to be resumed, and the availability history to replay."""
+    """The policy's view of a job about to be resumed, and the availability history to replay.
+
+    Without ``deadlineHours`` (or without ``jobHours``, when a deadline cannot be weighed) the
+    deadline is ``inf``: the policies then weigh cost per hour of progress, or preemptions.
+    """
     from cli.policy.policies import IDLE, Observation
 
+    m = measure(events, now)
     tl = Timeline.of(events, now)
     start = tl.first_start or now
-    hours = lambda a, b: max(0.0, (b - a).total_seconds() / 3600)  # noqa: E731
-    progress = sum(hours(a, b) for a, b, _ in tl.runs)
     history: list[bool] = []
     cursor = start
     for a, b, _ in tl.runs:
-        history += [False] * int(hours(cursor, a) / TICK_H)
-        history += [True] * int(hours(a, b) / TICK_H)
+        history += [False] * int(_hours(cursor, a) / TICK_H)
+        history += [True] * int(_hours(a, b) / TICK_H)
         cursor = b
-    history += [False] * int(hours(cursor, now) / TICK_H)
+    history += [False] * int(_hours(cursor, now) / TICK_H)
     obs = Observation(
-        elapsed_h=hours(start, now), progress_h=progress, job_h=job.job_hours or 0.0,
-        deadline_h=job.deadline_hours or 0.0, changeover_h=changeover_h, price_ratio=price_ratio, current=IDLE,
-        spot_available=True, preemptions=sum(how == "preempted" for _, _, how in tl.runs), tick_h=TICK_H,
+        elapsed_h=_hours(start, now), progress_h=m.progress_h, job_h=job.job_hours or math.inf,
+        deadline_h=(job.deadline_hours if job.job_hours else None) or math.inf, changeover_h=m.changeover_h if changeover_h is None else changeover_h,
+        price_ratio=price_ratio, current=IDLE, spot_available=True,
+        preemptions=sum(how == "preempted" for _, _, how in tl.runs), tick_h=TICK_H,
     )
     return obs, history
 
 
-def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC)):
-    """A CapacityChooser that asks the job's policy (see cli/policy/policies.py), replaying its history."""
-    from cli.policy.policies import ON_DEMAND, Observation, make_policy
+# ---- what the stack's history taught: stacks/.spotctl/<stack>.policy.json ------------------------
+
+
+def learned_path(stack_path: Path, stack: str) -> Path:
+    """Where ``spotctl policy fit`` writes and ``resume`` reads: next to the stack file."""
+    return stack_path.parent / ".spotctl" / f"{stack}.policy.json"
+
+
+def pool_key(job: Job) -> str:
+    """Jobs share what they learn with jobs in the same zone on the same machine type."""
+    return f"{job.zone}/{job.machine_type or job.instance_type or '?'}"
+
+
+def fit(jobs: Iterable[Job], events_of: Callable[[str], list[Event]], now: datetime) -> dict[str, Any]:
+    """The stack's history per zone and machine type: spot windows, changeovers, fitted hazards.
+
+    The shipped regimes are the prior; the stack's windows override them as they accumulate.
+    """
+    from cli.policy.planning import AGE_EDGES_H, fit_windows, launch_economics, pooled_regime
+
+    pools: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        m = measure(events_of(job.id), now)
+        entry = pools.setdefault(pool_key(job), {"jobs": {}, "windows_h": [], "censored_h": [], "changeovers_h": []})
+        entry["jobs"][job.id] = {"windows_h": [round(w, 4) for w in m.windows_h],
+                                 "censored_h": [round(w, 4) for w in m.censored_h],
+                                 "changeover_h": round(m.changeover_h, 4) if m.measured_changeovers else None}
+        entry["windows_h"] += m.windows_h
+        entry["censored_h"] += m.censored_h
+        if m.measured_changeovers:
+            entry["changeovers_h"].append(m.changeover_h)
+    out = {}
+    for key, entry in sorted(pools.items()):
+        regime = fit_windows(key, entry["windows_h"], entry["censored_h"], pooled_regime())
+        billed, progress = launch_economics(regime, 0.0)
+        out[key] = {
+            "jobs": entry["jobs"],
+            "spot_windows": len(entry["windows_h"]),
+            "open_windows": len(entry["censored_h"]),
+            "changeover_h": round(statistics.median(entry["changeovers_h"]), 4) if entry["changeovers_h"] else None,
+            "mean_window_h": round(billed, 3),
+            "up_rate": [round(x, 5) for x in regime.up_rate],
+            "down_rate": [round(x, 5) for x in regime.down_rate],
+        }
+    return {"version": LEARNED_VERSION, "fitted_at": now.isoformat(), "age_edges_h": [round(x, 5) for x in AGE_EDGES_H],
+            "units": "hazards: spot windows (up) and outages (down) ending per hour, by age bucket", "pools": out}
+
+
+def read_learned(path: Path) -> Mapping[str, Any]:
+    """The learned file, or nothing (absent, unreadable or another version: the shipped prior holds)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("version") == LEARNED_VERSION else {}
+
+
+def _policy_params(job: Job, learned: Mapping[str, Any], m: Measured) -> dict[str, Any]:
+    """What ``default`` gets on top of the job's own replay: the pool's fitted regime and windows."""
+    from cli.policy.planning import Regime
+
+    pool = (learned.get("pools") or {}).get(pool_key(job)) or {}
+    windows, censored = list(m.windows_h), list(m.censored_h)
+    regime = None
+    try:
+        if pool.get("up_rate") and pool.get("down_rate"):
+            regime = Regime(f"learned:{pool_key(job)}", tuple(map(float, pool["up_rate"])), tuple(map(float, pool["down_rate"])))
+        for other, seen in (pool.get("jobs") or {}).items():
+            if other != job.id:  # this job's own windows come from its events, fresher than the file
+                windows += [float(w) for w in seen.get("windows_h", [])]
+                censored += [float(w) for w in seen.get("censored_h", [])]
+    except (TypeError, ValueError, AttributeError):
+        regime, windows, censored = None, list(m.windows_h), list(m.censored_h)  # a damaged file teaches nothing
+    return {"learned": regime, "windows": windows, "censored": censored, "one_layer": True, "max_plans": 1}
+
+
+def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC), learned: Mapping[str, Any] | None = None,
+                    price_ratio: Callable[[Job], float] | None = None):
+    """A CapacityChooser that asks the job's policy (see cli/policy/policies.py), replaying its history.
+
+    ``learned`` is what ``spotctl policy fit`` wrote for the stack; ``price_ratio`` the job's
+    on-demand / spot price (``DEFAULT_PRICE_RATIO`` where unknown).
+    """
+    from cli.policy.policies import ON_DEMAND, Default, Observation, make_policy
 
     def choose(job: Job, events: list[Event]) -> Capacity:
-        if not job.job_hours or not job.deadline_hours:
-            return Capacity.SPOT  # without jobHours and deadlineHours no policy can weigh a deadline
-        obs, history = observation_for(job, events, now())
-        policy = make_policy(job.policy)
-        for i, available in enumerate(history):
-            t = i * TICK_H
-            policy.decide(Observation(
-                elapsed_h=t, progress_h=min(obs.progress_h, t), job_h=obs.job_h, deadline_h=obs.deadline_h,
-                changeover_h=obs.changeover_h, price_ratio=obs.price_ratio, current="idle",
-                spot_available=available, preemptions=0, tick_h=TICK_H,
-            ))
+        at = now()
+        ratio = price_ratio(job) if price_ratio else DEFAULT_PRICE_RATIO
+        obs, history = observation_for(job, events, at, price_ratio=ratio)
+        if job.policy == Default.name:
+            policy = make_policy(job.policy, **_policy_params(job, learned or {}, measure(events, at)))
+        else:
+            policy = make_policy(job.policy)
+        if math.isfinite(obs.deadline_h):
+            for i, available in enumerate(history):
+                if isinstance(policy, Default):
+                    policy.observe(available, TICK_H)  # the posterior only: no plan for the past
+                    continue
+                t = i * TICK_H
+                policy.decide(Observation(
+                    elapsed_h=t, progress_h=min(obs.progress_h, t), job_h=obs.job_h, deadline_h=obs.deadline_h,
+                    changeover_h=obs.changeover_h, price_ratio=obs.price_ratio, current="idle",
+                    spot_available=available, preemptions=0, tick_h=TICK_H,
+                ))
         return Capacity.ON_DEMAND if policy.decide(obs) == ON_DEMAND else Capacity.SPOT
 
     return choose
-
-

@@ -32,7 +32,7 @@ AGE_EDGES_H = (0.0, 1 / 6, 1 / 3, 2 / 3, 4 / 3, 8 / 3, 16 / 3)  # bucket b: (edg
 B = len(AGE_EDGES_H)
 INF = np.float32(1e12)
 IDLE_M, SPOT_M, OD_M = 0, 1, 2
-MAX_STATES = 1_500_000  # (steps + 1) * (work + 1) per plan: ~200 MB of float32 values
+MAX_STATES = 400_000  # (steps + 1) * (work + 1) per plan: ~67 MB of float32 values, ~0.4 s to solve
 REGIMES_FILE = Path(__file__).with_name("regimes.json")
 
 
@@ -107,6 +107,131 @@ def shipped_regimes() -> tuple[Regime, ...]:
     return tuple(Regime(r["name"], tuple(r["up_rate"]), tuple(r["down_rate"])) for r in doc["regimes"])
 
 
+def fit_windows(name: str, windows_h: Sequence[float], censored_h: Sequence[float], prior: Regime,
+                prior_h: float = 1.0) -> Regime:
+    """A regime whose spot-window hazards come from observed window lengths (hours; ``censored_h`` are
+    windows still open or ended by us), shrunk towards ``prior`` by ``prior_h`` hours per bucket;
+    outages keep the prior's rates (a job's events do not show how long the zone was out)."""
+    ends = np.zeros(B)
+    exposure = np.zeros(B)
+    edges = np.array(AGE_EDGES_H[1:] + (math.inf,))
+    lows = np.array(AGE_EDGES_H)
+    for length, ended in [(w, True) for w in windows_h] + [(w, False) for w in censored_h]:
+        exposure += np.clip(np.minimum(edges, length) - lows, 0.0, None)
+        if ended:
+            ends[bucket_of(length)] += 1
+    up = tuple(float((e + p * prior_h) / (x + prior_h)) for e, x, p in zip(ends, exposure, prior.up_rate, strict=True))
+    return Regime(name, up, prior.down_rate)
+
+
+def quantized(regime: Regime, name: str | None = None, step: float = 0.25) -> Regime:
+    """Rates rounded on a log2 grid (``step`` = 19 % apart): nearby estimates share one cached plan."""
+    q = lambda r: float(2 ** (round(math.log2(max(r, 1e-4)) / step) * step))  # noqa: E731
+    return Regime(name or regime.name, tuple(map(q, regime.up_rate)), tuple(map(q, regime.down_rate)))
+
+
+def mixed(regimes: Sequence[Regime], weights: Sequence[float], name: str = "mixed") -> Regime:
+    """Hazards averaged with ``weights`` (geometric: rates span orders of magnitude), quantized coarsely
+    (41 % apart) so a drifting posterior re-solves its plan rarely."""
+    w = np.asarray(weights, float) / float(np.sum(weights))
+    up = np.exp(sum(wi * np.log(np.maximum(r.up_rate, 1e-4)) for wi, r in zip(w, regimes, strict=True)))
+    down = np.exp(sum(wi * np.log(np.maximum(r.down_rate, 1e-4)) for wi, r in zip(w, regimes, strict=True)))
+    return quantized(Regime(name, tuple(map(float, up)), tuple(map(float, down))), step=0.5)
+
+
+@cache
+def pooled_regime() -> Regime:
+    """The shipped regimes averaged: the prior of a zone nothing is known about yet."""
+    regimes = shipped_regimes()
+    return mixed(regimes, [1.0] * len(regimes), "pooled")
+
+
+class OnlineRegime:
+    """Hazards learned from the availability one job observes, tick by tick, starting from a prior.
+
+    ``prob`` is the prediction before a tick is seen and ``update`` learns from it afterwards, so the
+    log-likelihood a policy accumulates with it is prequential (each tick scored by a model that had
+    not seen it), comparable with the fixed regimes'.
+    """
+
+    def __init__(self, prior: Regime, prior_h: float = 1.0, name: str = "online"):
+        self.prior, self.prior_h, self.name = prior, prior_h, name
+        self.ends = np.zeros((2, B))
+        self.exposure = np.zeros((2, B))
+        self._snapshot: Regime | None = None
+        self._snapshot_h = 0.0
+
+    def rate(self, available: bool, bucket: int) -> float:
+        p = (self.prior.up_rate if available else self.prior.down_rate)[bucket]
+        a = int(available)
+        return float((self.ends[a, bucket] + p * self.prior_h) / (self.exposure[a, bucket] + self.prior_h))
+
+    def prob(self, available: bool, bucket: int, tick_h: float) -> float:
+        return float(min(max(1 - math.exp(-self.rate(available, bucket) * tick_h), 1e-4), 1 - 1e-4))
+
+    def update(self, available: bool, bucket: int, flipped: bool, tick_h: float) -> None:
+        self.exposure[int(available), bucket] += tick_h
+        self.ends[int(available), bucket] += flipped
+
+    @property
+    def seen_h(self) -> float:
+        return float(self.exposure.sum())
+
+    def regime(self) -> Regime:
+        """The estimate, refreshed each time the hours seen double and quantized: a plan is re-solved
+        a handful of times per job, not every tick."""
+        if self._snapshot is None or self.seen_h >= 2 * max(self._snapshot_h, 1.0):
+            self._snapshot_h = self.seen_h
+            self._snapshot = quantized(Regime(self.name, tuple(self.rate(True, b) for b in range(B)),
+                                              tuple(self.rate(False, b) for b in range(B))))
+        return self._snapshot
+
+
+def launch_economics(regime: Regime, changeover_h: float, age_h: float = 0.0, work_h: float = math.inf,
+                     dt_h: float = 1 / 60) -> tuple[float, float]:
+    """Expected (hours billed, hours of progress) of one spot launch into a window that has already
+    lasted ``age_h``: billed until the window ends (or the work is done), progress after the changeover."""
+    horizon = min(work_h + changeover_h, 24 * 14)
+    n = max(1, int(math.ceil(horizon / dt_h)))
+    t = (np.arange(n) + 0.5) * dt_h
+    rates = _rates_at(regime, age_h + t)
+    alive = np.exp(-np.concatenate([[0.0], np.cumsum(rates * dt_h)]))[:-1]  # P(window still open at t)
+    billed = float(np.sum(alive) * dt_h)
+    progress = float(np.sum(alive[t > changeover_h]) * dt_h)
+    if math.isinf(work_h):  # beyond the horizon the last bucket's rate holds: an exponential tail
+        tail = alive[-1] * math.exp(-rates[-1] * dt_h) / max(rates[-1], 1e-6)
+        billed += tail
+        progress += tail
+    return billed, progress
+
+
+def spot_cost_per_progress(windows_h: Sequence[float], censored_h: Sequence[float], changeover_h: float,
+                           prior: Regime, prior_windows: float = 0.1, work_h: float = math.inf) -> float:
+    """Spot's cost per hour of progress, renewal-reward style: hours billed over hours of progress per
+    launch, from observed spot windows (each launch pays the changeover again), plus ``prior_windows``
+    pseudo-windows of ``prior`` so a handful of observations override it. A censored window (still
+    open, or ended by us) counts with the prior's expected remainder. ``inf`` when nothing progresses."""
+    cap = work_h + changeover_h
+    billed = progress = 0.0
+    for w in windows_h:
+        billed += min(w, cap)
+        progress += max(0.0, min(w, cap) - changeover_h)
+    for w in censored_h:
+        b, p = launch_economics(prior, max(0.0, changeover_h - w), age_h=w, work_h=max(0.0, work_h - w))
+        billed += min(w, cap) + b
+        progress += max(0.0, min(w, cap) - changeover_h) + p
+    b, p = launch_economics(prior, changeover_h, work_h=work_h)
+    billed += prior_windows * b
+    progress += prior_windows * p
+    return billed / progress if progress > 1e-9 else math.inf
+
+
+def _rates_at(regime: Regime, ages: np.ndarray) -> np.ndarray:
+    """Spot-window hazard at each age (vectorized ``bucket_of``)."""
+    idx = np.searchsorted(np.array(AGE_EDGES_H) + 1e-9, ages, side="left") - 1
+    return np.array(regime.up_rate)[np.clip(idx, 0, B - 1)]
+
+
 @dataclass(frozen=True)
 class Units:
     """A job on the integer timeline of the simulator: units of ``gcd(tick, changeover)`` seconds."""
@@ -165,10 +290,17 @@ class Units:
 
 
 class Plan:
-    """Expected cost-to-go for one job under one regime: ``V[i, mode, available, bucket, work left]``."""
+    """Expected cost-to-go for one job under one regime: ``V[i, mode, available, bucket, work left]``.
 
-    def __init__(self, regime: Regime, units: Units, price_ratio: float, tick_h: float):
+    ``keep_from`` keeps only the steps from there on (a decision at step i needs steps i + 1 onwards);
+    ``one_layer`` keeps step ``keep_from`` alone (a one-off decision: a few MB instead of the plan).
+    """
+
+    def __init__(self, regime: Regime, units: Units, price_ratio: float, tick_h: float, keep_from: int = 0,
+                 one_layer: bool = False):
         self.regime, self.units, self.k, self.tick_h = regime, units, price_ratio, tick_h
+        self.keep_from = max(0, min(keep_from, units.steps))
+        self.one_layer = one_layer
         self.flip = np.array([[regime.flip_prob(bool(a), b, tick_h) for b in range(B)] for a in (0, 1)], np.float32)
         widths = np.diff(AGE_EDGES_H)
         self.advance = np.append(np.minimum(1.0, tick_h / widths), 0.0).astype(np.float32)
@@ -202,12 +334,17 @@ class Plan:
     def _solve(self) -> np.ndarray:
         u = self.units
         W = u.max_work
-        V = np.full((u.steps + 1, 3, 2, B, W + 1), INF, np.float32)
+        k0 = self.keep_from
+        V = np.full((2 if self.one_layer else u.steps + 1 - k0, 3, 2, B, W + 1), INF, np.float32)
         V[..., 0] = 0.0
-        for i in range(u.steps - 1, -1, -1):
+        for i in range(u.steps - 1, k0 - 1, -1):
             remaining = u.deadline - i * u.tick
+            if self.one_layer:  # two rolling layers; the one at k0 ends up in V[0]
+                after, now = V[(i + 1 - k0) % 2], V[(i - k0) % 2]
+            else:
+                after, now = V[i + 1 - k0], V[i - k0]
             for a in (0, 1):
-                E = self._next_expectations(V[i + 1], a)
+                E = self._next_expectations(after, a)
                 idle = E[IDLE_M, IDLE_M]
                 od = {launch: self._run(E[OD_M, OD_M], self.k, launch, remaining) for launch in (False, True)}
                 spot = ({launch: self._run(E[SPOT_M, IDLE_M], 1.0, launch, remaining) for launch in (False, True)}
@@ -218,18 +355,20 @@ class Plan:
                     best = np.minimum(idle, od[m != OD_M])
                     if spot is not None:
                         best = np.minimum(best, spot[m != SPOT_M])
-                    V[i, m, a] = best
-            V[i, ..., 0] = 0.0
-        return V
+                    now[m, a] = best
+            now[..., 0] = 0.0
+        return V[:1] if self.one_layer else V
 
     def q_values(self, step: int, mode: int, available: bool, bucket: int, work_left: int) -> dict[int, float]:
         """Expected cost of each allowed action now (mode indices) from one state."""
         u = self.units
         if step + 1 > u.steps:
             return {OD_M: 0.0}
+        if step + 1 < self.keep_from or (self.one_layer and step + 1 != self.keep_from):
+            raise ValueError(f"plan kept from step {self.keep_from}, asked about step {step}")
         a = int(available)
         w = min(work_left, u.max_work)
-        Vn = self.V[step + 1]
+        Vn = self.V[step + 1 - self.keep_from]
         flip = float(self.flip[a][bucket])
         adv = float(self.advance[bucket])
         nb = min(bucket + 1, B - 1)
@@ -261,8 +400,13 @@ def _divisors(n: int, at_least: int) -> list[int]:
 _PLANS: dict[tuple, Plan] = {}
 
 
-def plan_for(regime: Regime, units: Units, price_ratio: float, tick_h: float) -> Plan:
-    """Plans are pure functions of their inputs: solved once per process (the last few kept)."""
+def plan_for(regime: Regime, units: Units, price_ratio: float, tick_h: float, keep_from: int = 0) -> Plan:
+    """Plans are pure functions of their inputs: solved once per process (the last few kept).
+
+    ``keep_from`` > 0 asks for a one-off decision at step ``keep_from - 1``: one layer, not cached.
+    """
+    if keep_from:
+        return Plan(regime, units, price_ratio, tick_h, keep_from=keep_from, one_layer=True)
     key = (regime, units, round(price_ratio, 9), round(tick_h, 9))
     plan = _PLANS.get(key)
     if plan is None:

@@ -50,7 +50,19 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from cli.policy.planning import IDLE_M, OD_M, SPOT_M, Regime, Units, bucket_of, plan_for, shipped_regimes
+from cli.policy.planning import (
+    IDLE_M,
+    OD_M,
+    SPOT_M,
+    OnlineRegime,
+    Regime,
+    Units,
+    bucket_of,
+    mixed,
+    plan_for,
+    shipped_regimes,
+    spot_cost_per_progress,
+)
 
 Decision = Literal["spot", "on-demand", "idle"]
 SPOT: Decision = "spot"
@@ -196,20 +208,39 @@ class UniformProgressNoHysteresis(UniformProgress):
 
 
 class Default(Policy):
-    """spotctl's policy: expected-cost planning under a mixture of availability regimes (module docstring)."""
+    """spotctl's policy: expected-cost planning under a mixture of availability regimes (module docstring).
+
+    Args:
+        regimes: the fixed regimes of the mixture (default: the shipped ones).
+        learned: a regime learned from the stack's history (``spotctl policy fit``): joins the mixture
+            and is the prior of the online regime.
+        windows, censored: spot windows (hours) already observed in this zone, complete or still open.
+        online: add a regime learned from this job's own observations, scored prequentially.
+        max_plans: plan on at most this many regimes (the most probable); while the posterior is
+            nearly flat, on the prior alone (a job's first decision: one plan, not eight).
+        one_layer: keep one layer per plan (a one-off decision, as on ``resume``: a few MB).
+    """
 
     name = "default"
 
-    def __init__(self, regimes: Sequence[Regime] | None = None, temperature: float = 1.0):
-        self.regimes = tuple(regimes) if regimes is not None else shipped_regimes()
-        if not self.regimes:
+    def __init__(self, regimes: Sequence[Regime] | None = None, temperature: float = 1.0, learned: Regime | None = None,
+                 windows: Sequence[float] = (), censored: Sequence[float] = (), online: bool = True,
+                 max_plans: int = 3, one_layer: bool = False):
+        fixed = tuple(regimes) if regimes is not None else shipped_regimes()
+        if not fixed:
             raise ValueError("default policy: no availability regimes")
-        self.temperature = temperature
-        self.loglik = np.zeros(len(self.regimes))
+        self.prior = learned or mixed(fixed, [1.0] * len(fixed), "pooled")
+        self.regimes = fixed + ((learned,) if learned is not None else ())
+        self.online = OnlineRegime(self.prior) if online else None
+        self.temperature, self.max_plans, self.one_layer = temperature, max_plans, one_layer
+        self.loglik = np.zeros(len(self.regimes) + (self.online is not None))
         self.previous: bool | None = None
         self.age_ticks = 0
+        self.windows = list(windows)
+        self.censored = list(censored)
+        self.quiet_h = 0.0  # how long a quiet spell must be before probing spot again (open-ended jobs)
 
-    def _observe(self, available: bool, tick_h: float) -> None:
+    def observe(self, available: bool, tick_h: float) -> None:
         """Bayes' rule over the regimes, one tick of availability at a time; track the current run's age."""
         if self.previous is None:
             self.age_ticks = 1
@@ -219,16 +250,29 @@ class Default(Policy):
             for j, regime in enumerate(self.regimes):
                 p = regime.flip_prob(self.previous, bucket, tick_h)
                 self.loglik[j] += math.log(p if flipped else 1 - p)
+            if self.online is not None:  # scored before it learns from this tick: prequential
+                p = self.online.prob(self.previous, bucket, tick_h)
+                self.loglik[-1] += math.log(p if flipped else 1 - p)
+                self.online.update(self.previous, bucket, flipped, tick_h)
+            if flipped and self.previous:
+                self.windows.append(self.age_ticks * tick_h)
             self.age_ticks = 1 if flipped else self.age_ticks + 1
         self.previous = available
+
+    _observe = observe
 
     def posterior(self) -> np.ndarray:
         w = np.exp((self.loglik - self.loglik.max()) * self.temperature)
         return w / w.sum()
 
+    def mixture(self) -> list[Regime]:
+        return list(self.regimes) + ([self.online.regime()] if self.online is not None else [])
+
     def decide(self, obs: Observation) -> Decision:
         tick_h = obs.tick_h or DEFAULT_TICK_H
-        self._observe(obs.spot_available, tick_h)
+        self.observe(obs.spot_available, tick_h)
+        if not math.isfinite(obs.deadline_h):
+            return self._open_ended(obs, tick_h)
         if must_go_on_demand(obs):
             return ON_DEMAND
         units, plan_tick_h = Units.fit(tick_h, obs.changeover_h, obs.job_h, obs.deadline_h)
@@ -236,12 +280,12 @@ class Default(Policy):
         work_left = -(-round(obs.work_left_h * 3600) // units.u_s)
         bucket = bucket_of(self.age_ticks * tick_h)
         mode = _MODE[obs.current]
-        post = self.posterior()
         q: dict[int, float] = {}
-        for j in np.flatnonzero(post > 1e-4):
-            plan = plan_for(self.regimes[j], units, obs.price_ratio, plan_tick_h)
+        for regime, weight in self._planned():
+            plan = plan_for(regime, units, obs.price_ratio, plan_tick_h,
+                            keep_from=step + 1 if self.one_layer else 0)
             for action, value in plan.q_values(step, mode, obs.spot_available, bucket, work_left).items():
-                q[action] = q.get(action, 0.0) + float(post[j]) * value
+                q[action] = q.get(action, 0.0) + weight * value
         least = min(q.values())
         near = {a for a, v in q.items() if v <= least + 1e-4 * abs(least) + 1e-6}
         # Among (near) ties: keep running where we run (no changeover for nothing), else take spot
@@ -250,6 +294,44 @@ class Default(Policy):
             if choice in near:
                 return _DECISION[choice]
         return _DECISION[min(q, key=q.__getitem__)]
+
+    def _planned(self) -> list[tuple[Regime, float]]:
+        """The regimes to plan on, with weights: the few most probable, renormalized; while the
+        posterior is still nearly flat (a job's first decisions), the prior regime alone."""
+        post = self.posterior()
+        if post.max() < 2 / len(post):
+            return [(self.prior, 1.0)]
+        regimes = self.mixture()
+        top = [j for j in np.argsort(-post, kind="stable")[: self.max_plans] if post[j] > 1e-4]
+        mass = float(post[top].sum())
+        return [(regimes[j], float(post[j]) / mass) for j in top]
+
+    def _open_ended(self, obs: Observation, tick_h: float) -> Decision:
+        """No deadline: the cheaper per hour of progress, spot (from the windows seen) or on-demand.
+
+        Back from on-demand only after a quiet spell (spot up for ``quiet_h``), which doubles whenever a
+        probe's window did not pay for itself: a bad zone costs a few probes, never a loop.
+        """
+        d, k = obs.changeover_h, obs.price_ratio
+        if obs.current == SPOT and obs.spot_available:
+            return SPOT  # already paid the changeover; progressing
+        work = obs.work_left_h if math.isfinite(obs.job_h) else math.inf
+        od = k * (1 + (0.0 if obs.current == ON_DEMAND else d) / work) if math.isfinite(work) and work > 0 else k
+        up_h = self.age_ticks * tick_h if obs.spot_available else 0.0
+        spot = spot_cost_per_progress(self.windows, self.censored, d, self.prior, work_h=work)
+        if obs.current == ON_DEMAND:
+            spell = max(self.quiet_h, 1.0, 4 * d)
+            if obs.spot_available and up_h >= spell and spot_cost_per_progress(
+                    [], [up_h], d, self.prior, prior_windows=0.0, work_h=work) < od:
+                self.quiet_h = 2 * spell  # doubled again unless this probe pays (reset below)
+                return SPOT
+            return ON_DEMAND
+        if self.windows and self.windows[-1] > d * (1 + k) and self.quiet_h:
+            self.quiet_h = 0.0  # the last window paid for its changeover: the zone recovered
+        if not obs.spot_available:
+            down_h = self.age_ticks * tick_h
+            return ON_DEMAND if down_h >= max(1.0, 4 * d) and spot >= od else IDLE
+        return SPOT if spot <= od else ON_DEMAND
 
 
 _MODE = {IDLE: IDLE_M, SPOT: SPOT_M, ON_DEMAND: OD_M}
