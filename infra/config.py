@@ -318,6 +318,32 @@ class _CrossErrors(ValueError):
         super().__init__("; ".join(f"{k}: {m}" for k, m in problems))
 
 
+DEADLINE_POLICIES = ("greedy", "uniform-progress", "uniform-progress-nh")
+
+
+def policy_warnings(cfg: StackConfig) -> list[str]:
+    """Jobs whose policy will have nothing to weigh (valid config, so warnings, never errors).
+
+    The deadline policies need ``jobHours`` and ``deadlineHours``: without them they keep spot
+    however often it is preempted. ``default`` and ``n-preemptions`` work without a deadline
+    (cost per hour of progress; preemptions), but a deadline without ``jobHours`` is not weighed.
+    """
+    out = []
+    for i, job in enumerate(cfg.jobs):
+        key = f"spotctl:jobs[{i}]"
+        if job.policy in DEADLINE_POLICIES and not (job.job_hours and job.deadline_hours):
+            out.append(f"{key}.policy: {job.policy!r} weighs a deadline, but job {job.id} has no "
+                       f"{'jobHours' if job.deadline_hours else 'deadlineHours'}: it will stay on spot however often it is "
+                       "preempted (set jobHours and deadlineHours, or use 'default' or 'n-preemptions')")
+        elif job.deadline_hours and not job.job_hours and job.policy != "on-demand":
+            out.append(f"{key}.deadlineHours: job {job.id} has no jobHours, so its deadline cannot be weighed "
+                       f"({job.policy!r} decides without it)")
+        elif job.job_hours and job.deadline_hours and job.job_hours > job.deadline_hours:
+            out.append(f"{key}.jobHours: {job.job_hours} h of work cannot fit in deadlineHours {job.deadline_hours}: "
+                       f"job {job.id} will run on-demand and still miss it")
+    return out
+
+
 def _unique(problems: list[tuple[str, str]], section: str, key: str, values: list[str]) -> None:
     seen: dict[str, int] = {}
     for i, value in enumerate(values):

@@ -1,4 +1,5 @@
-"""``spotctl simulate``: replay spot traces against the policies."""
+"""``spotctl simulate`` (replay spot traces against the policies) and ``spotctl policy fit`` (learn from the
+stack's history)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands import JsonOpt, app, fail
+from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, recorded_events, stack_jobs
 
 
 @app.command(
@@ -67,3 +68,40 @@ def simulate(
         first = traces[0]
         sim.plot(plot_path, first, sim.starts_for(first, job, starts, seed)[0], job, names, rows)
         typer.echo(f"plot written to {plot_path}", err=True)
+
+
+policy_app = typer.Typer(help="The policy engine's learning: what the stack's history says about spot in each zone.",
+                         no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
+
+
+@policy_app.command(
+    "fit",
+    short_help="Learn spot windows and changeovers from the stack's events.  Example: spotctl policy fit -s team-a",
+    help="Read every job's recorded events (--events-dir and/or --events-bucket), measure spot windows (started to "
+    "preempted) and changeovers (started to the first progress event) per zone and machine type, fit the hazards "
+    "of spot windows with the shipped regimes as prior, and write stacks/.spotctl/<stack>.policy.json, which "
+    "`resume` reads.\n\nExample: spotctl policy fit --stack team-a --events-dir ./events --json",
+)
+def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_dir: EventsOpt = None,
+               events_bucket: BucketOpt = None, json_out: JsonOpt = False) -> None:
+    import json
+    from datetime import UTC, datetime
+
+    from cli.lifecycle.capacity import fit_stack
+
+    if events_dir is None and events_bucket is None:
+        raise fail("policy fit: give --events-dir DIR and/or --events-bucket NAME (where the jobs' events are)")
+    if events_dir is not None and not events_dir.exists():
+        raise fail(f"--events-dir {events_dir}: no such file or directory")
+    ref, cfg, jobs = stack_jobs(stack, stack_file, None)
+    path, doc = fit_stack(ref.path, ref.name, jobs, lambda job_id: recorded_events(ref, cfg, job_id, events_dir, events_bucket),
+                          datetime.now(UTC))
+    if json_out:
+        typer.echo(json.dumps({"path": str(path), **doc}, indent=2, sort_keys=True))
+        return
+    typer.echo(f"wrote {path}")
+    for key, pool in doc["pools"].items():
+        change = "not measured" if pool["changeover_h"] is None else f"{pool['changeover_h']:.3f} h"
+        typer.echo(f"  {key}: {pool['spot_windows']} spot windows ({pool['open_windows']} open), "
+                   f"expected window {pool['mean_window_h']:.2f} h, changeover {change}")

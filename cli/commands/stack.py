@@ -10,7 +10,8 @@ from infra.config import ConfigError
 
 @app.command(
     short_help="Check a stack file offline.  Example: spotctl validate --stack example-gcp",
-    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region.\n\n"
+    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region; warn "
+    "(exit 0) where a job's policy will have nothing to weigh.\n\n"
     "Example: spotctl validate --stack example-gcp",
 )
 def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
@@ -21,6 +22,10 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
         cfg = stackfile.load(ref)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    from infra.config import policy_warnings
+
+    for warning in policy_warnings(cfg):
+        typer.echo(f"warning: {ref.path}: {warning}", err=True)
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {len(cfg.pools)} pools, {len(cfg.jobs)} jobs)")
 
 

@@ -5,7 +5,9 @@ history taught (``spotctl policy fit``), and the capacity its policy picks.
 Measured, not assumed: an attempt's changeover runs from its ``started`` event to its first
 ``progress`` (or ``checkpoint``) event; the job's changeover is the median over its attempts that have
 one (``DEFAULT_CHANGEOVER_H`` until one does); progress is running time minus changeovers. A spot
-window is an attempt that ended ``preempted``: from ``started`` to the preemption.
+window is an attempt that ended ``preempted``: from ``started`` to the preemption; a spot attempt
+(its ``started`` event's ``capacity``) that is still running or that we ended is a window at least
+that long.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Measured:
     measured_changeovers: int
     progress_h: float
     windows_h: tuple[float, ...]  # complete spot windows: started -> preempted
-    censored_h: tuple[float, ...]  # the current attempt's window while it still runs
+    censored_h: tuple[float, ...]  # spot attempts still running or ended by us: windows at least this long
 
 
 def _hours(a: datetime, b: datetime) -> float:
@@ -50,9 +52,11 @@ def measure(events: Iterable[Event], now: datetime, default_changeover_h: float 
     tl = Timeline.of(events, now)
     first_progress: dict[int, datetime] = {}
     started: dict[int, datetime] = {}
+    capacity: dict[int, str] = {}
     for e in events:
         if e.event == "started":
             started[e.attempt] = min(started.get(e.attempt, e.time), e.time)
+            capacity[e.attempt] = e.details.get("capacity", "") or capacity.get(e.attempt, "")
         elif e.event in PROGRESS_EVENTS:
             first_progress[e.attempt] = min(first_progress.get(e.attempt, e.time), e.time)
     changeovers = [_hours(started[a], t) for a, t in first_progress.items() if a in started and t >= started[a]]
@@ -68,7 +72,7 @@ def measure(events: Iterable[Event], now: datetime, default_changeover_h: float 
         progress += max(0.0, _hours(a, b) - lost)
         if how == "preempted":
             windows.append(_hours(a, b))
-        elif how == "running":
+        elif capacity.get(attempt) == "spot":  # still running, or ended by us: the window lasted at least this
             censored.append(_hours(a, b))
     return Measured(changeover, len(changeovers), progress, tuple(windows), tuple(censored))
 
@@ -147,6 +151,25 @@ def fit(jobs: Iterable[Job], events_of: Callable[[str], list[Event]], now: datet
         }
     return {"version": LEARNED_VERSION, "fitted_at": now.isoformat(), "age_edges_h": [round(x, 5) for x in AGE_EDGES_H],
             "units": "hazards: spot windows (up) and outages (down) ending per hour, by age bucket", "pools": out}
+
+
+def fit_stack(stack_path: Path, stack: str, jobs: Iterable[Job], events_of: Callable[[str], list[Event]],
+              now: datetime) -> tuple[Path, dict[str, Any]]:
+    """``spotctl policy fit``: learn from the stack's history and write it where ``resume`` reads it
+    (atomically: a reader sees the old file or the new one)."""
+    from cli.lifecycle.stackfile import atomic_write
+
+    doc = fit(jobs, events_of, now)
+    doc["stack"] = stack
+    path = learned_path(stack_path, stack)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return path, doc
+
+
+def stack_capacity(stack_path: Path, stack: str, now: Callable[[], datetime] = lambda: datetime.now(UTC)):
+    """The CapacityChooser of ``resume``: the job's policy with what the stack has learned."""
+    return policy_capacity(now, learned=read_learned(learned_path(stack_path, stack)))
 
 
 def read_learned(path: Path) -> Mapping[str, Any]:

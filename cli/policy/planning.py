@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -33,6 +34,7 @@ B = len(AGE_EDGES_H)
 INF = np.float32(1e12)
 IDLE_M, SPOT_M, OD_M = 0, 1, 2
 MAX_STATES = 400_000  # (steps + 1) * (work + 1) per plan: ~67 MB of float32 values, ~0.4 s to solve
+MAX_PLANS_CACHED = int(os.environ.get("SPOTCTL_PLAN_CACHE", "12"))  # each plan up to ~67 MB
 REGIMES_FILE = Path(__file__).with_name("regimes.json")
 
 
@@ -410,7 +412,7 @@ def plan_for(regime: Regime, units: Units, price_ratio: float, tick_h: float, ke
     key = (regime, units, round(price_ratio, 9), round(tick_h, 9))
     plan = _PLANS.get(key)
     if plan is None:
-        if len(_PLANS) >= 12:
+        if len(_PLANS) >= MAX_PLANS_CACHED:
             _PLANS.pop(next(iter(_PLANS)))
         plan = _PLANS[key] = Plan(regime, units, price_ratio, tick_h)
     return plan

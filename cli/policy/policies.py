@@ -238,7 +238,6 @@ class Default(Policy):
         self.age_ticks = 0
         self.windows = list(windows)
         self.censored = list(censored)
-        self.quiet_h = 0.0  # how long a quiet spell must be before probing spot again (open-ended jobs)
 
     def observe(self, available: bool, tick_h: float) -> None:
         """Bayes' rule over the regimes, one tick of availability at a time; track the current run's age."""
@@ -309,8 +308,9 @@ class Default(Policy):
     def _open_ended(self, obs: Observation, tick_h: float) -> Decision:
         """No deadline: the cheaper per hour of progress, spot (from the windows seen) or on-demand.
 
-        Back from on-demand only after a quiet spell (spot up for ``quiet_h``), which doubles whenever a
-        probe's window did not pay for itself: a bad zone costs a few probes, never a loop.
+        Back from on-demand only after a quiet spell: spot up for ``QUIET_H`` (and four changeovers)
+        and a window that old expected to pay for the changeover. A flickering zone never gets there,
+        so there is no loop; a zone that recovered does, and its window then counts as evidence.
         """
         d, k = obs.changeover_h, obs.price_ratio
         if obs.current == SPOT and obs.spot_available:
@@ -320,23 +320,19 @@ class Default(Policy):
         up_h = self.age_ticks * tick_h if obs.spot_available else 0.0
         spot = spot_cost_per_progress(self.windows, self.censored, d, self.prior, work_h=work)
         if obs.current == ON_DEMAND:
-            spell = max(self.quiet_h, 1.0, 4 * d)
-            if obs.spot_available and up_h >= spell and spot_cost_per_progress(
+            if obs.spot_available and up_h >= max(QUIET_H, 4 * d) and spot_cost_per_progress(
                     [], [up_h], d, self.prior, prior_windows=0.0, work_h=work) < od:
-                self.quiet_h = 2 * spell  # doubled again unless this probe pays (reset below)
                 return SPOT
             return ON_DEMAND
-        if self.windows and self.windows[-1] > d * (1 + k) and self.quiet_h:
-            self.quiet_h = 0.0  # the last window paid for its changeover: the zone recovered
-        if not obs.spot_available:
-            down_h = self.age_ticks * tick_h
-            return ON_DEMAND if down_h >= max(1.0, 4 * d) and spot >= od else IDLE
+        if not obs.spot_available:  # waiting is free but progress-less: not for longer than a quiet spell
+            return ON_DEMAND if self.age_ticks * tick_h >= max(QUIET_H, 4 * d) else IDLE
         return SPOT if spot <= od else ON_DEMAND
 
 
 _MODE = {IDLE: IDLE_M, SPOT: SPOT_M, ON_DEMAND: OD_M}
 _DECISION = {v: k for k, v in _MODE.items()}
 DEFAULT_TICK_H = 1 / 6
+QUIET_H = 1.0  # open-ended jobs: spot up this long before leaving on-demand; the longest wait for spot
 
 
 def policy_names() -> list[str]:

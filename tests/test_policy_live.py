@@ -1,0 +1,187 @@
+"""The live policy path on recorded event files: jobs without a deadline, measured changeovers and
+progress, what `spotctl policy fit` learns from the stack and how `resume` uses it, `validate` warnings."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cli.app import app
+from cli.lifecycle.capacity import measure, observation_for, policy_capacity, read_learned
+from cli.lifecycle.events import Event
+from cli.lifecycle.stackfile import job_fields
+from cli.policy.planning import pooled_regime, spot_cost_per_progress
+from cli.policy.policies import Observation, make_policy
+from infra.config import Capacity, Job
+
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+
+STACK = """config:
+  spotctl:cloud: aws
+  spotctl:region: us-east-1
+  spotctl:zones: [us-east-1a, us-east-1b]
+  spotctl:jobs:
+    # open-ended: no jobHours, no deadlineHours
+    - id: {job}
+      instanceType: p3.2xlarge
+      zone: us-east-1a
+      capacity: spot
+      attempt: {attempt}
+      state: preempted
+      command: python train.py
+    - id: neighbour
+      instanceType: p3.2xlarge
+      zone: us-east-1a
+      capacity: spot
+      attempt: 1
+      state: running
+      command: python train.py
+"""
+
+
+def attempts(job: str, runs: list[tuple[float, float, float | None, str]]) -> list[dict]:
+    """Event documents for attempts given as (start min, first progress min or None, end min, how it ended)."""
+    docs = []
+    for n, (a, first, b, how) in enumerate(runs, start=1):
+        at = lambda m: (T0 + timedelta(minutes=m)).isoformat().replace("+00:00", "Z")  # noqa: E731
+        docs.append({"job": job, "attempt": n, "node": 0, "event": "started", "time": at(a), "details": {"capacity": "spot"}})
+        if first is not None:
+            docs.append({"job": job, "attempt": n, "node": 0, "event": "progress", "time": at(first), "details": {}})
+        docs.append({"job": job, "attempt": n, "node": 0, "event": how, "time": at(b), "details": {}})
+    return docs
+
+
+def write_stack(tmp_path: Path, job: str, runs) -> tuple[Path, Path]:
+    stack = tmp_path / "stacks" / "Pulumi.team.yaml"
+    stack.parent.mkdir(parents=True, exist_ok=True)
+    stack.write_text(STACK.format(job=job, attempt=len(runs)))
+    events = tmp_path / "events"
+    events.mkdir(exist_ok=True)
+    (events / f"{job}.jsonl").write_text("\n".join(json.dumps(d) for d in attempts(job, runs)) + "\n")
+    return stack, events
+
+
+def resume(runner, stack: Path, events: Path, job: str) -> dict:
+    result = runner.invoke(app, ["resume", job, "--stack-file", str(stack), "--events-dir", str(events), "--no-apply", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+# Changeover 15 min (started -> first progress); spot windows 6-10 min: each launch ends before it progresses.
+SHORT = [(0, 15, 8, "preempted"), (30, 45, 36, "preempted"), (60, 75, 70, "preempted"), (100, 115, 106, "preempted")]
+# Windows of 3-5 hours.
+LONG = [(0, 12, 300, "preempted"), (330, 342, 510, "preempted"), (540, 552, 780, "preempted")]
+
+
+def test_no_deadline_and_windows_shorter_than_the_changeover_moves_to_on_demand(runner, tmp_path):
+    stack, events = write_stack(tmp_path, "loop", SHORT)
+    before = stack.read_text()
+    out = resume(runner, stack, events, "loop")
+    assert out["fields"] == {"attempt": 5, "state": "running", "capacity": "on-demand"}
+    assert before.replace("capacity: spot\n      attempt: 4\n      state: preempted",
+                          "capacity: on-demand\n      attempt: 5\n      state: running") == stack.read_text()
+
+
+def test_no_deadline_and_windows_of_hours_stays_on_spot(runner, tmp_path):
+    stack, events = write_stack(tmp_path, "calm", LONG)
+    out = resume(runner, stack, events, "calm")
+    assert out["fields"] == {"attempt": 4, "state": "running"}  # capacity stays spot
+    assert job_fields(stack, "calm", ["capacity", "state"]) == {"capacity": "spot", "state": "running"}
+
+
+def test_n_preemptions_works_without_a_deadline():
+    events = [Event.parse(d) for d in attempts("j", LONG)]
+    job = Job.model_validate({"id": "j", "instanceType": "p3.2xlarge", "zone": "z", "command": "x", "policy": "n-preemptions",
+                              "state": "preempted", "attempt": 3})
+    choose = policy_capacity(now=lambda: T0 + timedelta(hours=14))
+    assert choose(job, events) is Capacity.ON_DEMAND  # 3 preemptions
+    assert choose(job, events[:4]) is Capacity.SPOT  # 2 so far
+
+
+def test_changeover_and_progress_are_measured_from_the_jobs_own_attempts():
+    m = measure([Event.parse(d) for d in attempts("j", LONG)], T0 + timedelta(hours=14))
+    assert m.changeover_h == pytest.approx(0.2) and m.measured_changeovers == 3
+    assert m.progress_h == pytest.approx((300 + 180 + 240 - 3 * 12) / 60)
+    assert m.windows_h == pytest.approx((5.0, 3.0, 4.0))
+    # Without progress events: the default changeover is subtracted; a running spot attempt is an open window.
+    docs = [d for d in attempts("j", [(0, None, 120, "preempted"), (150, None, 200, "stopped")]) if d["event"] != "stopped"]
+    m = measure([Event.parse(d) for d in docs], T0 + timedelta(minutes=210))
+    assert m.measured_changeovers == 0 and m.censored_h == pytest.approx((1.0,))
+    assert m.progress_h == pytest.approx(2.0 - 0.2 + 1.0 - 0.2)
+    obs, _ = observation_for(Job.model_validate({"id": "j", "instanceType": "p3.2xlarge", "zone": "z", "command": "x",
+                                                 "deadlineHours": 50}), [Event.parse(d) for d in docs], T0 + timedelta(minutes=210))
+    assert math.isinf(obs.deadline_h) and math.isinf(obs.job_h)  # a deadline without jobHours cannot be weighed
+
+
+def test_open_ended_cost_per_progress_overrides_the_prior_with_evidence():
+    prior = pooled_regime()
+    k = 3.0
+    assert spot_cost_per_progress([], [], 0.2, prior) < k  # nothing seen yet: the prior says spot pays
+    assert spot_cost_per_progress([0.1], [], 0.25, prior) < k  # one short window is not a pattern
+    assert spot_cost_per_progress([0.1] * 5, [], 0.25, prior) > k  # five are
+    assert spot_cost_per_progress([4.0, 5.0], [], 0.25, prior) < 1.2
+
+
+def test_open_ended_default_leaves_on_demand_only_after_a_quiet_spell():
+    tick = 0.05
+    obs = lambda t, cur, up: Observation(t * tick, 0.0, math.inf, math.inf, 0.2, 3.0, cur, up, 8, tick)  # noqa: E731
+    policy = make_policy("default", windows=[0.05] * 8)
+    assert policy.decide(obs(0, "idle", True)) == "on-demand"
+    # A flickering zone (up 15 min, down 3 min) never lures it back: no loop.
+    flicker = [t % 6 != 5 for t in range(1, 200)]
+    assert {policy.decide(obs(t, "on-demand", up)) for t, up in enumerate(flicker, start=1)} == {"on-demand"}
+    # A zone that recovered (spot up for over an hour) does.
+    calm = [policy.decide(obs(t, "on-demand", True)) for t in range(200, 240)]
+    assert calm[:14] == ["on-demand"] * 14 and calm[-1] == "spot"
+
+
+def test_policy_fit_learns_from_the_stack_and_resume_reads_it(runner, tmp_path):
+    stack, events = write_stack(tmp_path, "loop", SHORT[:1])  # the job itself saw one short window only
+    (events / "neighbour.jsonl").write_text("\n".join(json.dumps(d) for d in attempts("neighbour", [
+        (r[0] + 200, r[1] + 200, r[2] + 200, r[3]) for r in SHORT])) + "\n")
+    result = runner.invoke(app, ["policy", "fit", "--stack-file", str(stack), "--events-dir", str(events), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    path = tmp_path / "stacks" / ".spotctl" / "team.policy.json"
+    assert doc["path"] == str(path) and read_learned(path)["pools"] == doc["pools"]
+    pool = doc["pools"]["us-east-1a/p3.2xlarge"]
+    assert pool["spot_windows"] == 5 and pool["changeover_h"] == pytest.approx(0.25)
+    assert pool["up_rate"][0] > pooled_regime().up_rate[0]  # windows end fast here
+    # What the neighbour saw in this zone moves this job to on-demand after its first short window.
+    assert resume(runner, stack, events, "loop")["fields"]["capacity"] == "on-demand"
+    path.unlink()
+    assert "capacity" not in resume(runner, stack, events, "loop")["fields"]  # alone, one window is no pattern: spot
+
+
+def test_policy_fit_needs_events_and_a_damaged_file_teaches_nothing(runner, tmp_path):
+    stack, events = write_stack(tmp_path, "loop", SHORT[:1])
+    result = runner.invoke(app, ["policy", "fit", "--stack-file", str(stack)])
+    assert result.exit_code == 1 and "--events-dir" in result.output
+    path = tmp_path / "stacks" / ".spotctl" / "team.policy.json"
+    path.parent.mkdir()
+    path.write_text('{"version": 1, "pools": {"us-east-1a/p3.2xlarge": {"up_rate": "x", "jobs": 3}}}')
+    assert "capacity" not in resume(runner, stack, events, "loop")["fields"]  # spot, as without the file
+
+
+def test_validate_warns_when_a_policy_has_nothing_to_weigh_and_still_passes(runner, tmp_path):
+    stack, _ = write_stack(tmp_path, "loop", SHORT)
+    text = stack.read_text()
+    stack.write_text(text.replace("      command: python train.py\n    - id: neighbour",
+                                  "      command: python train.py\n      policy: uniform-progress\n    - id: neighbour", 1)
+                     .replace("      state: running\n", "      state: running\n      deadlineHours: 30\n"))
+    result = runner.invoke(app, ["validate", "--stack-file", str(stack)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{stack}: ok (aws, 0 pools, 2 jobs)\n"
+    assert result.stderr.splitlines() == [
+        f"warning: {stack}: spotctl:jobs[0].policy: 'uniform-progress' weighs a deadline, but job loop has no deadlineHours: "
+        "it will stay on spot however often it is preempted (set jobHours and deadlineHours, or use 'default' or 'n-preemptions')",
+        f"warning: {stack}: spotctl:jobs[1].deadlineHours: job neighbour has no jobHours, so its deadline cannot be weighed "
+        "('default' decides without it)",
+    ]
+    stack.write_text(text)  # default without a deadline: cost per hour of progress, nothing to warn about
+    result = runner.invoke(app, ["validate", "--stack-file", str(stack)])
+    assert result.exit_code == 0 and result.stderr == ""
