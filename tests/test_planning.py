@@ -72,7 +72,7 @@ def test_the_online_regime_takes_over_where_no_prior_regime_fits():
     choppy = Regime("choppy", (3.0,) * planning.B, (0.3,) * planning.B)
     unseen = Regime("unseen", (0.6,) * planning.B, (0.02,) * planning.B)  # rare, long outages
     policy = Default(regimes=[calm, choppy])
-    for t, available in enumerate(sample(unseen, 2000, random.Random(7))):
+    for available in sample(unseen, 2000, random.Random(7)):
         policy.observe(available, TICK)
     post = policy.posterior()
     assert post[-1] > 0.99, post

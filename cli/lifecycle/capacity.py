@@ -29,6 +29,7 @@ DEFAULT_PRICE_RATIO = 3.0
 TICK_H = 1 / 6
 PROGRESS_EVENTS = ("progress", "checkpoint")
 LEARNED_VERSION = 1
+LIVE_STATES = 150_000  # one plan of a one-off decision: ~0.15 s on an idle core (bench/policy_latency.py)
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,8 @@ def _policy_params(job: Job, learned: Mapping[str, Any], m: Measured) -> dict[st
                 censored += [float(w) for w in seen.get("censored_h", [])]
     except (TypeError, ValueError, AttributeError):
         regime, windows, censored = None, list(m.windows_h), list(m.censored_h)  # a damaged file teaches nothing
-    return {"learned": regime, "windows": windows, "censored": censored, "one_layer": True, "max_plans": 1}
+    return {"learned": regime, "windows": windows, "censored": censored, "one_layer": True, "max_plans": 1,
+            "budget": LIVE_STATES}
 
 
 def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC), learned: Mapping[str, Any] | None = None,

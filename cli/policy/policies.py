@@ -52,6 +52,7 @@ import numpy as np
 
 from cli.policy.planning import (
     IDLE_M,
+    MAX_STATES,
     OD_M,
     SPOT_M,
     OnlineRegime,
@@ -219,20 +220,21 @@ class Default(Policy):
         max_plans: plan on at most this many regimes (the most probable); while the posterior is
             nearly flat, on the prior alone (a job's first decision: one plan, not eight).
         one_layer: keep one layer per plan (a one-off decision, as on ``resume``: a few MB).
+        budget: states per plan (``Units.fit``); a one-off decision can afford a coarser grid.
     """
 
     name = "default"
 
     def __init__(self, regimes: Sequence[Regime] | None = None, temperature: float = 1.0, learned: Regime | None = None,
                  windows: Sequence[float] = (), censored: Sequence[float] = (), online: bool = True,
-                 max_plans: int = 3, one_layer: bool = False):
+                 max_plans: int = 3, one_layer: bool = False, budget: int = MAX_STATES):
         fixed = tuple(regimes) if regimes is not None else shipped_regimes()
         if not fixed:
             raise ValueError("default policy: no availability regimes")
         self.prior = learned or mixed(fixed, [1.0] * len(fixed), "pooled")
         self.regimes = fixed + ((learned,) if learned is not None else ())
         self.online = OnlineRegime(self.prior) if online else None
-        self.temperature, self.max_plans, self.one_layer = temperature, max_plans, one_layer
+        self.temperature, self.max_plans, self.one_layer, self.budget = temperature, max_plans, one_layer, budget
         self.loglik = np.zeros(len(self.regimes) + (self.online is not None))
         self.previous: bool | None = None
         self.age_ticks = 0
@@ -274,7 +276,7 @@ class Default(Policy):
             return self._open_ended(obs, tick_h)
         if must_go_on_demand(obs):
             return ON_DEMAND
-        units, plan_tick_h = Units.fit(tick_h, obs.changeover_h, obs.job_h, obs.deadline_h)
+        units, plan_tick_h = Units.fit(tick_h, obs.changeover_h, obs.job_h, obs.deadline_h, budget=self.budget)
         step = int(obs.elapsed_h * 3600 + 1e-6) // (units.tick * units.u_s)
         work_left = -(-round(obs.work_left_h * 3600) // units.u_s)
         bucket = bucket_of(self.age_ticks * tick_h)
