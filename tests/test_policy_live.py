@@ -185,3 +185,12 @@ def test_validate_warns_when_a_policy_has_nothing_to_weigh_and_still_passes(runn
     stack.write_text(text)  # default without a deadline: cost per hour of progress, nothing to warn about
     result = runner.invoke(app, ["validate", "--stack-file", str(stack)])
     assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_resume_weighs_the_stacks_prices(runner, tmp_path):
+    """One short window: at the shipped ratio (3x) spot still pays; when on-demand costs only 1.3x spot, it does not."""
+    stack, events = write_stack(tmp_path, "loop", SHORT[:1])
+    assert "capacity" not in resume(runner, stack, events, "loop")["fields"]
+    stack, events = write_stack(tmp_path, "loop", SHORT[:1])
+    stack.write_text(stack.read_text().replace("  spotctl:jobs:", "  spotctl:prices:\n    p3.2xlarge: {spot: 1.0, onDemand: 1.3}\n  spotctl:jobs:"))
+    assert resume(runner, stack, events, "loop")["fields"]["capacity"] == "on-demand"

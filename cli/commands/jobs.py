@@ -64,7 +64,7 @@ def resume(
         from cli.lifecycle.events import observed
 
         events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
-    choose = capacity_choice.stack_capacity(ref.path, ref.name)
+    choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
     run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose), no_apply, json_out,
                yes, preview_only)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.lifecycle.events import Event, Timeline
-from infra.config import Capacity, Job
+from infra.config import Capacity, Job, StackConfig
 
 DEFAULT_CHANGEOVER_H = 0.2
 DEFAULT_PRICE_RATIO = 3.0
@@ -168,9 +168,17 @@ def fit_stack(stack_path: Path, stack: str, jobs: Iterable[Job], events_of: Call
     return path, doc
 
 
-def stack_capacity(stack_path: Path, stack: str, now: Callable[[], datetime] = lambda: datetime.now(UTC)):
-    """The CapacityChooser of ``resume``: the job's policy with what the stack has learned."""
-    return policy_capacity(now, learned=read_learned(learned_path(stack_path, stack)))
+def stack_capacity(stack_path: Path, stack: str, cfg: StackConfig,
+                   now: Callable[[], datetime] = lambda: datetime.now(UTC)):
+    """The CapacityChooser of ``resume``: the job's policy with what the stack has learned, at the
+    job's price ratio (``spotctl:prices`` or the shipped price table; ``DEFAULT_PRICE_RATIO`` where unknown)."""
+    from cli.cost.prices import price_ratio
+
+    def ratio(job: Job) -> float:
+        spot_over_od = price_ratio(cfg, job.machine_type or job.instance_type or "")
+        return 1 / spot_over_od if spot_over_od and 0 < spot_over_od < 1 else DEFAULT_PRICE_RATIO
+
+    return policy_capacity(now, learned=read_learned(learned_path(stack_path, stack)), price_ratio=ratio)
 
 
 def read_learned(path: Path) -> Mapping[str, Any]:
