@@ -325,7 +325,8 @@ def test_resume_asks_the_jobs_policy():
     events = history((0, 60, "preempted"), (120, 180, "preempted"), (300, 360, "preempted"), (480, 540, "preempted"))
     tight = job(state="preempted", attempt=4, job_hours=24.0, deadline_hours=24.0, policy="default")
     obs, replay = observation_for(tight, events, now)
-    assert (round(obs.elapsed_h, 3), round(obs.progress_h, 3), obs.preemptions) == (10.0, 4.0, 4)
+    # 4 h running minus four changeovers (0.2 h each until the job records a progress event).
+    assert (round(obs.elapsed_h, 3), round(obs.progress_h, 3), obs.preemptions) == (10.0, 3.2, 4)
     assert replay.count(True) == 24 and len(replay) == 60  # 4 h available, 10 h seen (10-minute ticks)
     choose = policy_capacity(now=lambda: now)
     assert choose(tight, events) is Capacity.ON_DEMAND
@@ -334,7 +335,7 @@ def test_resume_asks_the_jobs_policy():
     assert choose(loose, events) is Capacity.SPOT
     # The industry baseline: after 3 preemptions, on-demand for good, slack or not.
     assert choose(job(state="preempted", attempt=4, job_hours=10.0, deadline_hours=100.0, policy="n-preemptions"), events) is Capacity.ON_DEMAND
-    # Without jobHours/deadlineHours no policy can weigh a deadline: spot.
+    # Without jobHours/deadlineHours: cost per hour of progress; 1 h windows pay for a 0.2 h changeover: spot.
     assert choose(job(state="preempted", attempt=4), events) is Capacity.SPOT
     change = decide_resume(tight, events, choose=choose)
     assert change.fields == {"attempt": 5, "state": "running", "capacity": "on-demand"}
