@@ -31,14 +31,21 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    positive probability, so a plan never takes a step from which on-demand could no longer
    finish; the same safety net as the other policies sits in front of it anyway.
 
-Known weakness: with short changeovers and a tight deadline (d = 0.05 h, C/R = 0.92) it sometimes
-waits through the first hours of an outage that turns out long, and then has to finish on on-demand
-while spot is back; there the earlier slack-reserve heuristic did better. QMDP's optimism (it values
-waiting as if the regime were known from the next tick on) is one suspect; planning on the pooled
-model until the posterior is sharp did not help, so re-planning on the posterior-mixed model is next.
+5. It learns: a regime fitted online from this job's own ticks joins the mixture, scored
+   prequentially (each tick predicted before it is learned from), so when the zone fits none of the
+   shipped regimes the learned one takes the posterior; the stack's history (``spotctl policy fit``)
+   adds a learned regime and is the online one's prior.
+6. Without a deadline (``deadline_h`` = inf) there is nothing to plan against: it compares the cost
+   per hour of progress of spot (hours billed over hours of progress per launch, from the windows
+   seen: each launch pays the changeover again) with on-demand's, and leaves on-demand only after a
+   quiet spell of spot (``QUIET_H``), so a zone of short windows cannot make it loop.
 
-Plans are solved once per (regime, job shape) and cached; long jobs are planned on a coarser grid
-(``Units.fit``) so a plan stays under ~200 MB.
+Weakest out of sample (bench/policy.py): tight deadlines (C/R = 0.92), where it closes about a third
+of UP's gap to the optimum; it never costs more than the better UP there.
+
+Plans are solved per (regime, job shape) and cached (``SPOTCTL_PLAN_CACHE`` plans, ~67 MB each at
+most: long jobs are planned on a coarser grid, ``Units.fit``); a one-off decision (``resume``) plans
+on one regime, on a coarser grid, keeping one layer of the plan.
 """
 
 from __future__ import annotations
