@@ -152,7 +152,7 @@ def test_simulate_command_json_and_plot(runner, tmp_path):
 
 def test_simulate_rejects_bad_input(runner, tmp_path):
     result = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "missing.json")])
-    assert result.exit_code == 1 and result.output.startswith(f"error: {tmp_path / 'missing.json'}: not a trace file")
+    assert result.exit_code == 1 and result.output == f"error: {tmp_path / 'missing.json'}: trace file not found\n"
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 50}))
     result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policy", "nope"])

@@ -4,6 +4,7 @@ each parses, calls one function of a part, and prints."""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,9 +16,35 @@ app = typer.Typer(
     name="spotctl",
     help="Spot/preemptible GPU training as code: validate and plan stacks offline, resume jobs after preemption.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"spotctl {version('spotctl')}")
+        except PackageNotFoundError:
+            typer.echo("spotctl (not installed as a package)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print spotctl's version and exit.")] = False,
+) -> None:
+    """Spot/preemptible GPU training as code: validate and plan stacks offline, resume jobs after preemption."""
+
+class CloudName(enum.StrEnum):
+    """The clouds spotctl plays and targets (an enum so --help and completion show the choices)."""
+
+    GCP = "gcp"
+    AWS = "aws"
+
 
 StackOpt = Annotated[
     Optional[str], typer.Option("--stack", "-s", metavar="NAME", help="Stack name: reads stacks/Pulumi.NAME.yaml.")
@@ -74,6 +101,9 @@ def guard(fn):
 
 def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
     from cli.lifecycle import events
+
+    if events_dir is not None and not events_dir.exists():
+        raise fail(f"--events-dir {events_dir}: no such file or directory")
 
     return guard(lambda: events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket))
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, stack_jobs
+from cli.commands import CloudName, JsonOpt, StackFileOpt, StackOpt, app, fail, stack_jobs
 
 
 @app.command(
@@ -20,10 +20,10 @@ from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, stack_jobs
 )
 def drill(
     command: Annotated[Optional[list[str]], typer.Argument(help="The training command, after `--`.", show_default=False)] = None,
-    cloud: Annotated[str, typer.Option("--cloud", help="Whose preemption to play: gcp (30 s) or aws (2-minute notice).")] = "gcp",
+    cloud: Annotated[CloudName, typer.Option("--cloud", help="Whose preemption to play: gcp (30 s) or aws (2-minute notice).")] = CloudName.GCP,
     preempt_every: Annotated[Optional[float], typer.Option("--preempt-every", metavar="SECONDS", help="Preempt each attempt after this long.")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Preempt when a spot-traces JSON file says spot went away.")] = None,
-    time_scale: Annotated[float, typer.Option("--time-scale", help="Trace seconds (and AWS's notice) per drill second.")] = 1.0,
+    time_scale: Annotated[Optional[float], typer.Option("--time-scale", help="Trace seconds (and AWS's notice) per drill second; with --trace the default puts the trace's first preemption 2 s into the run.")] = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, help="Give up after this many attempts.")] = 10,
     verify: Annotated[bool, typer.Option("--verify", help="Also run uninterrupted and compare the final output files.")] = False,
     stack: StackOpt = None,
@@ -36,16 +36,14 @@ def drill(
 
     from cli.drill import runner as drills
 
-    if cloud not in ("gcp", "aws"):
-        raise fail(f"--cloud: expected 'gcp' or 'aws', got {cloud!r}")
     if preempt_every is not None and trace is not None:
         raise fail("give --preempt-every or --trace, not both")
     if preempt_every is not None and preempt_every <= 0:
         raise fail(f"--preempt-every: expected a positive number of seconds, got {preempt_every}")
-    if time_scale <= 0:
+    if time_scale is not None and time_scale <= 0:
         raise fail(f"--time-scale: expected a positive number, got {time_scale}")
     env: dict[str, str] = {}
-    job_id = "drill"
+    job_id, cloud = "drill", cloud.value
     if stack is not None or stack_file is not None:
         if command:
             raise fail("give a COMMAND or --stack/--job, not both")

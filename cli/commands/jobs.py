@@ -124,26 +124,43 @@ def status(
 ) -> None:
     import json
 
-    from cli.lifecycle.status import job_status
+    from cli.lifecycle.status import job_report
 
     ref, cfg, selected = stack_jobs(stack, stack_file, job)
-    rows = [job_status(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket)) for j in selected]
-    if observe:
-        cloud = cloud_for(cfg, ref)
-        for row in rows:
-            row["cloud"] = [vm.__dict__ for vm in guard(lambda r=row: cloud.vms(r["job"]))]
+    cloud = cloud_for(cfg, ref) if observe else None
+    with progress(f"reading the events{' and asking the cloud' if observe else ''}"):
+        rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket),
+                           guard(lambda j=j: cloud.vms(j.id)) if cloud else None) for j in selected]
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
-    typer.echo(f"{'job':<16} {'state':<10} {'capacity':<10} {'attempt':>7} {'zone':<16} {'preempt':>7} {'spot/od VM-h':>13}  last event")
+    print_status(rows)
+
+
+def print_status(rows: list[dict]) -> None:
+    """A Rich table that fits the terminal: columns are taken in order while they fit whole (a job
+    id is never broken); what does not fit is listed under the table, one line per job."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from cli.lifecycle.status import fit_columns
+
+    console = Console(soft_wrap=False, highlight=False)
+    shown, rest = fit_columns(rows, console.width)
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    for col in shown:
+        table.add_column(col.header, justify=col.justify, no_wrap=True)
     for r in rows:
-        last = r["last_event"]
-        last_text = f"{last['event']} (attempt {last['attempt']}, {last['time']})" if last else "-"
-        split = f"{r['spot_hours']:.1f}/{r['on_demand_hours']:.1f}"
-        typer.echo(f"{r['job']:<16} {r['state']:<10} {r['capacity']:<10} {r['attempt']:>7} {r['zone']:<16} {r['preemptions']:>7} {split:>13}  {last_text}")
+        table.add_row(*(col.text(r) for col in shown))
+    console.print(table)
+    for r in rows:  # plain lines: a terminal wraps them, a script can grep them
+        if rest:
+            typer.echo(f"{r['job']}: " + ", ".join(f"{col.header} {col.text(r)}" for col in rest))
+        if r.get("status_reason"):
+            typer.echo(f"{r['job']}: {r['status_reason']}")
         for vm in r.get("cloud", []):
             flag = " PREEMPTED" if vm["preempted"] else ""
-            typer.echo(f"    {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason']}".rstrip())
+            typer.echo(f"  {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason'] or ''}".rstrip())
 
 
 @app.command(
@@ -163,6 +180,9 @@ def events(
 
     from cli.lifecycle.events import event_json
 
+    if events_dir is None and events_bucket is None:
+        raise fail(f"job {job}: where are its events? give --events-dir DIR (a synced bucket or a job disk's .spotctl/) "
+                   "or --events-bucket NAME (the stack's eventBucket output)")
     ref, cfg, _ = stack_jobs(stack, stack_file, job)
     found = recorded_events(ref, cfg, job, events_dir, events_bucket)
     if json_out:
@@ -191,6 +211,7 @@ def cleanup(
     preview_only: PreviewOnlyOpt = False,
     no_apply: NoApplyOpt = False,
 ) -> None:
+    from cli.cloud import call as cloud_call
     from cli.lifecycle import cleanup as cleanups
     from cli.lifecycle import stackfile
     from cli.lifecycle.apply import ApplyError
@@ -204,9 +225,9 @@ def cleanup(
         ref = stackfile.resolve(stack, stack_file)
         if orphans:
             cfg = stackfile.load(ref)
-            inv = cloud_for(cfg, ref).inventory()
+            inv = guard(lambda: cloud_for(cfg, ref).inventory())
             with progress(f"listing the disks of stack {ref.name}"):
-                found = cleanups.deletable_orphans(guard(inv.disks), cfg, ref.name)
+                found = cleanups.deletable_orphans(guard(lambda: cloud_call(inv.disks)), cfg, ref.name)
             if not found:
                 typer.echo(f"stack {ref.name}: no orphaned disks")
                 return
@@ -216,7 +237,7 @@ def cleanup(
             if deletable and (ask is None or ask(f"Delete {len(deletable)} orphaned disks of stack {ref.name}?")):
                 for disk in deletable:
                     with progress(f"deleting {disk.id}"):
-                        guard(lambda d=disk: inv.delete(d))
+                        guard(lambda d=disk: cloud_call(lambda: inv.delete(d)))
                     typer.echo(f"deleted {disk.id}")
             elif deletable:
                 typer.echo(_declined("nothing deleted", preview_only))

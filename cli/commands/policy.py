@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, recorded_events, stack_jobs
+from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, progress, recorded_events, stack_jobs
+
+TRACES_ENV = "SPOTCTL_TRACES"  # a directory of spot traces (e.g. a copy of skypilot-org/spot-traces)
 
 
 @app.command(
@@ -19,7 +21,8 @@ from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, 
     "Example: spotctl simulate --trace us-west-2b_v100_1.json --job-hours 48 --deadline-hours 60 --changeover-hours 0.2 --plot run.png",
 )
 def simulate(
-    trace: Annotated[list[Path], typer.Option("--trace", metavar="FILE", help="A spot-traces JSON or probe CSV; repeatable.")],
+    trace: Annotated[list[Path], typer.Option("--trace", metavar="FILE", help="A spot-traces JSON or probe CSV; repeatable. "
+                                              "A relative path not found here is looked up under $SPOTCTL_TRACES, then the project's ../shared/traces.")],
     policy: Annotated[Optional[list[str]], typer.Option("--policy", metavar="NAME", help="Repeatable; default: all.")] = None,
     job_hours: Annotated[float, typer.Option("--job-hours", help="C: compute hours the job needs.")] = 48.0,
     deadline_hours: Annotated[float, typer.Option("--deadline-hours", help="R: hours from start to the deadline.")] = 60.0,
@@ -48,25 +51,31 @@ def simulate(
     if price_ratio is not None and price_ratio < 1:
         raise fail(f"--price-ratio must be >= 1 (on-demand costs more than spot), got {price_ratio}")
     traces = []
-    for path in trace:
+    for given in trace:
+        path = find_trace(given)
         try:
             traces.append(sim.load_trace(path, inverted=inverted))
-        except (OSError, ValueError, KeyError, IndexError, json.JSONDecodeError) as exc:
-            raise fail(f"{path}: not a trace file ({exc})") from None
+        except OSError as exc:
+            raise fail(f"{path}: cannot read: {exc.strerror}") from None
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise fail(f"{path}: not a trace file: expected a spot-traces JSON "
+                       '({"metadata": {"gap_seconds": N}, "data": [0/1, ...]}) or a probe CSV (index,timestamp,fail)') from None
     job = sim.Job(job_hours, deadline_hours, changeover_hours, price_ratio or sim.PAPER_PRICE_RATIO)
     try:
-        rows = sim.evaluate(traces, names, job, starts, seed)
+        with progress(f"simulating {len(names)} policies on {len(traces)} traces x {starts} starts"):
+            rows = sim.evaluate(traces, names, job, starts, seed)
     except ValueError as exc:
         raise fail(str(exc)) from None
     everything = rows + (sim.overall(rows) if len(traces) > 1 else [])
     if json_out:
-        typer.echo(json.dumps({"job": asdict(job), "starts": starts, "seed": seed,
-                               "results": [asdict(r) for r in everything]}, indent=2, sort_keys=True))
+        doc = {"job": asdict(job), "starts": starts, "seed": seed, "results": [asdict(r) for r in everything]}
+        typer.echo(json.dumps(finite(doc), indent=2, sort_keys=True, allow_nan=False))
     else:
         typer.echo(sim.render_table(everything), nl=False)
     if plot_path is not None:
         first = traces[0]
-        sim.plot(plot_path, first, sim.starts_for(first, job, starts, seed)[0], job, names, rows)
+        with progress(f"drawing {plot_path}"):
+            sim.plot(plot_path, first, sim.starts_for(first, job, starts, seed)[0], job, names, rows)
         typer.echo(f"plot written to {plot_path}", err=True)
 
 
@@ -105,3 +114,36 @@ def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_d
         change = "not measured" if pool["changeover_h"] is None else f"{pool['changeover_h']:.3f} h"
         typer.echo(f"  {key}: {pool['spot_windows']} spot windows ({pool['open_windows']} open), "
                    f"expected window {pool['mean_window_h']:.2f} h, changeover {change}")
+
+
+def find_trace(path: Path) -> Path:
+    """A trace as given, else relative to $SPOTCTL_TRACES, else to ``<project>/../shared/traces``
+    (where development copies live); an error names every place looked at."""
+    from cli.lifecycle.stackfile import project_root
+
+    if path.exists() or path.is_absolute():
+        if not path.exists():
+            raise fail(f"{path}: trace file not found")
+        return path
+    import os
+
+    roots = [Path(os.environ[TRACES_ENV])] if os.environ.get(TRACES_ENV) else []
+    roots.append(project_root(Path(__file__).parent).parent / "shared" / "traces")
+    for root in roots:
+        if (root / path).exists():
+            return root / path
+    looked = ", ".join(str(r) for r in roots)
+    raise fail(f"{path}: trace file not found here, nor under {looked} (set {TRACES_ENV} to your traces directory)")
+
+
+def finite(value):
+    """JSON has no NaN: a mean over no runs (the omniscient row's hours) becomes null."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail
+from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, progress
 from infra.config import ConfigError
 
 
@@ -43,7 +43,8 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
-        result = planner.run(cfg, ref.name)
+        with progress(f"evaluating the Pulumi program for stack {ref.name} under mocks"):
+            result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
         raise fail(str(exc)) from None
     typer.echo(result.to_json() if json_out else planner.render_tree(result), nl=False)

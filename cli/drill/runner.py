@@ -28,7 +28,9 @@ from infra.render import NOTICE_S, ScriptContext
 PROGRESS_RE = re.compile(r"^SPOTCTL_PROGRESS\s+(\d+)(?:\s*/\s*(\d+))?\s*$")
 CHECKPOINT_RE = re.compile(r"^SPOTCTL_CHECKPOINT\s+(\d+)\s*$")
 
-Verdict = Literal["reentrant", "restarts-from-scratch", "lost-work", "did-not-finish"]
+Verdict = Literal["reentrant", "not-exercised", "restarts-from-scratch", "lost-work", "did-not-finish"]
+FIRST_PREEMPTION_S = 2.0  # where --trace without --time-scale puts the trace's first preemption
+LOG_TAIL_LINES = 15
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Attempt:
     checkpoint_at_start: bool = False
     checkpoints: list[int] = field(default_factory=list)
     lost_work: int | None = None  # progress lost to the preemption that ended this attempt
+    log_tail: list[str] = field(default_factory=list)  # the last lines of a failed attempt's log
 
 
 @dataclass
@@ -58,6 +61,7 @@ class Report:
     uninterrupted_s: float | None = None
     outputs_identical: bool | None = None
     reason: str = ""
+    time_scale: float | None = None  # with --trace: the scale used (picked when not given)
 
     @property
     def ok(self) -> bool:
@@ -107,14 +111,31 @@ def account_lost_work(attempts: list[Attempt]) -> None:
             cur.lost_work = max(0, cur.end_progress - resumed_at)
 
 
+def restarts_from_zero(attempts: list[Attempt]) -> list[Attempt]:
+    """The attempts that started again from zero after a preemption had ended real progress."""
+    return [nxt for cur, nxt in zip(attempts, attempts[1:], strict=False)
+            if cur.outcome == "preempted" and (cur.end_progress or 0) > 1
+            and nxt.start_progress is not None and nxt.start_progress <= 1]
+
+
+def checkpoints_seen(attempts: list[Attempt]) -> bool:
+    """Whether the script ever checkpointed: a SPOTCTL_CHECKPOINT line, or files in its checkpoint dir."""
+    return any(a.checkpoints or a.checkpoint_at_start for a in attempts)
+
+
 def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
-    """The verdict, most serious first: a restart from zero although a checkpoint existed, then
-    work lost beyond one checkpoint interval, then not finishing; otherwise reentrant."""
+    """The verdict, most serious first: a restart from zero, then work lost beyond one checkpoint
+    interval, then not finishing, then a run no preemption ever reached (it proves nothing);
+    otherwise reentrant."""
     completed = any(a.outcome == "completed" for a in attempts)
-    for cur, nxt in zip(attempts, attempts[1:], strict=False):
-        went_back_to_zero = (cur.end_progress or 0) > 1 and nxt.start_progress is not None and nxt.start_progress <= 1
-        if cur.outcome == "preempted" and went_back_to_zero and nxt.checkpoint_at_start:
-            return "restarts-from-scratch", f"attempt {nxt.attempt} started from zero although checkpoints existed"
+    restarted = restarts_from_zero(attempts)
+    if restarted:
+        which = ", ".join(str(a.attempt) for a in restarted)
+        had = any(a.checkpoint_at_start for a in restarted)
+        return "restarts-from-scratch", (
+            f"attempt{'s' if len(restarted) > 1 else ''} {which} started from zero "
+            + ("although checkpoints existed" if had else "(no checkpoints seen: no SPOTCTL_CHECKPOINT line and "
+               "nothing in $SPOTCTL_CHECKPOINT_DIR)"))
     allowance = interval if interval is not None else 0
     for a in attempts:
         if a.lost_work is not None and a.lost_work > max(allowance, 1):
@@ -123,6 +144,9 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
         failed = [a for a in attempts if a.outcome == "failed"]
         why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {len(attempts)} attempts"
         return "did-not-finish", why
+    if not any(a.outcome == "preempted" for a in attempts):
+        return "not-exercised", (f"no preemption happened: the command finished in {attempts[0].seconds:.1f} s, before the "
+                                 "first preemption (use a shorter --preempt-every or --time-scale)")
     return "reentrant", "every attempt resumed where the last one stopped"
 
 
@@ -230,8 +254,10 @@ class Drill:
             # The events decide: work that finished as the preemption came is completed, not preempted.
             rec.outcome = _terminal(vm, number) or rec.outcome
             rec.seconds = round(time.monotonic() - started, 3)
-            if rec.outcome != "preempted":
-                break
+            if rec.outcome in ("failed", "timeout"):
+                rec.log_tail = self._log(disk, number).splitlines()[-LOG_TAIL_LINES:]
+            if rec.outcome != "preempted" or len(restarts_from_zero(attempts)) >= 2:
+                break  # (two restarts from zero: more attempts would prove nothing new)
         account_lost_work(attempts)
         return attempts
 
@@ -276,6 +302,7 @@ class Drill:
             verdict=verdict, cloud=self.spec.cloud, command=self.spec.command, attempts=attempts,
             preemptions=sum(a.outcome == "preempted" for a in attempts), checkpoint_interval=interval,
             total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, reason=reason,
+            time_scale=self.spec.time_scale if self.spec.preempt_after is not None else None,
         )
 
     def stop(self) -> None:
@@ -300,22 +327,39 @@ def _status_line(rec: Attempt, preempt_in: float | None) -> str:
 
 
 def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str, str] | None = None,
-              preempt_every: float | None = None, trace: Path | None = None, time_scale: float = 1.0,
+              preempt_every: float | None = None, trace: Path | None = None, time_scale: float | None = None,
               max_attempts: int = 10, verify: bool = False) -> DrillSpec:
     """The drill of ``command``: preempted every ``preempt_every`` seconds (2 s unless a trace is
-    given), or whenever ``trace`` says spot went away. A bad trace raises ValueError naming it."""
+    given), or whenever ``trace`` says spot went away. Without ``time_scale`` a trace is sped up so
+    its first preemption comes ``FIRST_PREEMPTION_S`` into the run. A bad trace, or one in which spot
+    never goes away, raises ValueError naming it."""
     preempt_after = None
     if trace is not None:
         try:
-            ups, _ = availability_runs(trace)
-        except (OSError, ValueError, KeyError) as exc:
+            ups, downs = availability_runs(trace)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{trace}: not a spot-traces availability file ({exc})") from None
-        preempt_after = [u / time_scale for u in ups]
+        preemptions = trace_preemptions(ups, downs, trace)
+        if time_scale is None:
+            time_scale = max(1.0, preemptions[0] / FIRST_PREEMPTION_S)
+        preempt_after = [u / time_scale for u in preemptions]
+    time_scale = 1.0 if time_scale is None else time_scale
     return DrillSpec(
         command=command, cloud=cloud, job_id=job_id, env=dict(env or {}),
         preempt_every=preempt_every if preempt_every is not None else (None if trace else 2.0),
         preempt_after=preempt_after, time_scale=time_scale, max_attempts=max_attempts, verify=verify,
     )
+
+
+def trace_preemptions(ups: list[float], downs: list[float], trace: Path) -> list[float]:
+    """The spot runs of a trace that end in a loss of capacity (a run still up at the trace's end
+    ends in no preemption); ValueError when there is none: the trace cannot preempt anything."""
+    data = json.loads(trace.read_text())["data"]
+    ending = ups[:-1] if data and int(data[-1]) > 0 else ups
+    if not downs or not ending:
+        raise ValueError(f"{trace}: spot capacity is never lost in this trace, so it cannot preempt the run "
+                         "(use --preempt-every SECONDS)")
+    return ending
 
 
 def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -> Report:
@@ -335,10 +379,14 @@ def _raise_interrupt(signum, frame):
 
 
 def render_report(report: Report) -> str:
+    if report.checkpoint_interval is not None:
+        checkpoints = f"checkpoint interval {report.checkpoint_interval}"
+    else:
+        checkpoints = "checkpoints seen, interval unknown" if checkpoints_seen(report.attempts) else "no checkpoints seen"
+    scale = f", trace time scale {report.time_scale:g}x" if report.time_scale is not None else ""
     lines = [
         f"verdict: {report.verdict}  ({report.reason})",
-        f"cloud {report.cloud}, {len(report.attempts)} attempts, {report.preemptions} preemptions, "
-        f"checkpoint interval {report.checkpoint_interval if report.checkpoint_interval is not None else 'unknown'}",
+        f"cloud {report.cloud}, {len(report.attempts)} attempts, {report.preemptions} preemptions, {checkpoints}{scale}",
         "",
         f"{'attempt':>7}  {'start':>7}  {'end':>7}  {'outcome':<10} {'lost':>6}  {'seconds':>8}",
     ]
@@ -350,9 +398,12 @@ def render_report(report: Report) -> str:
     lines.append("")
     lines.append(f"total {report.total_s:.2f}s")
     if report.uninterrupted_s is not None:
-        ratio = report.total_s / report.uninterrupted_s if report.uninterrupted_s else float("nan")
-        lines[-1] += f" vs {report.uninterrupted_s:.2f}s uninterrupted ({ratio:.2f}x)"
+        ratio = f" ({report.total_s / report.uninterrupted_s:.2f}x)" if report.uninterrupted_s else ""
+        lines[-1] += f" vs {report.uninterrupted_s:.2f}s uninterrupted{ratio}"
         lines.append("final outputs: " + ("identical to an uninterrupted run" if report.outputs_identical else "DIFFERENT from an uninterrupted run"))
+    for a in report.attempts:
+        if a.log_tail:
+            lines += ["", f"attempt {a.attempt} {a.outcome}; the end of its log:", *(f"  | {line}" for line in a.log_tail)]
     return "\n".join(lines) + "\n"
 
 

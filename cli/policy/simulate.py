@@ -319,31 +319,40 @@ def plot(path: Path, trace: Trace, start: int, job: Job, policies: Sequence[str]
     import matplotlib.pyplot as plt
 
     tl = Timeline.of(trace, job)
-    fig, (ax, bars) = plt.subplots(2, 1, figsize=(11, 8), gridspec_kw={"height_ratios": [3, 2]})
+    fig, (ax, bars) = plt.subplots(2, 1, figsize=(12, 8.5), gridspec_kw={"height_ratios": [3, 2]})
     ticks = -(-tl.deadline // tl.tick) + 1
     hours = [tl.h(i * tl.tick) for i in range(ticks)]
     avail = [1 if (start + i < len(trace.available) and trace.available[start + i]) else 0 for i in range(ticks)]
     ax.fill_between(hours, 0, [a * job.job_h for a in avail], step="post", color="#cfe8cf", label="spot available")
-    colors = {"spot": "#2a9d4b", "on-demand": "#d1495b", "idle": "#bbbbbb"}
-    for name in policies:
+    modes = {"spot": "#2a9d4b", "on-demand": "#d1495b", "idle": "#bbbbbb"}
+    palette = plt.get_cmap("tab10")
+    colour = {name: palette(i % 10) for i, name in enumerate(dict.fromkeys([*policies, "omniscient"]))}  # one per policy
+    lane = job.job_h / 18  # height of one policy's mode bar, below the progress curves
+    for k, name in enumerate(policies):
         run = simulate(make_policy(name), trace, start, job, record=True)
         x = [tl.h(i * tl.tick) for i in range(len(run.progress))]
-        (line,) = ax.step(x, run.progress, where="post", label=f"{name} progress")
+        ax.step(x, run.progress, where="post", color=colour[name], label=f"{name} progress")
+        y = -(k + 1) * 1.5 * lane
         for xi, mode in zip(x, run.modes, strict=True):
-            ax.plot([xi, xi + tl.h(tl.tick)], [-1.5 - 1.2 * policies.index(name)] * 2, color=colors[mode], lw=5)
+            ax.plot([xi, xi + tl.h(tl.tick)], [y, y], color=modes[mode], lw=5, solid_capstyle="butt")
+        ax.text(-0.01 * job.deadline_h, y, name, ha="right", va="center", fontsize=8, color=colour[name])
+    for mode, c in modes.items():  # legend entries for the bars' colours
+        ax.plot([], [], color=c, lw=5, label=f"mode bar: {mode}")
     ax.axvline(job.deadline_h, color="black", ls="--", label="deadline")
     ax.plot([0, job.deadline_h], [0, job.job_h], color="gray", ls=":", label="uniform progress")
     ax.set_xlabel("hours since start")
     ax.set_ylabel("progress (h of compute)")
-    ax.set_title(f"{trace.name}, start tick {start}: C={job.job_h} h, R={job.deadline_h} h, d={job.changeover_h} h "
-                 "(bars below: green spot, red on-demand, grey idle)")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"{trace.name}, start tick {start}: C={job.job_h} h, R={job.deadline_h} h, d={job.changeover_h} h")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)  # off the data
     summary = overall(rows)
-    bars.bar([r.policy for r in summary], [r.mean_norm_cost for r in summary], color="#457b9d")
+    means = [r.mean_norm_cost for r in summary]
+    spread = [[m - r.p25 for m, r in zip(means, summary, strict=True)], [r.p75 - m for m, r in zip(means, summary, strict=True)]]
+    bars.bar([r.policy for r in summary], means, yerr=spread, capsize=4,
+             color=[colour.get(r.policy, "#457b9d") for r in summary])
     bars.set_ylabel("mean cost / all-on-demand")
-    bars.set_title("cost over all traces and starts")
+    bars.set_title("cost over all traces and starts (whiskers: p25-p75 over starts)")
     for i, r in enumerate(summary):
-        bars.text(i, r.mean_norm_cost, f"{r.mean_norm_cost:.3f}", ha="center", va="bottom", fontsize=8)
+        bars.text(i, r.p75, f"{r.mean_norm_cost:.3f}", ha="center", va="bottom", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,72 @@
+"""Drills that cannot pass without proving anything: not-exercised, a trace's time scale picked so a
+preemption falls inside the run, two restarts from zero end the drill, checkpoints said in words, the
+tail of a failed attempt's log."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from cli.app import app
+from cli.drill.runner import Attempt, Report, judge, render_report
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = f"{sys.executable} {ROOT / 'examples' / 'reentrant_train.py'}"
+VARIANT = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'variant_train.py'}"
+
+
+def test_no_preemption_is_not_exercised_and_fails(runner):
+    result = runner.invoke(app, ["drill", "--preempt-every", "60", "--", "echo 'SPOTCTL_PROGRESS 1/1'"])
+    assert result.exit_code == 1
+    assert result.stdout.startswith("verdict: not-exercised  (no preemption happened: the command finished in ")
+    assert "None" not in result.stdout and "no checkpoints seen" in result.stdout
+
+
+def test_two_restarts_from_zero_end_the_drill_early(runner):
+    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "10", "--", VARIANT],
+                           env={"MODE": "end", "STEPS": "100000"})
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert report["verdict"] == "restarts-from-scratch"
+    assert len(report["attempts"]) == 3  # attempts 2 and 3 started from zero: no 4th
+    assert "attempts 2, 3 started from zero (no checkpoints seen" in report["reason"]
+
+
+def test_trace_without_time_scale_puts_a_preemption_inside_the_run(runner, tmp_path):
+    trace = tmp_path / "trace.json"
+    # 10-minute ticks: 20 minutes of spot, then lost; a time scale of 600 makes that 2 s.
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0] + [1] * 50}))
+    result = runner.invoke(app, ["drill", "--json", "--trace", str(trace), "--", f"{EXAMPLE} --step-seconds 0.01"])
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0, report
+    assert report["time_scale"] == 600 and report["preemptions"] == 1 and report["verdict"] == "reentrant"
+
+
+def test_trace_that_never_loses_capacity_says_it_cannot(runner, tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 20}))
+    result = runner.invoke(app, ["drill", "--trace", str(trace), "--", "true"])
+    assert result.exit_code == 1
+    assert result.output == (f"error: {trace}: spot capacity is never lost in this trace, so it cannot preempt the run "
+                             "(use --preempt-every SECONDS)\n")
+
+
+def test_a_failed_attempt_prints_the_end_of_its_log(runner):
+    result = runner.invoke(app, ["drill", "--", "echo 'SPOTCTL_PROGRESS 1/10'; echo 'Traceback: CUDA out of memory' >&2; exit 3"])
+    assert result.exit_code == 1
+    assert "verdict: did-not-finish  (attempt 1 failed)" in result.stdout
+    assert "attempt 1 failed; the end of its log:\n  | SPOTCTL_PROGRESS 1/10\n  | Traceback: CUDA out of memory\n" in result.stdout
+
+
+def test_judge_without_checkpoints_says_so_in_words():
+    attempts = [Attempt(1, 1, 80, outcome="preempted", seconds=1.0), Attempt(2, 1, 100, outcome="completed", seconds=1.2)]
+    verdict, reason = judge(attempts, None)
+    assert verdict == "restarts-from-scratch" and "no checkpoints seen" in reason
+    text = render_report(Report(verdict, "gcp", "x", attempts, 1, None, 2.2, reason=reason))
+    assert "no checkpoints seen" in text and "None" not in text and "unknown" not in text
+
+
+def test_judge_completed_without_preemption_is_not_exercised():
+    verdict, reason = judge([Attempt(1, 1, 100, outcome="completed", seconds=3.0)], None)
+    assert verdict == "not-exercised" and "finished in 3.0 s" in reason
