@@ -24,6 +24,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     shutil.copytree(EXAMPLES, tmp_path / "stacks")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PULUMI_STACK", raising=False)  # no stack selected but the one a test selects
+    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
     return tmp_path
 
 

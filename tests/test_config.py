@@ -177,7 +177,8 @@ def test_validate_broken_yaml(project, runner, content, message):
 def test_validate_needs_exactly_one_stack_option(project, runner):
     result = runner.invoke(app, ["validate"])
     assert result.exit_code == 1
-    assert result.output == "error: spotctl: give exactly one of --stack NAME or --stack-file PATH\n"
+    assert result.output == ("error: spotctl: no stack: give --stack NAME (or --stack-file PATH), set PULUMI_STACK, "
+                             "or select one with `pulumi stack select NAME`\n")
 
 
 def test_stack_file_name_must_follow_pulumi_convention(project, runner, tmp_path):

@@ -67,13 +67,29 @@ def test_plan_lists_the_aws_program_resources(project, runner):
 
 
 def test_plan_tree_text(project, runner):
-    result = runner.invoke(app, ["plan", "--stack", "example-gcp"])
+    result = runner.invoke(app, ["plan", "--stack", "example-gcp"], env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith("stack example-gcp: ")
-    assert "├─ spotctl:gcp:TrainingJob  job-llm-pretrain" in lines
-    disk_line = lines.index("│  ├─ gcp:compute/disk:Disk  job-llm-pretrain-n0-disk")
-    assert "protected" in lines[disk_line + 1] and "zone=us-central1-a" in lines[disk_line + 1]
+    assert lines[0] == "stack example-gcp: 38 resources (29 cloud resources), under mocks"
+    assert lines[2].split() == ["Type", "Name", "Info"]
+    assert all(len(line) <= 100 for line in lines)
+    assert any(line.startswith("├─ spotctl:gcp:TrainingJob") and line.endswith("job-llm-pretrain") for line in lines)
+    vm = next(i for i, line in enumerate(lines) if "gcp:compute:Instance" in line and "job-vit-finetune-n0-vm" in line)
+    assert [w.strip() for w in lines[vm + 1].split("  ")[-6:]] == ["a2-highgpu-1g", "nvidia-tesla-a100 x1", "us-central1-b", "on-demand",
+                                              "attempt 3", "boot 100 GB"]  # integers as integers
+    disk = next(i for i, line in enumerate(lines) if "gcp:compute:Disk" in line and "job-llm-pretrain-n0-disk" in line)
+    assert [w.strip() for w in lines[disk + 1].split("  ")[-4:]] == ["2000 GB", "pd-balanced", "us-central1-a", "protected"]
+    assert "            masterAddress: 10.128.96.31 (mocked)" in lines  # an address the mocks made up
+    assert "    eventBucket: example-gcp-events-4d8689f7" in lines  # a name the program chose
+    assert ".0 " not in result.output and "=" not in result.output
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_plan_lines_fit_the_terminal(project, runner, width):
+    result = runner.invoke(app, ["plan", "--stack", "example-aws"], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= width
+    assert "job-llm-pretrain-n0-vm" in result.output and "p5.48xlarge" in result.output
 
 
 def test_plan_refuses_an_invalid_stack_before_running_anything(project, runner):

@@ -36,8 +36,16 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print spotctl's version and exit.")] = False,
+    cwd: Annotated[Optional[Path], typer.Option("--cwd", "-C", metavar="DIR", help="Run as if started in DIR (like pulumi --cwd): the project is found from there.")] = None,
 ) -> None:
     """Spot/preemptible GPU training as code: validate and plan stacks offline, resume jobs after preemption."""
+    if cwd is not None:
+        import os
+
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            raise fail(f"--cwd {cwd}: {exc.strerror}") from None
 
 class CloudName(enum.StrEnum):
     """The clouds spotctl plays and targets (an enum so --help and completion show the choices)."""
@@ -47,7 +55,9 @@ class CloudName(enum.StrEnum):
 
 
 StackOpt = Annotated[
-    Optional[str], typer.Option("--stack", "-s", metavar="NAME", help="Stack name: reads stacks/Pulumi.NAME.yaml.")
+    Optional[str],
+    typer.Option("--stack", "-s", metavar="NAME", help="Stack name or org/project/NAME (default: $PULUMI_STACK, else the "
+                 "stack `pulumi stack select` chose); reads Pulumi.NAME.yaml in Pulumi.yaml's stackConfigDir."),
 ]
 StackFileOpt = Annotated[
     Optional[Path], typer.Option("--stack-file", metavar="PATH", help="A Pulumi.<stack>.yaml file anywhere.")
@@ -124,7 +134,7 @@ def applier_for(ref, no_apply: bool):
     if no_apply:
         return None
     root = os.environ.get("SPOTCTL_PULUMI_ROOT")  # a pulumi install outside PATH (dir with bin/pulumi)
-    return Applier(project_root(ref.path.parent), ref.name, Path(root) if root else None)
+    return Applier(project_root(ref.path.parent), ref.pulumi_name, Path(root) if root else None)
 
 
 def interactive() -> bool:

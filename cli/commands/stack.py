@@ -47,4 +47,11 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
         raise fail(str(exc)) from None
-    typer.echo(result.to_json() if json_out else planner.render_tree(result), nl=False)
+    if json_out:
+        typer.echo(result.to_json(), nl=False)
+        return
+    import shutil
+
+    from cli.plan.tree import render
+
+    typer.echo(render(result, shutil.get_terminal_size((100, 24)).columns), nl=False)

@@ -26,10 +26,16 @@ LOCK_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class StackRef:
-    """A stack by name and the file that holds its config."""
+    """A stack by name and the file that holds its config; ``qualified`` is the name Pulumi selects
+    it by when it was given as ``org/project/stack`` (``name`` is always the short stack name)."""
 
     name: str
     path: Path
+    qualified: str | None = None
+
+    @property
+    def pulumi_name(self) -> str:
+        return self.qualified or self.name
 
 
 def project_root(start: Path | None = None) -> Path:
@@ -41,27 +47,101 @@ def project_root(start: Path | None = None) -> Path:
     return here
 
 
+def project_settings(root: Path) -> dict[str, Any]:
+    """``Pulumi.yaml`` of the project at ``root`` (empty when there is none)."""
+    import yaml
+
+    path = root / "Pulumi.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        doc = yaml.safe_load(_read_text(path))
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def stack_config_dir(root: Path) -> Path:
+    """Where the project keeps ``Pulumi.<stack>.yaml``: ``stackConfigDir`` of Pulumi.yaml, else the
+    project directory itself (Pulumi's default)."""
+    configured = project_settings(root).get("stackConfigDir")
+    return root / str(configured) if configured else root
+
+
+def selected_stack(root: Path) -> str | None:
+    """The stack ``pulumi stack select`` chose for this project, as Pulumi stores it:
+    ``$PULUMI_HOME/workspaces/<project>-<sha1 of Pulumi.yaml's path>-workspace.json`` (default home
+    ``~/.pulumi``), ``{"stacks": {backend URL: stack}}`` with the legacy ``{"stack": name}``.
+    Source: pulumi/pulumi pkg/workspace/workspace.go (settingsPath, sha1HexString) and
+    pkg/workspace/settings.go (StackForBackend); the current backend is $PULUMI_BACKEND_URL or
+    ``current`` in ``credentials.json`` (sdk/go/common/workspace/creds.go)."""
+    import hashlib
+    import json
+
+    name = project_settings(root).get("name")
+    if not name:
+        return None
+    home = Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
+    digest = hashlib.sha1(str(root / "Pulumi.yaml").encode()).hexdigest()  # noqa: S324 (Pulumi's file name)
+    try:
+        settings = json.loads((home / "workspaces" / f"{name}-{digest}-workspace.json").read_text())
+    except (OSError, ValueError):
+        return None
+    stacks = settings.get("stacks") or {}
+    backend = os.environ.get("PULUMI_BACKEND_URL")
+    if not backend:
+        try:
+            backend = json.loads((home / "credentials.json").read_text()).get("current")
+        except (OSError, ValueError):
+            backend = None
+    if backend in stacks:
+        return str(stacks[backend])
+    if settings.get("stack"):
+        return str(settings["stack"])
+    return str(next(iter(stacks.values()))) if len(stacks) == 1 else None
+
+
+STACK_NAME_RE = re.compile(r"^(?:(?P<org>[A-Za-z0-9_.-]+)/(?:(?P<project>[A-Za-z0-9_.-]+)/)?)?(?P<stack>[A-Za-z0-9_.-]+)$")
+
+
 def resolve(stack: str | None, stack_file: Path | None) -> StackRef:
-    """Turn ``--stack NAME`` or ``--stack-file PATH`` into a StackRef.
+    """Turn ``--stack NAME`` or ``--stack-file PATH`` into a StackRef, as Pulumi picks a stack:
+    the option, else ``$PULUMI_STACK``, else the stack selected in the workspace. ``NAME`` may be
+    ``org/project/stack`` (or ``org/stack``); the file is ``Pulumi.<stack>.yaml`` in the project's
+    ``stackConfigDir``.
 
     Raises:
-        ConfigError: neither or both given, or the file name is not ``Pulumi.<stack>.yaml``.
+        ConfigError: both given, none found, a name of another project, or a file not named
+            ``Pulumi.<stack>.yaml``.
     """
-    if (stack is None) == (stack_file is None):
-        raise ConfigError("spotctl", ["give exactly one of --stack NAME or --stack-file PATH"])
+    if stack is not None and stack_file is not None:
+        raise ConfigError("spotctl", ["give one of --stack NAME or --stack-file PATH, not both"])
     if stack_file is not None:
         m = STACK_FILE_RE.match(stack_file.name)
         if not m:
             raise ConfigError(str(stack_file), ["a stack file must be named Pulumi.<stack>.yaml"])
         return StackRef(m["stack"], stack_file)
-    assert stack is not None
-    if not re.match(r"^[A-Za-z0-9_.-]+$", stack):
-        raise ConfigError("spotctl", [f"--stack {stack!r}: letters, digits, '-', '_' and '.' only"])
     root = project_root()
-    path = root / "stacks" / f"Pulumi.{stack}.yaml"
+    source = "--stack"
+    if stack is None and os.environ.get("PULUMI_STACK"):
+        stack, source = os.environ["PULUMI_STACK"], "PULUMI_STACK"
+    if stack is None:
+        stack, source = selected_stack(root), "the selected stack"
+    if stack is None:
+        raise ConfigError("spotctl", ["no stack: give --stack NAME (or --stack-file PATH), set PULUMI_STACK, "
+                                      "or select one with `pulumi stack select NAME`"])
+    m = STACK_NAME_RE.match(stack)
+    if not m:
+        raise ConfigError("spotctl", [f"{source} {stack!r}: expected NAME or org/project/NAME "
+                                      "(letters, digits, '-', '_' and '.')"])
+    project = project_settings(root).get("name")
+    if m["project"] and project and m["project"] != project:
+        raise ConfigError("spotctl", [f"{source} {stack!r}: stack of project {m['project']!r}, but this is project "
+                                      f"{project!r} ({root / 'Pulumi.yaml'})"])
+    path = stack_config_dir(root) / f"Pulumi.{m['stack']}.yaml"
     with contextlib.suppress(ValueError):
         path = path.relative_to(Path.cwd())
-    return StackRef(stack, path)
+    return StackRef(m["stack"], path, stack if m["org"] else None)
 
 
 def _yaml():

@@ -50,6 +50,7 @@ class Plan:
     stack: str
     resources: list[Resource] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    mocked: set[str] = field(default_factory=set)  # ids and computed values the mocks made up (not in --json)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -165,10 +166,15 @@ def run(cfg: StackConfig, stack: str) -> Plan:
 
     class PlanMocks(pulumi.runtime.Mocks):
         def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-            return _mock_outputs(args.typ, args.name, args.inputs, project, region)
+            rid, out = _mock_outputs(args.typ, args.name, args.inputs, project, region)
+            made_up = [v for k, v in out.items() if isinstance(v, str) and k not in args.inputs]
+            plan.mocked.update(made_up + ([rid] if rid not in args.inputs.values() else []))
+            return rid, out
 
         def call(self, args: pulumi.runtime.MockCallArgs):
-            return _mock_call(args.token, dict(args.args), region)
+            out = _mock_call(args.token, dict(args.args), region)
+            plan.mocked.update(v for k, v in out.items() if isinstance(v, str) and "mock" in v)
+            return out
 
     class RecordingMonitor(pmocks.MockMonitor):
         """Also records parent and resource options, which MockResourceArgs does not carry."""
@@ -227,64 +233,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
-
-
-# ---- text rendering -----------------------------------------------------------------------------
-
-KEY_INPUTS = (
-    "name", "namePrefix", "zone", "region", "location", "machineType", "instanceType", "size", "volumeSize",
-    "diskSizeGb", "type", "availabilityZone", "provisioningModel", "instanceTerminationAction", "minSize",
-    "maxSize", "targetSize", "minReplicas", "maxReplicas", "onDemandBaseCapacity",
-    "onDemandPercentageAboveBaseCapacity", "spotAllocationStrategy", "distributionPolicyTargetShape",
-    "addressType", "encrypted", "httpTokens", "marketType", "accountId", "deviceName", "autoDelete",
-)
-
-
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
-        out = []
-        for k, v in value.items():
-            out += _flatten(v, f"{prefix}.{k}" if prefix else k)
-        return out
-    if isinstance(value, list):
-        out = []
-        for i, v in enumerate(value):
-            out += _flatten(v, f"{prefix}[{i}]")
-        return out
-    return [(prefix, value)]
-
-
-def key_inputs(resource: Resource) -> list[str]:
-    shown = []
-    for path, value in _flatten(resource.inputs):
-        leaf = path.rsplit(".", 1)[-1].split("[")[0]
-        if leaf in KEY_INPUTS and value is not None and not isinstance(value, (dict, list)):
-            shown.append(f"{path}={value}")
-    if resource.protect:
-        shown.append("protected")
-    return shown
-
-
-def render_tree(plan: Plan) -> str:
-    children: dict[str | None, list[Resource]] = {}
-    for r in plan.resources:
-        children.setdefault(r.parent, []).append(r)
-    lines = [f"stack {plan.stack}: {len(plan.resources)} resources ({sum(r.custom for r in plan.resources)} cloud resources)"]
-
-    def walk(parent: str | None, indent: str) -> None:
-        kids = sorted(children.get(parent, []), key=lambda r: (r.custom, r.name))
-        for i, r in enumerate(kids):
-            last = i == len(kids) - 1
-            branch = "└─ " if last else "├─ "
-            lines.append(f"{indent}{branch}{r.type}  {r.name}")
-            detail = key_inputs(r)
-            pad = indent + ("   " if last else "│  ")
-            if detail:
-                lines.append(f"{pad}    " + ", ".join(detail))
-            walk(r.urn, pad)
-
-    walk(None, "")
-    if plan.outputs:
-        lines.append("outputs:")
-        lines += ["  " + line for line in json.dumps(plan.outputs, indent=2, sort_keys=True).splitlines()]
-    return "\n".join(lines) + "\n"
