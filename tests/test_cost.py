@@ -337,7 +337,7 @@ def test_status_shows_spot_and_on_demand_vm_hours(team, runner):
     assert (row["spot_hours"], row["on_demand_hours"]) == (3.5, 0.6)
     result = runner.invoke(app, ["status", "vit", "--stack", "team-a", "--events-dir", "events"], env={"COLUMNS": "200"})
     header, row = result.stdout.splitlines()[:2]
-    assert header.split()[-4:] == ["spot", "VM-h", "on-demand", "VM-h"][-4:] or ("spot VM-h" in header and "on-demand VM-h" in header)
+    assert "spot VM-h" in header and "on-demand VM-h" in header
     assert " 3.5 " in row and " 0.6 " in row
 
 
