@@ -140,6 +140,8 @@ def status(
 def print_status(rows: list[dict]) -> None:
     """A Rich table that fits the terminal: columns are taken in order while they fit whole (a job
     id is never broken); what does not fit is listed under the table, one line per job."""
+    import textwrap
+
     from rich.console import Console
     from rich.table import Table
 
@@ -153,11 +155,15 @@ def print_status(rows: list[dict]) -> None:
     for r in rows:
         table.add_row(*(col.text(r) for col in shown))
     console.print(table)
-    for r in rows:  # plain lines: a terminal wraps them, a script can grep them
+
+    def say(text: str) -> None:  # wrapped at the terminal's width, continuation indented
+        typer.echo(textwrap.fill(text, width=console.width, subsequent_indent="    ", break_on_hyphens=False))
+
+    for r in rows:
         if rest:
-            typer.echo(f"{r['job']}: " + ", ".join(f"{col.header} {col.text(r)}" for col in rest))
+            say(f"{r['job']}: " + ", ".join(f"{col.header} {col.text(r)}" for col in rest))
         if r.get("status_reason"):
-            typer.echo(f"{r['job']}: {r['status_reason']}")
+            say(f"{r['job']}: {r['status_reason']}")
         for vm in r.get("cloud", []):
             flag = " PREEMPTED" if vm["preempted"] else ""
             typer.echo(f"  {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason'] or ''}".rstrip())

@@ -3,7 +3,8 @@
 Owns: the state machine with a reason on every edge (``states``), a job's recorded events
 (``events``), the job operations behind resume/failover/complete (``operations``), cleanup and the
 disk-deletion rule (``cleanup``), status (``status``), the live policy path (``capacity``), stack
-files edited atomically under a lock (``stackfile``) and applying with Pulumi's Automation API
+files edited atomically under a lock (``stackfile``), the Pulumi project and its selected stack
+(``workspace``), trainer logs (``logs``) and applying with Pulumi's Automation API
 (``apply``). Pure decisions (``states``, ``events``' parsing) are kept apart from I/O; the clock is
 passed in.
 

@@ -1,0 +1,81 @@
+"""The README's real-cloud flow in a real terminal (pexpect, a pty): select a stack, see a preempted
+job as needs-resume, resume it: Pulumi's preview, the question, the answer, the result. The `pulumi`
+is tests/fixtures/fake_pulumi.py, which records every call."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pexpect
+
+from tests.conftest import pulumi_calls
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def updates(log: Path) -> list[str]:
+    """preview/up, in the order the fake pulumi was called."""
+    verbs = [next((a for a in call if not a.startswith("-")), "") for call in pulumi_calls(log)]
+    return [v for v in verbs if v in ("preview", "up")]
+
+
+def test_readme_flow_in_a_terminal(tmp_path):
+    project = tmp_path / "infra-team"
+    shutil.copytree(ROOT / "stacks", project / "stacks")
+    shutil.copy(ROOT / "Pulumi.yaml", project / "Pulumi.yaml")
+    # cp stacks/Pulumi.example-gcp.yaml stacks/Pulumi.team-a.yaml; pulumi stack select team-a
+    shutil.copy(project / "stacks" / "Pulumi.example-gcp.yaml", project / "stacks" / "Pulumi.team-a.yaml")
+    home = tmp_path / "pulumi-home"
+    (home / "workspaces").mkdir(parents=True)
+    digest = hashlib.sha1(str(project.resolve() / "Pulumi.yaml").encode()).hexdigest()
+    (home / "workspaces" / f"spotctl-{digest}-workspace.json").write_text(json.dumps({"stack": "team-a"}))
+    install = tmp_path / "pulumi-install" / "bin"
+    install.mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "fixtures" / "fake_pulumi.py", install / "pulumi")
+    (install / "pulumi").chmod(0o755)
+    log = tmp_path / "pulumi-argv.jsonl"
+    events = project / "events"
+    events.mkdir()
+    (events / "vit.jsonl").write_text("".join(json.dumps({"job": "vit-finetune", "attempt": 3, "node": 0, "event": e, "time": t}) + "\n"
+                                              for e, t in [("started", "2026-11-21T10:00:00Z"), ("preempted", "2026-11-21T13:00:00Z")]))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PULUMI_HOME": str(home), "SPOTCTL_PULUMI_ROOT": str(install.parent),
+           "FAKE_PULUMI_LOG": str(log), "COLUMNS": "100", "LINES": "40", "PYTHONPATH": str(ROOT), "TERM": "dumb"}
+    transcript = io.StringIO()
+
+    def spotctl(*args: str) -> pexpect.spawn:
+        child = pexpect.spawn(sys.executable, ["-m", "cli", *args], cwd=str(project), env=env, encoding="utf-8",
+                              timeout=180, dimensions=(40, 100))
+        child.logfile_read = transcript
+        return child
+
+    status = spotctl("status", "--events-dir", "events")
+    status.expect(r"vit-finetune +needs-resume")
+    status.expect(r"vit-finetune: attempt 3 was preempted \(its events\); run `spotctl resume vit-finetune`")
+    status.expect(pexpect.EOF)
+
+    resume = spotctl("resume", "vit-finetune", "--events-dir", "events")
+    resume.expect(r"Previewing update \(team-a\):")
+    resume.expect(r"\+-  gcp:compute/instance:Instance +job-vit-finetune-n0-vm +replace")
+    resume.expect(r"Do you want to perform this update of job vit-finetune\? \[y/N\]: ")
+    assert updates(log) == ["preview"]  # asked before any update
+    resume.sendline("y")
+    resume.expect(r"job vit-finetune: attempt=4, state=running .*— applied")
+    resume.expect(pexpect.EOF)
+    resume.close()
+    assert resume.exitstatus == 0, transcript.getvalue()
+    assert updates(log) == ["preview", "up"]
+    assert "attempt: 4" in (project / "stacks" / "Pulumi.team-a.yaml").read_text()
+
+    again = spotctl("complete", "vit-finetune")  # the default answer is no: nothing is deleted
+    again.expect(r"Do you want to perform this update of job vit-finetune\? \[y/N\]: ")
+    again.sendline("")
+    again.expect(r"not confirmed: nothing changed")
+    again.expect(pexpect.EOF)
+    assert updates(log) == ["preview", "up", "preview"]
+    assert "state: running" in (project / "stacks" / "Pulumi.team-a.yaml").read_text().split("vit-finetune")[1][:400]
+    (tmp_path / "session.txt").write_text(transcript.getvalue())  # the recorded session, for a person to read
