@@ -19,6 +19,7 @@ ALLOWED = {
     "cli.policy": set(),
     "cli.plan": {"infra"},
     "cli.cloud": {"infra.config", "infra.naming"},
+    "cli.pools": {"cli.cloud", "infra.config", "infra.naming"},
     "cli.drill": {"infra.render", "infra.config"},
     "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming"},
     "cli.cost": {"cli.cloud", "infra.config"},

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -146,3 +147,49 @@ def bucket_documents(cloud: str, region: str, bucket: str, prefix: str) -> list[
     from cli.cloud.gcp import gcs_documents
 
     return gcs_documents(bucket, prefix)
+
+
+# ---- pools ------------------------------------------------------------------------------------
+
+# Published values older than this are not "the demand now" (publishers run every minute or so).
+METRICS_FRESH = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class PoolVm:
+    """One VM of a pool as the cloud reports it."""
+
+    name: str
+    part: str  # ondemand | spot | fallback
+    zone: str
+    machine_type: str
+    status: str  # the cloud's word: InService, Pending, RUNNING, STAGING, ...
+    busy: bool | None  # None: the cloud does not say (GCP)
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """A pool as the cloud sees it now: each part's target size, its VMs, the demand last
+    published, and the preemptions the cloud reports for the pool's VMs."""
+
+    targets: dict[str, int]
+    vms: list[PoolVm]
+    metrics: dict[str, float]  # latest value of each published pool metric
+    preemptions: list[str]  # "<time> <vm>" lines, newest first
+
+
+def pool_cloud(cfg, stack: str):
+    """The pool side of a stack's cloud: publish demand metrics, read them back, describe the pool.
+    AWS endpoints follow boto3's environment; GCP: SPOTCTL_MONITORING_ENDPOINT / SPOTCTL_GCE_ENDPOINT
+    point the Cloud Monitoring and Compute clients at private endpoints (anonymous credentials)."""
+    import os
+
+    if cfg.cloud == "aws":
+        from cli.cloud.aws import AwsPools
+
+        return call(lambda: AwsPools(cfg.region, stack))
+    from cli.cloud.gcp import GcpPools
+
+    return call(lambda: GcpPools(cfg.project or "", cfg.region, list(cfg.zones), stack,
+                                 monitoring=os.environ.get("SPOTCTL_MONITORING_ENDPOINT"),
+                                 compute=os.environ.get("SPOTCTL_GCE_ENDPOINT")))

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from cli.cloud import CloudDisk, VmState
+from datetime import datetime
+
+from cli.cloud import METRICS_FRESH, CloudDisk, PoolView, PoolVm, VmState
+from infra.naming import CLOUDWATCH_NAMESPACE, POOL_METRICS, pool_metric_dimensions
 
 SPOT_TERMINATION_CODES = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
+
+
 
 
 class AwsInventory:
@@ -102,3 +107,63 @@ def aws_prices(region: str, instance_types: list[str], ec2=None, pricing=None) -
             spot = sum(p for _, p in newest.values()) / len(newest)
             out[itype] = (spot, od, f"AWS APIs, {datetime.now(UTC).date()}: spot price history (mean of {len(newest)} zones), Price List on-demand")
     return out
+
+
+class AwsPools:
+    """Pool demand in CloudWatch, the pool's Auto Scaling groups and their instances (boto3)."""
+
+    def __init__(self, region: str, stack: str):
+        import boto3
+
+        self.stack = stack
+        self.cloudwatch = boto3.client("cloudwatch", region_name=region)
+        self.autoscaling = boto3.client("autoscaling", region_name=region)
+        self.ec2 = boto3.client("ec2", region_name=region)
+
+    def _dimensions(self, pool: str) -> list[dict[str, str]]:
+        return [{"Name": k, "Value": v} for k, v in pool_metric_dimensions(self.stack, pool).items()]
+
+    def publish(self, pool: str, values: dict[str, float], at: datetime) -> None:
+        data = [{"MetricName": name, "Dimensions": self._dimensions(pool), "Timestamp": at, "Value": float(value), "Unit": "Count"}
+                for name, value in values.items()]
+        self.cloudwatch.put_metric_data(Namespace=CLOUDWATCH_NAMESPACE, MetricData=data)
+
+    def history(self, pool: str, metric: str, since: datetime, until: datetime) -> list[tuple[datetime, float]]:
+        """The metric's per-minute maxima in [since, until], oldest first."""
+        got = self.cloudwatch.get_metric_statistics(
+            Namespace=CLOUDWATCH_NAMESPACE, MetricName=metric, Dimensions=self._dimensions(pool),
+            StartTime=since, EndTime=until, Period=60, Statistics=["Maximum"],
+        )
+        return sorted((p["Timestamp"], float(p["Maximum"])) for p in got["Datapoints"])
+
+    def view(self, pool: str, groups: dict[str, str], since: datetime, until: datetime) -> PoolView:
+        """``groups``: part name of the group's first instances ("spot" for the mixed group) -> ASG name."""
+        found = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=list(groups.values()))["AutoScalingGroups"]
+        by_name = {g["AutoScalingGroupName"]: g for g in found}
+        ids = [i["InstanceId"] for g in found for i in g.get("Instances", [])]
+        spot = set()
+        for page in self.ec2.get_paginator("describe_instances").paginate(InstanceIds=ids) if ids else []:
+            for reservation in page["Reservations"]:
+                spot.update(i["InstanceId"] for i in reservation["Instances"] if i.get("InstanceLifecycle") == "spot")
+        targets: dict[str, int] = {}
+        vms: list[PoolVm] = []
+        preemptions: list[str] = []
+        for key, name in groups.items():
+            group = by_name.get(name)
+            if group is None:
+                continue
+            targets[key] = int(group["DesiredCapacity"])
+            for i in group.get("Instances", []):
+                part = "fallback" if key == "fallback" else ("spot" if i["InstanceId"] in spot else "ondemand")
+                vms.append(PoolVm(i["InstanceId"], part, i["AvailabilityZone"], i.get("InstanceType", ""),
+                                  i["LifecycleState"], bool(i.get("ProtectedFromScaleIn"))))
+            for activity in self.autoscaling.describe_scaling_activities(AutoScalingGroupName=name).get("Activities", []):
+                text = f"{activity.get('Cause', '')} {activity.get('StatusMessage', '')}"
+                if "interruption" in text.lower() and activity["StartTime"] >= since:
+                    preemptions.append(f"{activity['StartTime']:%Y-%m-%dT%H:%M:%SZ} {activity.get('Description', '')}")
+        metrics = {}
+        for metric in POOL_METRICS:
+            points = self.history(pool, metric, max(since, until - METRICS_FRESH), until)
+            if points:
+                metrics[metric] = points[-1][1]
+        return PoolView(targets, vms, metrics, sorted(preemptions, reverse=True))

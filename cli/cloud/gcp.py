@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from cli.cloud import CloudDisk, VmState
-from infra.naming import label_value
+from cli.cloud import METRICS_FRESH, CloudDisk, PoolView, PoolVm, VmState
+from infra.naming import POOL_METRICS, label_value, pool_metric_labels, pool_metric_type, stack_slug
 
 
 class GcpInventory:
@@ -204,3 +205,102 @@ def gcp_prices(project: str, region: str, zone: str, machine_types: list[str], e
         if spot is not None and od is not None:
             out[name] = (spot, od, f"GCP Cloud Billing Catalog, {datetime.now(UTC).date()}: SKUs for vCPU, memory and GPUs in {region}")
     return out
+
+
+def _client_kwargs(endpoint: str | None) -> dict[str, Any]:
+    """A local or private endpoint (tests, air-gapped setups): REST, anonymous; else Google's defaults."""
+    if not endpoint:
+        return {}
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+
+    return {"credentials": AnonymousCredentials(), "transport": "rest", "client_options": ClientOptions(api_endpoint=endpoint)}
+
+
+def _metric_client(endpoint: str | None):
+    """The Cloud Monitoring client. google-cloud-monitoring ships only gRPC transports, so a local
+    or private endpoint (``host:port``, tests) gets a plaintext gRPC channel and no Google auth."""
+    from google.cloud import monitoring_v3
+
+    if not endpoint:
+        return monitoring_v3.MetricServiceClient()
+    import grpc
+    from google.cloud.monitoring_v3.services.metric_service.transports import MetricServiceGrpcTransport
+
+    target = endpoint.split("://", 1)[-1]
+    return monitoring_v3.MetricServiceClient(transport=MetricServiceGrpcTransport(channel=grpc.insecure_channel(target)))
+
+
+class GcpPools:
+    """Pool demand as Cloud Monitoring custom metrics (per-group: resource type ``global``), the
+    pool's MIGs and VMs (google-cloud-monitoring, google-cloud-compute)."""
+
+    def __init__(self, project: str, region: str, zones: list[str], stack: str, monitoring: str | None = None,
+                 compute: str | None = None):
+        from google.cloud import compute_v1
+
+        self.project, self.region, self.zones, self.stack = project, region, zones, stack
+        self.slug, self.label = stack_slug(stack), label_value(stack)
+        self.metrics = _metric_client(monitoring)
+        self.migs = compute_v1.RegionInstanceGroupManagersClient(**_client_kwargs(compute))
+        self.instances = compute_v1.InstancesClient(**_client_kwargs(compute))
+        self.operations = compute_v1.ZoneOperationsClient(**_client_kwargs(compute))
+
+    def publish(self, pool: str, values: dict[str, float], at: datetime) -> None:
+        from google.api import metric_pb2
+        from google.cloud import monitoring_v3
+
+        series = []
+        for name, value in values.items():
+            ts = monitoring_v3.TimeSeries()
+            ts.metric.type = pool_metric_type(name)
+            ts.metric.labels.update(pool_metric_labels(self.stack, pool))
+            # A per-group series (not gce_instance): defined with no VM at all, so the autoscaler can scale from zero.
+            ts.resource.type = "global"
+            ts.resource.labels["project_id"] = self.project
+            ts.metric_kind = metric_pb2.MetricDescriptor.MetricKind.GAUGE
+            ts.value_type = metric_pb2.MetricDescriptor.ValueType.DOUBLE
+            ts.points = [monitoring_v3.Point({"interval": {"end_time": at}, "value": {"double_value": float(value)}})]
+            series.append(ts)
+        self.metrics.create_time_series(name=f"projects/{self.project}", time_series=series)
+
+    def history(self, pool: str, metric: str, since: datetime, until: datetime) -> list[tuple[datetime, float]]:
+        labels = " AND ".join(f'metric.labels.{k} = "{v}"' for k, v in pool_metric_labels(self.stack, pool).items())
+        request = {
+            "name": f"projects/{self.project}",
+            "filter": f'metric.type = "{pool_metric_type(metric)}" AND {labels}',
+            "interval": {"start_time": since, "end_time": until},
+        }
+        points = []
+        for ts in self.metrics.list_time_series(request=request):
+            points += [(p.interval.end_time, p.value.double_value) for p in ts.points]
+        return sorted(points)
+
+    def view(self, pool: str, groups: dict[str, str], since: datetime, until: datetime) -> PoolView:
+        """``groups``: part name -> MIG name."""
+        prefix = f"{self.slug}-{pool}-"
+        parts = list(groups)
+        targets = {}
+        for part, mig_name in groups.items():
+            mig = self.migs.get(project=self.project, region=self.region, instance_group_manager=mig_name)
+            targets[part] = int(mig.target_size)
+        vms, preemptions = [], []
+        flt = f'labels.spotctl-stack="{self.label}" AND labels.spotctl-pool="{label_value(pool)}"'
+        for zone in self.zones:
+            for i in self.instances.list(request={"project": self.project, "zone": zone, "filter": flt}):
+                part = next((p for p in parts if i.name.startswith(f"{prefix}{p}-")), "?")
+                vms.append(PoolVm(i.name, part, zone, i.machine_type.rsplit("/", 1)[-1], i.status, None))
+            ops = self.operations.list(request={
+                "project": self.project, "zone": zone,
+                "filter": f'operationType="compute.instances.preempted" AND targetLink:instances/{prefix}',
+            })
+            for op in ops:
+                name = op.target_link.rsplit("/", 1)[-1]
+                if name.startswith(prefix):  # `targetLink:` is a "contains" match
+                    preemptions.append(f"{op.insert_time or op.start_time} {name}")
+        metrics = {}
+        for metric in POOL_METRICS:
+            points = self.history(pool, metric, max(since, until - METRICS_FRESH), until)
+            if points:
+                metrics[metric] = points[-1][1]
+        return PoolView(targets, vms, metrics, sorted(preemptions, reverse=True))
