@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from cli.cloud import METRICS_FRESH, CloudDisk, PoolView, PoolVm, VmState
 from infra.naming import CLOUDWATCH_NAMESPACE, POOL_METRICS, pool_metric_dimensions
@@ -163,7 +163,8 @@ class AwsPools:
                     preemptions.append(f"{activity['StartTime']:%Y-%m-%dT%H:%M:%SZ} {activity.get('Description', '')}")
         metrics = {}
         for metric in POOL_METRICS:
-            points = self.history(pool, metric, max(since, until - METRICS_FRESH), until)
+            # The end is exclusive (to the second): include what was published this very minute.
+            points = self.history(pool, metric, max(since, until - METRICS_FRESH), until + timedelta(minutes=1))
             if points:
                 metrics[metric] = points[-1][1]
         return PoolView(targets, vms, metrics, sorted(preemptions, reverse=True))
