@@ -310,3 +310,19 @@ def test_gcp_worst_case_at_real_budgets_fits_the_30s_notice(make_vm, emu):
     # The stop is classified (and recorded) first, then the trainer's budget runs out.
     assert names(vm.events())[-2:] == ["stopped", "checkpoint-timeout"]
     assert vm.events()[-2]["details"] == {"preempted": "unknown"}
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_the_trainer_log_is_uploaded_next_to_the_events(make_vm, emu, cloud, tmp_path):
+    """Chunks named by byte offset under .../attempt-N/node-R/logs/; `spotctl logs` joins them."""
+    from cli.lifecycle import logs
+
+    command = "printf 'step 1\\n'; printf 'caf\\303\\251 \\n\\n'; printf 'last line\\n'"
+    vm = make_vm(cloud, attempt=2, command=command)
+    assert vm.boot().returncode == 0
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    assert names(vm.events()) == ["started", "completed"]
+    chunks = dict(emu.state.log_chunks)
+    assert chunks and all(n.startswith("team-a/train/attempt-2/node-0/logs/") for n in chunks), chunks
+    disk_copy = (vm.disk / ".spotctl" / "logs" / "attempt-2-node-0.log").read_bytes()
+    assert logs.read(None, "train", logs.LogKey(2, 0), chunks) == disk_copy == "step 1\ncafé \n\nlast line\n".encode()

@@ -54,6 +54,7 @@ class State:
     sink_fault: Fault = field(default_factory=Fault)
     tokens: set[str] = field(default_factory=set)
     uploads: list[Upload] = field(default_factory=list)
+    log_chunks: dict[str, bytes] = field(default_factory=dict)  # object name -> a chunk of a trainer log
     rejected: list[str] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
 
@@ -253,6 +254,11 @@ def _make_handler(emu: Emulator):
             self._store(bucket, name, body)
 
         def _store(self, bucket: str, name: str, body: bytes) -> None:
+            if "/logs/" in name:  # a chunk of the trainer's log (text), next to the events
+                with emu._lock:
+                    emu.state.log_chunks[name] = body
+                self._send(200, json.dumps({"bucket": bucket, "name": name}), "application/json")
+                return
             try:
                 doc = json.loads(body)
             except json.JSONDecodeError:

@@ -171,6 +171,26 @@ spotctl_publish() {
   return 0
 }
 
+# Upload what the trainer wrote to its log since the last call, next to the events, as objects
+# named by their byte offset (`spotctl logs` joins them): ...attempt-N/node-R/logs/<offset>.log.
+# Chunks of at most 64 KiB (one curl argument); the offset advances only after an upload. $1: seconds.
+spotctl_upload_log() {
+  local budget=${1:-5} log offset size chunk object
+  log="$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log"
+  [ -f "$log" ] || return 0
+  offset=$(cat "$SPOTCTL_STATE_DIR/log-offset" 2>/dev/null) || offset=0
+  size=$(stat -c %s "$log" 2>/dev/null) || return 0
+  while [ "$offset" -lt "$size" ]; do
+    # The trailing x keeps trailing newlines through $(...); LC_ALL=C: ${#chunk} counts bytes.
+    chunk=$(tail -c +"$((offset + 1))" "$log" | head -c 65536; printf x)
+    chunk=${chunk%x}
+    object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
+    spotctl_upload_once "$object" "$chunk" "$budget" || return 0
+    offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
+    printf '%s' "$offset" >"$SPOTCTL_STATE_DIR/log-offset"
+  done
+}
+
 # ---- the trainer -----------------------------------------------------------------------------
 spotctl_trainer_pid() {
   local pid
@@ -242,6 +262,7 @@ spotctl_run() {
   done
   trap - TERM INT
   rm -f "$SPOTCTL_STATE_DIR/trainer.pid"
+  spotctl_upload_log 5
   if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
     spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
   elif [ "$rc" -eq 0 ]; then
@@ -392,7 +413,7 @@ spotctl_notice() {
 
 spotctl_watch() {
   spotctl_identity
-  local value
+  local value polls=0
   while :; do
     value=$(spotctl_meta instance/preempted 2>/dev/null) || value=""
     if [ "$value" = TRUE ]; then
@@ -411,6 +432,9 @@ spotctl_watch() {
         fi
         ;;
     esac
+    polls=$((polls + 1))
+    # The trainer's log reaches the bucket about every 30 s (in the background: never delays a notice).
+    [ $((polls * SPOTCTL_POLL_S % 30)) -ge "$SPOTCTL_POLL_S" ] || spotctl_upload_log 5 </dev/null >/dev/null 2>&1 &
     sleep "$SPOTCTL_POLL_S"
   done
 }
