@@ -171,6 +171,20 @@ def test_started_says_what_the_attempt_runs_on(make_vm, emu, cloud, capacity, ma
     assert started["details"] == {"capacity": capacity, "machineType": machine, "nodes": "2"}
 
 
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_first_progress_line_is_recorded_once(make_vm, emu, cloud):
+    """The end of the changeover, for the policy: the first SPOTCTL_PROGRESS or SPOTCTL_CHECKPOINT line."""
+    cmd = "echo loading; sleep 1; echo SPOTCTL_PROGRESS 1/3; echo SPOTCTL_CHECKPOINT 1; echo SPOTCTL_PROGRESS 2/3; sleep 1"
+    vm = make_vm(cloud, command=cmd)
+    assert vm.boot().returncode == 0
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    assert vm.wait_for(lambda: sorted(names(vm.events())) == ["completed", "progress", "started"], 10), names(vm.events())
+    started, progress, _ = sorted(vm.events(), key=lambda e: e["time"])
+    assert progress["time"] >= started["time"] and progress["attempt"] == 1
+    log = (vm.disk / ".spotctl" / "logs" / "attempt-1-node-0.log").read_text()
+    assert log == "loading\nSPOTCTL_PROGRESS 1/3\nSPOTCTL_CHECKPOINT 1\nSPOTCTL_PROGRESS 2/3\n"
+
+
 def test_failed_records_exit_code(make_vm, emu):
     vm = make_vm("aws", env={"STEPS": "5", "EXIT_CODE": "3"})
     vm.boot()

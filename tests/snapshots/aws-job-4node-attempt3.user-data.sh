@@ -276,6 +276,16 @@ spotctl_stop() {
   wait  # for the uploads: the VM may power off when this returns
 }
 
+# The attempt's first SPOTCTL_PROGRESS/SPOTCTL_CHECKPOINT line ends its changeover: one `progress` event
+# (spotctl measures the job's changeover from it); the output passes through untouched.
+spotctl_first_progress() {
+  local l
+  while IFS= read -r l || [ -n "$l" ]; do
+    printf '%s\n' "$l"
+    case $l in SPOTCTL_PROGRESS* | SPOTCTL_CHECKPOINT*) SPOTCTL_RECORD_BG=1 spotctl_record progress; exec cat ;; esac
+  done
+}
+
 # The job itself: run the command exactly as written, record how it ended.
 spotctl_run() {
   spotctl_identity
@@ -291,7 +301,7 @@ spotctl_run() {
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
   setsid bash -c "$SPOTCTL_COMMAND" \
-    > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log") 2>&1 &
+    > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log" | spotctl_first_progress) 2>&1 &
   child=$!
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
   # systemd stopping the unit is a stop, not a failure of the job.
