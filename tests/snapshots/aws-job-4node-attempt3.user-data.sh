@@ -277,13 +277,14 @@ spotctl_stop() {
 }
 
 # The attempt's first SPOTCTL_PROGRESS/SPOTCTL_CHECKPOINT line ends its changeover: one `progress` event
-# (spotctl measures the job's changeover from it); the output passes through untouched.
+# (spotctl measures the job's changeover from it). It watches the log, so the output path is untouched.
 spotctl_first_progress() {
-  local l
-  while IFS= read -r l || [ -n "$l" ]; do
-    printf '%s\n' "$l"
-    case $l in SPOTCTL_PROGRESS* | SPOTCTL_CHECKPOINT*) SPOTCTL_RECORD_BG=1 spotctl_record progress; exec cat ;; esac
+  local log=$1 pid=$2
+  until head -n 5000 "$log" 2>/dev/null | grep -qE '^SPOTCTL_(PROGRESS|CHECKPOINT)'; do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 1
   done
+  spotctl_record progress
 }
 
 # The job itself: run the command exactly as written, record how it ended.
@@ -301,9 +302,10 @@ spotctl_run() {
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
   setsid bash -c "$SPOTCTL_COMMAND" \
-    > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log" | spotctl_first_progress) 2>&1 &
+    > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log") 2>&1 &
   child=$!
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
+  spotctl_first_progress "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log" "$child" &
   # systemd stopping the unit is a stop, not a failure of the job.
   trap ': >"$SPOTCTL_STATE_DIR/stopping"; spotctl_signal_trainer TERM' TERM INT
   while :; do
