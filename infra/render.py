@@ -53,6 +53,7 @@ class ScriptContext:
     cwd: str = ""  # where the command runs; "" = the job disk (drills run it where the user is)
     metadata_url: str = ""
     storage_url: str = ""
+    autoscaling_url: str = ""  # AWS pools: the Auto Scaling Query API (tests: the emulator)
     event_prefix: str = ""
     poll_interval_s: int = 5
     # Seconds the trainer gets after SIGTERM; None = the cloud's default (fits its notice).
@@ -80,6 +81,7 @@ class ScriptContext:
         v["storage_url"] = self.storage_url or (
             GCS_URL if self.cloud == "gcp" else f"https://s3.{self.region}.amazonaws.com"
         )
+        v["autoscaling_url"] = self.autoscaling_url or f"https://autoscaling.{self.region}.amazonaws.com"
         v["event_prefix"] = self.event_prefix or f"{self.stack}/"
         v["notice_s"] = NOTICE_S[self.cloud]
         v["stop_budget_s"] = self.stop_budget_s if self.stop_budget_s is not None else TRAINER_STOP_BUDGET_S[self.cloud]

@@ -1,5 +1,6 @@
-"""A local stand-in for the cloud around a VM, on 127.0.0.1: GCE metadata, AWS IMDSv2, and the event
-bucket (GCS JSON upload API and S3 PutObject with SigV4 checked).
+"""A local stand-in for the cloud around a VM, on 127.0.0.1: GCE metadata, AWS IMDSv2, the event
+bucket (GCS JSON upload API and S3 PutObject with SigV4 checked) and, for pool VMs, the Auto Scaling
+Query API (DescribeAutoScalingInstances, SetInstanceProtection; SigV4 checked).
 
 Used by the tests and by ``spotctl drill``: the rendered scripts are pointed at it through their
 ``metadata_url``/``storage_url`` template variables. It can flip to "preempted"/"instance-action",
@@ -57,6 +58,10 @@ class State:
     log_chunks: dict[str, bytes] = field(default_factory=dict)  # object name -> a chunk of a trainer log
     rejected: list[str] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    # Auto Scaling: the group the instance belongs to, and every SetInstanceProtection received
+    # as (group, instance, protected).
+    autoscaling_group: str = "spotctl-pool-asg"
+    protection: list[tuple[str, str, bool]] = field(default_factory=list)
 
 
 class _Server(ThreadingHTTPServer):
@@ -136,14 +141,15 @@ class Emulator:
             return list(self.state.uploads)
 
 
-def _sigv4_ok(method: str, raw_path: str, headers: dict[str, str], body: bytes) -> bool:
-    """Check an S3 SigV4 Authorization header the way S3 would (single-chunk, signed payload)."""
+def _sigv4_ok(method: str, raw_path: str, headers: dict[str, str], body: bytes, service: str = "s3") -> bool:
+    """Check a SigV4 Authorization header the way AWS would (single-chunk, signed payload)."""
+    expected_service = service
     auth = headers.get("authorization", "")
     if not auth.startswith("AWS4-HMAC-SHA256 "):
         return False
     parts = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
     akid, day, region, service, term = parts["Credential"].split("/")
-    if akid != ACCESS_KEY or service != "s3" or term != "aws4_request":
+    if akid != ACCESS_KEY or service != expected_service or term != "aws4_request":
         return False
     payload_hash = hashlib.sha256(body).hexdigest()
     if headers.get("x-amz-content-sha256") != payload_hash:
@@ -240,6 +246,9 @@ def _make_handler(emu: Emulator):
             emu.state.requests.append(("POST", self.path))
             body = self._body()
             url = urllib.parse.urlsplit(self.path)
+            if url.path == "/":
+                self._autoscaling(body)
+                return
             if not url.path.startswith("/upload/storage/v1/b/"):
                 self._send(404, "not found")
                 return
@@ -252,6 +261,28 @@ def _make_handler(emu: Emulator):
             bucket = urllib.parse.unquote(url.path[len("/upload/storage/v1/b/") :].split("/")[0])
             name = urllib.parse.parse_qs(url.query).get("name", [""])[0]
             self._store(bucket, name, body)
+
+        def _autoscaling(self, body: bytes) -> None:
+            """The Auto Scaling Query API: DescribeAutoScalingInstances and SetInstanceProtection."""
+            if self._fault("sink"):
+                return
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if not _sigv4_ok("POST", self.path, headers, body, service="autoscaling"):
+                emu.state.rejected.append("autoscaling")
+                self._send(403, "SignatureDoesNotMatch")
+                return
+            form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode()).items()}
+            instance, group = form.get("InstanceIds.member.1", ""), emu.state.autoscaling_group
+            xml = "text/xml"
+            if form.get("Action") == "DescribeAutoScalingInstances":
+                self._send(200, "<DescribeAutoScalingInstancesResponse><DescribeAutoScalingInstancesResult><AutoScalingInstances>"
+                                f"<member><InstanceId>{instance}</InstanceId><AutoScalingGroupName>{group}</AutoScalingGroupName>"
+                                "</member></AutoScalingInstances></DescribeAutoScalingInstancesResult></DescribeAutoScalingInstancesResponse>", xml)
+            elif form.get("Action") == "SetInstanceProtection" and form.get("AutoScalingGroupName") == group:
+                emu.state.protection.append((group, instance, form.get("ProtectedFromScaleIn") == "true"))
+                self._send(200, "<SetInstanceProtectionResponse><SetInstanceProtectionResult/></SetInstanceProtectionResponse>", xml)
+            else:
+                self._send(400, f"<ErrorResponse><Error><Code>ValidationError</Code><Message>{form.get('Action')}</Message></Error></ErrorResponse>", xml)
 
         def _store(self, bucket: str, name: str, body: bytes) -> None:
             if "/logs/" in name:  # a chunk of the trainer's log (text), next to the events

@@ -32,6 +32,7 @@ def local_context(ctx: ScriptContext, emulator: Emulator, disk: Path, state: Pat
         systemd_dir=str(state / "systemd"),
         metadata_url=emulator.metadata_url(ctx.cloud),
         storage_url=emulator.url,
+        autoscaling_url=emulator.url,
     )
 
 

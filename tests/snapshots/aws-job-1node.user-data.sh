@@ -6,6 +6,7 @@
 #   run       the job unit: run the command exactly as written, record completed/failed
 #   watch     the watcher unit: poll the metadata server for preemption notices
 #   shutdown  on a stop: tell a preemption from a normal stop, let the trainer checkpoint, record it
+#   busy/idle (pools) the agent's work state: recorded; on AWS scale-in protection follows it
 # User values are single-quoted on purpose: they must never expand here.
 # shellcheck disable=SC2016
 set -uo pipefail
@@ -134,38 +135,51 @@ spotctl_sha256() { openssl dgst -sha256 | sed 's/^.*= *//'; }
 spotctl_hmac() { printf '%s' "$2" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$1" | sed 's/^.*= *//'; }
 spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
-# Upload $2 (JSON) as object $1 to the event bucket: S3 PutObject signed (SigV4) with the
-# instance role's credentials from IMDS. Only curl and openssl: no AWS CLI needed on the image.
-spotctl_upload_once() {
-  local object=$1 body=$2 max=$3 role creds akid secret session
+# The instance role's credentials from IMDS into SPOTCTL_AKID, SPOTCTL_SECRET, SPOTCTL_SESSION.
+spotctl_aws_creds() {
+  local role creds
   spotctl_imds_token || return 1
   role=$(spotctl_meta iam/security-credentials/ | head -n 1) || return 1
-  creds=$(spotctl_meta "iam/security-credentials/$role") || return 1
-  akid=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field AccessKeyId)
-  secret=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field SecretAccessKey)
-  session=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field Token)
-  [ -n "$akid" ] && [ -n "$secret" ] || return 1
-  local amz_date day host path payload_hash canonical scope to_sign k signature
+  creds=$(spotctl_meta "iam/security-credentials/$role" | tr -d '\n') || return 1
+  SPOTCTL_AKID=$(printf '%s' "$creds" | spotctl_json_field AccessKeyId)
+  SPOTCTL_SECRET=$(printf '%s' "$creds" | spotctl_json_field SecretAccessKey)
+  SPOTCTL_SESSION=$(printf '%s' "$creds" | spotctl_json_field Token)
+  [ -n "$SPOTCTL_AKID" ] && [ -n "$SPOTCTL_SECRET" ]
+}
+
+# One AWS API request signed (SigV4) with the instance role: only curl and openssl, no AWS CLI
+# needed on the image. $1 method, $2 base URL, $3 path (URL-encoded), $4 service, $5 content
+# type, $6 body, $7 max seconds. Prints the answer; fails on an HTTP error.
+spotctl_aws_request() {
+  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7
+  spotctl_aws_creds || return 1
+  local amz_date day host payload_hash canonical scope to_sign k signature
   amz_date=$(date -u +%Y%m%dT%H%M%SZ)
   day=${amz_date%%T*}
-  host=${SPOTCTL_STORAGE_URL#*://}
+  host=${url#*://}
   host=${host%%/*}
-  path="/$(spotctl_urlencode "$SPOTCTL_BUCKET")/$(spotctl_urlencode "$object" path)"
   payload_hash=$(printf '%s' "$body" | spotctl_sha256)
-  canonical=$(printf 'PUT\n%s\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\nhost;x-amz-content-sha256;x-amz-date;x-amz-security-token\n%s' \
-    "$path" "$host" "$payload_hash" "$amz_date" "$session" "$payload_hash")
-  scope="$day/$SPOTCTL_REGION/s3/aws4_request"
+  canonical=$(printf '%s\n%s\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\nhost;x-amz-content-sha256;x-amz-date;x-amz-security-token\n%s' \
+    "$method" "$path" "$host" "$payload_hash" "$amz_date" "$SPOTCTL_SESSION" "$payload_hash")
+  scope="$day/$SPOTCTL_REGION/$service/aws4_request"
   to_sign=$(printf 'AWS4-HMAC-SHA256\n%s\n%s\n%s' "$amz_date" "$scope" "$(printf '%s' "$canonical" | spotctl_sha256)")
-  k=$(printf '%s' "$day" | openssl dgst -sha256 -mac HMAC -macopt "key:AWS4$secret" | sed 's/^.*= *//')
+  k=$(printf '%s' "$day" | openssl dgst -sha256 -mac HMAC -macopt "key:AWS4$SPOTCTL_SECRET" | sed 's/^.*= *//')
   k=$(spotctl_hmac "$k" "$SPOTCTL_REGION")
-  k=$(spotctl_hmac "$k" s3)
+  k=$(spotctl_hmac "$k" "$service")
   k=$(spotctl_hmac "$k" aws4_request)
   signature=$(spotctl_hmac "$k" "$to_sign")
-  curl -sf --connect-timeout 1 --max-time "$max" -X PUT --data-binary "$body" \
-    -H "x-amz-date: $amz_date" -H "x-amz-content-sha256: $payload_hash" -H "x-amz-security-token: $session" \
-    -H 'Content-Type: application/json' \
-    -H "Authorization: AWS4-HMAC-SHA256 Credential=$akid/$scope, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=$signature" \
-    "$SPOTCTL_STORAGE_URL$path" >/dev/null
+  curl -sf --connect-timeout 1 --max-time "$max" -X "$method" --data-binary "$body" \
+    -H "x-amz-date: $amz_date" -H "x-amz-content-sha256: $payload_hash" -H "x-amz-security-token: $SPOTCTL_SESSION" \
+    -H "Content-Type: $ctype" \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=$SPOTCTL_AKID/$scope, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=$signature" \
+    "$url$path"
+}
+
+# Upload $2 (JSON) as object $1 to the event bucket: S3 PutObject.
+spotctl_upload_once() {
+  local object=$1 body=$2 max=$3
+  spotctl_aws_request PUT "$SPOTCTL_STORAGE_URL" "/$(spotctl_urlencode "$SPOTCTL_BUCKET")/$(spotctl_urlencode "$object" path)" \
+    s3 application/json "$body" "$max" >/dev/null
 }
 
 # Record one event: always appended to the local log first (synchronously, so the log keeps the
@@ -442,7 +456,8 @@ spotctl_main() {
   mkdir -p "$SPOTCTL_STATE_DIR"
   # A fresh boot: forget the previous boot's stop markers and identity.
   rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
-    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone"
+    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
+    "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
   if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
     cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
   fi

@@ -6,6 +6,7 @@
 #   run       the job unit: run the command exactly as written, record completed/failed
 #   watch     the watcher unit: poll the metadata server for preemption notices
 #   shutdown  on a stop: tell a preemption from a normal stop, let the trainer checkpoint, record it
+#   busy/idle (pools) the agent's work state: recorded; on AWS scale-in protection follows it
 # User values are single-quoted on purpose: they must never expand here.
 # shellcheck disable=SC2016
 set -uo pipefail
@@ -35,6 +36,7 @@ SPOTCTL_STORAGE_URL=https://s3.us-east-1.amazonaws.com
 SPOTCTL_BUCKET=team-a-events-4d8689f7
 SPOTCTL_EVENT_PREFIX=team-a/
 SPOTCTL_REGION=us-east-1
+SPOTCTL_AUTOSCALING_URL=https://autoscaling.us-east-1.amazonaws.com
 SPOTCTL_POLL_S=5
 # Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (120 s).
 SPOTCTL_STOP_BUDGET_S=100
@@ -134,38 +136,64 @@ spotctl_sha256() { openssl dgst -sha256 | sed 's/^.*= *//'; }
 spotctl_hmac() { printf '%s' "$2" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$1" | sed 's/^.*= *//'; }
 spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
-# Upload $2 (JSON) as object $1 to the event bucket: S3 PutObject signed (SigV4) with the
-# instance role's credentials from IMDS. Only curl and openssl: no AWS CLI needed on the image.
-spotctl_upload_once() {
-  local object=$1 body=$2 max=$3 role creds akid secret session
+# The instance role's credentials from IMDS into SPOTCTL_AKID, SPOTCTL_SECRET, SPOTCTL_SESSION.
+spotctl_aws_creds() {
+  local role creds
   spotctl_imds_token || return 1
   role=$(spotctl_meta iam/security-credentials/ | head -n 1) || return 1
-  creds=$(spotctl_meta "iam/security-credentials/$role") || return 1
-  akid=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field AccessKeyId)
-  secret=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field SecretAccessKey)
-  session=$(printf '%s' "$creds" | tr -d '\n' | spotctl_json_field Token)
-  [ -n "$akid" ] && [ -n "$secret" ] || return 1
-  local amz_date day host path payload_hash canonical scope to_sign k signature
+  creds=$(spotctl_meta "iam/security-credentials/$role" | tr -d '\n') || return 1
+  SPOTCTL_AKID=$(printf '%s' "$creds" | spotctl_json_field AccessKeyId)
+  SPOTCTL_SECRET=$(printf '%s' "$creds" | spotctl_json_field SecretAccessKey)
+  SPOTCTL_SESSION=$(printf '%s' "$creds" | spotctl_json_field Token)
+  [ -n "$SPOTCTL_AKID" ] && [ -n "$SPOTCTL_SECRET" ]
+}
+
+# One AWS API request signed (SigV4) with the instance role: only curl and openssl, no AWS CLI
+# needed on the image. $1 method, $2 base URL, $3 path (URL-encoded), $4 service, $5 content
+# type, $6 body, $7 max seconds. Prints the answer; fails on an HTTP error.
+spotctl_aws_request() {
+  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7
+  spotctl_aws_creds || return 1
+  local amz_date day host payload_hash canonical scope to_sign k signature
   amz_date=$(date -u +%Y%m%dT%H%M%SZ)
   day=${amz_date%%T*}
-  host=${SPOTCTL_STORAGE_URL#*://}
+  host=${url#*://}
   host=${host%%/*}
-  path="/$(spotctl_urlencode "$SPOTCTL_BUCKET")/$(spotctl_urlencode "$object" path)"
   payload_hash=$(printf '%s' "$body" | spotctl_sha256)
-  canonical=$(printf 'PUT\n%s\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\nhost;x-amz-content-sha256;x-amz-date;x-amz-security-token\n%s' \
-    "$path" "$host" "$payload_hash" "$amz_date" "$session" "$payload_hash")
-  scope="$day/$SPOTCTL_REGION/s3/aws4_request"
+  canonical=$(printf '%s\n%s\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\nhost;x-amz-content-sha256;x-amz-date;x-amz-security-token\n%s' \
+    "$method" "$path" "$host" "$payload_hash" "$amz_date" "$SPOTCTL_SESSION" "$payload_hash")
+  scope="$day/$SPOTCTL_REGION/$service/aws4_request"
   to_sign=$(printf 'AWS4-HMAC-SHA256\n%s\n%s\n%s' "$amz_date" "$scope" "$(printf '%s' "$canonical" | spotctl_sha256)")
-  k=$(printf '%s' "$day" | openssl dgst -sha256 -mac HMAC -macopt "key:AWS4$secret" | sed 's/^.*= *//')
+  k=$(printf '%s' "$day" | openssl dgst -sha256 -mac HMAC -macopt "key:AWS4$SPOTCTL_SECRET" | sed 's/^.*= *//')
   k=$(spotctl_hmac "$k" "$SPOTCTL_REGION")
-  k=$(spotctl_hmac "$k" s3)
+  k=$(spotctl_hmac "$k" "$service")
   k=$(spotctl_hmac "$k" aws4_request)
   signature=$(spotctl_hmac "$k" "$to_sign")
-  curl -sf --connect-timeout 1 --max-time "$max" -X PUT --data-binary "$body" \
-    -H "x-amz-date: $amz_date" -H "x-amz-content-sha256: $payload_hash" -H "x-amz-security-token: $session" \
-    -H 'Content-Type: application/json' \
-    -H "Authorization: AWS4-HMAC-SHA256 Credential=$akid/$scope, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=$signature" \
-    "$SPOTCTL_STORAGE_URL$path" >/dev/null
+  curl -sf --connect-timeout 1 --max-time "$max" -X "$method" --data-binary "$body" \
+    -H "x-amz-date: $amz_date" -H "x-amz-content-sha256: $payload_hash" -H "x-amz-security-token: $SPOTCTL_SESSION" \
+    -H "Content-Type: $ctype" \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=$SPOTCTL_AKID/$scope, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=$signature" \
+    "$url$path"
+}
+
+# Upload $2 (JSON) as object $1 to the event bucket: S3 PutObject.
+spotctl_upload_once() {
+  local object=$1 body=$2 max=$3
+  spotctl_aws_request PUT "$SPOTCTL_STORAGE_URL" "/$(spotctl_urlencode "$SPOTCTL_BUCKET")/$(spotctl_urlencode "$object" path)" \
+    s3 application/json "$body" "$max" >/dev/null
+}
+
+# Scale-in protection of this instance in its Auto Scaling group ($1: true|false), through the
+# Auto Scaling Query API: find the group (DescribeAutoScalingInstances), then SetInstanceProtection.
+spotctl_protect() {
+  local answer group form='application/x-www-form-urlencoded; charset=utf-8'
+  [ -n "${SPOTCTL_INSTANCE:-}" ] || spotctl_identity
+  answer=$(spotctl_aws_request POST "$SPOTCTL_AUTOSCALING_URL" / autoscaling "$form" \
+    "Action=DescribeAutoScalingInstances&InstanceIds.member.1=$(spotctl_urlencode "$SPOTCTL_INSTANCE")&Version=2011-01-01" 10) || return 1
+  group=$(printf '%s' "$answer" | sed -n 's:.*<AutoScalingGroupName>\([^<]*\)</AutoScalingGroupName>.*:\1:p' | head -n 1)
+  [ -n "$group" ] || return 1
+  spotctl_aws_request POST "$SPOTCTL_AUTOSCALING_URL" / autoscaling "$form" \
+    "Action=SetInstanceProtection&AutoScalingGroupName=$(spotctl_urlencode "$group")&InstanceIds.member.1=$(spotctl_urlencode "$SPOTCTL_INSTANCE")&ProtectedFromScaleIn=$1&Version=2011-01-01" 10 >/dev/null
 }
 
 # Record one event: always appended to the local log first (synchronously, so the log keeps the
@@ -230,6 +258,31 @@ spotctl_upload_log() {
     offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
     printf '%s' "$offset" >"$SPOTCTL_STATE_DIR/log-offset"
   done
+}
+
+# ---- busy/idle (pools) -------------------------------------------------------------------------
+# The agent says it is busy by creating $SPOTCTL_BUSY_FILE and idle by removing it (or runs
+# `spotctl.sh busy` / `spotctl.sh idle`); the watcher applies changes every poll. AWS: a busy
+# instance is protected from scale-in. Both clouds record `busy`/`idle` events.
+spotctl_busy_sync() {
+  # One applier at a time: the watcher and a `busy`/`idle` call must not both act on one change.
+  (
+    flock 9 || exit 1
+    spotctl_busy_apply
+  ) 9>"$SPOTCTL_STATE_DIR/busy.lock"
+}
+
+spotctl_busy_apply() {
+  local want=idle have
+  [ ! -e "$SPOTCTL_STATE_DIR/busy" ] || want=busy
+  have=$(cat "$SPOTCTL_STATE_DIR/reported" 2>/dev/null) || have=idle
+  [ "$want" != "$have" ] || return 0
+  if ! spotctl_protect "$([ "$want" = busy ] && echo true || echo false)"; then
+    spotctl_log "scale-in protection for $want not set; retrying at the next poll"
+    return 1
+  fi
+  printf '%s' "$want" >"$SPOTCTL_STATE_DIR/reported"
+  SPOTCTL_RECORD_BUDGET_S=5 spotctl_record "$want"
 }
 
 # ---- the trainer -----------------------------------------------------------------------------
@@ -372,6 +425,8 @@ spotctl_write_env() {
     printf 'export %s=%q\n' SPOTCTL_REGION "$SPOTCTL_REGION"
     printf 'export %s=%q\n' SPOTCTL_STACK "$SPOTCTL_STACK"
     printf 'export %s=%q\n' SPOTCTL_POOL "$SPOTCTL_NAME"
+    # The agent creates this file while it runs work and removes it when idle (README "Pools").
+    printf 'export %s=%q\n' SPOTCTL_BUSY_FILE "$SPOTCTL_STATE_DIR/busy"
     printf 'export %s=%q\n' SPOTCTL_ATTEMPT "$SPOTCTL_ATTEMPT"
     printf 'export %s=%q\n' SPOTCTL_WORKDIR "$SPOTCTL_MOUNT"
     printf 'export %s=%q\n' SPOTCTL_CHECKPOINT_DIR "$SPOTCTL_MOUNT/checkpoints"
@@ -441,7 +496,8 @@ spotctl_main() {
   mkdir -p "$SPOTCTL_STATE_DIR"
   # A fresh boot: forget the previous boot's stop markers and identity.
   rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
-    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone"
+    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
+    "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
   if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
     cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
   fi
@@ -480,6 +536,7 @@ spotctl_watch() {
   local value polls=0
   local rebalance_seen=0
   while :; do
+    spotctl_busy_sync || true
     if value=$(spotctl_meta spot/instance-action 2>/dev/null); then
       spotctl_notice "source=imds" "instance_action=$value"
       return 0
@@ -521,8 +578,16 @@ case "${1:-main}" in
   run) spotctl_run ;;
   watch) spotctl_watch ;;
   shutdown) spotctl_shutdown ;;
+  busy)
+    : >"$SPOTCTL_STATE_DIR/busy"
+    spotctl_busy_sync
+    ;;
+  idle)
+    rm -f "$SPOTCTL_STATE_DIR/busy"
+    spotctl_busy_sync
+    ;;
   *)
-    echo "usage: $0 [main|run|watch|shutdown]" >&2
+    echo "usage: $0 [main|run|watch|shutdown|busy|idle]" >&2
     exit 2
     ;;
 esac

@@ -6,6 +6,7 @@
 #   run       the job unit: run the command exactly as written, record completed/failed
 #   watch     the watcher unit: poll the metadata server for preemption notices
 #   shutdown  on a stop: tell a preemption from a normal stop, let the trainer checkpoint, record it
+#   busy/idle (pools) the agent's work state: recorded; on AWS scale-in protection follows it
 # User values are single-quoted on purpose: they must never expand here.
 # shellcheck disable=SC2016
 set -uo pipefail
@@ -390,7 +391,8 @@ spotctl_main() {
   mkdir -p "$SPOTCTL_STATE_DIR"
   # A fresh boot: forget the previous boot's stop markers and identity.
   rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
-    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone"
+    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
+    "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
   if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
     cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
   fi

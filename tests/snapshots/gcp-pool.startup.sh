@@ -6,6 +6,7 @@
 #   run       the job unit: run the command exactly as written, record completed/failed
 #   watch     the watcher unit: poll the metadata server for preemption notices
 #   shutdown  on a stop: tell a preemption from a normal stop, let the trainer checkpoint, record it
+#   busy/idle (pools) the agent's work state: recorded; on AWS scale-in protection follows it
 # User values are single-quoted on purpose: they must never expand here.
 # shellcheck disable=SC2016
 set -uo pipefail
@@ -191,6 +192,27 @@ spotctl_upload_log() {
   done
 }
 
+# ---- busy/idle (pools) -------------------------------------------------------------------------
+# The agent says it is busy by creating $SPOTCTL_BUSY_FILE and idle by removing it (or runs
+# `spotctl.sh busy` / `spotctl.sh idle`); the watcher applies changes every poll. AWS: a busy
+# instance is protected from scale-in. Both clouds record `busy`/`idle` events.
+spotctl_busy_sync() {
+  # One applier at a time: the watcher and a `busy`/`idle` call must not both act on one change.
+  (
+    flock 9 || exit 1
+    spotctl_busy_apply
+  ) 9>"$SPOTCTL_STATE_DIR/busy.lock"
+}
+
+spotctl_busy_apply() {
+  local want=idle have
+  [ ! -e "$SPOTCTL_STATE_DIR/busy" ] || want=busy
+  have=$(cat "$SPOTCTL_STATE_DIR/reported" 2>/dev/null) || have=idle
+  [ "$want" != "$have" ] || return 0
+  printf '%s' "$want" >"$SPOTCTL_STATE_DIR/reported"
+  SPOTCTL_RECORD_BUDGET_S=5 spotctl_record "$want"
+}
+
 # ---- the trainer -----------------------------------------------------------------------------
 spotctl_trainer_pid() {
   local pid
@@ -331,6 +353,8 @@ spotctl_write_env() {
     printf 'export %s=%q\n' SPOTCTL_REGION "$SPOTCTL_REGION"
     printf 'export %s=%q\n' SPOTCTL_STACK "$SPOTCTL_STACK"
     printf 'export %s=%q\n' SPOTCTL_POOL "$SPOTCTL_NAME"
+    # The agent creates this file while it runs work and removes it when idle (README "Pools").
+    printf 'export %s=%q\n' SPOTCTL_BUSY_FILE "$SPOTCTL_STATE_DIR/busy"
     printf 'export %s=%q\n' SPOTCTL_ATTEMPT "$SPOTCTL_ATTEMPT"
     printf 'export %s=%q\n' SPOTCTL_WORKDIR "$SPOTCTL_MOUNT"
     printf 'export %s=%q\n' SPOTCTL_CHECKPOINT_DIR "$SPOTCTL_MOUNT/checkpoints"
@@ -389,7 +413,8 @@ spotctl_main() {
   mkdir -p "$SPOTCTL_STATE_DIR"
   # A fresh boot: forget the previous boot's stop markers and identity.
   rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
-    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone"
+    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
+    "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
   if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
     cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
   fi
@@ -427,6 +452,7 @@ spotctl_watch() {
   spotctl_identity
   local value polls=0
   while :; do
+    spotctl_busy_sync || true
     value=$(spotctl_meta instance/preempted 2>/dev/null) || value=""
     if [ "$value" = TRUE ]; then
       spotctl_notice "source=metadata" "preempted=TRUE"
@@ -480,8 +506,16 @@ case "${1:-main}" in
   run) spotctl_run ;;
   watch) spotctl_watch ;;
   shutdown) spotctl_shutdown ;;
+  busy)
+    : >"$SPOTCTL_STATE_DIR/busy"
+    spotctl_busy_sync
+    ;;
+  idle)
+    rm -f "$SPOTCTL_STATE_DIR/busy"
+    spotctl_busy_sync
+    ;;
   *)
-    echo "usage: $0 [main|run|watch|shutdown]" >&2
+    echo "usage: $0 [main|run|watch|shutdown|busy|idle]" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,77 @@
+"""The pool script's busy/idle contract, run with bash against the metadata emulator: the agent
+creates $SPOTCTL_BUSY_FILE (or runs `spotctl.sh busy|idle`); on AWS the instance then sets
+scale-in protection on itself through the Auto Scaling Query API (SigV4-signed with the role's
+IMDS credentials, checked by the emulator); both clouds record busy/idle events."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from cli.drill.emulator import Emulator, Fault
+from cli.drill.localvm import LocalVM, local_context
+from infra.render import ScriptContext
+
+
+@pytest.fixture
+def emu():
+    with Emulator() as e:
+        yield e
+
+
+@pytest.fixture
+def pool_vm(tmp_path, emu):
+    vms: list[LocalVM] = []
+
+    def make(cloud: str, command: str = "sleep 120") -> LocalVM:
+        ctx = ScriptContext(cloud=cloud, stack="team-a", kind="pool", name="g5", command=command, event_bucket="events-bkt",
+                            region="us-east-1", poll_interval_s=1)
+        vm = LocalVM(local_context(ctx, emu, tmp_path / "work", tmp_path / f"state-{len(vms)}"), tmp_path / f"vm-{len(vms)}")
+        vms.append(vm)
+        done = vm.boot()
+        assert done.returncode == 0, done.stderr
+        return vm
+
+    yield make
+    for vm in vms:
+        vm.kill_all()
+
+
+def entry(vm: LocalVM, name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(vm.startup), name], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_aws_busy_and_idle_set_scale_in_protection_on_itself(pool_vm, emu):
+    vm = pool_vm("aws")
+    assert entry(vm, "busy").returncode == 0, vm.debug_log()
+    assert emu.state.protection == [("spotctl-pool-asg", "vm-1", True)]
+    assert entry(vm, "idle").returncode == 0, vm.debug_log()
+    assert emu.state.protection[-1] == ("spotctl-pool-asg", "vm-1", False)
+    assert not emu.state.rejected  # every call carried a valid SigV4 signature
+    assert vm.wait_for(lambda: [e["event"] for e in emu.events()].count("idle") == 1, 20)
+    assert [e["event"] for e in vm.events()][-2:] == ["busy", "idle"]
+
+
+def test_aws_agent_touching_the_busy_file_is_enough(pool_vm, emu):
+    vm = pool_vm("aws", command='touch "$SPOTCTL_BUSY_FILE"; sleep 3; rm -f "$SPOTCTL_BUSY_FILE"; sleep 120')
+    assert vm.wait_for(lambda: ("spotctl-pool-asg", "vm-1", True) in emu.state.protection, 30), vm.debug_log()
+    assert vm.wait_for(lambda: ("spotctl-pool-asg", "vm-1", False) in emu.state.protection, 30), vm.debug_log()
+    assert [p[2] for p in emu.state.protection] == [True, False]  # each change once, not every poll
+
+
+def test_aws_protection_failure_is_retried_not_forgotten(pool_vm, emu):
+    vm = pool_vm("aws")
+    emu.state.sink_fault = Fault(status=503)  # Auto Scaling unavailable
+    assert entry(vm, "busy").returncode != 0
+    assert emu.state.protection == [] and not (vm.state / "reported").exists()
+    assert "retrying at the next poll" in vm.debug_log()
+    emu.state.sink_fault = Fault()
+    assert vm.wait_for(lambda: emu.state.protection == [("spotctl-pool-asg", "vm-1", True)], 30), vm.debug_log()
+
+
+def test_gcp_busy_is_recorded_without_any_autoscaling_call(pool_vm, emu):
+    vm = pool_vm("gcp", command='touch "$SPOTCTL_BUSY_FILE"; sleep 120')
+    assert vm.wait_for(lambda: "busy" in [e["event"] for e in vm.events()], 30), vm.debug_log()
+    assert emu.state.protection == [] and not any(path == "/" for method, path in emu.state.requests if method == "POST")
+    assert "SPOTCTL_AUTOSCALING_URL" not in vm.scripts.startup
