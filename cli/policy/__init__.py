@@ -1,7 +1,8 @@
 """The policy engine: when to run on spot, on on-demand, or wait.
 
 Owns: the registered policies (``policies``), the expected-cost planner and its fitted regimes
-(``planning``, ``regimes.json``), and the trace simulator with the omniscient bound (``simulate``).
+(``planning``, ``regimes.json``; the online-learned regime and the cost per hour of progress of
+jobs without a deadline), and the trace simulator with the omniscient bound (``simulate``).
 
 May import: numpy (and matplotlib lazily for plots). Never a cloud SDK, pulumi, ``cli.lifecycle``,
 ``cli.cloud`` or ``cli.app``: policies see an ``Observation`` and return a decision.
