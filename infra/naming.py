@@ -41,18 +41,26 @@ def instance_name(slug: str, job_id: str, attempt: int, rank: int) -> str:
     return f"{slug}-{job_id}-a{attempt}-n{rank}"
 
 
+def owner_value(stack: str) -> str:
+    """The ownership label/tag value of a stack: collision-free, unlike ``label_value`` (a lossy
+    slug: ``team.a``, ``team-a`` and ``Team-A`` share one). The slug keeps it readable, the hash of
+    the *exact* name tells such stacks apart; <= 63 characters of GCP's label alphabet."""
+    slug = label_value(stack)[:54].rstrip("-_") or "stack"
+    return f"{slug}-{short_hash(stack, n=8)}"
+
+
 def gcp_labels(stack: str, extra: dict[str, str], **owner: str) -> dict[str, str]:
-    """GCP labels: lowercase keys/values, ``spotctl-stack`` etc."""
+    """GCP labels: lowercase keys/values, ``spotctl-stack`` (a filter), ``spotctl-owner`` (exact) etc."""
     labels = dict(extra)
-    labels.update({"spotctl-managed": "true", "spotctl-stack": label_value(stack)})
+    labels.update({"spotctl-managed": "true", "spotctl-stack": label_value(stack), "spotctl-owner": owner_value(stack)})
     labels.update({f"spotctl-{k}": label_value(v) for k, v in owner.items()})
     return dict(sorted(labels.items()))
 
 
 def aws_tags(stack: str, extra: dict[str, str], name: str | None = None, **owner: str) -> dict[str, str]:
-    """AWS tags: ``spotctl:stack`` etc., plus ``Name`` when given."""
+    """AWS tags: ``spotctl:stack``, ``spotctl:owner`` (as on GCP) etc., plus ``Name`` when given."""
     tags = dict(extra)
-    tags.update({"spotctl:managed": "true", "spotctl:stack": stack})
+    tags.update({"spotctl:managed": "true", "spotctl:stack": stack, "spotctl:owner": owner_value(stack)})
     tags.update({f"spotctl:{k}": v for k, v in owner.items()})
     if name:
         tags["Name"] = name

@@ -3,9 +3,11 @@ this stack's ownership labels; the targeted update deletes exactly the job's res
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import boto3
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
@@ -14,17 +16,35 @@ from cli.app import app
 from cli.cloud import CloudDisk
 from cli.cloud.aws import AwsInventory
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import job_urns
+from cli.lifecycle.apply import Held, job_urns
 from cli.lifecycle.cleanup import deletable_orphans
 from cli.plan import mocks as planner
 from infra.config import validate
+from infra.naming import aws_tags, gcp_labels, owner_value
 from tests.conftest import AWS_BASE, aws_job, pulumi_calls, stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def data_labels(stack: str, job: str, cloud: str = "gcp", node: int = 0) -> dict[str, str]:
+    """What the components put on a job's data disk (gcp labels / aws tags)."""
+    if cloud == "aws":
+        return {**aws_tags(stack, {}, job=job), "spotctl:node": str(node)}
+    return {**gcp_labels(stack, {}, job=job), "spotctl-node": str(node)}
 
 
+@pytest.fixture
+def gce(monkeypatch):
+    """A local Compute endpoint holding the example-gcp stack's data disks, correctly labelled."""
+    from tests.fixtures.fake_gce import FakeGce
+
+    fake = FakeGce()
+    monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", fake.url)
+    for zone, job, nodes in (("us-central1-a", "llm-pretrain", 2), ("us-central1-b", "vit-finetune", 1), ("us-central1-c", "bert-eval", 1)):
+        for n in range(nodes):
+            fake.add_disk(zone, f"example-gcp-{job}-n{n}-disk", data_labels("example-gcp", job, node=n))
+    yield fake
+    fake.stop()
 
 
 def test_cleanup_refuses_a_job_that_is_not_completed(project, runner, fake_pulumi):
@@ -36,7 +56,7 @@ def test_cleanup_refuses_a_job_that_is_not_completed(project, runner, fake_pulum
     assert path.read_text() == before and pulumi_calls(fake_pulumi) == []
 
 
-def test_failed_job_needs_force(project, runner, fake_pulumi):
+def test_failed_job_needs_force(project, runner, fake_pulumi, gce):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     path.write_text(path.read_text().replace("      state: completed", "      state: failed"))
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
@@ -54,7 +74,7 @@ def test_cleanup_without_yes_is_a_dry_run(project, runner, fake_pulumi):
     assert path.read_text() == before and pulumi_calls(fake_pulumi) == []
 
 
-def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi):
+def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi, gce):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     cfg = stackfile.load(stackfile.resolve("example-gcp", None))
     expected = job_urns(planner.run(cfg, "example-gcp"), "bert-eval")
@@ -70,7 +90,7 @@ def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(proje
     assert "# Two-node H100 pretraining" in path.read_text()  # other jobs' comments kept
 
 
-def test_cleanup_that_cannot_start_puts_the_job_back(project, runner, fake_pulumi, monkeypatch):
+def test_cleanup_that_cannot_start_puts_the_job_back(project, runner, fake_pulumi, gce, monkeypatch):
     monkeypatch.setenv("FAKE_PULUMI_LOCKED", "1")
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     before = path.read_text()
@@ -88,33 +108,90 @@ def make_volume(ec2, zone: str, tags: dict[str, str]) -> str:
 
 
 def owned(job: str) -> dict[str, str]:
-    return {"spotctl:stack": "example-aws", "spotctl:managed": "true", "spotctl:job": job}
+    return data_labels("example-aws", job, "aws")
+
+
+def completed_event(events: Path, job: str, stack: str = "example-aws") -> None:
+    events.mkdir(exist_ok=True)
+    line = {"job": job, "attempt": 1, "node": 0, "event": "completed", "time": "2026-11-21T10:00:00Z", "stack": stack}
+    (events / f"{job}.jsonl").write_text(json.dumps(line) + "\n")
 
 
 @mock_aws
-def test_orphans_with_moto(project, runner, monkeypatch):
+def test_orphans_with_moto(project, runner, monkeypatch, fake_pulumi):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     ec2 = boto3.client("ec2", region_name="us-east-1")
     orphan = make_volume(ec2, "us-east-1a", owned("gone-job"))
     declared = make_volume(ec2, "us-east-1b", owned("diffusion"))
-    foreign = make_volume(ec2, "us-east-1a", {"spotctl:stack": "example-aws", "spotctl:job": "gone-job"})  # not managed
+    foreign = make_volume(ec2, "us-east-1a", {**owned("gone-job"), "spotctl:managed": "false"})
     other_stack = make_volume(ec2, "us-east-1a", {**owned("gone-job"), "spotctl:stack": "team-b"})
     attached = make_volume(ec2, "us-east-1a", owned("old-job"))
+    pool_root = make_volume(ec2, "us-east-1a", aws_tags("example-aws", {}, pool="g5"))
+    unfinished = make_volume(ec2, "us-east-1a", owned("renamed-by-hand"))  # no completed event
     instance = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"})["Instances"][0]
     ec2.attach_volume(VolumeId=attached, InstanceId=instance["InstanceId"], Device="/dev/sdf")
+    events = project / "events"
+    for job in ("gone-job", "old-job"):
+        completed_event(events, job)
 
-    dry = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws"])
+    dry = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws", "--events-dir", str(events)])
     assert dry.exit_code == 0, dry.output
-    assert f"would delete {orphan} (us-east-1a): no job of this stack declares it" in dry.output
+    assert f"would delete {orphan} (us-east-1a): job gone-job completed and is in neither the stack file nor the Pulumi state" in dry.output
     assert f"keeping {foreign} (us-east-1a): it does not carry this stack's ownership label" in dry.output
     assert f"keeping {attached} (us-east-1a): it is attached to a VM" in dry.output
-    assert declared not in dry.output and other_stack not in dry.output
-    assert len(ec2.describe_volumes()["Volumes"]) == 5 + 1  # + the instance's root volume
+    assert f"keeping {unfinished} (us-east-1a): job renamed-by-hand recorded no `completed` event" in dry.output
+    assert declared not in dry.output and other_stack not in dry.output and pool_root not in dry.output
+    assert len(ec2.describe_volumes()["Volumes"]) == 7 + 1  # + the instance's root volume
 
-    wet = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws", "--yes"])
+    wet = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws", "--yes", "--events-dir", str(events)])
     assert wet.exit_code == 0, wet.output
     left = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
-    assert orphan not in left and {declared, foreign, other_stack, attached} <= left
+    assert orphan not in left and {declared, foreign, other_stack, attached, pool_root, unfinished} <= left
+
+
+@mock_aws
+def test_orphans_never_delete_what_pulumi_still_holds(project, runner, monkeypatch, fake_pulumi, tmp_path):
+    """Issue 13 item 12: a volume of a job removed from the file but still in the Pulumi state
+    (protected: deleting it would make the next `up` fail) is listed, never deleted."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    in_state = make_volume(ec2, "us-east-1a", owned("gone-job"))
+    by_id = make_volume(ec2, "us-east-1a", owned("other-gone"))
+    state = {"version": 3, "deployment": {"resources": [
+        {"urn": "urn:pulumi:example-aws::spotctl::spotctl:aws:TrainingJob::job-gone-job", "type": "spotctl:aws:TrainingJob"},
+        {"urn": "urn:pulumi:example-aws::spotctl::spotctl:aws:TrainingJob$aws:ebs/volume:Volume::job-x-n0-volume",
+         "type": "aws:ebs/volume:Volume", "id": by_id, "protect": True}]}}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    monkeypatch.setenv("FAKE_PULUMI_STATE", str(tmp_path / "state.json"))
+    events = project / "events"
+    for job in ("gone-job", "other-gone"):
+        completed_event(events, job)
+    wet = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws", "--yes", "--events-dir", str(events)])
+    assert wet.exit_code == 0, wet.output
+    assert f"keeping {in_state} (us-east-1a): Pulumi's state still holds it (job gone-job)" in wet.output
+    assert f"keeping {by_id} (us-east-1a): Pulumi's state still holds it (job other-gone)" in wet.output
+    assert {in_state, by_id} <= {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+    assert ["--non-interactive", "stack", "export", "--stack", "example-aws"] in pulumi_calls(fake_pulumi)
+
+
+@mock_aws
+def test_orphans_without_the_pulumi_state_delete_nothing(project, runner, monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    vol = make_volume(ec2, "us-east-1a", owned("gone-job"))
+    completed_event(project / "events", "gone-job")
+    wet = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws", "--yes", "--no-apply", "--events-dir", "events"])
+    assert wet.exit_code == 0, wet.output
+    assert f"keeping {vol} (us-east-1a): the Pulumi state could not be read" in wet.output
+    assert vol in {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+
+
+def test_orphans_cloud_error_is_one_line(project, runner, monkeypatch, fake_pulumi):
+    monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    result = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-gcp"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot ask the cloud: ") and "Traceback" not in result.output
+    assert len(result.output.splitlines()) == 1
 
 
 @mock_aws
@@ -127,27 +204,40 @@ def test_aws_inventory_reads_tags_and_attachment():
 
 labels = st.fixed_dictionaries({}, optional={
     "spotctl:stack": st.sampled_from(["team-a", "team-b"]), "spotctl:managed": st.sampled_from(["true", "false"]),
-    "spotctl:job": st.sampled_from(["a", "b", "c", "zzz"]),
+    "spotctl:owner": st.sampled_from([owner_value("team-a"), owner_value("team-b"), owner_value("team.a"), "team-a"]),
+    "spotctl:job": st.sampled_from(["a", "b", "c", "zzz", "yyy"]), "spotctl:node": st.just("0"),
+    "spotctl:pool": st.just("g5"),
 })
 states = st.sampled_from(["pending", "running", "preempted", "stopped", "completed", "failed"])
 
 
-@given(disks=st.lists(st.tuples(labels, st.booleans()), max_size=12), job_states=st.lists(states, min_size=3, max_size=3))
-def test_orphan_selection_never_deletes_what_it_must_not(disks, job_states):
+@given(disks=st.lists(st.tuples(labels, st.booleans()), max_size=12), job_states=st.lists(states, min_size=3, max_size=3),
+       in_state=st.sets(st.sampled_from(["a", "zzz", "yyy"])), done=st.sets(st.sampled_from(["a", "b", "zzz", "yyy"])))
+def test_orphan_selection_never_deletes_what_it_must_not(disks, job_states, in_state, done):
     cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(id=i, state=s) for i, s in zip("abc", job_states, strict=True)]), "t")
     inventory = [CloudDisk(f"vol-{n}", "us-east-1a", dict(tags), in_use=used) for n, (tags, used) in enumerate(disks)]
-    for disk, ok, _ in deletable_orphans(inventory, cfg, "team-a"):
+    held = Held(frozenset(in_state), frozenset())
+    for disk, ok, _ in deletable_orphans(inventory, cfg, "team-a", held, done):
+        assert "spotctl:pool" not in disk.labels and "spotctl:node" in disk.labels  # data volumes only
         if ok:
-            assert disk.labels.get("spotctl:stack") == "team-a" and disk.labels.get("spotctl:managed") == "true"
-            assert disk.labels.get("spotctl:job") not in {"a", "b", "c"}  # a declared job's disk is never an orphan
+            assert disk.labels.get("spotctl:owner") == owner_value("team-a") and disk.labels.get("spotctl:managed") == "true"
+            job = disk.labels.get("spotctl:job")
+            assert job not in {"a", "b", "c"} and job not in in_state and job in done
             assert not disk.in_use
 
 
+def test_owner_value_tells_lossy_slugs_apart():
+    names = ["team-a", "team.a", "Team-A", "team_a", "x" * 63 + "1", "x" * 63 + "2"]
+    values = [owner_value(n) for n in names]
+    assert len(set(values)) == len(names)
+    assert all(len(v) <= 63 and v == v.lower() for v in values)
+
+
 def gcp_owned(job: str, stack: str = "example-gcp") -> dict[str, str]:
-    return {"spotctl-stack": stack, "spotctl-managed": "true", "spotctl-job": job}
+    return data_labels(stack, job)
 
 
-def test_gcp_orphans_through_the_compute_client(project, runner, monkeypatch):
+def test_gcp_orphans_through_the_compute_client(project, runner, monkeypatch, fake_pulumi):
     from tests.fixtures.fake_gce import FakeGce
 
     gce = FakeGce()
@@ -156,10 +246,14 @@ def test_gcp_orphans_through_the_compute_client(project, runner, monkeypatch):
         gce.add_disk("us-central1-a", "example-gcp-old-n0-disk", gcp_owned("old"))
         gce.add_disk("us-central1-b", "example-gcp-vit-finetune-n0-disk", gcp_owned("vit-finetune"))
         gce.add_disk("us-central1-c", "example-gcp-busy-n0-disk", gcp_owned("busy"), users=["projects/p/zones/us-central1-c/instances/x"])
-        gce.add_disk("us-central1-a", "hand-made", {"spotctl-stack": "example-gcp", "spotctl-job": "old"})
+        gce.add_disk("us-central1-a", "hand-made", {"spotctl-stack": "example-gcp", "spotctl-job": "old", "spotctl-node": "0"})
         gce.add_disk("us-central1-a", "other-stack-disk", gcp_owned("old", stack="team-b"))
-        result = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-gcp", "--yes"])
+        gce.add_disk("us-central1-a", "example-gcp-twin-n0-disk", gcp_owned("twin", stack="example.gcp"))  # same slug label
+        for job in ("old", "busy", "twin"):
+            completed_event(project / "events", job, "example-gcp")
+        result = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-gcp", "--yes", "--events-dir", "events"])
         assert result.exit_code == 0, result.output
+        assert "keeping example-gcp-twin-n0-disk (us-central1-a): it does not carry this stack's ownership label" in result.output
         assert gce.deleted == [("us-central1-a", "example-gcp-old-n0-disk")]
         assert "keeping example-gcp-busy-n0-disk (us-central1-c): it is attached to a VM" in result.output
         assert "keeping hand-made (us-central1-a): it does not carry this stack's ownership label" in result.output

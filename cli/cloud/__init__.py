@@ -33,10 +33,11 @@ class CloudDisk:
     in_use: bool = False
 
     def owner(self, cloud: str) -> tuple[str | None, str | None, bool]:
-        """(stack, job, managed) from our ownership labels/tags."""
+        """(owner, job, managed) from our ownership labels/tags; owner is ``naming.owner_value`` of
+        the stack that created the disk (collision-free, unlike the ``stack`` label)."""
         if cloud == "aws":
-            return self.labels.get("spotctl:stack"), self.labels.get("spotctl:job"), self.labels.get("spotctl:managed") == "true"
-        return self.labels.get("spotctl-stack"), self.labels.get("spotctl-job"), self.labels.get("spotctl-managed") == "true"
+            return self.labels.get("spotctl:owner"), self.labels.get("spotctl:job"), self.labels.get("spotctl:managed") == "true"
+        return self.labels.get("spotctl-owner"), self.labels.get("spotctl-job"), self.labels.get("spotctl-managed") == "true"
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,19 @@ def call(fn: Callable[[], T]) -> T:
         raise CloudError(f"cannot ask the cloud: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
+class _Checked:
+    """An inventory whose every call raises CloudError, never an SDK's exception."""
+
+    def __init__(self, inner: Inventory):
+        self.inner = inner
+
+    def disks(self) -> list[CloudDisk]:
+        return call(self.inner.disks)
+
+    def delete(self, disk: CloudDisk) -> None:
+        call(lambda: self.inner.delete(disk))
+
+
 class Cloud:
     """One stack's cloud, as the rest of spotctl sees it: every call returns plain data or raises
     CloudError. Tests replace the whole object (or point the SDK clients at moto / local endpoints)."""
@@ -82,7 +96,7 @@ class Cloud:
         self.cfg, self.stack = cfg, stack
 
     def inventory(self) -> Inventory:
-        return call(lambda: inventory_for(self.cfg, self.stack))
+        return _Checked(call(lambda: inventory_for(self.cfg, self.stack)))
 
     def observer(self) -> Observer:
         return call(lambda: observer_for(self.cfg, self.stack))

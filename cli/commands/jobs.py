@@ -201,11 +201,13 @@ def events(
 
 @app.command(
     short_help="Delete a completed job's disks, or orphans.  Example: spotctl cleanup bert-eval -s team-a",
-    help="Delete a job's disks, only when the job is completed (or failed, with --force): lift their Pulumi "
-    "protection, drop the job from the stack file and delete its resources with a targeted update. --orphans finds "
-    "disks/volumes carrying this stack's ownership labels that no job declares. Lists what would go, then asks; "
+    help="Delete a job's disks, only when the job is completed (or failed, with --force) and its disks carry this "
+    "stack's ownership labels: lift their Pulumi protection, drop the job from the stack file and delete its "
+    "resources with a targeted update, all decided under the stack file's lock. --orphans lists data disks/volumes "
+    "of this stack that no job declares; one is deleted only when its job is in neither the file nor the Pulumi "
+    "state and recorded a `completed` event (--events-dir/--events-bucket). Lists what would go, then asks; "
     "--yes deletes without asking; --preview-only (or no terminal) only lists.\n\n"
-    "Example: spotctl cleanup --orphans --stack team-a",
+    "Example: spotctl cleanup --orphans --stack team-a --events-dir ./events",
 )
 def cleanup(
     job: Annotated[Optional[str], typer.Argument(help="The completed job whose disks go.")] = None,
@@ -215,11 +217,13 @@ def cleanup(
     force: Annotated[bool, typer.Option("--force", help="Also for a failed job.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
     preview_only: PreviewOnlyOpt = False,
+    events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
     no_apply: NoApplyOpt = False,
 ) -> None:
-    from cli.cloud import call as cloud_call
+    from cli.cloud import CloudError
     from cli.lifecycle import cleanup as cleanups
-    from cli.lifecycle import stackfile
+    from cli.lifecycle import events, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
@@ -227,24 +231,36 @@ def cleanup(
         raise fail("give a JOB or --orphans")
     # Cleanup never deleted without --yes: with no terminal to ask on, it stays a listing.
     ask = None if yes else (confirmer(False, preview_only) if interactive() else (lambda question: False))
+
+    def inventory(cfg):
+        return cloud_for(cfg, ref).inventory()
+
+    def completed(cfg, job_id):
+        found = events.recorded(cloud_for(cfg, ref), job_id, events_dir, events_bucket)
+        return any(e.event == "completed" for e in found)
+
     try:
         ref = stackfile.resolve(stack, stack_file)
         if orphans:
-            cfg = stackfile.load(ref)
-            inv = guard(lambda: cloud_for(cfg, ref).inventory())
+            applier = applier_for(ref, no_apply)
+
+            def report(disk, ok, why, deleting):
+                typer.echo(f"{('deleting' if deleting else 'would delete') if ok else 'keeping'} {disk.id} ({disk.zone}): {why}")
+
             with progress(f"listing the disks of stack {ref.name}"):
-                found = cleanups.deletable_orphans(guard(lambda: cloud_call(inv.disks)), cfg, ref.name)
+                found = cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=set() if ask else None,
+                                                 report=None if ask else report)
             if not found:
                 typer.echo(f"stack {ref.name}: no orphaned disks")
                 return
+            if ask is None:
+                return
             for disk, ok, why in found:
-                typer.echo(f"{('deleting' if ask is None else 'would delete') if ok else 'keeping'} {disk.id} ({disk.zone}): {why}")
-            deletable = [disk for disk, ok, _ in found if ok]
-            if deletable and (ask is None or ask(f"Delete {len(deletable)} orphaned disks of stack {ref.name}?")):
-                for disk in deletable:
-                    with progress(f"deleting {disk.id}"):
-                        guard(lambda d=disk: cloud_call(lambda: inv.delete(d)))
-                    typer.echo(f"deleted {disk.id}")
+                report(disk, ok, why, False)
+            deletable = {disk.id for disk, ok, _ in found if ok}
+            if deletable and ask(f"Delete {len(deletable)} orphaned disks of stack {ref.name}?"):
+                with progress("deleting"):
+                    cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=deletable, report=report)
             elif deletable:
                 typer.echo(_declined("nothing deleted", preview_only))
             return
@@ -258,9 +274,9 @@ def cleanup(
             if not ask(f"Delete job {job}'s disks and resources?"):
                 typer.echo(_declined("nothing changed", preview_only))
                 return
-        result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier,
+        result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier, inventory=inventory,
                                       out=lambda line: typer.echo(line.rstrip("\n"), err=True))
-    except (ConfigError, LifecycleError, ApplyError) as exc:
+    except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
         raise fail(str(exc)) from None
     if no_apply:
         typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")

@@ -143,6 +143,44 @@ class Applier:
             except auto.errors.CommandError as exc:
                 raise ApplyError(f"pulumi state unprotect {urn} failed: {_last_line(exc)}", started=True) from None
 
+    def held(self) -> Held:
+        """The stack's Pulumi state (``pulumi stack export``, without decrypting secrets)."""
+        import json
+
+        from pulumi import automation as auto
+
+        stack = self._stack()
+        try:
+            result = stack.workspace.pulumi_command.run(["stack", "export", "--stack", self.stack], str(self.work_dir), {})
+            return held_in(json.loads(result.stdout))
+        except auto.errors.CommandError as exc:
+            raise ApplyError(f"cannot read the Pulumi state of stack {self.stack}: {_last_line(exc)}") from None
+        except ValueError:
+            raise ApplyError(f"cannot read the Pulumi state of stack {self.stack}: `pulumi stack export` printed no JSON") from None
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the stack's Pulumi state holds: job ids (their TrainingJob components) and the cloud
+    ids/names of its disks and volumes."""
+
+    jobs: frozenset[str]
+    disks: frozenset[str]
+
+
+def held_in(deployment: dict) -> Held:
+    """Read ``pulumi stack export``'s JSON (pure)."""
+    jobs, disks = set(), set()
+    for r in (deployment.get("deployment") or {}).get("resources") or []:
+        urn, kind = str(r.get("urn", "")), str(r.get("type", ""))
+        if kind.endswith(":TrainingJob") and "::job-" in urn:
+            jobs.add(urn.rsplit("::job-", 1)[1])
+        if kind in ("gcp:compute/disk:Disk", "aws:ebs/volume:Volume"):
+            outputs = r.get("outputs") or {}
+            disks.update(str(v) for v in (r.get("id"), outputs.get("name"), outputs.get("id")) if v)
+            disks.update(str(r.get("id", "")).rsplit("/", 1)[-1:])  # GCP ids are projects/.../disks/NAME
+    return Held(frozenset(jobs), frozenset(d for d in disks if d))
+
 
 def _last_line(exc: Exception) -> str:
     text = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()

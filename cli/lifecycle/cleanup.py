@@ -1,6 +1,8 @@
 """``spotctl cleanup``: deleting a completed job's disks, and which orphaned disks may go.
 
-Every deletion goes through the one rule in ``cli.lifecycle.states.may_delete_disks``.
+Every deletion goes through the one rule in ``cli.lifecycle.states.may_delete_disks``, decided and
+acted on under the stack file's lock (so no resume/failover can land between the decision and the
+delete), and only for disks that carry this exact stack's ownership labels (``naming.owner_value``).
 """
 
 from __future__ import annotations
@@ -8,14 +10,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from cli.cloud import CloudDisk
+from cli.cloud import CloudDisk, Inventory
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, ApplyError, job_urns
+from cli.lifecycle.apply import Applier, ApplyError, Held, job_urns
 from cli.lifecycle.states import LifecycleError, may_delete_disks
-from infra.config import ConfigError, StackConfig
-from infra.naming import label_value
+from infra.config import ConfigError, Job, StackConfig
+from infra.naming import disk_name, label_value, owner_value, stack_slug
 
 
 @dataclass
@@ -27,75 +28,159 @@ class Cleanup:
 
 
 def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool, applier: Applier | None,
+                inventory: Callable[[StackConfig], Inventory] | None = None,
                 out: Callable[[str], None] = print) -> Cleanup:
     """Delete a completed job's disks (and drop the job from the stack): ``pulumi state unprotect``
     on its disks, remove its entry, then a targeted update deletes exactly its resources.
 
-    Without ``yes`` nothing changes (a dry run). With ``applier`` None only the file is edited and
-    the disks stay protected in Pulumi's state (the next ``pulumi up`` refuses to delete them).
+    Everything from reading the file to the delete happens under the stack file's lock; the job's
+    state and attempt are checked again right before the unprotect and before the delete. With
+    ``yes`` and an ``applier``, every cloud disk of the job (``inventory``) must carry this exact
+    stack's ownership labels. Without ``yes`` nothing changes (a dry run). With ``applier`` None
+    only the file is edited and the disks stay protected in Pulumi's state.
     """
     from cli.lifecycle.apply import disk_urns
     from cli.plan import mocks as planner
 
-    cfg = stackfile.load(ref)
-    try:
-        job = cfg.job(job_id)
-    except KeyError as exc:
-        raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
-    allowed, why = may_delete_disks(job, force=force, owned=True)
-    if not allowed:
-        raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
-    plan = planner.run(cfg, ref.name)
-    urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
-    if not yes:
-        return Cleanup(job_id, urns, disks, done=False)
-    if applier:
+    if yes and applier:
         applier.preflight()
-    guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
-    with guard:
-        original = ref.path.read_text()
-        stackfile.edit(ref.path, lambda config, current: stackfile.remove_job(config, job_id))
+    guard = applier.exclusive(ref.path) if (yes and applier) else contextlib.nullcontext()
+    with guard, stackfile.locked(ref.path):
+        cfg = stackfile.load(ref)
+        job = _job(ref, cfg, job_id)
+        allowed, why = may_delete_disks(job, force=force, owned=True)
+        if not allowed:
+            raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
+        plan = planner.run(cfg, ref.name)
+        urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
+        if not yes:
+            return Cleanup(job_id, urns, disks, done=False)
         if applier is None:
+            stackfile.take_job(ref.path, job_id)
             return Cleanup(job_id, urns, disks, done=True)
+        if inventory is None:
+            raise LifecycleError(f"job {job_id}: its disks are kept because their ownership labels could not be checked")
+        owned, why = job_disks_owned(inventory(cfg).disks(), cfg, ref.name, job)
+        if not owned:
+            raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
+        _recheck(ref, job, force)
+        applier.unprotect(disks)
+        _recheck(ref, job, force)
+        taken = stackfile.take_job(ref.path, job_id)
         try:
-            applier.unprotect(disks)
             applier.up(urns, out)
         except ApplyError as exc:
             if not exc.started:
-                _restore_if_unchanged(ref.path, original, job_id)
+                stackfile.put_back_job(ref.path, taken)
             raise
     return Cleanup(job_id, urns, disks, done=True)
 
 
-def _restore_if_unchanged(path: Path, original: str, job_id: str) -> None:
-    """Put the removed job back (the whole original file, when nothing else changed it since)."""
-    with stackfile.locked(path):
-        current = stackfile.read_config(path)
-        if not any(isinstance(j, dict) and j.get("id") == job_id for j in current.get(stackfile.key("jobs")) or []):
-            stackfile.atomic_write(path, original)
+def _job(ref: stackfile.StackRef, cfg: StackConfig, job_id: str) -> Job:
+    try:
+        return cfg.job(job_id)
+    except KeyError as exc:
+        raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
+
+
+def _recheck(ref: stackfile.StackRef, seen: Job, force: bool) -> None:
+    """The job as the file has it *now* is still the one the decision was made on (a hand edit
+    does not take the lock)."""
+    now = _job(ref, stackfile.load(ref), seen.id)
+    if (now.state, now.attempt) != (seen.state, seen.attempt) or not may_delete_disks(now, force=force, owned=True)[0]:
+        raise LifecycleError(f"job {seen.id} changed while its disks were being deleted "
+                             f"(now {now.state.value}, attempt {now.attempt}); nothing deleted")
 
 
 def owned_by(disk: CloudDisk, cfg: StackConfig, stack: str) -> bool:
+    """The disk carries this exact stack's ownership labels (owner value and managed)."""
     owner, _, managed = disk.owner(cfg.cloud)
-    expected = stack if cfg.cloud == "aws" else label_value(stack)
-    return managed and owner == expected
+    return managed and owner == owner_value(stack)
 
 
-def deletable_orphans(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str) -> list[tuple[CloudDisk, bool, str]]:
-    """Every disk of this stack that no job declares, with whether it may go and why.
+def _physical_name(disk: CloudDisk, cloud: str) -> str:
+    return disk.labels.get("Name", "") if cloud == "aws" else disk.id
 
-    A disk is an orphan when its job label names no job of the stack file. It may be deleted only
-    when it carries this stack's ownership labels and is not attached to a VM.
+
+def job_disks_owned(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str, job: Job) -> tuple[bool, str]:
+    """Every disk the job declares exists in the cloud with this stack's ownership labels and the
+    job's label; (False, why) naming the first that does not."""
+    by_name = {_physical_name(d, cfg.cloud): d for d in disks}
+    for rank in range(job.nodes):
+        name = disk_name(stack_slug(stack), job.id, rank)
+        disk = by_name.get(name)
+        if disk is None:
+            return False, f"its disk {name} is not among this stack's disks in the cloud"
+        _, labelled_job, _ = disk.owner(cfg.cloud)
+        if not owned_by(disk, cfg, stack) or labelled_job != label_value(job.id):
+            return False, f"its disk {disk.id} does not carry this stack's ownership labels"
+    return True, "every disk carries this stack's ownership labels"
+
+
+def is_data_disk(disk: CloudDisk, cloud: str) -> bool:
+    """A job's data disk/volume (job and node labels, no pool label), not a pool's or a VM's boot disk."""
+    sep = ":" if cloud == "aws" else "-"
+    labels = disk.labels
+    return f"spotctl{sep}job" in labels and f"spotctl{sep}node" in labels and f"spotctl{sep}pool" not in labels
+
+
+def deletable_orphans(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str, held: Held | None = None,
+                      completed: Iterable[str] = ()) -> list[tuple[CloudDisk, bool, str]]:
+    """Every data disk of this stack that no job of the file declares, with whether it may go and why.
+
+    Boot disks and pool disks are not listed. An orphan may be deleted only when it carries this
+    exact stack's ownership labels, its job is in neither the stack file nor the Pulumi state
+    (``held``; None: unknown, so nothing goes), Pulumi holds no resource with its id, its job
+    recorded a ``completed`` event, and no VM uses it. Anything else is listed and kept.
     """
     declared = {j.id for j in cfg.jobs}
+    done = set(completed)
     out = []
     for disk in disks:
+        if not is_data_disk(disk, cfg.cloud):
+            continue
         _, job_id, _ = disk.owner(cfg.cloud)
         if job_id in declared:
             continue
-        owned = owned_by(disk, cfg, stack)
-        ok, why = may_delete_disks(None, force=False, owned=owned)
-        if ok and disk.in_use:
+        ok, why = may_delete_disks(None, force=False, owned=owned_by(disk, cfg, stack))
+        if ok and held is None:
+            ok, why = False, "the Pulumi state could not be read"
+        elif ok and (job_id in held.jobs or disk.id in held.disks):
+            ok, why = False, f"Pulumi's state still holds it (job {job_id})"
+        elif ok and job_id not in done:
+            ok, why = False, f"job {job_id} recorded no `completed` event (renamed or removed by hand?)"
+        elif ok and disk.in_use:
             ok, why = False, "it is attached to a VM"
+        elif ok:
+            why = f"job {job_id} completed and is in neither the stack file nor the Pulumi state"
         out.append((disk, ok, why))
     return out
+
+
+def orphan_jobs(disks: Iterable[CloudDisk], cfg: StackConfig) -> set[str]:
+    """The job ids named by data disks that no job of the file declares (whose events to read)."""
+    declared = {j.id for j in cfg.jobs}
+    return {job for d in disks if is_data_disk(d, cfg.cloud) and (job := d.owner(cfg.cloud)[1]) and job not in declared}
+
+
+def cleanup_orphans(ref: stackfile.StackRef, inventory: Callable[[StackConfig], Inventory], applier: Applier | None,
+                    completed: Callable[[StackConfig, str], bool], *, delete: set[str] | None,
+                    report: Callable[[CloudDisk, bool, str, bool], None] | None = None) -> list[tuple[CloudDisk, bool, str]]:
+    """List orphaned disks and delete those that may go, decided and deleted under the stack
+    file's lock: all of them with ``delete`` None, only those whose ids are in ``delete`` (what
+    the user was shown and confirmed) otherwise. ``completed(cfg, job)`` says whether a job
+    recorded a ``completed`` event; ``report(disk, deletable, why, deleting)`` is told about each."""
+    with stackfile.locked(ref.path):
+        cfg = stackfile.load(ref)
+        inv = inventory(cfg)
+        disks = inv.disks()
+        held = applier.held() if applier else None
+        done = [job for job in sorted(orphan_jobs(disks, cfg)) if completed(cfg, job)]
+        found = deletable_orphans(disks, cfg, ref.name, held, done)
+        for disk, ok, why in found:
+            going = ok and (delete is None or disk.id in delete)
+            if report:
+                report(disk, ok, why, going)
+            if going:
+                inv.delete(disk)
+    return found

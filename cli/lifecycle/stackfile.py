@@ -3,6 +3,10 @@
 Edits are round-trips through ruamel.yaml (comments, key order and ``secure:`` values untouched),
 validated before anything is written, and written atomically (temp file + rename) under a file
 lock, so a crash or a concurrent spotctl leaves either the old or the new valid file.
+
+Longer than 420 lines because every way spotctl reads or rewrites a stack file (the one loader with
+its bounds, the lock, the atomic write, splicing, cutting and restoring a job) must agree, so they
+live together.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import io
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,13 +107,58 @@ def _yaml():
     return y
 
 
+BOM = "\ufeff"
+MAX_DEPTH = 32  # nesting of a stack file (jobs > job > env is 5 deep)
+MAX_NODES = 100_000  # nodes after expanding aliases: a stack file has hundreds; a bomb has billions
+
+
 def _read_text(path: Path) -> str:
+    """The file as text: UTF-8 (a byte-order mark is dropped, and kept on write by atomic_write)
+    with LF line ends (CRLF files are read as LF and written back as CRLF)."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(str(path), ["stack file not found"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(str(path), [f"line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"]) from None
+    return text.removeprefix(BOM).replace("\r\n", "\n")
+
+
+def _check_shape(path: Path, text: str) -> None:
+    """Refuse, before anything builds objects from it, YAML nested deeper than MAX_DEPTH or that
+    expands (through aliases) to more than MAX_NODES nodes: streamed events, no recursion."""
+    import yaml
+
+    sizes: dict[str, int] = {}
+    frames: list[list[Any]] = [[None, 0]]  # [anchor, nodes so far]
+    try:
+        for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            if isinstance(event, yaml.AliasEvent):
+                frames[-1][1] += sizes.get(event.anchor, 1)
+            elif isinstance(event, yaml.ScalarEvent):
+                frames[-1][1] += 1
+                if event.anchor:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                frames.append([event.anchor, 1])
+                if len(frames) > MAX_DEPTH + 1:
+                    line = event.start_mark.line + 1
+                    raise ConfigError(str(path), [f"line {line}: nested more than {MAX_DEPTH} levels deep"])
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                anchor, size = frames.pop()
+                if anchor:
+                    sizes[anchor] = size
+                frames[-1][1] += size
+            if frames[-1][1] > MAX_NODES or (len(frames) > 1 and sum(f[1] for f in frames) > MAX_NODES):
+                line = event.start_mark.line + 1
+                raise ConfigError(str(path), [f"line {line}: expands to more than {MAX_NODES} values (aliases of aliases?)"])
+    except yaml.YAMLError as exc:
+        raise _yaml_error(path, exc) from None
 
 
 def _yaml_error(path: Path, exc: Exception) -> ConfigError:
@@ -134,6 +184,8 @@ def _load_document(path: Path, text: str | None = None) -> Any:
     from ruamel.yaml.error import YAMLError
 
     text = _read_text(path) if text is None else text
+    _check_shape(path, text)
+    _fast_load(path, text)  # the same errors as every reader (duplicates named with their line)
     try:
         doc = _yaml().load(text)
     except YAMLError as exc:
@@ -156,6 +208,21 @@ def _fast_loader():
         for first, resolvers in base.yaml_implicit_resolvers.items()
     }
     Loader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+    def construct_mapping(self, node, deep=False):
+        # PyYAML keeps the last of duplicate keys silently (ruamel, the editor, refuses them):
+        # refuse them here too, so validate, plan and the editor agree on every file.
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r} (first on line {seen[key_node.value] + 1})",
+                        key_node.start_mark)
+                seen[key_node.value] = key_node.start_mark.line
+        return base.construct_mapping(self, node, deep=deep)
+
+    Loader.construct_mapping = construct_mapping
     return Loader
 
 
@@ -167,6 +234,7 @@ def _fast_load(path: Path, text: str) -> Any:
 
     global _FAST_LOADER
     _FAST_LOADER = _FAST_LOADER or _fast_loader()
+    _check_shape(path, text)
     try:
         doc = yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -205,38 +273,67 @@ def lock_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
+_held = threading.local()  # lock files this thread holds, with a count (locked() nests)
+
+
 @contextlib.contextmanager
 def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the stack file's lock (another spotctl editing the same stack waits)."""
+    """Hold the stack file's lock (another spotctl, or another thread, editing the same stack
+    waits). Re-entrant in one thread, so a command can decide and act under one hold while the
+    edits it makes take the lock again."""
     from filelock import FileLock, Timeout
 
-    lock = FileLock(str(lock_path(path)), timeout=timeout)
+    name = str(lock_path(path).resolve())
+    counts = _held.__dict__.setdefault("counts", {})
+    if counts.get(name):
+        counts[name] += 1
+        try:
+            yield
+        finally:
+            counts[name] -= 1
+        return
+    lock = FileLock(name, timeout=timeout)
     try:
         lock.acquire()
     except Timeout:
         raise ConfigError(str(path), [f"locked by another spotctl for more than {timeout:.0f} s"]) from None
+    counts[name] = 1
     try:
         yield
     finally:
+        counts.pop(name, None)
         lock.release()
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so readers only ever see the old or the new content."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``text`` to ``path`` so readers only ever see the old or the new content.
+
+    A symlinked stack file is written where it points (the link stays a link); the old file's
+    line ends (CRLF) and byte-order mark are kept, since ``_read_text`` hands out LF text without one.
+    """
+    target = Path(os.path.realpath(path))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        old = target.read_bytes()
+    except FileNotFoundError:
+        old = b""
+    if b"\r\n" in old:
+        text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    if old.startswith(BOM.encode()):
+        text = BOM + text
+    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -297,6 +394,103 @@ def remove_job(config: Any, job_id: str) -> None:
     raise KeyError(job_id)
 
 
+def _jobs_node(text: str) -> Any:
+    import yaml
+
+    global _FAST_LOADER
+    _FAST_LOADER = _FAST_LOADER or _fast_loader()
+    root = yaml.compose(text, Loader=_FAST_LOADER)
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    config = next((v for k, v in root.value if k.value == "config"), None)
+    jobs = next((v for k, v in getattr(config, "value", []) if k.value == key("jobs")), None) if config else None
+    return jobs if isinstance(jobs, yaml.SequenceNode) and not jobs.flow_style else None
+
+
+def _last_line(node: Any) -> int:
+    """The last text line (0-based) a block node's content is on."""
+    while isinstance(node.value, list) and node.value and not node.flow_style:
+        last = node.value[-1]
+        node = last[1] if isinstance(last, tuple) else last
+    end = node.end_mark
+    return end.line - 1 if end.column == 0 and end.line > node.start_mark.line else end.line
+
+
+def _entry_lines(text: str, index: int) -> tuple[int, int]:
+    """Lines [start, end) of the ``index``-th job: its own comment lines just above it (at the
+    indentation of its ``-``), the entry itself and its trailing comments on the same line."""
+    jobs = _jobs_node(text)
+    entry = jobs.value[index]
+    lines = text.split("\n")
+    start, end = entry.start_mark.line, _last_line(entry) + 1
+    dash = len(lines[start]) - len(lines[start].lstrip(" "))
+    while start > 0 and lines[start - 1].strip().startswith("#") and len(lines[start - 1]) - len(lines[start - 1].lstrip(" ")) == dash:
+        start -= 1
+    return start, end
+
+
+def take_job(path: Path, job_id: str) -> tuple[str, int, dict[str, Any]]:
+    """Remove one job from the stack file (under the lock, validated, atomically) by cutting exactly
+    its lines, so the comments of the jobs around it stay. Returns (its text, its index, its keys)
+    for ``put_back_job``. Raises KeyError when the file has no such job."""
+    with locked(path):
+        text = _read_text(path)
+        raw = plain(_fast_load(path, text).get("config", {}))
+        jobs = raw.get(key("jobs")) or []
+        index = next((i for i, e in enumerate(jobs) if isinstance(e, dict) and e.get("id") == job_id), None)
+        if index is None:
+            raise KeyError(job_id)
+        validate(namespaced(raw, str(path)), str(path))
+        expected = copy.deepcopy(raw)
+        entry = expected[key("jobs")].pop(index)
+        block, new_text = "", None
+        if _jobs_node(text) is not None:
+            lines = text.split("\n")
+            start, end = _entry_lines(text, index)
+            block = "\n".join(lines[start:end]) + "\n"
+            new_text = "\n".join(lines[:start] + lines[end:])
+        if new_text is None or plain(_fast_load(path, new_text).get("config", {})) != expected:
+            doc = _load_document(path, text)
+            remove_job(doc["config"], job_id)
+            buf = io.StringIO()
+            _yaml().dump(doc, buf)
+            new_text, block = buf.getvalue(), ""
+        validate(namespaced(plain(_fast_load(path, new_text).get("config", {})), str(path)), str(path))
+        atomic_write(path, new_text)
+        return block, index, entry
+
+
+def put_back_job(path: Path, taken: tuple[str, int, dict[str, Any]]) -> bool:
+    """Undo ``take_job``: re-insert the job where it was, only if the file has no job of that id
+    (a concurrent edit wins); everything else in the file stays as it is now. Returns whether it did."""
+    block, index, entry = taken
+    with locked(path):
+        text = _read_text(path)
+        raw = plain(_fast_load(path, text).get("config", {}))
+        jobs = raw.get(key("jobs")) or []
+        if any(isinstance(e, dict) and e.get("id") == entry.get("id") for e in jobs):
+            return False
+        expected = copy.deepcopy(raw)
+        expected.setdefault(key("jobs"), []).insert(min(index, len(jobs)), entry)
+        new_text = None
+        if block and jobs and _jobs_node(text) is not None:
+            lines = text.split("\n")
+            at = _entry_lines(text, index)[0] if index < len(jobs) else _entry_lines(text, len(jobs) - 1)[1]
+            new_text = "\n".join(lines[:at]) + ("\n" if at else "") + block + "\n".join(lines[at:])
+        if new_text is None or plain(_fast_load(path, new_text).get("config", {})) != expected:
+            doc = _load_document(path, text)
+            config = doc.setdefault("config", {})
+            if config.get(key("jobs")) is None:
+                config[key("jobs")] = []
+            config[key("jobs")].insert(min(index, len(jobs)), entry)
+            buf = io.StringIO()
+            _yaml().dump(doc, buf)
+            new_text = buf.getvalue()
+        validate(namespaced(plain(_fast_load(path, new_text).get("config", {})), str(path)), str(path))
+        atomic_write(path, new_text)
+        return True
+
+
 def _scalar_text(value: Any) -> str:
     import yaml
 
@@ -308,14 +502,8 @@ def _splice_job_fields(text: str, job_id: str, fields: Mapping[str, Any]) -> str
     line after the job's last key); None when the layout is not the plain block style this handles."""
     import yaml
 
-    global _FAST_LOADER
-    _FAST_LOADER = _FAST_LOADER or _fast_loader()
-    root = yaml.compose(text, Loader=_FAST_LOADER)
-    if not isinstance(root, yaml.MappingNode):
-        return None
-    config = next((v for k, v in root.value if k.value == "config"), None)
-    jobs = next((v for k, v in getattr(config, "value", []) if k.value == key("jobs")), None) if config else None
-    if not isinstance(jobs, yaml.SequenceNode):
+    jobs = _jobs_node(text)
+    if jobs is None:
         return None
     entry = next((n for n in jobs.value if isinstance(n, yaml.MappingNode)
                   and any(k.value == "id" and v.value == job_id for k, v in n.value)), None)
