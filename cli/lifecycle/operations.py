@@ -73,7 +73,7 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             applier.up(targets, out)
         except ApplyError as exc:
             if not exc.started:
-                _undo(ref.path, job_id, holder["before"])
+                _undo(ref.path, job_id, holder["before"], change.fields)
             raise
         return Outcome(change, new_cfg, applied=True)
 
@@ -109,14 +109,14 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
 
     old_targets = job_urns(planner.run(old_cfg, ref.name), job_id)
     final = stackfile.job_fields(ref.path, job_id, list(before))
-    stackfile.update_job(ref.path, job_id, lambda current, written: {k: before[k] for k in before if before[k] is not _MISSING}
-                         | {"state": "stopped"})
+    stopped = {k: before[k] for k in before if before[k] is not _MISSING} | {"state": "stopped"}
+    stackfile.update_job(ref.path, job_id, lambda current, written: stopped)
     out(f"job {job_id}: stopping every node of attempt {old_cfg.job(job_id).attempt} before the new attempt starts")
     try:
         applier.up(old_targets, out)
     except ApplyError as exc:
         if not exc.started:
-            _undo(ref.path, job_id, before)
+            _undo(ref.path, job_id, before, final | stopped)
         raise
     stackfile.update_job(ref.path, job_id, lambda current, written: final)
 
@@ -128,19 +128,28 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def _undo(path: Path, job_id: str, before: dict[str, Any]) -> None:
-    if all(v is not _MISSING for v in before.values()):
-        stackfile.update_job(path, job_id, lambda current, written: before)
-        return
+def _undo(path: Path, job_id: str, before: dict[str, Any], wrote: dict[str, Any]) -> None:
+    """Put back the keys this command set, under the lock, each only while it still holds what
+    the command wrote (a concurrent complete, failover or hand edit wins); a job removed meanwhile
+    is left removed."""
 
     def restore(config_map: Any, current: StackConfig) -> None:
-        entry = stackfile.job_entry(config_map, job_id)
+        try:
+            entry = stackfile.job_entry(config_map, job_id)
+        except KeyError:
+            return
         for name, value in before.items():
+            if name not in wrote or entry.get(name, _MISSING) != wrote[name]:
+                continue
             if value is _MISSING:
                 entry.pop(name, None)
             else:
                 entry[name] = value
 
+    if all(v is not _MISSING for v in before.values()):
+        def keys(current: StackConfig, written: Any) -> dict[str, Any]:
+            return {k: v for k, v in before.items() if k in wrote and written.get(k, _MISSING) == wrote[k]} if written else {}
+
+        stackfile.update_job(path, job_id, keys)
+        return
     stackfile.edit(path, restore)
-
-

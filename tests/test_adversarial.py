@@ -1,0 +1,191 @@
+"""Issue 22: what adversarial testing broke, one test per defect (each failed before its fix), and
+the corpus of bad stacks, env keys and payloads in tests/adversarial/ that grows with every defect.
+
+The lifecycle races are driven by threads on real temp stack files; the cloud is a recording
+inventory and the Automation API adapter is replaced by a recording applier."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from cli.cloud import CloudDisk
+from cli.lifecycle import cleanup, operations, stackfile
+from cli.lifecycle.apply import ApplyError
+from cli.lifecycle.states import LifecycleError, decide_complete, decide_failover, decide_resume
+from infra.config import ConfigError
+from infra.naming import disk_name, gcp_labels, stack_slug
+
+STACK = "example-gcp"
+
+
+class Inventory:
+    """The stack's disks as the cloud lists them, with every delete recorded."""
+
+    def __init__(self, disks: list[CloudDisk]):
+        self.listed, self.deleted = disks, []
+
+    def disks(self) -> list[CloudDisk]:
+        return list(self.listed)
+
+    def delete(self, disk: CloudDisk) -> None:
+        self.deleted.append(disk.id)
+
+
+def example_disks(stack: str = STACK, owner_stack: str | None = None) -> list[CloudDisk]:
+    jobs = {"llm-pretrain": ("us-central1-a", 2), "vit-finetune": ("us-central1-b", 1), "bert-eval": ("us-central1-c", 1)}
+    return [CloudDisk(disk_name(stack_slug(stack), job, n), zone, {**gcp_labels(owner_stack or stack, {}, job=job), "spotctl-node": str(n)})
+            for job, (zone, nodes) in jobs.items() for n in range(nodes)]
+
+
+class Applier:
+    """Records unprotect/up; ``on_up`` runs inside ``up`` (a concurrent edit), ``fail`` makes up
+    fail before it started (a stack locked by another update)."""
+
+    def __init__(self, on_up=None, fail: bool = False, on_unprotect=None):
+        self.unprotected: list[str] = []
+        self.ups: list[list[str]] = []
+        self.on_up, self.fail, self.on_unprotect = on_up, fail, on_unprotect
+
+    def preflight(self) -> None:
+        pass
+
+    def exclusive(self, path: Path):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def unprotect(self, urns: list[str]) -> None:
+        if self.on_unprotect:
+            self.on_unprotect()
+        self.unprotected += urns
+
+    def up(self, targets: list[str], out) -> None:
+        if self.on_up:
+            self.on_up()
+        if self.fail:
+            raise ApplyError("cannot apply: stack locked by another update")
+        self.ups.append(targets)
+
+    def held(self):
+        from cli.lifecycle.apply import Held
+
+        return Held(frozenset(), frozenset())
+
+
+@pytest.fixture
+def ref(project: Path) -> stackfile.StackRef:
+    return stackfile.StackRef(STACK, project / "stacks" / f"Pulumi.{STACK}.yaml")
+
+
+def set_state(ref: stackfile.StackRef, job: str, state: str) -> None:
+    stackfile.update_job(ref.path, job, lambda current, written: {"state": state})
+
+
+# ---- 1. cleanup decides and acts under the lock ------------------------------------------------------
+
+
+def test_1_a_resume_landing_during_cleanup_never_loses_the_disk(ref, monkeypatch):
+    """Before: cleanup read the file, a `resume --force` made the job running, cleanup still
+    unprotected and deleted its disk. Now the resume waits for the lock (and then finds no job)."""
+    set_state(ref, "bert-eval", "failed")
+    resumed: list[object] = []
+
+    def resume_meanwhile(*args, **kwargs):
+        def resume() -> None:
+            try:
+                resumed.append(operations.change_job(ref, "bert-eval", lambda j: decide_resume(j, [], force=True), applier=None))
+            except (ConfigError, LifecycleError) as exc:
+                resumed.append(exc)
+
+        t = threading.Thread(target=resume)
+        t.start()
+        t.join(2)  # before the fix it lands here; after it, it waits for cleanup's lock
+        return real_run(*args, **kwargs)
+
+    from cli.plan import mocks as planner
+
+    real_run = planner.run
+    monkeypatch.setattr(planner, "run", resume_meanwhile)
+    applier = Applier()
+    try:
+        cleanup.cleanup_job(ref, "bert-eval", force=True, yes=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
+    except LifecycleError:
+        pass
+    monkeypatch.setattr(planner, "run", real_run)
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and t.name.startswith("Thread"):
+            t.join()
+    deleted = bool(applier.unprotected)
+    resume_won = any(not isinstance(r, Exception) for r in resumed)
+    assert not (deleted and resume_won), "a job made running had its disk unprotected and deleted"
+    assert resumed, "the resume ran"
+
+
+def test_1_a_hand_edit_between_decision_and_unprotect_stops_the_delete(ref):
+    """The state is read again right before `state unprotect` and before the delete."""
+    def hand_edit() -> None:
+        text = ref.path.read_text()
+        ref.path.write_text(text.replace("      attempt: 2\n      state: completed", "      attempt: 3\n      state: running"))
+
+    applier = Applier(on_unprotect=hand_edit)
+    with pytest.raises(LifecycleError, match="job bert-eval changed while its disks were being deleted"):
+        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
+    assert applier.ups == [] and stackfile.load(ref).job("bert-eval").state.value == "running"
+
+
+# ---- 3. cleanup JOB checks ownership labels ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("disks", [
+    pytest.param(lambda: example_disks(owner_stack="example.gcp"), id="another-stack-same-slug"),
+    pytest.param(lambda: [CloudDisk(d.id, d.zone, {**d.labels, "spotctl-managed": "false"}) for d in example_disks()], id="unmanaged"),
+    pytest.param(lambda: [d for d in example_disks() if "bert" not in d.id], id="missing"),
+    pytest.param(lambda: [CloudDisk(d.id, d.zone, {**d.labels, "spotctl-job": "other"}) for d in example_disks()], id="other-job"),
+])
+def test_3_cleanup_job_refuses_disks_without_this_stacks_labels(ref, disks):
+    before = ref.path.read_text()
+    applier = Applier()
+    with pytest.raises(LifecycleError, match="job bert-eval: its disks are kept because its disk"):
+        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=applier, inventory=lambda cfg: Inventory(disks()))
+    assert applier.unprotected == [] and applier.ups == [] and ref.path.read_text() == before
+
+
+# ---- 4. undo only what this command set ---------------------------------------------------------------
+
+
+def test_4_failed_cleanup_keeps_a_concurrent_edit_of_another_job(ref):
+    def failover_meanwhile() -> None:  # a hand edit / another tool: no lock
+        ref.path.write_text(ref.path.read_text().replace("      capacity: on-demand\n      attempt: 3", "      capacity: spot\n      attempt: 4"))
+
+    with pytest.raises(ApplyError):
+        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=Applier(on_up=failover_meanwhile, fail=True),
+                            inventory=lambda cfg: Inventory(example_disks()))
+    cfg = stackfile.load(ref)
+    assert [j.id for j in cfg.jobs] == ["llm-pretrain", "vit-finetune", "bert-eval"]
+    vit = cfg.job("vit-finetune")
+    assert (vit.capacity.value, vit.attempt) == ("spot", 4)
+    assert "# Finished: no VM any more" in ref.path.read_text()
+
+
+def test_4_failed_resume_keeps_a_concurrent_complete(ref):
+    set_state(ref, "vit-finetune", "preempted")
+
+    def complete_meanwhile() -> None:
+        operations.change_job(ref, "vit-finetune", decide_complete, applier=None)
+
+    with pytest.raises(ApplyError):
+        operations.change_job(ref, "vit-finetune", lambda j: decide_resume(j, []), applier=Applier(on_up=complete_meanwhile, fail=True))
+    job = stackfile.load(ref).job("vit-finetune")
+    assert job.state.value == "completed" and job.attempt == 3  # attempt 4 undone, complete kept
+
+
+def test_4_undo_of_a_job_removed_meanwhile_does_not_crash(ref):
+    def removed_meanwhile() -> None:
+        stackfile.take_job(ref.path, "vit-finetune")
+
+    with pytest.raises(ApplyError):
+        operations.change_job(ref, "vit-finetune", lambda j: decide_failover(j, None), applier=Applier(on_up=removed_meanwhile, fail=True))
+    assert [j.id for j in stackfile.load(ref).jobs] == ["llm-pretrain", "bert-eval"]
