@@ -74,3 +74,26 @@ def pulumi_calls(log: Path) -> list[list[str]]:
     import json
 
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def data_labels(stack: str, job: str, cloud: str = "gcp", node: int = 0) -> dict[str, str]:
+    """What the components put on a job's data disk (gcp labels / aws tags)."""
+    from infra.naming import aws_tags, gcp_labels
+
+    if cloud == "aws":
+        return {**aws_tags(stack, {}, job=job), "spotctl:node": str(node)}
+    return {**gcp_labels(stack, {}, job=job), "spotctl-node": str(node)}
+
+
+@pytest.fixture
+def gce(monkeypatch):
+    """A local Compute endpoint holding the example-gcp stack's data disks, correctly labelled."""
+    from tests.fixtures.fake_gce import FakeGce
+
+    fake = FakeGce()
+    monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", fake.url)
+    for zone, job, nodes in (("us-central1-a", "llm-pretrain", 2), ("us-central1-b", "vit-finetune", 1), ("us-central1-c", "bert-eval", 1)):
+        for n in range(nodes):
+            fake.add_disk(zone, f"example-gcp-{job}-n{n}-disk", data_labels("example-gcp", job, node=n))
+    yield fake
+    fake.stop()

@@ -6,6 +6,7 @@ inventory and the Automation API adapter is replaced by a recording applier."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def test_1_a_resume_landing_during_cleanup_never_loses_the_disk(ref, monkeypatch
     unprotected and deleted its disk. Now the resume waits for the lock (and then finds no job)."""
     set_state(ref, "bert-eval", "failed")
     resumed: list[object] = []
+    threads: list[threading.Thread] = []
 
     def resume_meanwhile(*args, **kwargs):
         def resume() -> None:
@@ -101,6 +103,7 @@ def test_1_a_resume_landing_during_cleanup_never_loses_the_disk(ref, monkeypatch
                 resumed.append(exc)
 
         t = threading.Thread(target=resume)
+        threads.append(t)
         t.start()
         t.join(2)  # before the fix it lands here; after it, it waits for cleanup's lock
         return real_run(*args, **kwargs)
@@ -110,14 +113,11 @@ def test_1_a_resume_landing_during_cleanup_never_loses_the_disk(ref, monkeypatch
     real_run = planner.run
     monkeypatch.setattr(planner, "run", resume_meanwhile)
     applier = Applier()
-    try:
+    with contextlib.suppress(LifecycleError):
         cleanup.cleanup_job(ref, "bert-eval", force=True, yes=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
-    except LifecycleError:
-        pass
     monkeypatch.setattr(planner, "run", real_run)
-    for t in threading.enumerate():
-        if t is not threading.current_thread() and t.name.startswith("Thread"):
-            t.join()
+    for t in threads:
+        t.join()
     deleted = bool(applier.unprotected)
     resume_won = any(not isinstance(r, Exception) for r in resumed)
     assert not (deleted and resume_won), "a job made running had its disk unprotected and deleted"

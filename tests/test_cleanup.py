@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import boto3
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
@@ -20,31 +19,10 @@ from cli.lifecycle.apply import Held, job_urns
 from cli.lifecycle.cleanup import deletable_orphans
 from cli.plan import mocks as planner
 from infra.config import validate
-from infra.naming import aws_tags, gcp_labels, owner_value
-from tests.conftest import AWS_BASE, aws_job, pulumi_calls, stack_config
+from infra.naming import aws_tags, owner_value
+from tests.conftest import AWS_BASE, aws_job, data_labels, pulumi_calls, stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def data_labels(stack: str, job: str, cloud: str = "gcp", node: int = 0) -> dict[str, str]:
-    """What the components put on a job's data disk (gcp labels / aws tags)."""
-    if cloud == "aws":
-        return {**aws_tags(stack, {}, job=job), "spotctl:node": str(node)}
-    return {**gcp_labels(stack, {}, job=job), "spotctl-node": str(node)}
-
-
-@pytest.fixture
-def gce(monkeypatch):
-    """A local Compute endpoint holding the example-gcp stack's data disks, correctly labelled."""
-    from tests.fixtures.fake_gce import FakeGce
-
-    fake = FakeGce()
-    monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", fake.url)
-    for zone, job, nodes in (("us-central1-a", "llm-pretrain", 2), ("us-central1-b", "vit-finetune", 1), ("us-central1-c", "bert-eval", 1)):
-        for n in range(nodes):
-            fake.add_disk(zone, f"example-gcp-{job}-n{n}-disk", data_labels("example-gcp", job, node=n))
-    yield fake
-    fake.stop()
 
 
 def test_cleanup_refuses_a_job_that_is_not_completed(project, runner, fake_pulumi):

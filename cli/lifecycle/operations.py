@@ -86,12 +86,12 @@ def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, change: Chang
     try:
         applier.preview(targets, out)
     except ApplyError:
-        _undo(ref.path, job_id, before)
+        _undo(ref.path, job_id, before, change.fields)
         raise
     gang = (f" (every node of attempt {old_job.attempt} is stopped first)" if _gang_restart(old_job, change) else "")
     if confirm(f"Do you want to perform this update of job {job_id}{gang}?"):
         return True
-    _undo(ref.path, job_id, before)
+    _undo(ref.path, job_id, before, change.fields)
     return False
 
 
