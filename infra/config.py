@@ -33,7 +33,8 @@ NAMESPACE = "spotctl"
 
 # Job ids and pool names become parts of cloud resource names (GCE: RFC 1035, 63 chars; we append
 # suffixes such as "-a12-n3-disk"), so they are kept short and in the strictest common alphabet.
-NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+# Every pattern here is used with fullmatch: `$` would also match before a trailing newline.
+NAME_RE = re.compile(r"[a-z]([-a-z0-9]{0,28}[a-z0-9])?")
 NAME_RULE = (
     "1-30 characters: lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen"
 )
@@ -77,6 +78,53 @@ class _Model(BaseModel):
 
 
 Name = Annotated[str, StringConstraints(strict=True)]
+NonEmpty = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]
+
+MAX_ATTEMPT = 9999
+MAX_HOURS = 87600.0  # ten years: past that a deadline is a typo (and 1e300 overflowed the planner)
+# A command travels in the VM's startup script: GCE metadata values are limited to 256 KB and AWS
+# user data to 16 KB (the contract checks the rendered script); no real command is longer than this.
+MAX_COMMAND = 8192
+MAX_ENV_VALUE = 4096
+# Regions and zones: ASCII, structured; a zone is its region plus one letter (GCP "-a", AWS "a"),
+# or an AWS Local Zone ("us-west-2-lax-1a"). These go to pydantic, whose (Rust) regex `$` matches
+# only at the very end, unlike Python's.
+REGION_RE = r"^[a-z]{2,}(-[a-z]+)+-?[0-9]{1,2}$"
+ZONE_RE = r"^[a-z]{2,}(-[a-z]+)+-?[0-9]{1,2}(-[a-z]|[a-z]|-[a-z]{3}-[0-9][a-z])$"
+
+# Names a job's env may not set: spotctl's own variables and the rendezvous it sets up, names
+# that change how bash, the dynamic linker or command lookup behave. (The scripts set their own
+# variables after the user's regardless; this makes the stack file say so up front.)
+RESERVED_ENV_PREFIXES = {"SPOTCTL_": "spotctl sets its own SPOTCTL_* variables", "BASH_": "it changes how bash runs",
+                         "LD_": "it changes the dynamic linker"}
+RESERVED_ENV_NAMES = {
+    **dict.fromkeys(("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "WORLD_SIZE"), "spotctl sets the rendezvous variables"),
+    **dict.fromkeys(("PATH", "CDPATH", "FPATH", "MAILPATH", "ENV", "BASHOPTS", "SHELLOPTS", "IFS", "GLOBIGNORE",
+                     "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "POSIXLY_CORRECT", "OPTIND", "OPTARG", "HOME", "PWD",
+                     "OLDPWD", "SHELL", "SHLVL", "PPID", "UID", "EUID", "TMOUT", "HISTFILE", "EXECIGNORE", "INPUTRC"),
+                    "it changes how the shell or command lookup behaves"),
+}
+
+
+def reserved_env_key(key: str) -> str:
+    """Why a job's env may not set ``key`` ("" when it may)."""
+    if key in RESERVED_ENV_NAMES:
+        return RESERVED_ENV_NAMES[key]
+    return next((why for prefix, why in RESERVED_ENV_PREFIXES.items() if key.upper().startswith(prefix)), "")
+
+
+def zone_in_region(zone: str, region: str, cloud: str) -> bool:
+    """``zone`` is one of ``region``'s zones by its structure, not a string prefix
+    (``us-central10-c`` is not in ``us-central1``)."""
+    if cloud == "gcp":
+        return re.fullmatch(re.escape(region) + r"-[a-z]", zone) is not None
+    return re.fullmatch(re.escape(region) + r"([a-z]|-[a-z]{3}-[0-9][a-z])", zone) is not None
+
+
+def _bounded(value: str) -> str:
+    if len(value) > MAX_ENV_VALUE:
+        raise ValueError(f"an env value is {len(value)} characters; at most {MAX_ENV_VALUE}")
+    return value
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 
@@ -92,13 +140,13 @@ class Pool(_Model):
     """Shared GPU capacity: a static on-demand part and a dynamic spot part that autoscales."""
 
     name: Name
-    machine_type: str | None = None
-    instance_types: list[str] | None = None
+    machine_type: NonEmpty | None = None
+    instance_types: list[NonEmpty] | None = None
     accelerator: Accelerator | None = None
     on_demand: NonNegativeInt = 0
     spot_min: NonNegativeInt = 0
     spot_max: NonNegativeInt = 0
-    agent_command: str | None = None
+    agent_command: Annotated[str, StringConstraints(strict=True, max_length=MAX_COMMAND)] | None = None
     disk_gb: Annotated[int, Field(strict=True, ge=10, le=65536)] = 200
     image: str | None = None
     external_ip: bool = False
@@ -108,7 +156,7 @@ class Pool(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(f"pool name {v!r} is not a valid cloud resource name: use {NAME_RULE}")
         return v
 
@@ -138,19 +186,20 @@ class Job(_Model):
     """One training run whose disk outlives every VM it runs on."""
 
     id: Name
-    machine_type: str | None = None
-    instance_type: str | None = None
+    machine_type: NonEmpty | None = None
+    instance_type: NonEmpty | None = None
     accelerator: Accelerator | None = None
     image: str | None = None
     disk_gb: Annotated[int, Field(strict=True, ge=10, le=65536)] = 200
-    command: Annotated[str, StringConstraints(strict=True, min_length=1)]
+    command: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_COMMAND)]
     nodes: Annotated[int, Field(strict=True, ge=1, le=64)] = 1
     capacity: Capacity = Capacity.SPOT
-    zone: Name
-    attempt: PositiveInt = 1
+    zone: Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]
+    # Bounded so every physical name stays within GCE's 63 characters (slug 16 + id 30 + "-a9999-n63").
+    attempt: Annotated[int, Field(strict=True, ge=1, le=MAX_ATTEMPT)] = 1
     state: JobState = JobState.PENDING
-    deadline_hours: Annotated[float, Field(strict=True, gt=0)] | None = None
-    job_hours: Annotated[float, Field(strict=True, gt=0)] | None = None
+    deadline_hours: Annotated[float, Field(strict=True, gt=0, le=MAX_HOURS, allow_inf_nan=False)] | None = None
+    job_hours: Annotated[float, Field(strict=True, gt=0, le=MAX_HOURS, allow_inf_nan=False)] | None = None
     policy: str = "default"
     env: dict[str, str] = Field(default_factory=dict)
     external_ip: bool = False
@@ -161,7 +210,7 @@ class Job(_Model):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError(f"job id {v!r} is not a valid cloud resource name: use {NAME_RULE}")
         return v
 
@@ -176,15 +225,24 @@ class Job(_Model):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"env key {key!r} is not a valid environment variable name")
-            _no_nul(value)
+            if reserved_env_key(key):
+                raise ValueError(f"env key {key!r} is reserved: {reserved_env_key(key)}")
+            _bounded(_no_nul(value))
         return v
 
     @field_validator("command")
     @classmethod
     def _command(cls, v: str) -> str:
         return _no_nul(v)
+
+    @model_validator(mode="after")
+    def _hours(self) -> Self:
+        if self.job_hours is not None and self.deadline_hours is not None and self.job_hours > self.deadline_hours:
+            raise ValueError(f"jobHours ({self.job_hours:g}) must be <= deadlineHours ({self.deadline_hours:g}): "
+                             "the job cannot finish before its deadline")
+        return self
 
     @property
     def active(self) -> bool:
@@ -224,8 +282,8 @@ class StackConfig(_Model):
     """Everything under the ``spotctl:`` namespace of one stack file."""
 
     cloud: Literal["gcp", "aws"]
-    region: Name
-    zones: Annotated[list[Name], Field(min_length=1)]
+    region: Annotated[str, StringConstraints(strict=True, pattern=REGION_RE)]
+    zones: Annotated[list[Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]], Field(min_length=1)]
     project: str | None = None
     network: Network = Field(default_factory=Network)
     labels: dict[str, str] = Field(default_factory=dict)
@@ -243,7 +301,7 @@ class StackConfig(_Model):
         if gcp and not self.project:
             problems.append(("project", "required when cloud is 'gcp' (the GCP project id)"))
         for i, zone in enumerate(self.zones):
-            if not zone.startswith(self.region):
+            if not zone_in_region(zone, self.region, self.cloud):
                 problems.append((f"zones[{i}]", f"zone {zone!r} is not in region {self.region!r}"))
         if len(set(self.zones)) != len(self.zones):
             problems.append(("zones", "lists a zone twice"))
@@ -266,7 +324,7 @@ class StackConfig(_Model):
             if job.zone not in self.zones:
                 problems.append((f"jobs[{i}].zone", _choice_message("zone", job.zone, self.zones)))
         for key, value in self.labels.items():
-            if not re.match(r"^[a-z][-_a-z0-9]{0,62}$", key) or not re.match(r"^[-_a-z0-9]{0,63}$", value):
+            if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
                 problems.append(
                     (f"labels.{key}", "labels must be lowercase letters, digits, '-' or '_' (GCP label rules)")
                 )
@@ -470,8 +528,17 @@ def _describe(err: Mapping[str, Any]) -> tuple[str, str]:
         op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
         bound = next(iter(ctx.values()))
         return _path(loc), f"expected a number {op} {bound}, got {_show(value)}"
-    if kind == "too_short":
+    if kind in ("too_short", "string_too_short"):
         return _path(loc), "must not be empty"
+    if kind == "string_too_long":
+        return _path(loc), f"is {len(value)} characters long; at most {err['ctx']['max_length']}"
+    if kind == "finite_number":
+        return _path(loc), f"expected a finite number, got {_show(value)}"
+    if kind == "string_pattern_mismatch":
+        what = {"region": "a region name such as 'us-central1' or 'us-east-1'"}.get(
+            str(loc[-1]), "a zone name such as 'us-central1-a' or 'us-east-1a'" if "zone" in str(loc[-2:]) else
+            "printable text (no control characters)")
+        return _path(loc), f"expected {what}, got {_show(value)}"
     if kind == "value_error":
         return _path(loc), str(err["ctx"]["error"])
     return _path(loc), f"{err['msg']}, got {_show(value)}"

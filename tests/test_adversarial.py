@@ -189,3 +189,94 @@ def test_4_undo_of_a_job_removed_meanwhile_does_not_crash(ref):
     with pytest.raises(ApplyError):
         operations.change_job(ref, "vit-finetune", lambda j: decide_failover(j, None), applier=Applier(on_up=removed_meanwhile, fail=True))
     assert [j.id for j in stackfile.load(ref).jobs] == ["llm-pretrain", "bert-eval"]
+
+
+# ---- 5. env keys cannot override the runner's own variables ---------------------------------------------
+
+
+def test_5_forged_env_changes_nothing_the_runner_does(tmp_path):
+    """Before: the runner sourced the env file into its own shell, so SPOTCTL_COMMAND ran the env
+    value, SPOTCTL_NAME/ATTEMPT/NODE_RANK forged events and SPOTCTL_STATE_DIR hid the trainer from
+    the preemption SIGTERM. The env here skips validation (as a stack file edited after `validate`)."""
+    import sys
+
+    from cli.drill.emulator import Emulator
+    from cli.drill.localvm import LocalVM, local_context
+    from infra.render import ScriptContext
+
+    trainer = Path(__file__).parent / "fixtures" / "trainer.py"
+    pwned = tmp_path / "pwned"
+    forged = {
+        "SPOTCTL_COMMAND": f"touch {pwned}-command",
+        "SPOTCTL_RECORD_BUDGET_S": f"a[$(touch {pwned}-budget)]",
+        "SPOTCTL_NAME": "forged",
+        "SPOTCTL_ATTEMPT": "7",
+        "SPOTCTL_NODE_RANK": '0,"event":"completed"',
+        "SPOTCTL_STATE_DIR": str(tmp_path / "elsewhere"),
+        "SPOTCTL_CHECKPOINT_DIR": str(tmp_path / "elsewhere"),
+    }
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud="gcp", stack="team-a", kind="job", name="train", event_bucket="b", region="us-central1",
+                            command=f"{sys.executable} {trainer}", env=forged, poll_interval_s=1)
+        with LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm") as vm:
+            assert vm.boot().returncode == 0
+            assert vm.wait_for(lambda: vm.alive("trainer.pid"), 30), vm.debug_log()
+            assert vm.wait_for(lambda: "start step" in vm.debug_log(), 30), vm.debug_log()
+            emu.preempt_gcp()
+            vm.shutdown()
+            events = vm.events()
+    assert [e["event"] for e in events] == ["started", "preempted"], events
+    assert {(e["job"], e["attempt"], e["node"]) for e in events} == {("train", 1, 0)}
+    assert not list(tmp_path.glob("pwned*"))
+    import json
+
+    ckpt = json.loads((tmp_path / "disk" / "checkpoints" / "ckpt.json").read_text())
+    assert "term_at" in ckpt  # the trainer got its SIGTERM and checkpointed where spotctl said
+
+
+# ---- the corpus: every bad stack, env key and payload found so far -----------------------------------------
+
+CORPUS = Path(__file__).parent / "adversarial"
+
+
+def corpus_stacks() -> list[Path]:
+    return sorted((CORPUS / "stacks").glob("Pulumi.*.yaml*"))
+
+
+@pytest.mark.parametrize("path", corpus_stacks(), ids=lambda p: p.name)
+def test_corpus_bad_stacks_fail_with_one_clear_error(path, tmp_path, runner):
+    """Each file's first line says what is wrong (`# expect: TEXT`); validate and plan both refuse
+    it with an error naming the file and containing TEXT, exit 1, no traceback, file unchanged."""
+    from cli.app import app
+
+    data = path.read_bytes()
+    expect = data.split(b"\n", 1)[0].decode("utf-8", "replace").removeprefix("\ufeff").removeprefix("# expect: ").strip()
+    target = tmp_path / "Pulumi.corpus.yaml"
+    target.write_bytes(data)
+    for command in (["validate"], ["plan"]):
+        result = runner.invoke(app, [*command, "--stack-file", str(target)])
+        assert result.exit_code == 1, (command, result.output, result.exception)
+        assert str(target) in result.output and expect in result.output, (command, result.output)
+        assert "Traceback" not in result.output
+    assert target.read_bytes() == data
+
+
+def corpus_lines(name: str) -> list[str]:
+    return [line for line in (CORPUS / name).read_text().splitlines() if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("key", corpus_lines("env-keys.txt"))
+def test_corpus_reserved_env_keys_are_refused(key):
+    from infra.config import validate
+    from tests.conftest import GCP_BASE, gcp_job, stack_config
+
+    with pytest.raises(ConfigError, match=f"env key '{key}' is reserved"):
+        validate(stack_config(GCP_BASE, jobs=[gcp_job(env={key: "x"})]), "t")
+
+
+@pytest.mark.parametrize("key", ["WANDB_PROJECT", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "NCCL_DEBUG", "HF_HOME", "path"])
+def test_ordinary_env_keys_are_accepted(key):
+    from infra.config import validate
+    from tests.conftest import GCP_BASE, gcp_job, stack_config
+
+    validate(stack_config(GCP_BASE, jobs=[gcp_job(env={key: "x"})]), "t")

@@ -87,7 +87,7 @@ def test_zone_must_be_one_of_the_stack_zones():
 def test_cloud_specific_keys():
     raw = stack_config(GCP_BASE, jobs=[gcp_job(instanceType="p5.48xlarge")])
     assert errors_of(raw) == [f"{SRC}: spotctl:jobs[0].instanceType: not used on GCP; use machineType"]
-    raw = stack_config(GCP_BASE, cloud="aws", project=None, region="us-central1")
+    raw = stack_config(GCP_BASE, cloud="aws", project=None, region="us-east-1", zones=["us-east-1a"])  # AWS zones: region + letter
     del raw["project"]
     assert validate(raw, SRC).cloud == "aws"
 
@@ -127,7 +127,7 @@ def test_engine_form_strings_are_decoded():
 @given(st.text(min_size=0, max_size=40))
 def test_any_job_id_is_accepted_exactly_when_it_is_a_valid_name(job_id):
     raw = stack_config(GCP_BASE, jobs=[gcp_job(id=job_id)])
-    if NAME_RE.match(job_id):
+    if NAME_RE.fullmatch(job_id):
         assert validate(raw, SRC).jobs[0].id == job_id
     else:
         lines = errors_of(raw)

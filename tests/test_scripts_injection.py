@@ -3,6 +3,7 @@ written (handed verbatim to `bash -c`), and nothing else does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -29,6 +30,8 @@ PAYLOADS = [
     "EOF\ntouch {s}\nEOF",
     "'\"'\"'$(touch {s})",
     "\x1b[31mred\u2028 ünïcødé",
+    # tests/adversarial/payloads.json: the corpus found by adversarial testing (issue 22), growing
+    *json.loads((Path(__file__).parent / "adversarial" / "payloads.json").read_text())["payloads"],
 ]
 
 SETSID_SHIM = """#!/bin/bash

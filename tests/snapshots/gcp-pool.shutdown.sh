@@ -268,6 +268,14 @@ spotctl_first_progress() {
   spotctl_record progress
 }
 
+# The trainer's process: the job's environment is read here, in the trainer's own shell, never
+# into this script's (so no env value can change what the script runs, signals or records), and
+# the command comes as $1, which the environment file cannot touch.
+spotctl_exec_trainer() {
+  # shellcheck disable=SC1091
+  . "$SPOTCTL_STATE_DIR/env" && exec setsid bash -c "$1"
+}
+
 # The job itself: run the command exactly as written, record how it ended.
 spotctl_run() {
   spotctl_identity
@@ -276,13 +284,11 @@ spotctl_run() {
     return 0
   fi
   mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
-  # shellcheck disable=SC1091
-  . "$SPOTCTL_STATE_DIR/env"
-  cd "${SPOTCTL_CWD:-$SPOTCTL_WORKDIR}" || return 1
+  cd "${SPOTCTL_CWD:-$SPOTCTL_MOUNT}" || return 1
   SPOTCTL_RECORD_BG=1 spotctl_record started "capacity=$SPOTCTL_CAPACITY" "machineType=$SPOTCTL_MACHINE_TYPE" "nodes=$SPOTCTL_WORLD_SIZE"
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
-  setsid bash -c "$SPOTCTL_COMMAND" \
+  spotctl_exec_trainer "$SPOTCTL_COMMAND" \
     > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log") 2>&1 &
   child=$!
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
@@ -345,7 +351,8 @@ spotctl_prepare_disk() {
   mount -o defaults,discard "$SPOTCTL_DISK_DEVICE" "$SPOTCTL_MOUNT"
 }
 
-# The environment the command sees (sourced by `run`); %q keeps every value one shell word.
+# The environment the command sees (sourced by the trainer's shell only); %q keeps every value one
+# shell word. The user's env comes first, so spotctl's own variables always win.
 spotctl_write_env() {
   local env_file="$SPOTCTL_STATE_DIR/env"
   {
