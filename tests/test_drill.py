@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,34 @@ EXAMPLE = f"{sys.executable} {ROOT / 'examples' / 'reentrant_train.py'}"
 VARIANT = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'variant_train.py'}"
 
 
-def leftover(marker: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+TAG_KEY = "DRILL_TEST_TAG"  # not SPOTCTL_*: the local VM drops those from the units' environment
+
+
+def new_tag() -> str:
+    return uuid.uuid4().hex
+
+
+def tagged(tag: str) -> list[str]:
+    """The processes (pid and argv) whose environment carries ``tag``: only what this test started,
+    never another checkout's or session's drill on the same machine."""
+    want = f"{TAG_KEY}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if want in env:
+            found.append(f"{entry.name} {argv}")
+    return found
+
+
+def running(tag: str, argv: str) -> bool:
+    """One of our processes has exactly ``argv`` as its command line (the drill's own only mentions it)."""
+    return any(line.split(" ", 1)[-1] == argv for line in tagged(tag))
 
 
 def drill_json(runner, *args: str) -> tuple[int, dict]:
@@ -32,7 +58,9 @@ def drill_json(runner, *args: str) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
-def test_example_is_reentrant_with_identical_outputs(runner, cloud):
+def test_example_is_reentrant_with_identical_outputs(runner, cloud, monkeypatch):
+    tag = new_tag()
+    monkeypatch.setenv(TAG_KEY, tag)
     code, report = drill_json(runner, "--cloud", cloud, "--time-scale", "60", "--preempt-every", "0.8", "--verify", "--", EXAMPLE)
     assert code == 0, report
     assert report["verdict"] == "reentrant" and report["ok"] is True
@@ -44,7 +72,7 @@ def test_example_is_reentrant_with_identical_outputs(runner, cloud):
         assert nxt["start_progress"] == cur["end_progress"] + 1  # SIGTERM checkpoint: nothing lost
     assert report["lost_work"] == [0] * report["preemptions"]
     assert report["checkpoint_interval"] == 50
-    assert not leftover("reentrant_train.py")
+    assert not tagged(tag)
 
 
 def test_variant_that_ignores_checkpoints_restarts_from_scratch(runner):
@@ -83,30 +111,57 @@ def test_drill_a_stack_job(project, runner):
     assert result.output.startswith("error: stacks/Pulumi.example-gcp.yaml: job nope: expected one of 'llm-pretrain', 'vit-finetune', 'bert-eval'")
 
 
-def test_ctrl_c_leaves_nothing_running(tmp_path):
-    marker = f"sleep 300.{os.getpid()}"  # unique, and visible as the process's own argv
-    cmd = f"{marker}; true"
-    own_tmp = tmp_path / "drill-tmp"  # the drill's temp dirs live here: only its own processes are checked
+def interrupt_drill(tmp_path, sig: int, *, ignore_int: bool = False) -> tuple[subprocess.Popen, str, str, Path]:
+    """Start a drill whose command sleeps (only this test's processes carry its tag), send ``sig``
+    once the command runs; returns the finished process, its stderr, the tag and its temp dir."""
+    tag = new_tag()
+    marker = f"sleep 300.{int(tag[:8], 16)}"  # a number sleep accepts, unique to this test
+    own_tmp = tmp_path / "drill-tmp"  # the drill's temp dirs live here
     own_tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "drill", "--preempt-every", "100", "--", cmd],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(own_tmp)})
+    argv = [sys.executable, "-m", "cli", "drill", "--preempt-every", "100", "--", f"{marker}; true"]
+    if ignore_int:  # as a background job of a non-interactive shell starts it: SIGINT ignored
+        argv = ["bash", "-c", 'trap "" INT; exec "$@"', "bash", *argv]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(own_tmp), TAG_KEY: tag})
     try:
-        deadline = time.monotonic() + 20
-        while not leftover(marker) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60
+        while not running(tag, marker) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
-        assert leftover(marker), "the drill never started the command"
-        proc.send_signal(signal.SIGINT)
+        assert running(tag, marker), "the drill never started the command"
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=90)  # a loaded CI machine: slow is fine, hanging is not
     finally:
-        if proc.poll() is None:  # the test failed early: still interrupt it, so it cleans up
-            proc.send_signal(signal.SIGINT)
+        if proc.poll() is None:  # the test failed early: still stop it, so it cleans up
+            proc.send_signal(signal.SIGTERM)
             proc.communicate(timeout=90)
-    assert proc.returncode == 130
+    deadline = time.monotonic() + 10  # SIGKILLed processes vanish from /proc once reaped
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc, err, tag, own_tmp
+
+
+def test_ctrl_c_leaves_nothing_running(tmp_path):
+    proc, err, tag, own_tmp = interrupt_drill(tmp_path, signal.SIGINT)
+    assert proc.returncode == 130, err
     assert "interrupted" in err
-    time.sleep(0.3)
-    assert leftover(marker) == []
-    assert leftover(str(own_tmp)) == []
+    assert tagged(tag) == []
+    assert list(own_tmp.iterdir()) == []
+
+
+def test_ctrl_c_stops_a_drill_started_with_sigint_ignored(tmp_path):
+    """Issue 22 item 18: started in the background of a non-interactive shell (`uv run pytest &`),
+    SIGINT arrives ignored, and the drill used to run on past Ctrl-C."""
+    proc, err, tag, own_tmp = interrupt_drill(tmp_path, signal.SIGINT, ignore_int=True)
+    assert proc.returncode == 130, err
+    assert tagged(tag) == [] and list(own_tmp.iterdir()) == []
+
+
+def test_sighup_leaves_nothing_running(tmp_path):
+    """Issue 22 item 16: a closed terminal (SIGHUP) used to kill the drill without cleanup, leaving
+    its trainer, watcher and runner running and its temp dir behind."""
+    proc, err, tag, own_tmp = interrupt_drill(tmp_path, signal.SIGHUP)
+    assert proc.returncode == 130, err
+    assert tagged(tag) == [] and list(own_tmp.iterdir()) == []
 
 
 # ---- the pure judge ----------------------------------------------------------------------------------

@@ -366,12 +366,20 @@ def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -
     """Run a drill in a temp dir that is removed afterwards; every process is killed, also on Ctrl-C."""
     with tempfile.TemporaryDirectory(prefix="spotctl-drill-") as tmp:
         drill = Drill(spec, Path(tmp), status)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        # Ctrl-C, SIGTERM and SIGHUP (the terminal closed) all stop the drill and everything it
+        # started. SIGINT is caught even when it was inherited as ignored (a drill started in the
+        # background of a non-interactive shell: bash sets SIGINT to SIG_IGN there, and Python then
+        # never raises KeyboardInterrupt); SIGHUP stays ignored under nohup.
+        signals = [signal.SIGINT, signal.SIGTERM]
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            signals.append(signal.SIGHUP)
+        previous = {sig: signal.signal(sig, _raise_interrupt) for sig in signals}
         try:
             return drill.run()
         finally:
             drill.stop()
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _raise_interrupt(signum, frame):
