@@ -280,3 +280,115 @@ def test_ordinary_env_keys_are_accepted(key):
     from tests.conftest import GCP_BASE, gcp_job, stack_config
 
     validate(stack_config(GCP_BASE, jobs=[gcp_job(env={key: "x"})]), "t")
+
+
+# ---- 9, 10. one loader: duplicates, encodings, bombs ----------------------------------------------------
+
+
+def test_9_duplicate_keys_are_refused_by_the_editor_and_the_reader_alike(ref):
+    ref.path.write_text(ref.path.read_text().replace("      state: completed\n", "      state: completed\n      state: running\n"))
+    messages = []
+    for read in (lambda: stackfile.load(ref), lambda: operations.change_job(ref, "bert-eval", decide_complete, applier=None)):
+        with pytest.raises(ConfigError) as err:
+            read()
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "duplicate key 'state' (first on line" in messages[0]
+
+
+def test_10_a_file_with_a_bom_can_be_edited_and_keeps_it(ref):
+    ref.path.write_bytes(b"\xef\xbb\xbf" + ref.path.read_bytes())
+    set_state(ref, "vit-finetune", "preempted")
+    operations.change_job(ref, "vit-finetune", lambda j: decide_resume(j, []), applier=None)
+    assert ref.path.read_bytes().startswith(b"\xef\xbb\xbfconfig:") or ref.path.read_bytes().startswith(b"\xef\xbb\xbf#")
+    assert stackfile.load(ref).job("vit-finetune").attempt == 4
+
+
+# ---- 12. stray files in --events-dir ----------------------------------------------------------------------
+
+
+def test_12_stray_and_mixed_timezone_event_files_are_read_or_skipped(tmp_path):
+    from cli.lifecycle.events import load_events
+
+    d = tmp_path / "events"
+    (d / "dir.json").mkdir(parents=True)  # a directory named like a file
+    (d / "list.json").write_text("[1, 2]")
+    (d / "binary.jsonl").write_bytes(b"\xff\xfe\x00garbage")
+    (d / "broken.json").symlink_to(d / "nowhere")
+    (d / "a.jsonl").write_text('{"job": "train", "attempt": 1, "event": "started", "time": "2026-11-21T10:00:00"}\n'
+                               '{"job": "train", "attempt": 1, "event": "preempted", "time": "2026-11-21T11:00:00Z"}\n'
+                               '{"job": "train", "attempt": 1, "event": "x", "time": "9999-12-31T23:59:59-23:59"}\n')
+    events = load_events(d, "train")
+    assert [e.event for e in events][:2] == ["started", "preempted"]
+
+
+# ---- 14. file hygiene -----------------------------------------------------------------------------------
+
+
+def test_14_a_symlinked_stack_file_stays_a_link_and_its_target_is_updated(ref, tmp_path):
+    target = tmp_path / "real" / "Pulumi.example-gcp.yaml"
+    target.parent.mkdir()
+    target.write_text(ref.path.read_text())
+    ref.path.unlink()
+    ref.path.symlink_to(target)
+    operations.change_job(ref, "bert-eval", decide_complete, applier=None)  # a no-op: already completed
+    set_state(ref, "vit-finetune", "preempted")
+    assert ref.path.is_symlink() and "state: preempted" in target.read_text()
+
+
+def test_14_crlf_files_stay_crlf(ref):
+    ref.path.write_bytes(ref.path.read_bytes().replace(b"\n", b"\r\n"))
+    set_state(ref, "vit-finetune", "preempted")
+    stackfile.take_job(ref.path, "bert-eval")
+    data = ref.path.read_bytes()
+    assert b"state: preempted\r\n" in data and data.count(b"\n") == data.count(b"\r\n")
+
+
+def test_14_cleanup_keeps_the_comments_of_the_jobs_around_it(ref):
+    before = ref.path.read_text()
+    cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=Applier(),
+                        inventory=lambda cfg: Inventory(example_disks()))
+    after = ref.path.read_text()
+    assert "# Two-node H100 pretraining" in after and "# Single A100 run that was preempted twice" in after
+    assert "# Finished: no VM any more" not in after  # bert-eval's own comment went with it
+    # Removing the middle job keeps the last job's comment (ruamel attached it to the removed one).
+    ref.path.write_text(before)
+    stackfile.take_job(ref.path, "vit-finetune")
+    assert "# Finished: no VM any more" in ref.path.read_text()
+    assert "# Single A100 run" not in ref.path.read_text()
+
+
+def test_14_take_and_put_back_restore_the_file_byte_for_byte(ref):
+    before = ref.path.read_text()
+    for job in ("llm-pretrain", "vit-finetune", "bert-eval"):
+        taken = stackfile.take_job(ref.path, job)
+        assert stackfile.put_back_job(ref.path, taken)
+        assert ref.path.read_text() == before
+
+
+# ---- 15. retries are idempotent ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("decide", [
+    pytest.param(lambda seen: (lambda j: decide_resume(j, [], force=True, from_attempt=seen)), id="resume-force"),
+    pytest.param(lambda seen: (lambda j: decide_failover(j, None, seen)), id="failover"),
+])
+def test_15_twenty_retries_of_one_intent_make_one_attempt(ref, decide):
+    seen = stackfile.load(ref).job("vit-finetune").attempt
+    for _ in range(20):
+        operations.change_job(ref, "vit-finetune", decide(seen), applier=None)
+    assert stackfile.load(ref).job("vit-finetune").attempt == seen + 1
+
+
+def test_15_from_attempt_ahead_of_the_job_is_refused(ref):
+    with pytest.raises(LifecycleError, match="is at attempt 3, not 9"):
+        operations.change_job(ref, "vit-finetune", lambda j: decide_failover(j, None, 9), applier=None)
+
+
+def test_15_from_attempt_through_the_cli(project, runner):
+    from cli.app import app
+
+    args = ["failover", "vit-finetune", "--stack", STACK, "--no-apply", "--from-attempt", "3"]
+    first, second = runner.invoke(app, args), runner.invoke(app, args)
+    assert first.exit_code == 0 and second.exit_code == 0, second.output
+    assert "past --from-attempt 3" in second.output
+    assert stackfile.load(stackfile.resolve(STACK, None)).job("vit-finetune").attempt == 4

@@ -30,6 +30,12 @@ from cli.commands import (
 )
 from infra.config import Capacity, ConfigError
 
+FromAttemptOpt = Annotated[
+    Optional[int],
+    typer.Option("--from-attempt", metavar="N", min=1,
+                 help="Retry-safe: act only on attempt N (the one you saw); once the job moved past it, this is a no-op."),
+]
+
 
 @app.command(
     short_help="New attempt of a preempted job, same disk.  Example: spotctl resume llm-pretrain --stack team-a",
@@ -50,6 +56,7 @@ def resume(
     no_apply: NoApplyOpt = False,
     yes: YesOpt = False,
     preview_only: PreviewOnlyOpt = False,
+    from_attempt: FromAttemptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.lifecycle import capacity as capacity_choice
@@ -65,7 +72,7 @@ def resume(
 
         events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
     choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
-    run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose), no_apply, json_out,
+    run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt), no_apply, json_out,
                yes, preview_only)
 
 
@@ -82,11 +89,12 @@ def failover(
     no_apply: NoApplyOpt = False,
     yes: YesOpt = False,
     preview_only: PreviewOnlyOpt = False,
+    from_attempt: FromAttemptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.lifecycle.states import decide_failover
 
-    run_change(stack, stack_file, job, lambda j: decide_failover(j, to), no_apply, json_out, yes, preview_only)
+    run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only)
 
 
 @app.command(

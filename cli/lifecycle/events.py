@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,14 @@ class Event:
             attempt=int(doc["attempt"]),
             node=int(doc.get("node", 0)),
             event=str(doc["event"]),
-            time=datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00")),
+            time=_aware(datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00"))),
             details={str(k): str(v) for k, v in dict(doc.get("details") or {}).items()},
         )
+
+
+def _aware(t: datetime) -> datetime:
+    """Times without a zone are UTC (the scripts always write UTC), so every event sorts with every other."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def parse_events(docs: Iterable[Any], job_id: str) -> list[Event]:
@@ -42,7 +47,7 @@ def parse_events(docs: Iterable[Any], job_id: str) -> list[Event]:
             doc = json.loads(raw)
             if doc.get("job") == job_id:
                 events.append(Event.parse(doc))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue
     return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
 
@@ -52,9 +57,14 @@ def load_events(source: Path | None, job_id: str) -> list[Event]:
     ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time."""
     if source is None:
         return []
-    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.suffix in (".json", ".jsonl"))
-    lines = [line for path in files for line in path.read_bytes().decode(errors="replace").split("\n")]
-    return parse_events(lines, job_id)  # a stray file is skipped, never fails a resume
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file())
+    lines = []
+    for path in files:
+        try:
+            lines += path.read_bytes().decode(errors="replace").split("\n")
+        except OSError:
+            continue  # unreadable (a broken link, no permission): a stray file never fails a resume
+    return parse_events(lines, job_id)
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,19 @@ def keep_spot(job: Job, events: list[Event]) -> Capacity:
     return Capacity.SPOT
 
 
+def retried(job: Job, from_attempt: int | None) -> Change | None:
+    """A retry of a change made from attempt ``from_attempt`` (what the caller saw): a no-op when
+    the job already moved past it (the first try landed), refused when the job is behind it."""
+    if from_attempt is None or job.attempt == from_attempt:
+        return None
+    if job.attempt > from_attempt:
+        return Change(job.id, {}, f"is already at attempt {job.attempt}, past --from-attempt {from_attempt}: "
+                      "this retry was applied before", noop=True)
+    raise LifecycleError(f"job {job.id} is at attempt {job.attempt}, not {from_attempt} (--from-attempt)")
+
+
 def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = None, force: bool = False,
-                  choose: CapacityChooser = keep_spot) -> Change:
+                  choose: CapacityChooser = keep_spot, from_attempt: int | None = None) -> Change:
     """Resume: a new attempt when the current one is over (preempted, stopped, or failed with --force).
 
     Idempotent: only an outcome of the *current* attempt starts a new one, so running the same
@@ -102,6 +113,8 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
     """
     if job.state is C:
         raise LifecycleError(f"job {job.id} is completed; there is nothing to resume (spotctl cleanup {job.id} deletes its disks)")
+    if (again := retried(job, from_attempt)) is not None:
+        return again
     state = job.state
     if state is R:
         seen = attempt_outcome(events, job.attempt)
@@ -129,10 +142,13 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
     return Change(job.id, fields, reason)
 
 
-def decide_failover(job: Job, to: Capacity | None) -> Change:
-    """Switch capacity (default: the other one) with a new attempt."""
+def decide_failover(job: Job, to: Capacity | None, from_attempt: int | None = None) -> Change:
+    """Switch capacity (default: the other one) with a new attempt; with ``from_attempt`` a retry
+    of the same failover is a no-op (without it, each call is a new switch)."""
     if job.state is C:
         raise LifecycleError(f"job {job.id} is completed; there is nothing to fail over")
+    if (again := retried(job, from_attempt)) is not None:
+        return again
     target = to or (Capacity.ON_DEMAND if job.capacity is Capacity.SPOT else Capacity.SPOT)
     if job.state is F:
         raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force --capacity {target.value}` retries it")
