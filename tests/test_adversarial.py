@@ -392,3 +392,131 @@ def test_15_from_attempt_through_the_cli(project, runner):
     assert first.exit_code == 0 and second.exit_code == 0, second.output
     assert "past --from-attempt 3" in second.output
     assert stackfile.load(stackfile.resolve(STACK, None)).job("vit-finetune").attempt == 4
+
+
+# ---- the property: no interleaving loses a disk --------------------------------------------------------------
+
+import re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from infra.naming import owner_value  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = ("llm-pretrain", "vit-finetune", "bert-eval")
+STATES = ("pending", "running", "preempted", "stopped", "completed", "failed")
+COMMANDS = st.tuples(st.sampled_from(["resume", "resume-force", "failover", "complete", "cleanup", "cleanup-force",
+                                      "orphans", "fail-up"]), st.sampled_from(JOBS))
+
+
+class Guarded(Applier):
+    """Checks, at the moment a disk is unprotected, what the stack file says about its job then."""
+
+    def __init__(self, ref: stackfile.StackRef, inventory: Inventory, violations: list[str], fail: bool = False):
+        super().__init__(fail=fail)
+        self.ref, self.inventory, self.violations = ref, inventory, violations
+
+    def unprotect(self, urns: list[str]) -> None:
+        cfg = stackfile.load(self.ref)
+        for urn in urns:
+            job_id = re.search(r"::job-(.+)-n\d+-disk$", urn)[1]
+            state = next((j.state.value for j in cfg.jobs if j.id == job_id), "absent")
+            if state not in ("completed", "failed"):
+                self.violations.append(f"unprotected {urn} while its job is {state}")
+            for disk in self.inventory.listed:
+                if disk.labels.get("spotctl-job") == job_id and disk.labels.get("spotctl-owner") != owner_value(self.ref.name):
+                    self.violations.append(f"unprotected {urn}, a disk of another stack")
+        super().unprotect(urns)
+
+
+class Watched(Inventory):
+    def __init__(self, disks, ref, completed, violations):
+        super().__init__(disks)
+        self.ref, self.completed, self.violations = ref, completed, violations
+
+    def delete(self, disk: CloudDisk) -> None:
+        cfg = stackfile.load(self.ref)
+        job_id = disk.labels.get("spotctl-job")
+        if any(j.id == job_id for j in cfg.jobs) or job_id not in self.completed:
+            self.violations.append(f"deleted {disk.id} of job {job_id} (in the file or not completed)")
+        if disk.labels.get("spotctl-owner") != owner_value(self.ref.name):
+            self.violations.append(f"deleted {disk.id}, a disk of another stack")
+        super().delete(disk)
+
+
+def run_command(ref, name: str, job: str, inventory, violations, completed) -> None:
+    applier = Guarded(ref, inventory, violations, fail=name == "fail-up")
+    decide = {"resume": lambda j: decide_resume(j, []), "resume-force": lambda j: decide_resume(j, [], force=True),
+              "failover": lambda j: decide_failover(j, None), "complete": decide_complete,
+              "fail-up": lambda j: decide_resume(j, [], force=True)}
+    try:
+        if name in decide:
+            operations.change_job(ref, job, decide[name], applier=applier)
+        elif name.startswith("cleanup"):
+            cleanup.cleanup_job(ref, job, force=name.endswith("force"), yes=True, applier=applier, inventory=lambda cfg: inventory)
+        else:
+            cleanup.cleanup_orphans(ref, lambda cfg: inventory, applier, lambda cfg, j: j in completed, delete=None)
+    except (ConfigError, LifecycleError, ApplyError):
+        pass  # refused: that is allowed; losing a disk is not
+    except Exception as exc:  # noqa: BLE001 - a crash is a finding too, reported by the test
+        violations.append(f"{name} {job} crashed: {type(exc).__name__}: {exc}")
+
+
+_PLAN_LOCK = threading.Lock()
+
+
+def threadsafe(run):
+    """The plan (Pulumi's mocks) in a thread: one at a time, each thread with its own event loop.
+    Each spotctl command is its own process in real use; here threads play the processes."""
+    import asyncio
+
+    def plan(*args, **kwargs):
+        with _PLAN_LOCK:
+            try:
+                asyncio.get_event_loop()
+            except RuntimeError:
+                asyncio.set_event_loop(asyncio.new_event_loop())
+            return run(*args, **kwargs)
+
+    return plan
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(states=st.tuples(*[st.sampled_from(STATES)] * 3), foreign=st.sets(st.sampled_from(JOBS)),
+       completed=st.sets(st.sampled_from([*JOBS, "gone"])),
+       threads=st.lists(st.lists(COMMANDS, min_size=1, max_size=4), min_size=2, max_size=3))
+def test_no_interleaving_deletes_a_live_or_foreign_disk(states, foreign, completed, threads):
+    from cli.plan import mocks as planner
+
+    real = planner.run
+    planner.run = threadsafe(real)
+    try:
+        interleave(states, foreign, completed, threads)
+    finally:
+        planner.run = real
+
+
+def interleave(states, foreign, completed, threads) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
+        shutil.copytree(ROOT / "stacks", root / "stacks")
+        ref = stackfile.StackRef(STACK, root / "stacks" / f"Pulumi.{STACK}.yaml")
+        for job, state in zip(JOBS, states, strict=True):
+            set_state(ref, job, state)
+        disks = [d if d.labels["spotctl-job"] not in foreign else
+                 CloudDisk(d.id, d.zone, {**d.labels, "spotctl-owner": owner_value("example.gcp")}) for d in example_disks()]
+        disks.append(CloudDisk("example-gcp-gone-n0-disk", "us-central1-a", {**gcp_labels(STACK, {}, job="gone"), "spotctl-node": "0"}))
+        violations: list[str] = []
+        inventory = Watched(disks, ref, completed, violations)
+        workers = [threading.Thread(target=lambda cmds=cmds: [run_command(ref, n, j, inventory, violations, completed) for n, j in cmds])
+                   for cmds in threads]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert violations == []
+        stackfile.load(ref)  # and the file is still valid
