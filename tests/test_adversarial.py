@@ -520,3 +520,21 @@ def interleave(states, foreign, completed, threads) -> None:
             w.join()
         assert violations == []
         stackfile.load(ref)  # and the file is still valid
+
+
+# ---- 7. `$` matched before a trailing newline --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["train\n", "a\n"])
+def test_7_names_with_a_trailing_newline_are_refused(value):
+    from infra.config import validate
+    from tests.conftest import GCP_BASE, gcp_job, stack_config
+
+    for raw in (stack_config(GCP_BASE, jobs=[gcp_job(id=value)]), stack_config(GCP_BASE, jobs=[gcp_job(env={value: "x"})]),
+                stack_config(GCP_BASE, labels={value: "x"}), stack_config(GCP_BASE, labels={"team": value})):
+        with pytest.raises(ConfigError):
+            validate(raw, "t")
+    with pytest.raises(ConfigError):
+        stackfile.resolve(value, None)
+    with pytest.raises(ConfigError):
+        stackfile.resolve(None, Path(f"Pulumi.{value}.yaml\n"))

@@ -25,7 +25,7 @@ from typing import Any
 
 from infra.config import NAMESPACE, ConfigError, StackConfig, namespaced, validate
 
-STACK_FILE_RE = re.compile(r"^Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml$")
+STACK_FILE_RE = re.compile(r"Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml")  # fullmatch: `$` would allow a trailing newline
 LOCK_TIMEOUT_S = 30.0
 
 
@@ -52,7 +52,8 @@ def project_root(start: Path | None = None) -> Path:
     return here
 
 
-STACK_NAME_RE = re.compile(r"^(?:(?P<org>[A-Za-z0-9_.-]+)/(?:(?P<project>[A-Za-z0-9_.-]+)/)?)?(?P<stack>[A-Za-z0-9_.-]+)$")
+# Used with fullmatch: `$` would also match before a trailing newline.
+STACK_NAME_RE = re.compile(r"(?:(?P<org>[A-Za-z0-9_.-]+)/(?:(?P<project>[A-Za-z0-9_.-]+)/)?)?(?P<stack>[A-Za-z0-9_.-]+)")
 
 
 def resolve(stack: str | None, stack_file: Path | None) -> StackRef:
@@ -68,7 +69,7 @@ def resolve(stack: str | None, stack_file: Path | None) -> StackRef:
     if stack is not None and stack_file is not None:
         raise ConfigError("spotctl", ["give one of --stack NAME or --stack-file PATH, not both"])
     if stack_file is not None:
-        m = STACK_FILE_RE.match(stack_file.name)
+        m = STACK_FILE_RE.fullmatch(stack_file.name)
         if not m:
             raise ConfigError(str(stack_file), ["a stack file must be named Pulumi.<stack>.yaml"])
         return StackRef(m["stack"], stack_file)
@@ -83,7 +84,7 @@ def resolve(stack: str | None, stack_file: Path | None) -> StackRef:
     if stack is None:
         raise ConfigError("spotctl", ["no stack: give --stack NAME (or --stack-file PATH), set PULUMI_STACK, "
                                       "or select one with `pulumi stack select NAME`"])
-    m = STACK_NAME_RE.match(stack)
+    m = STACK_NAME_RE.fullmatch(stack)
     if not m:
         raise ConfigError("spotctl", [f"{source} {stack!r}: expected NAME or org/project/NAME "
                                       "(letters, digits, '-', '_' and '.')"])
