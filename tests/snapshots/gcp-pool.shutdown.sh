@@ -176,7 +176,8 @@ spotctl_publish() {
 # named by their byte offset (`spotctl logs` joins them): ...attempt-N/node-R/logs/<offset>.log.
 # Chunks of at most 64 KiB (one curl argument); the offset advances only after an upload. $1: seconds.
 spotctl_upload_log() {
-  local budget=${1:-5} log offset size chunk object
+  local budget=${1:-5} log offset size chunk object deadline left
+  deadline=$(($(date +%s) + budget))
   log="$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log"
   [ -f "$log" ] || return 0
   offset=$(cat "$SPOTCTL_STATE_DIR/log-offset" 2>/dev/null) || offset=0
@@ -186,7 +187,12 @@ spotctl_upload_log() {
     chunk=$(tail -c +"$((offset + 1))" "$log" | head -c 65536; printf x)
     chunk=${chunk%x}
     object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
-    spotctl_upload_once "$object" "$chunk" "$budget" || return 0
+    while :; do  # retried until the budget is spent (a loaded VM or a slow token server)
+      left=$(spotctl_left "$deadline")
+      [ "$left" -gt 0 ] || return 0
+      spotctl_upload_once "$object" "$chunk" "$left" && break
+      sleep 0.5
+    done
     offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
     printf '%s' "$offset" >"$SPOTCTL_STATE_DIR/log-offset"
   done
@@ -302,7 +308,9 @@ spotctl_run() {
   done
   trap - TERM INT
   rm -f "$SPOTCTL_STATE_DIR/trainer.pid"
-  spotctl_upload_log 5
+  # Not during a stop: those seconds belong to the checkpoint and the events (the log's last
+  # lines since the watcher's last upload stay on the job disk).
+  [ -e "$SPOTCTL_STATE_DIR/stopping" ] || spotctl_upload_log 5
   if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
     spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
   elif [ "$rc" -eq 0 ]; then
