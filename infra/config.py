@@ -201,6 +201,8 @@ class Job(_Model):
     deadline_hours: Annotated[float, Field(strict=True, gt=0, le=MAX_HOURS, allow_inf_nan=False)] | None = None
     job_hours: Annotated[float, Field(strict=True, gt=0, le=MAX_HOURS, allow_inf_nan=False)] | None = None
     policy: str = "default"
+    # How many failed attempts `spotctl watch` retries before it marks the job failed (0: none).
+    max_failures: Annotated[int, Field(strict=True, ge=0, le=100)] = 0
     env: dict[str, str] = Field(default_factory=dict)
     external_ip: bool = False
     # GCP: "keep" gives every node a protected boot disk that each attempt boots from (what was

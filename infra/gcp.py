@@ -228,11 +228,25 @@ class StackBase(pulumi.ComponentResource):
             member=self.sink.writer_identity,
             opts=child,
         )
+        # The watcher's pull subscription on the sink's topic (`spotctl watch` acknowledges what it
+        # handled). ttl "" = never expires: a subscription nobody pulls for 31 days would otherwise be
+        # deleted (google_pubsub_subscription `expiration_policy`, terraform-provider-google docs).
+        self.subscription = gcp.pubsub.Subscription(
+            f"{name}-preemptions-watch",
+            name=f"{args.slug}-preemptions-watch",
+            topic=self.topic.id,
+            project=cfg.project,
+            ack_deadline_seconds=60,
+            expiration_policy=gcp.pubsub.SubscriptionExpirationPolicyArgs(ttl=""),
+            labels=labels,
+            opts=child,
+        )
         # VMs wait for the NAT, so their first events and downloads have a way out.
         self.egress: list[pulumi.Resource] = []
         if cfg.network.egress == "nat":
             self.egress = [Egress(f"{name}-egress", args, opts=child).nat]
-        self.register_outputs({"eventBucket": self.bucket.name, "preemptionTopic": self.topic.name})
+        self.register_outputs({"eventBucket": self.bucket.name, "preemptionTopic": self.topic.name,
+                               "preemptionSubscription": self.subscription.name})
 
 
 class GpuPool(pulumi.ComponentResource):
@@ -522,6 +536,7 @@ def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
     return {
         "eventBucket": base.bucket.name,
         "preemptionTopic": base.topic.name,
+        "preemptionSubscription": base.subscription.name,
         "pools": {name: {"migs": p.mig_names} for name, p in pools.items()},
         "jobs": {jid: j.outputs for jid, j in jobs.items()},
     }

@@ -52,6 +52,16 @@ class VmState:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Message:
+    """One message of the interruption queue (SQS) or the preemption subscription (Pub/Sub):
+    ``id`` stays the same when the message is delivered again, ``ack`` is what deletes it."""
+
+    id: str
+    ack: str
+    body: bytes
+
+
 class Inventory(Protocol):
     def disks(self) -> list[CloudDisk]: ...
 
@@ -124,6 +134,43 @@ class Cloud:
         return call(lambda: gcp_prices(self.cfg.project or "", self.cfg.region, self.cfg.zones[0], machine_types,
                                        endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"),
                                        billing_endpoint=os.environ.get("SPOTCTL_BILLING_ENDPOINT")))
+
+
+    def queue_messages(self, queue_url: str) -> list[Message]:
+        """Pending messages of the AWS interruption queue (not deleted until ``queue_delete``)."""
+        from cli.cloud.aws import sqs_receive
+
+        return call(lambda: sqs_receive(self.cfg.region, queue_url))
+
+    def queue_delete(self, queue_url: str, acks: list[str]) -> None:
+        from cli.cloud.aws import sqs_delete
+
+        call(lambda: sqs_delete(self.cfg.region, queue_url, acks))
+
+    def queue_release(self, queue_url: str, acks: list[str]) -> None:
+        from cli.cloud.aws import sqs_release
+
+        call(lambda: sqs_release(self.cfg.region, queue_url, acks))
+
+    def instance_vms(self, instance_ids: list[str]) -> dict[str, tuple[str, VmState]]:
+        """instance id -> (job id, VM) for AWS instances of this stack named in interruption messages."""
+        from cli.cloud.aws import instance_vms
+
+        return call(lambda: instance_vms(self.cfg.region, self.stack, instance_ids))
+
+    def subscription_messages(self, subscription: str) -> list[Message]:
+        """Pending messages of the GCP preemption subscription (not acknowledged until ``subscription_ack``)."""
+        from cli.cloud.gcp import pubsub_pull
+
+        return call(lambda: pubsub_pull(self._subscription_path(subscription)))
+
+    def subscription_ack(self, subscription: str, acks: list[str]) -> None:
+        from cli.cloud.gcp import pubsub_ack
+
+        call(lambda: pubsub_ack(self._subscription_path(subscription), acks))
+
+    def _subscription_path(self, subscription: str) -> str:
+        return subscription if subscription.startswith("projects/") else f"projects/{self.cfg.project}/subscriptions/{subscription}"
 
 
 def inventory_for(cfg, stack: str) -> Inventory:

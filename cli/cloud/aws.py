@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from cli.cloud import METRICS_FRESH, CloudDisk, PoolView, PoolVm, VmState
+from cli.cloud import METRICS_FRESH, CloudDisk, Message, PoolView, PoolVm, VmState
 from infra.naming import CLOUDWATCH_NAMESPACE, POOL_METRICS, pool_metric_dimensions
 
 SPOT_TERMINATION_CODES = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
@@ -168,3 +168,60 @@ class AwsPools:
             if points:
                 metrics[metric] = points[-1][1]
         return PoolView(targets, vms, metrics, sorted(preemptions, reverse=True))
+
+
+def _vm(i: dict) -> tuple[str, VmState]:
+    tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+    code = i.get("StateReason", {}).get("Code", "")
+    return tags.get("spotctl:job", ""), VmState(tags.get("Name", i["InstanceId"]), int(tags.get("spotctl:node", 0)),
+                                               int(tags.get("spotctl:attempt", 0)), i["State"]["Name"],
+                                               code in SPOT_TERMINATION_CODES, code)
+
+
+def sqs_receive(region: str, queue_url: str, max_batches: int = 100) -> list[Message]:
+    """Every message waiting in the queue now (short polls of 10, bounded), left in the queue
+    until deleted: a watcher that dies before handling them gets them again."""
+    import boto3
+
+    sqs = boto3.client("sqs", region_name=region)
+    out: dict[str, Message] = {}
+    for _ in range(max_batches):
+        got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0, VisibilityTimeout=60)
+        batch = [m for m in got.get("Messages", []) if m["MessageId"] not in out]
+        if not batch:
+            break
+        for m in batch:
+            out[m["MessageId"]] = Message(m["MessageId"], m["ReceiptHandle"], m["Body"].encode())
+    return list(out.values())
+
+
+def sqs_delete(region: str, queue_url: str, receipts: list[str]) -> None:
+    import boto3
+
+    sqs = boto3.client("sqs", region_name=region)
+    for i in range(0, len(receipts), 10):  # DeleteMessageBatch takes at most 10 entries
+        entries = [{"Id": str(n), "ReceiptHandle": r} for n, r in enumerate(receipts[i:i + 10])]
+        sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+
+
+def sqs_release(region: str, queue_url: str, receipts: list[str]) -> None:
+    """Make messages visible again now (a notice to look at again next cycle)."""
+    import boto3
+
+    sqs = boto3.client("sqs", region_name=region)
+    for i in range(0, len(receipts), 10):
+        entries = [{"Id": str(n), "ReceiptHandle": r, "VisibilityTimeout": 0} for n, r in enumerate(receipts[i:i + 10])]
+        sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
+
+
+def instance_vms(region: str, stack: str, instance_ids: list[str]) -> dict[str, tuple[str, VmState]]:
+    """instance id -> (job, VM) for those of ``instance_ids`` that carry this stack's tag; others are skipped."""
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=region)
+    filters = [{"Name": "instance-id", "Values": instance_ids}, {"Name": "tag:spotctl:stack", "Values": [stack]}]
+    out = {}
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            out.update({i["InstanceId"]: _vm(i) for i in reservation["Instances"]})
+    return out

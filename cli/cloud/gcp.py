@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from cli.cloud import METRICS_FRESH, CloudDisk, PoolView, PoolVm, VmState
+from cli.cloud import METRICS_FRESH, CloudDisk, Message, PoolView, PoolVm, VmState
 from infra.naming import POOL_METRICS, label_value, pool_metric_labels, pool_metric_type, stack_slug
 
 
@@ -304,3 +304,35 @@ class GcpPools:
             if points:
                 metrics[metric] = points[-1][1]
         return PoolView(targets, vms, metrics, sorted(preemptions, reverse=True))
+
+
+def _subscriber():
+    """The Pub/Sub subscriber client; PUBSUB_EMULATOR_HOST (emulator, tests) makes it talk plain gRPC
+    to that host without Google credentials (the client library's own switch)."""
+    from google.pubsub_v1 import SubscriberClient
+
+    return SubscriberClient()
+
+
+def pubsub_pull(subscription: str, max_batches: int = 100) -> list[Message]:
+    """Messages waiting on the subscription now (unary pulls, bounded), left unacknowledged."""
+    client = _subscriber()
+    out: dict[str, Message] = {}
+    for _ in range(max_batches):
+        got = client.pull(request={"subscription": subscription, "max_messages": 100}, timeout=10)
+        if not got.received_messages:
+            break
+        fresh = 0
+        for r in got.received_messages:
+            if r.message.message_id not in out:
+                fresh += 1
+                out[r.message.message_id] = Message(r.message.message_id, r.ack_id, bytes(r.message.data))
+        if not fresh:
+            break
+    return list(out.values())
+
+
+def pubsub_ack(subscription: str, ack_ids: list[str]) -> None:
+    client = _subscriber()
+    for i in range(0, len(ack_ids), 1000):
+        client.acknowledge(request={"subscription": subscription, "ack_ids": ack_ids[i:i + 1000]})

@@ -139,6 +139,12 @@ def status(
     with progress(f"reading the events{' and asking the cloud' if observe else ''}"):
         rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket),
                            guard(lambda j=j: cloud.vms(j.id)) if cloud else None) for j in selected]
+    from cli.watch.journal import watcher_view
+
+    seen_by_watcher = watcher_view(ref.path, selected)
+    for row in rows:
+        if row["job"] in seen_by_watcher:
+            row["watcher"] = seen_by_watcher[row["job"]]
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
@@ -172,6 +178,10 @@ def print_status(rows: list[dict]) -> None:
             say(f"{r['job']}: " + ", ".join(f"{col.header} {col.text(r)}" for col in rest))
         if r.get("status_reason"):
             say(f"{r['job']}: {r['status_reason']}")
+        if r.get("watcher"):
+            w = r["watcher"]
+            say(f"{r['job']}: watcher: {w['status']}" + (f", next try {w['next_try']}" if w.get("next_try") else "")
+                + (f"; last action {w['last_action']}" if w.get("last_action") else ""))
         for vm in r.get("cloud", []):
             flag = " PREEMPTED" if vm["preempted"] else ""
             typer.echo(f"  {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason'] or ''}".rstrip())

@@ -22,9 +22,10 @@ APPLY_WAIT_S = 120.0
 class ApplyError(Exception):
     """The update could not run (or failed); ``str()`` is the user-facing message."""
 
-    def __init__(self, message: str, *, started: bool = False):
+    def __init__(self, message: str, *, started: bool = False, detail: str = ""):
         super().__init__(message)
         self.started = started
+        self.detail = detail  # pulumi's whole output (the cloud's own error code is often not on the last line)
 
 
 def job_urns(plan: Plan, job_id: str) -> list[str]:
@@ -108,7 +109,17 @@ class Applier:
         except auto.errors.ConcurrentUpdateError:
             raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
         except auto.errors.CommandError as exc:
-            raise ApplyError(f"pulumi up failed: {_last_line(exc)}", started=True) from None
+            raise ApplyError(f"pulumi up failed: {_last_line(exc)}", started=True, detail=str(exc)) from None
+
+    def outputs(self) -> dict:
+        """The stack's outputs (eventBucket, interruptionQueue, preemptionSubscription, ...)."""
+        from pulumi import automation as auto
+
+        stack = self._stack()
+        try:
+            return {k: v.value for k, v in stack.outputs().items()}
+        except (auto.errors.CommandError, ValueError) as exc:
+            raise ApplyError(f"cannot read the outputs of stack {self.stack}: {_last_line(exc)}") from None
 
     def preview(self, targets: list[str], on_output: Callable[[str], None]) -> str:
         """``pulumi preview`` of exactly ``targets``: what the targeted update would create, replace or

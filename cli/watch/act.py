@@ -1,0 +1,116 @@
+"""The watcher's act step: one action on one job through the lifecycle core
+(``cli.lifecycle.operations.change_job``), decided again under the stack-file lock with the state
+machine, with its intent journaled first so a crash mid-action is finished, never repeated."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cli.lifecycle import operations, stackfile
+from cli.lifecycle.apply import Applier, ApplyError, job_urns
+from cli.lifecycle.events import Event
+from cli.lifecycle.states import Change, LifecycleError, decide_complete, decide_resume
+from cli.watch.decide import Action, backoff, is_capacity_refusal, mark_failed, still_current
+from cli.watch.journal import Journal
+from infra.config import Capacity, ConfigError, Job
+
+
+@dataclass
+class Result:
+    """How one action ended: ``status`` is applied | written | noop | waiting-for-capacity |
+    retrying-apply | error; ``ok`` is False for anything that did not succeed."""
+
+    action: Action
+    status: str
+    ok: bool
+    detail: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    next_try: datetime | None = None
+
+
+def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: Journal, *,
+        applier: Applier | None, choose: Callable[[Job, list[Event]], Capacity], now: datetime,
+        rng: random.Random, out: Callable[[str], None]) -> Result:
+    """Carry out ``action``; every outcome is written to the journal before this returns."""
+    memo = journal.job(action.job)
+    facts = [e for e in events if e.attempt == action.attempt and e.event in ("preempted", "stopped", "failed", "completed")]
+
+    def decide(job: Job) -> Change:
+        stale = still_current(job, action)
+        if stale:
+            return Change(job.id, {}, stale, noop=True)
+        if action.kind == "resume":
+            change = decide_resume(job, facts, force=action.force, choose=choose)
+        elif action.kind == "complete":
+            change = decide_complete(job)
+        elif action.kind == "mark-failed":
+            change = mark_failed(job, action.reason)
+        else:  # retry-capacity: same attempt, the capacity the policy picks now
+            cap = choose(job, events)
+            change = Change(job.id, {"capacity": cap.value}, f"{action.reason}: {cap.value}")
+        if applier is not None and not change.noop:
+            # Under the stack lock, before the file is written: a crash from here on is finished by
+            # the next watcher (it re-applies when the file shows this target), never repeated.
+            target = {**{"attempt": job.attempt, "state": job.state.value}, **change.fields}
+            memo["intent"] = {"kind": action.kind, "attempt": target["attempt"], "state": target["state"],
+                              "consumes": list(action.consumes)}
+            journal.save(now)
+        return change
+
+    try:
+        if action.kind == "reapply":
+            status = _reapply(ref, action.job, applier, out)
+            return _done(journal, action, memo, now, status, {})
+        outcome = operations.change_job(ref, action.job, decide, applier=applier, out=out)
+    except ApplyError as exc:
+        text = f"{exc}\n{getattr(exc, 'detail', '')}"
+        memo.pop("intent", None)
+        if not exc.started:  # the edit was undone: the facts stay unhandled and count again next cycle
+            memo.update(status="error", last_error=str(exc), at=now.isoformat())
+            journal.save(now)
+            return Result(action, "error", False, str(exc))
+        job = stackfile.load(ref).job(action.job)
+        tries = int(memo.get("tries", 0)) + 1 if memo.get("waiting_attempt") == job.attempt else 1
+        nxt = now + backoff(tries, rng)
+        status = "waiting-for-capacity" if is_capacity_refusal(text) else "retrying-apply"
+        memo.update(status=status, waiting_attempt=job.attempt, tries=tries, next_try=nxt.isoformat(),
+                    last_error=str(exc), at=now.isoformat(), last_action=f"{action.kind} (attempt {job.attempt}): {status}")
+        journal.handle(action.consumes, now)
+        journal.save(now)
+        return Result(action, status, False, str(exc), next_try=nxt)
+    except (LifecycleError, ConfigError) as exc:
+        memo.pop("intent", None)
+        memo.update(status="error", last_error=str(exc), at=now.isoformat())
+        if isinstance(exc, LifecycleError):  # the state machine refuses: these facts will not change that
+            journal.handle(action.consumes, now)
+        journal.save(now)
+        return Result(action, "error", False, str(exc))
+    change = outcome.change
+    status = "noop" if change.noop else ("applied" if outcome.applied else "written")
+    return _done(journal, action, memo, now, status, change.fields, change.reason)
+
+
+def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: str, fields: dict, reason: str = "") -> Result:
+    for key in ("intent", "waiting_attempt", "tries", "next_try", "last_error"):
+        memo.pop(key, None)
+    what = ", ".join(f"{k}={v}" for k, v in fields.items())
+    memo.update(status=status, at=now.isoformat(), last_action=f"{action.kind}{' ' + what if what else ''} ({status})")
+    journal.handle(action.consumes, now)
+    journal.save(now)
+    return Result(action, status, True, reason or action.reason, fields)
+
+
+def _reapply(ref: stackfile.StackRef, job_id: str, applier: Applier | None, out: Callable[[str], None]) -> str:
+    """Apply what the stack file already says for the job (a crashed watcher's unfinished update)."""
+    if applier is None:
+        return "noop"
+    from cli.plan import mocks as planner
+
+    applier.preflight()
+    with applier.exclusive(ref.path):
+        applier.up(job_urns(planner.run(stackfile.load(ref), ref.name), job_id), out)
+    return "applied"

@@ -1,0 +1,210 @@
+"""The watcher's decisions (pure: no I/O, the clock and the randomness are passed in).
+
+Events in, actions out, each with its reason. Only *facts* about the job's *current* attempt act:
+``preempted``/``stopped`` on any node -> resume (the gang restarts), ``failed`` -> retry while the
+job's ``maxFailures`` allows, else mark failed; ``completed`` on every node -> complete. Notices
+(interruption warning, rebalance recommendation, maintenance) are recorded and make the watcher
+look at the job's VMs, never act. Events of another attempt are stale and only noted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from cli.lifecycle.events import Event
+from cli.lifecycle.states import Change, check
+from infra.config import Job, JobState
+
+FACTS = ("started", "preempted", "stopped", "failed", "completed")
+ENDS = ("preempted", "stopped", "failed", "completed")
+
+BACKOFF_BASE_S = 30.0
+BACKOFF_CAP_S = 30 * 60.0
+
+# Capacity and quota refusals, as the providers word them in the error pulumi relays:
+# AWS EC2 API error codes InsufficientInstanceCapacity, InsufficientCapacity, VcpuLimitExceeded,
+# MaxSpotInstanceCountExceeded, InstanceLimitExceeded (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html);
+# GCE ZONE_RESOURCE_POOL_EXHAUSTED(_WITH_DETAILS), QUOTA_EXCEEDED and "Quota '...' exceeded"
+# (cloud.google.com/compute/docs/troubleshooting/troubleshooting-vm-creation).
+CAPACITY_RE = re.compile(
+    r"InsufficientInstanceCapacity|InsufficientCapacity|VcpuLimitExceeded|MaxSpotInstanceCountExceeded|"
+    r"InstanceLimitExceeded|ZONE_RESOURCE_POOL_EXHAUSTED|QUOTA_EXCEEDED|Quota '[^']*' exceeded|"
+    r"does not have enough resources available"
+)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """An event as the watcher saw it: where from, and an id that is the same whichever source
+    (or redelivery) brought it, so the same fact is handled once."""
+
+    event: Event
+    source: str
+    id: str
+
+
+def event_id(e: Event) -> str:
+    """Recorded events (bucket, events dir) are the same document wherever they are read: hash it.
+    What the cloud reports (poll, queue, subscription) has no time of its own: one id per VM fact."""
+    if e.details.get("source") == "cloud":
+        return f"cloud:{e.job}:{e.attempt}:{e.node}:{e.event}"
+    text = "\0".join((e.job, str(e.attempt), str(e.node), e.event, e.time.isoformat()))
+    return "rec:" + hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def seen(e: Event, source: str) -> Seen:
+    return Seen(e, source, event_id(e))
+
+
+def merge(*batches: list[Seen]) -> dict[str, list[Seen]]:
+    """Every source's events by job, each fact once (the first source named wins), sorted by time."""
+    by_id: dict[str, Seen] = {}
+    for batch in batches:
+        for s in batch:
+            by_id.setdefault(s.id, s)
+    out: dict[str, list[Seen]] = {}
+    for s in sorted(by_id.values(), key=lambda s: (s.event.time, s.event.attempt, s.event.node, s.id)):
+        out.setdefault(s.event.job, []).append(s)
+    return out
+
+
+@dataclass(frozen=True)
+class JobMemory:
+    """What the journal remembers of one job (see ``journal``)."""
+
+    waiting_attempt: int | None = None  # waiting for capacity for this attempt
+    next_try: datetime | None = None
+    tries: int = 0
+    intent: dict | None = None  # an action started and not known finished: {"kind", "attempt", "state"}
+
+
+@dataclass(frozen=True)
+class Action:
+    """What to do to one job, and why. ``attempt`` is the attempt the facts are about: the act step
+    re-checks it under the stack lock, so a signal for an old attempt never touches a new one."""
+
+    job: str
+    kind: str  # resume | complete | mark-failed | retry-capacity | reapply
+    attempt: int
+    reason: str
+    consumes: tuple[str, ...] = ()
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something seen and recorded without acting: a notice, a stale event, a wait."""
+
+    job: str
+    kind: str  # notice | stale | waiting-for-capacity | waiting-for-nodes
+    reason: str
+    ids: tuple[str, ...] = ()
+    look: bool = False  # ask the cloud about this job's VMs now
+
+
+@dataclass
+class Decisions:
+    actions: list[Action] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+
+
+def failures(events: list[Seen]) -> int:
+    """Attempts that ended in ``failed`` (each counted once)."""
+    return len({s.event.attempt for s in events if s.event.event == "failed"})
+
+
+def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str], now: datetime) -> tuple[Action | None, list[Note]]:
+    """The one action for ``job`` (or none) and what was noted, from everything seen about it."""
+    notes: list[Note] = []
+    if memory.intent and memory.intent.get("attempt") == job.attempt and memory.intent.get("state") == job.state.value:
+        # A crash between writing the stack file and the end of its update: apply what the file says.
+        return Action(job.id, "reapply", job.attempt, f"an earlier watcher wrote attempt {job.attempt} ({job.state.value}) "
+                      "and stopped before its update finished: applying it", tuple(memory.intent.get("consumes", ()))), notes
+    if memory.waiting_attempt == job.attempt and job.state is JobState.RUNNING and memory.next_try is not None:
+        if now < memory.next_try:
+            return None, [Note(job.id, "waiting-for-capacity", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1})")]
+        return Action(job.id, "retry-capacity", job.attempt, f"try {memory.tries + 1} after a capacity refusal; the policy is asked again"), notes
+    fresh = [s for s in events if s.id not in handled]
+    stale = [s for s in fresh if s.event.attempt != job.attempt and s.event.event in ENDS]
+    if stale:
+        notes.append(Note(job.id, "stale", f"{len(stale)} event(s) of attempt(s) {sorted({s.event.attempt for s in stale})}, "
+                          f"not the current attempt {job.attempt}: ignored", tuple(s.id for s in stale)))
+    if job.state in (JobState.PREEMPTED, JobState.STOPPED):
+        return Action(job.id, "resume", job.attempt, f"the stack file says {job.state.value}: needs resume"), notes
+    if job.state is not JobState.RUNNING:
+        return None, notes
+    current = [s for s in fresh if s.event.attempt == job.attempt]
+    facts = [s for s in current if s.event.event in ENDS]
+    notices = [s for s in current if s.event.event not in FACTS]
+    ids = tuple(s.id for s in facts)
+
+    def first(kind: str) -> Seen | None:
+        return next((s for s in facts if s.event.event == kind), None)
+
+    for kind in ("preempted", "stopped"):
+        hit = first(kind)
+        if hit:  # one node is enough: the whole gang gets the new attempt
+            return Action(job.id, "resume", job.attempt, f"node {hit.event.node} of attempt {job.attempt} {kind} "
+                          f"(seen in {hit.source})", ids), notes
+    hit = first("failed")
+    if hit:
+        n = failures(events)
+        if n <= job.max_failures:
+            return Action(job.id, "resume", job.attempt, f"node {hit.event.node} of attempt {job.attempt} failed: "
+                          f"failure {n} of maxFailures {job.max_failures}, retrying", ids, force=True), notes
+        return Action(job.id, "mark-failed", job.attempt, f"node {hit.event.node} of attempt {job.attempt} failed "
+                      f"({n} failure(s), maxFailures {job.max_failures}): no retry", ids), notes
+    done = {s.event.node for s in facts if s.event.event == "completed"}
+    if done and done >= set(range(job.nodes)):
+        return Action(job.id, "complete", job.attempt, f"every node of attempt {job.attempt} completed", ids), notes
+    if done:
+        missing = sorted(set(range(job.nodes)) - done)
+        notes.append(Note(job.id, "waiting-for-nodes", f"attempt {job.attempt}: nodes {missing} have not completed yet"))
+    if notices:
+        kinds = sorted({s.event.event for s in notices})
+        notes.append(Note(job.id, "notice", f"{', '.join(kinds)} for attempt {job.attempt}: recorded, not acted on "
+                          "until the VM is gone", tuple(s.id for s in notices), look=True))
+    return None, notes
+
+
+def decide(jobs: list[Job], events: dict[str, list[Seen]], memory: dict[str, JobMemory], handled: set[str],
+           now: datetime) -> Decisions:
+    """Every job's action (at most one each) and notes, in the stack's job order."""
+    out = Decisions()
+    for job in jobs:
+        action, notes = decide_job(job, events.get(job.id, []), memory.get(job.id, JobMemory()), handled, now)
+        out.notes += notes
+        if action:
+            out.actions.append(action)
+    return out
+
+
+# ---- what the act step writes under the lock ------------------------------------------------------------
+
+
+def still_current(job: Job, action: Action) -> str | None:
+    """None when the action still applies to the job as the file has it now; else why not."""
+    if job.attempt != action.attempt:
+        return f"the stack file is at attempt {job.attempt} now (the signal was for attempt {action.attempt}): nothing to do"
+    if job.state in (JobState.COMPLETED, JobState.FAILED) and action.kind != "reapply":
+        return f"is {job.state.value} now: nothing to do"
+    return None
+
+
+def mark_failed(job: Job, reason: str) -> Change:
+    return Change(job.id, {"state": JobState.FAILED.value}, f"{check(job.id, job.state, JobState.FAILED)}: {reason}")
+
+
+def is_capacity_refusal(text: str) -> bool:
+    return bool(CAPACITY_RE.search(text))
+
+
+def backoff(tries: int, rng: random.Random, base_s: float = BACKOFF_BASE_S, cap_s: float = BACKOFF_CAP_S) -> timedelta:
+    """Exponential backoff with jitter: base * 2^(tries-1), capped, times a random factor in [0.5, 1)
+    so many jobs refused together do not all come back at the same second."""
+    span = min(cap_s, base_s * 2 ** max(0, tries - 1))
+    return timedelta(seconds=span * (0.5 + rng.random() / 2))

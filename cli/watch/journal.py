@@ -1,0 +1,146 @@
+"""The watcher's memory and its lease, both next to the stack file.
+
+``.Pulumi.<stack>.yaml.watch.json`` (the journal): the ids of events already handled, what each job
+is waiting for (capacity: the attempt, the next try) and the action in flight. It is rewritten
+atomically (temp file + rename) before an action starts (its intent) and after it ends, so a
+``kill -9`` at any point leaves a journal that says either "not started" or "started": the next
+watcher re-applies a started action whose stack edit is in the file, and redoes nothing else.
+
+``.Pulumi.<stack>.yaml.watch.lock`` (the lease): an OS file lock held for the watcher's whole life
+(the kernel releases it when the process dies, even by ``kill -9``), with the holder written beside
+it so a second watcher can say who holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from cli.lifecycle.stackfile import atomic_write
+from cli.watch.decide import JobMemory
+
+KEEP_HANDLED = timedelta(days=14)
+
+
+def journal_path(stack_file: Path) -> Path:
+    return stack_file.with_name(f".{stack_file.name}.watch.json")
+
+
+@dataclass
+class Journal:
+    path: Path
+    handled: dict[str, str] = field(default_factory=dict)  # event id -> when handled (ISO)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, stack_file: Path) -> Journal:
+        path = journal_path(stack_file)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError):
+            # Written atomically, so this is not a torn write: something else wrote here. Start
+            # afresh (the state machine still makes every action idempotent) and keep the file.
+            os.replace(path, path.with_suffix(".json.bad"))
+            return cls(path)
+        return cls(path, dict(doc.get("handled", {})), dict(doc.get("jobs", {})))
+
+    def save(self, now: datetime) -> None:
+        cutoff = (now - KEEP_HANDLED).isoformat()
+        self.handled = {k: v for k, v in self.handled.items() if v >= cutoff}
+        atomic_write(self.path, json.dumps({"handled": self.handled, "jobs": self.jobs}, indent=1, sort_keys=True) + "\n")
+
+    def memory(self) -> dict[str, JobMemory]:
+        out = {}
+        for job, doc in self.jobs.items():
+            nxt = doc.get("next_try")
+            out[job] = JobMemory(doc.get("waiting_attempt"), datetime.fromisoformat(nxt) if nxt else None,
+                                 int(doc.get("tries", 0)), doc.get("intent"))
+        return out
+
+    def handle(self, ids, now: datetime) -> None:
+        for i in ids:
+            self.handled.setdefault(i, now.isoformat())
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.jobs.setdefault(job_id, {})
+
+
+def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
+    """What the watcher sees of each job (for ``spotctl status``): ``status`` (needs-resume,
+    waiting-for-capacity, retrying-apply, or how its last action ended), ``next_try``, ``last_action``."""
+    memo = Journal.load(stack_file).jobs if journal_path(stack_file).exists() else {}
+    out = {}
+    for job in jobs:
+        entry = memo.get(job.id, {})
+        row = {k: entry[k] for k in ("status", "next_try", "last_action", "last_error", "at") if k in entry}
+        waiting = entry.get("waiting_attempt") == job.attempt and "next_try" in entry
+        if not waiting:
+            row.pop("next_try", None)
+            if row.get("status") in ("waiting-for-capacity", "retrying-apply"):
+                row["status"] = "ok"
+        if job.state.value in ("preempted", "stopped"):
+            row["status"] = "needs-resume"
+        if row:
+            out[job.id] = row
+    return out
+
+
+# ---- the lease -------------------------------------------------------------------------------------------
+
+
+class LeaseHeld(Exception):
+    """Another watcher holds the stack; ``str()`` names it."""
+
+
+def lease_path(stack_file: Path) -> Path:
+    return stack_file.with_name(f".{stack_file.name}.watch.lock")
+
+
+def holder_path(stack_file: Path) -> Path:
+    return stack_file.with_name(f".{stack_file.name}.watch.holder")
+
+
+class Lease:
+    """One watcher per stack. ``acquire(wait_s)`` waits up to ``wait_s`` (0: not at all)."""
+
+    def __init__(self, stack_file: Path, now: Callable[[], datetime]):
+        from filelock import FileLock
+
+        self.stack_file, self.now = stack_file, now
+        self.lock = FileLock(str(lease_path(stack_file)))
+
+    def holder(self) -> str:
+        try:
+            doc = json.loads(holder_path(self.stack_file).read_text())
+            return f"{doc['holder']} (pid {doc['pid']} on {doc['host']}, since {doc['since']})"
+        except (OSError, ValueError, KeyError):
+            return "another spotctl watch"
+
+    def acquire(self, wait_s: float = 0.0) -> None:
+        from filelock import Timeout
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.lock.acquire(timeout=0)
+                break
+            except Timeout:
+                if time.monotonic() >= deadline:
+                    raise LeaseHeld(f"stack {self.stack_file.name}: watched by {self.holder()}") from None
+                time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
+               "host": socket.gethostname(), "since": self.now().isoformat()}
+        atomic_write(holder_path(self.stack_file), json.dumps(doc) + "\n")
+
+    def release(self) -> None:
+        if self.lock.is_locked:
+            self.lock.release()

@@ -1,0 +1,130 @@
+"""The watcher loop: hold the stack's lease, then every ``interval`` observe -> decide -> act, one job
+at a time, and acknowledge queue/subscription messages only once what they said is handled."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cli.lifecycle import stackfile
+from cli.lifecycle.apply import Applier
+from cli.lifecycle.events import Event
+from cli.watch import act as acting
+from cli.watch import decide as deciding
+from cli.watch import observe as observing
+from cli.watch.journal import Journal, Lease
+from infra.config import ConfigError
+
+
+@dataclass
+class Settings:
+    ref: stackfile.StackRef
+    sources: observing.Sources
+    applier: Applier | None
+    interval_s: float = 30.0
+    poll_every_s: float = 300.0
+    once: bool = False
+    lease_wait_s: float = 0.0
+
+
+@dataclass
+class Report:
+    """What the watcher tells the user: one record per action or note (the command prints them)."""
+
+    emit: Callable[[dict[str, Any]], None]
+    warn: Callable[[str], None]
+    out: Callable[[str], None]  # pulumi's output
+    results: list[acting.Result] = field(default_factory=list)
+
+
+def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
+        now: Callable[[], datetime] = lambda: datetime.now(UTC), rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep, cycles: int | None = None) -> bool:
+    """Watch until interrupted (or one cycle with ``once``); True when every action succeeded.
+
+    Raises:
+        LeaseHeld: another watcher holds the stack (after ``lease_wait_s``).
+    """
+    from cli.lifecycle.capacity import policy_capacity
+
+    rng = rng or random.Random()
+    lease = Lease(settings.ref.path, now)
+    lease.acquire(settings.lease_wait_s)
+    ok = True
+    last_poll: datetime | None = None
+    try:
+        n = 0
+        while True:
+            t = now()
+            poll_due = last_poll is None or (t - last_poll).total_seconds() >= settings.poll_every_s
+            ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now)) and ok
+            last_poll = t if poll_due else last_poll
+            n += 1
+            if settings.once or (cycles is not None and n >= cycles):
+                return ok
+            sleep(settings.interval_s)
+    finally:
+        lease.release()
+
+
+def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: random.Random, poll_due: bool,
+          choose) -> bool:
+    """One observe -> decide -> act pass over the stack; True when every action succeeded."""
+    ref = settings.ref
+    try:
+        cfg = stackfile.load(ref)
+    except ConfigError as exc:
+        report.warn(str(exc))
+        return False
+    journal = Journal.load(ref.path)
+    cloud = cloud_for(cfg)
+    seen = observing.observe(cloud, cfg, ref.name, settings.sources, now, poll_due=poll_due,
+                             handled=set(journal.handled), warn=report.warn)
+    decisions = deciding.decide(list(cfg.jobs), seen.events, journal.memory(), set(journal.handled), now)
+    for note in decisions.notes:
+        if note.kind in ("notice", "stale"):
+            report.emit({"job": note.job, "action": "record", "kind": note.kind, "reason": note.reason, "time": now.isoformat()})
+            journal.handle(note.ids, now)
+    if decisions.notes:
+        journal.save(now)
+    ok = True
+    for action in decisions.actions:
+        events: list[Event] = [s.event for s in seen.events.get(action.job, [])]
+        result = acting.act(ref, action, events, journal, applier=settings.applier, choose=choose, now=now, rng=rng,
+                            out=report.out)
+        report.results.append(result)
+        ok = ok and result.ok
+        record = {"job": action.job, "action": action.kind, "attempt": action.attempt, "reason": action.reason,
+                  "result": result.status, "fields": result.fields, "time": now.isoformat()}
+        if result.next_try:
+            record["next_try"] = result.next_try.isoformat()
+        if result.detail and result.detail != action.reason:
+            record["detail"] = result.detail
+        report.emit(record)
+    _acknowledge(cloud, settings.sources, seen.acks, set(journal.handled), report.warn)
+    return ok
+
+
+def _acknowledge(cloud, sources: observing.Sources, acks: list[observing.Ack], handled: set[str], warn) -> None:
+    """Delete the messages whose every event is handled (a crash before this only means they come
+    back, and their ids are already in the journal)."""
+    done = [a for a in acks if not a.keep and all(i in handled for i in a.ids)]
+    from cli.cloud import CloudError
+
+    for channel, url, fn in (("queue", sources.queue_url, "queue_delete"), ("subscription", sources.subscription, "subscription_ack")):
+        ids = [a.ack for a in done if a.channel == channel]
+        if ids and url:
+            try:
+                getattr(cloud, fn)(url, ids)
+            except CloudError as exc:
+                warn(f"{channel} {url}: acknowledging {len(ids)} message(s): {exc}")
+    kept = [a.ack for a in acks if a.keep and a.channel == "queue"]
+    if kept and sources.queue_url:
+        try:  # a notice whose VM still runs: read it again next cycle
+            cloud.queue_release(sources.queue_url, kept)
+        except CloudError as exc:
+            warn(f"queue {sources.queue_url}: {exc}")
