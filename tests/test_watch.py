@@ -535,3 +535,16 @@ def test_the_gcp_stack_declares_the_watchers_pull_subscription():
     assert "pushConfig" not in sub.inputs  # a pull subscription
     assert sub.inputs["labels"]["spotctl-stack"] == "team-a"
     assert plan.outputs["preemptionSubscription"] == "team-a-preemptions-watch"
+
+
+def test_the_shipped_systemd_unit_runs_a_real_watch_command(runner):
+    unit = (ROOT / "examples" / "spotctl-watch@.service").read_text()
+    sections = {line.strip("[]") for line in unit.splitlines() if line.startswith("[")}
+    assert sections == {"Unit", "Service", "Install"}
+    (exec_start,) = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("ExecStart=")]
+    words = exec_start.split()
+    assert words[words.index("spotctl") + 1] == "watch" and "--once" not in words
+    assert "Restart=always" in unit
+    help_text = runner.invoke(app, ["watch", "--help"]).output
+    for option in (w for w in words if w.startswith("--") and w != "--frozen"):
+        assert option in help_text, option

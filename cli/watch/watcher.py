@@ -25,7 +25,7 @@ class Settings:
     ref: stackfile.StackRef
     sources: observing.Sources
     applier: Applier | None
-    interval_s: float = 30.0
+    interval_s: float = 5.0
     poll_every_s: float = 300.0
     once: bool = False
     lease_wait_s: float = 0.0
