@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 from cli.cloud import Cloud  # noqa: E402
 from cli.lifecycle import stackfile  # noqa: E402
 from cli.lifecycle.apply import Applier  # noqa: E402
-from cli.watch import observe  # noqa: E402
 from cli.watch import act as acting  # noqa: E402
 from cli.watch import decide as deciding  # noqa: E402
+from cli.watch import observe  # noqa: E402
 
 DEFAULT_INTERVAL_S = 5.0  # spotctl watch --interval default
 
