@@ -548,3 +548,32 @@ def test_the_shipped_systemd_unit_runs_a_real_watch_command(runner):
     help_text = runner.invoke(app, ["watch", "--help"]).output
     for option in (w for w in words if w.startswith("--") and w != "--frozen"):
         assert option in help_text, option
+
+
+def test_the_bucket_is_read_incrementally_across_cycles(aws_stack):
+    from cli.watch import observe
+
+    docs = {"team/train/1.json": json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "started", "time": T0.isoformat()}).encode()}
+
+    class Bucket:  # the Cloud object's bucket call, as the tests swap whole Cloud objects
+        skips: list = []
+
+        def bucket_objects(self, bucket, prefix, skip):
+            self.skips.append(set(skip))
+            return {k: (None if k in skip else v) for k, v in docs.items() if k.startswith(prefix)}
+
+    cloud, cache = Bucket(), {}
+    cfg = stackfile.load(stackfile.resolve("team", None))
+
+    def kinds():
+        got = observe.observe(cloud, cfg, "team", observe.Sources(bucket="b", poll=False), T0, poll_due=False,
+                              handled=set(), warn=print, bucket_cache=cache)
+        return [s.event.event for s in got.events.get("train", [])]
+
+    assert kinds() == ["started"] and cloud.skips[-1] == set()
+    assert kinds() == ["started"] and cloud.skips[-1] == {"team/train/1.json"}  # not downloaded again
+    docs["team/train/2.json"] = json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "preempted",
+                                            "time": (T0 + timedelta(minutes=1)).isoformat()}).encode()
+    assert kinds() == ["started", "preempted"]
+    del docs["team/train/1.json"]  # expired by the bucket's lifecycle rule
+    assert kinds() == ["preempted"] and set(cache) == {"team/train/2.json"}

@@ -136,6 +136,16 @@ class Cloud:
                                        billing_endpoint=os.environ.get("SPOTCTL_BILLING_ENDPOINT")))
 
 
+    def bucket_objects(self, bucket: str, prefix: str, skip: frozenset[str] = frozenset()) -> dict[str, bytes | None]:
+        """Every object name under ``prefix`` -> its content (None for names in ``skip``)."""
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import s3_objects
+
+            return call(lambda: s3_objects(self.cfg.region, bucket, prefix, skip))
+        from cli.cloud.gcp import gcs_objects
+
+        return call(lambda: gcs_objects(bucket, prefix, skip))
+
     def queue_messages(self, queue_url: str) -> list[Message]:
         """Pending messages of the AWS interruption queue (not deleted until ``queue_delete``)."""
         from cli.cloud.aws import sqs_receive

@@ -56,13 +56,20 @@ class AwsObserver:
 
 
 def s3_documents(region: str, bucket: str, prefix: str) -> list[bytes]:
+    return [doc for doc in s3_objects(region, bucket, prefix).values() if doc is not None]
+
+
+def s3_objects(region: str, bucket: str, prefix: str, skip: frozenset[str] = frozenset()) -> dict[str, bytes | None]:
+    """Every key under ``prefix`` -> its content, None for the keys in ``skip`` (already read:
+    event objects are written once and never change)."""
     import boto3
 
     s3 = boto3.client("s3", region_name=region)
-    docs = []
+    docs: dict[str, bytes | None] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            docs.append(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+            key = obj["Key"]
+            docs[key] = None if key in skip else s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     return docs
 
 

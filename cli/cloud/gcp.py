@@ -73,12 +73,17 @@ class GcpObserver:
 
 
 def gcs_documents(bucket: str, prefix: str) -> list[bytes]:
-    """Objects under ``prefix`` through the GCS JSON API with application-default credentials, or
-    anonymously at SPOTCTL_GCS_ENDPOINT (private endpoints, tests)."""
+    return [doc for doc in gcs_objects(bucket, prefix).values() if doc is not None]
+
+
+def gcs_objects(bucket: str, prefix: str, skip: frozenset[str] = frozenset()) -> dict[str, bytes | None]:
+    """Objects under ``prefix`` (name -> content; None for names in ``skip``, already read) through
+    the GCS JSON API with application-default credentials, or anonymously at SPOTCTL_GCS_ENDPOINT
+    (private endpoints, tests)."""
     import os
     import urllib.parse
 
-    docs: list[bytes] = []
+    docs: dict[str, bytes | None] = {}
     endpoint = os.environ.get("SPOTCTL_GCS_ENDPOINT")
     if endpoint:
         import requests
@@ -98,9 +103,12 @@ def gcs_documents(bucket: str, prefix: str) -> list[bytes]:
         listing.raise_for_status()
         body = listing.json()
         for item in body.get("items", []):
+            if item["name"] in skip:
+                docs[item["name"]] = None
+                continue
             got = session.get(f"{base}/{urllib.parse.quote(item['name'], safe='')}", params={"alt": "media"}, timeout=30)
             got.raise_for_status()
-            docs.append(got.content)
+            docs[item["name"]] = got.content
         token = body.get("nextPageToken")
         if not token:
             break

@@ -106,8 +106,10 @@ def aws_notice(body: bytes) -> tuple[str, str, datetime] | None:
 
 
 def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime, *, poll_due: bool,
-            handled: set[str], warn: Callable[[str], None]) -> Observed:
-    """Read every source once; events by job, each fact once, plus the messages to ack later."""
+            handled: set[str], warn: Callable[[str], None], bucket_cache: dict[str, bytes] | None = None) -> Observed:
+    """Read every source once; events by job, each fact once, plus the messages to ack later.
+    ``bucket_cache`` (kept by the loop across cycles) holds the event objects already read, so a
+    cycle downloads only new ones."""
     jobs = {j.id: j for j in cfg.jobs}
     ids = set(jobs)
     out = Observed()
@@ -123,8 +125,17 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
         attempt(f"events dir {sources.events_dir}", lambda: batches.append(
             [seen(e, "events-dir") for e in parse_documents(read_dir(sources.events_dir), ids)]))
     if sources.bucket:
-        attempt(f"event bucket {sources.bucket}", lambda: batches.append(
-            [seen(e, "bucket") for e in parse_documents(cloud.bucket_documents(sources.bucket, f"{stack}/"), ids)]))
+        cache = {} if bucket_cache is None else bucket_cache
+
+        def bucket() -> None:
+            listed = cloud.bucket_objects(sources.bucket, f"{stack}/", frozenset(cache))
+            fresh = {k: v for k, v in listed.items() if v is not None}
+            for k in [k for k in cache if k not in listed]:  # expired by the bucket's lifecycle rule
+                del cache[k]
+            cache.update(fresh)
+            batches.append([seen(e, "bucket") for e in parse_documents(cache.values(), ids)])
+
+        attempt(f"event bucket {sources.bucket}", bucket)
     if sources.subscription:
         slug = stack_slug(stack)
 

@@ -56,12 +56,13 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
     lease.acquire(settings.lease_wait_s)
     ok = True
     last_poll: datetime | None = None
+    bucket_cache: dict[str, bytes] = {}
     try:
         n = 0
         while True:
             t = now()
             poll_due = last_poll is None or (t - last_poll).total_seconds() >= settings.poll_every_s
-            ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now)) and ok
+            ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now), bucket_cache) and ok
             last_poll = t if poll_due else last_poll
             n += 1
             if settings.once or (cycles is not None and n >= cycles):
@@ -72,7 +73,7 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
 
 
 def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: random.Random, poll_due: bool,
-          choose) -> bool:
+          choose, bucket_cache: dict[str, bytes] | None = None) -> bool:
     """One observe -> decide -> act pass over the stack; True when every action succeeded."""
     ref = settings.ref
     try:
@@ -83,7 +84,7 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     journal = Journal.load(ref.path)
     cloud = cloud_for(cfg)
     seen = observing.observe(cloud, cfg, ref.name, settings.sources, now, poll_due=poll_due,
-                             handled=set(journal.handled), warn=report.warn)
+                             handled=set(journal.handled), warn=report.warn, bucket_cache=bucket_cache)
     decisions = deciding.decide(list(cfg.jobs), seen.events, journal.memory(), set(journal.handled), now)
     for note in decisions.notes:
         if note.kind in ("notice", "stale"):
