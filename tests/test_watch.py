@@ -577,3 +577,14 @@ def test_the_bucket_is_read_incrementally_across_cycles(aws_stack):
     assert kinds() == ["started", "preempted"]
     del docs["team/train/1.json"]  # expired by the bucket's lifecycle rule
     assert kinds() == ["preempted"] and set(cache) == {"team/train/2.json"}
+
+
+@pytest.mark.parametrize("name", ["example-aws", "example-gcp"])
+def test_one_jobs_targets_are_planned_with_that_job_alone(project, name):
+    from cli.lifecycle.apply import job_targets, job_urns
+    from cli.plan import mocks as planner
+
+    cfg = stackfile.load(stackfile.resolve(name, None))
+    full = planner.run(cfg, name)
+    for j in cfg.jobs:
+        assert job_targets(cfg, name, j.id) == job_urns(full, j.id) != []

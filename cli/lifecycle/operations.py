@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, ApplyError, job_urns
+from cli.lifecycle.apply import Applier, ApplyError, job_targets
 from cli.lifecycle.states import Change
 from infra.config import ConfigError, Job, StackConfig
 
@@ -60,10 +60,9 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
         change: Change = holder["change"]
         if change.noop or applier is None:
             return Outcome(change, new_cfg, applied=False)
-        from cli.plan import mocks as planner
 
         old_job = old_cfg.job(job_id)
-        targets = job_urns(planner.run(new_cfg, ref.name), job_id)
+        targets = job_targets(new_cfg, ref.name, job_id)
         if confirm is not None and not _previewed_and_confirmed(ref, job_id, change, old_job, targets, applier,
                                                                 holder["before"], out, confirm):
             return Outcome(change, old_cfg, applied=False, declined=True)
@@ -105,9 +104,8 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     """Delete every VM of the current attempt before the new one starts, so no surviving node of
     the old gang is still running when the new rendezvous begins: the job is written as stopped
     (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
-    from cli.plan import mocks as planner
 
-    old_targets = job_urns(planner.run(old_cfg, ref.name), job_id)
+    old_targets = job_targets(old_cfg, ref.name, job_id)
     final = stackfile.job_fields(ref.path, job_id, list(before))
     stopped = {k: before[k] for k in before if before[k] is not _MISSING} | {"state": "stopped"}
     stackfile.update_job(ref.path, job_id, lambda current, written: stopped)

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from cli.lifecycle import operations, stackfile
-from cli.lifecycle.apply import Applier, ApplyError, job_urns
+from cli.lifecycle.apply import Applier, ApplyError, job_targets
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, LifecycleError, decide_complete, decide_resume
 from cli.watch.decide import Action, backoff, is_capacity_refusal, mark_failed, still_current
@@ -108,9 +108,7 @@ def _reapply(ref: stackfile.StackRef, job_id: str, applier: Applier | None, out:
     """Apply what the stack file already says for the job (a crashed watcher's unfinished update)."""
     if applier is None:
         return "noop"
-    from cli.plan import mocks as planner
-
     applier.preflight()
     with applier.exclusive(ref.path):
-        applier.up(job_urns(planner.run(stackfile.load(ref), ref.name), job_id), out)
+        applier.up(job_targets(stackfile.load(ref), ref.name, job_id), out)
     return "applied"
