@@ -283,6 +283,15 @@ def test_status_shows_what_the_watcher_sees(aws_stack, runner, tmp_path):
 # ---- AWS: moto in server mode (S3, SQS, EC2) ------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _no_cached_aws_credentials():
+    """boto3's default session caches the credentials it found: drop it, so later tests see theirs."""
+    yield
+    import boto3
+
+    boto3.DEFAULT_SESSION = None
+
+
 @pytest.fixture
 def moto_server(monkeypatch):
     from moto.server import ThreadedMotoServer
