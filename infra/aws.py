@@ -1,27 +1,36 @@
 """AWS components: the stack's shared pieces, GPU pools (ASG mixed-instances: on-demand base + spot)
-and training jobs whose encrypted EBS volumes outlive every instance (see README, "What an AWS stack declares")."""
+and training jobs whose encrypted EBS volumes outlive every instance (see README, "What an AWS stack declares").
+
+Every resource and invoke goes through one explicit ``aws.Provider`` built from ``spotctl:region``
+(``aws:region`` is never read). The rules AWS enforces on these inputs are in ``infra/contract/aws.py``.
+Longer than 420 lines because one cloud's whole declaration lives here, parallel to ``infra/gcp.py``:
+the three components and the helpers only they use (image, subnets, egress, per-job identities).
+"""
 
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
+from infra import contract
 from infra.aws_scaling import demand_scaling, mixed_group, protect_policy
 from infra.common import (
     BOOT_DISK_GB,
     JobPlan,
     StackArgs,
     declare_components,
+    event_prefix,
     job_outputs,
     job_script_context,
     pool_parts,
     pool_script_context,
 )
-from infra.config import Pool, StackConfig
+from infra.config import Job, Pool, StackConfig
 from infra.naming import aws_tags
 from infra.render import scripts_for
 
@@ -33,14 +42,14 @@ NVME_BY_ID = "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{}"
 INTERRUPTION_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
 
 
-
 @dataclass(frozen=True)
 class Image:
     id: str
     root_device: str
+    root_gb: int  # size of the root device's snapshot: the smallest root volume EC2 accepts
 
 
-def _image(cfg_image: str | None) -> Image:
+def _image(cfg_image: str | None, opts: pulumi.InvokeOptions) -> Image:
     if cfg_image:
         filters = [aws.ec2.GetAmiFilterArgs(name="image-id", values=[cfg_image])]
         owners = None
@@ -50,8 +59,39 @@ def _image(cfg_image: str | None) -> Image:
             aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"]),
         ]
         owners = ["amazon"]
-    ami = aws.ec2.get_ami(most_recent=True, owners=owners, filters=filters)
-    return Image(ami.id, ami.root_device_name)
+    ami = aws.ec2.get_ami(most_recent=True, owners=owners, filters=filters, opts=opts)
+    # block_device_mappings[].ebs values are strings (terraform-provider-aws ami.go flattenAMIBlockDeviceMappings).
+    root = next((b for b in ami.block_device_mappings or [] if b.device_name == ami.root_device_name), None)
+    root_gb = int((root.ebs or {}).get("volume_size") or 0) if root is not None else 0
+    return Image(ami.id, ami.root_device_name, root_gb)
+
+
+def root_volume_gb(wanted: int, image: Image, resource: str) -> int:
+    """The root volume size: what was asked, grown to the image's root snapshot when smaller."""
+    size = max(wanted, image.root_gb)
+    contract.enforce(
+        "aws.root-volume-covers-snapshot", resource,
+        None if size >= image.root_gb else f"root volume {size} GiB < root snapshot of {image.id} ({image.root_gb} GiB)",
+    )
+    return size
+
+
+def gp3_performance(job: Job) -> tuple[int, int]:
+    """(throughput MiB/s, IOPS) of a job disk: the job's values, else scaled with its GPUs so a
+    checkpoint fits the preemption notice (250 MiB/s per GPU up to 2,000; 4 IOPS per MiB/s, at
+    least the 3,000 baseline), within gp3's 500 IOPS per GiB and 0.25 MiB/s per IOPS."""
+    gpus = job.accelerator.count if job.accelerator else 0
+    throughput = job.disk_throughput or min(2000, max(125, 250 * gpus))
+    iops = job.disk_iops or max(3000, min(80000, 500 * job.disk_gb, 4 * throughput))
+    if not job.disk_throughput:
+        throughput = max(125, min(throughput, iops // 4))
+    return throughput, iops
+
+
+def user_data_gzip_b64(script: str) -> str:
+    """The script gzip-compressed (cloud-init inflates it) and base64-encoded: EC2 takes 16 KB of
+    raw user data. mtime=0 keeps the bytes deterministic, so an unchanged script is no diff."""
+    return base64.b64encode(gzip.compress(script.encode(), mtime=0)).decode()
 
 
 def _metadata_options(cls):
@@ -59,20 +99,66 @@ def _metadata_options(cls):
     return cls(http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2, instance_metadata_tags="disabled")
 
 
+@dataclass(frozen=True)
+class Subnet:
+    id: str
+    vpc_id: str
+
+
+def _subnets(cfg: StackConfig, invoke: pulumi.InvokeOptions, resource: str) -> dict[str, Subnet]:
+    """Each zone's subnet: the configured ones (config refuses a partial list), else the default
+    VPC's default subnet of the zone. All must be in one VPC, with the security group."""
+    if cfg.network.subnets:
+        found = {z: aws.ec2.get_subnet(id=cfg.network.subnets[z], opts=invoke) for z in cfg.zones}
+    else:
+        default = aws.ec2.get_vpcs(filters=[aws.ec2.GetVpcsFilterArgs(name="is-default", values=["true"])], opts=invoke)
+        contract.enforce("aws.default-vpc-or-subnets", f"{resource} spotctl:network.subnets",
+                         None if default.ids else f"region {cfg.region} has no default VPC and no subnets are configured")
+        found = {z: aws.ec2.get_subnet(availability_zone=z, default_for_az=True, opts=invoke) for z in cfg.zones}
+    for zone, f in found.items():
+        contract.enforce("aws.subnet-in-its-zone", f"{resource} spotctl:network.subnets.{zone}",
+                         None if f.availability_zone == zone else f"{f.id} is in {f.availability_zone}, not {zone}")
+    subnets = {z: Subnet(f.id, f.vpc_id) for z, f in found.items()}
+    vpcs = {s.vpc_id for s in subnets.values()}
+    contract.enforce("aws.subnets-one-vpc", f"{resource} spotctl:network.subnets",
+                     None if len(vpcs) == 1 else "subnets in several VPCs: " + ", ".join(
+                         f"{z}: {s.id} ({s.vpc_id})" for z, s in subnets.items()))
+    return subnets
+
+
+def rule_name(slug: str, owner: str) -> str:
+    """EventBridge rule name of a job. "_" never occurs in slugs or job ids, so one stack's prefix
+    ``spotctl-<slug>_`` never matches another stack's rules (<= 55 of the 64 characters allowed)."""
+    return f"spotctl-{slug}_{owner}"
+
+
+def _tls_only_policy(bucket_arn: str) -> str:
+    # https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-bucket-policies.html (RestrictToTLSRequestsOnly)
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "RestrictToTLSRequestsOnly", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+            "Resource": [bucket_arn, f"{bucket_arn}/*"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }],
+    })
+
+
 class StackBase(pulumi.ComponentResource):
-    """Per stack: event bucket, the instance role that may only write under the stack's prefix,
-    the security group, and EventBridge -> SQS for interruption warnings seen outside the VM."""
+    """Per stack: event bucket (TLS only), the security group, the network's egress (S3 gateway
+    endpoint; NAT when asked) and the SQS queue that the jobs' EventBridge rules feed."""
 
     def __init__(self, name: str, args: StackArgs, opts=None):
         super().__init__("spotctl:aws:StackBase", name, None, opts)
         cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
+        self.invoke = pulumi.InvokeOptions(parent=self)  # invokes inherit the provider only through parent
         tags = aws_tags(args.stack, cfg.labels)
-        self.subnets = {zone: _subnet(cfg, zone) for zone in cfg.zones}
+        self.subnets = _subnets(cfg, self.invoke, name)
         vpc_id = next(iter(self.subnets.values())).vpc_id
 
         self.bucket = aws.s3.Bucket(f"{name}-events", bucket_prefix=f"spotctl-{args.slug}-events-", force_destroy=False, tags=tags, opts=child)
-        aws.s3.BucketPublicAccessBlock(
+        public_block = aws.s3.BucketPublicAccessBlock(
             f"{name}-events-public-access",
             bucket=self.bucket.id,
             block_public_acls=True,
@@ -80,6 +166,12 @@ class StackBase(pulumi.ComponentResource):
             ignore_public_acls=True,
             restrict_public_buckets=True,
             opts=child,
+        )
+        aws.s3.BucketPolicy(
+            f"{name}-events-tls-only",
+            bucket=self.bucket.id,
+            policy=self.bucket.arn.apply(_tls_only_policy),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[public_block]),
         )
         aws.s3.BucketOwnershipControls(
             f"{name}-events-ownership",
@@ -92,10 +184,10 @@ class StackBase(pulumi.ComponentResource):
             bucket=self.bucket.id,
             rules=[
                 aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                    # SSE-S3. No bucket_key_enabled: S3 Bucket Keys exist only for SSE-KMS.
                     apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
                         sse_algorithm="AES256"
                     ),
-                    bucket_key_enabled=True,
                 )
             ],
             opts=child,
@@ -114,47 +206,20 @@ class StackBase(pulumi.ComponentResource):
             opts=child,
         )
 
-        self.role = aws.iam.Role(
-            f"{name}-instance-role",
-            name_prefix=f"spotctl-{args.slug}-"[:38],
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
-                    ],
-                }
-            ),
-            tags=tags,
-            opts=child,
-        )
-        aws.iam.RolePolicy(
-            f"{name}-instance-events-policy",
-            role=self.role.id,
-            policy=self.bucket.arn.apply(
-                lambda arn: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {
-                                "Sid": "PutOwnStackEvents",
-                                "Effect": "Allow",
-                                "Action": "s3:PutObject",
-                                "Resource": f"{arn}/{args.stack}/*",
-                            }
-                        ],
-                    }
-                )
-            ),
-            opts=child,
-        )
-        self.profile = aws.iam.InstanceProfile(f"{name}-instance-profile", role=self.role.name, tags=tags, opts=child)
-
+        # No inline rules: mixed with separate rule resources the provider keeps overwriting them.
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-nodes-sg",
             description=f"spotctl {args.stack}: egress, and node-to-node traffic of multi-node jobs",
             vpc_id=vpc_id,
-            egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"])],
+            tags=tags,
+            opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{name}-nodes-sg-egress",
+            security_group_id=self.security_group.id,
+            ip_protocol="-1",
+            cidr_ipv4="0.0.0.0/0",
+            description="outbound: event uploads, datasets, packages",
             tags=tags,
             opts=child,
         )
@@ -167,6 +232,8 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
+        self.egress = cfg.network.egress or "s3-endpoint"
+        self._declare_egress(name, args, vpc_id, tags, child)
 
         self.queue = aws.sqs.Queue(
             f"{name}-interruptions",
@@ -176,18 +243,13 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        self.rule = aws.cloudwatch.EventRule(
-            f"{name}-interruptions-rule",
-            description=f"spotctl {args.stack}: spot interruption warnings and rebalance recommendations",
-            event_pattern=json.dumps({"source": ["aws.ec2"], "detail-type": INTERRUPTION_EVENTS}),
-            tags=tags,
-            opts=child,
-        )
+        # Only this stack's job rules (named by rule_name) may send to the queue.
+        rules_arn = f"arn:aws:events:{cfg.region}:*:rule/{rule_name(args.slug, '')}*"
         aws.sqs.QueuePolicy(
             f"{name}-interruptions-policy",
             queue_url=self.queue.url,
-            policy=pulumi.Output.all(self.queue.arn, self.rule.arn).apply(
-                lambda v: json.dumps(
+            policy=self.queue.arn.apply(
+                lambda arn: json.dumps(
                     {
                         "Version": "2012-10-17",
                         "Statement": [
@@ -195,8 +257,8 @@ class StackBase(pulumi.ComponentResource):
                                 "Effect": "Allow",
                                 "Principal": {"Service": "events.amazonaws.com"},
                                 "Action": "sqs:SendMessage",
-                                "Resource": v[0],
-                                "Condition": {"ArnEquals": {"aws:SourceArn": v[1]}},
+                                "Resource": arn,
+                                "Condition": {"ArnLike": {"aws:SourceArn": rules_arn}},
                             }
                         ],
                     }
@@ -204,21 +266,72 @@ class StackBase(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        aws.cloudwatch.EventTarget(f"{name}-interruptions-target", rule=self.rule.name, arn=self.queue.arn, opts=child)
         self.register_outputs({"eventBucket": self.bucket.bucket, "interruptionQueue": self.queue.url})
 
+    def _declare_egress(self, name: str, args: StackArgs, vpc_id: str, tags, child) -> None:
+        """The network's way out (config.AWS_EGRESS): a free S3 gateway endpoint on the VPC's route
+        tables unless ``existing``; for ``nat`` also a NAT gateway and a route table for the VMs' subnets."""
+        cfg = args.cfg
+        if self.egress == "existing":
+            return
+        route_tables: list = list(aws.ec2.get_route_tables(vpc_id=vpc_id, opts=self.invoke).ids)
+        if self.egress == "nat":
+            public = aws.ec2.get_subnet(id=cfg.network.nat_subnet, opts=self.invoke)
+            contract.enforce("aws.subnets-one-vpc", f"{name} spotctl:network.natSubnet",
+                             None if public.vpc_id == vpc_id else f"{public.id} is in {public.vpc_id}, the VMs' subnets in {vpc_id}")
+            eip = aws.ec2.Eip(f"{name}-nat-ip", domain="vpc", tags=tags, opts=child)
+            nat = aws.ec2.NatGateway(f"{name}-nat", subnet_id=public.id, allocation_id=eip.allocation_id, tags=tags, opts=child)
+            private = aws.ec2.RouteTable(
+                f"{name}-private-routes", vpc_id=vpc_id,
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)], tags=tags, opts=child,
+            )
+            for zone, subnet in self.subnets.items():
+                aws.ec2.RouteTableAssociation(f"{name}-private-routes-{zone}", subnet_id=subnet.id, route_table_id=private.id, opts=child)
+            route_tables.append(private.id)
+        aws.ec2.VpcEndpoint(
+            f"{name}-s3-endpoint",
+            vpc_id=vpc_id,
+            service_name=f"com.amazonaws.{cfg.region}.s3",
+            vpc_endpoint_type="Gateway",
+            route_table_ids=route_tables,
+            tags=tags,
+            opts=child,
+        )
 
-@dataclass(frozen=True)
-class Subnet:
-    id: str
-    vpc_id: str
 
-
-def _subnet(cfg: StackConfig, zone: str) -> Subnet:
-    """The configured subnet of a zone, or the default VPC's default subnet there."""
-    subnet_id = cfg.network.subnets.get(zone)
-    found = aws.ec2.get_subnet(id=subnet_id) if subnet_id else aws.ec2.get_subnet(availability_zone=zone, default_for_az=True)
-    return Subnet(found.id, found.vpc_id)
+def _instance_profile(name: str, args: StackArgs, owner: str, bucket: aws.s3.Bucket, tags, child):
+    """(role, instance profile) per job (or pool) that may only put objects under its own prefix:
+    EC2 instance tags are not principal tags, so one shared role could not tell jobs apart."""
+    prefix = event_prefix(args.stack, owner)
+    role = aws.iam.Role(
+        f"{name}-role",
+        name_prefix=f"spotctl-{args.slug}-"[:38],
+        path="/spotctl/",
+        assume_role_policy=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+            }
+        ),
+        tags=tags,
+        opts=child,
+    )
+    aws.iam.RolePolicy(
+        f"{name}-events-policy",
+        role=role.id,
+        policy=bucket.arn.apply(
+            lambda arn: json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/{prefix}*"}],
+                }
+            )
+        ),
+        opts=child,
+    )
+    return role, aws.iam.InstanceProfile(
+        f"{name}-profile", name_prefix=f"spotctl-{args.slug}-", path="/spotctl/", role=role.name, tags=tags, opts=child
+    )
 
 
 class GpuPool(pulumi.ComponentResource):
@@ -232,31 +345,32 @@ class GpuPool(pulumi.ComponentResource):
         cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
         tags = aws_tags(args.stack, cfg.labels, pool=pool.name)
-        image = _image(pool.image)
+        # A newer image only makes a new launch template version: running instances keep theirs.
+        image = _image(pool.image, pulumi.InvokeOptions(parent=self))
+        role, profile = _instance_profile(name, args, pool.name, base.bucket, tags, child)
         user_data = base.bucket.bucket.apply(
-            lambda bucket: base64.b64encode(
-                scripts_for(pool_script_context(cfg, args.stack, pool, bucket=bucket)).user_data.encode()
-            ).decode()
+            lambda bucket: user_data_gzip_b64(scripts_for(pool_script_context(cfg, args.stack, pool, bucket=bucket)).user_data)
         )
         physical = f"{args.slug}-{pool.name}"
         template = aws.ec2.LaunchTemplate(
             f"{name}-template",
             name_prefix=f"{physical}-",
             image_id=image.id,
-            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=base.profile.arn),
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
             metadata_options=_metadata_options(aws.ec2.LaunchTemplateMetadataOptionsArgs),
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                     device_name=image.root_device,
                     ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                        volume_size=pool.disk_gb, volume_type="gp3", encrypted="true", delete_on_termination="true"
+                        volume_size=root_volume_gb(pool.disk_gb, image, f"{name}-template"),
+                        volume_type="gp3", encrypted="true", delete_on_termination="true",
                     ),
                 )
             ],
             network_interfaces=[
                 aws.ec2.LaunchTemplateNetworkInterfaceArgs(
                     device_index=0,
-                    associate_public_ip_address="true" if pool.external_ip else "false",
+                    associate_public_ip_address="true" if pool.external_ip or base.egress == "public-ip" else "false",
                     security_groups=[base.security_group.id],
                     delete_on_termination="true",
                 )
@@ -294,13 +408,14 @@ class GpuPool(pulumi.ComponentResource):
             self.groups["fallbackAsg"] = self.fallback
             demand_scaling(f"{name}-fallback", f"{physical}-fallback", args.stack, pool, self.fallback, fallback, 0, tags, child)
         # A busy instance sets scale-in protection on itself (templates/common/lib.sh.j2).
-        protect_policy(f"{name}-protect-policy", base.role, list(self.groups.values()), child)
+        protect_policy(f"{name}-protect-policy", role, list(self.groups.values()), child)
         self.register_outputs({k: g.name for k, g in self.groups.items()})
 
 
 class TrainingJob(pulumi.ComponentResource):
-    """Per node an encrypted EBS volume (protected until the job completed) and the instance of the
-    current attempt, spot via market options or on-demand, attached in the volume's zone."""
+    """Per node an encrypted gp3 EBS volume (protected until the job completed) and the instance of
+    the current attempt, spot via market options or on-demand, attached in the volume's zone; the
+    job's own role, and an EventBridge rule for its instances' interruption warnings."""
 
     def __init__(self, name: str, args: StackArgs, plan: JobPlan, base: StackBase, opts=None):
         super().__init__("spotctl:aws:TrainingJob", name, None, opts)
@@ -308,6 +423,7 @@ class TrainingJob(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         tags = aws_tags(args.stack, cfg.labels, job=job.id)
         subnet = base.subnets[job.zone]
+        runs = any(n.declares_instance for n in plan.nodes)
         master_eni = None
         master_addr: pulumi.Output[str] | None = None
         if plan.needs_master_address:
@@ -321,7 +437,10 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=child,
             )
             master_addr = master_eni.private_ip
-        image = _image(job.image) if any(n.declares_instance for n in plan.nodes) else None
+        image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
+        profile = _instance_profile(name, args, job.id, base.bucket, tags, child)[1] if runs else None
+        throughput, iops = gp3_performance(job)
+        public_ip = job.external_ip or base.egress == "public-ip"
         self.volumes: list[aws.ebs.Volume] = []
         self.instances: list[aws.ec2.Instance] = []
         for node in plan.nodes:
@@ -330,21 +449,23 @@ class TrainingJob(pulumi.ComponentResource):
                 availability_zone=job.zone,
                 size=job.disk_gb,
                 type="gp3",
+                throughput=throughput,
+                iops=iops,
                 encrypted=True,
                 tags=aws_tags(args.stack, cfg.labels, name=node.disk_name, job=job.id, node=str(node.rank)),
                 opts=pulumi.ResourceOptions(parent=self, protect=plan.protect_disks),
             )
             self.volumes.append(volume)
-            if not node.declares_instance or image is None:
+            if not node.declares_instance or image is None or profile is None:
                 continue
             addr = master_addr if master_addr is not None else pulumi.Output.from_input("127.0.0.1")
             user_data = pulumi.Output.all(base.bucket.bucket, addr, volume.id).apply(
-                lambda v, node=node: scripts_for(
+                lambda v, node=node: user_data_gzip_b64(scripts_for(
                     job_script_context(
                         cfg, args.stack, plan, node, bucket=v[0], master_addr=v[1],
                         disk_device=NVME_BY_ID.format(v[2].replace("-", "")),
                     )
-                ).user_data
+                ).user_data)
             )
             uses_eni = node.is_master and master_eni is not None
             instance = aws.ec2.Instance(
@@ -357,11 +478,12 @@ class TrainingJob(pulumi.ComponentResource):
                 primary_network_interface=aws.ec2.InstancePrimaryNetworkInterfaceArgs(network_interface_id=master_eni.id)
                 if uses_eni
                 else None,
-                associate_public_ip_address=None if uses_eni else job.external_ip,
-                iam_instance_profile=base.profile.name,
+                associate_public_ip_address=None if uses_eni else public_ip,
+                iam_instance_profile=profile.name,
                 metadata_options=_metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
                 root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                    volume_size=BOOT_DISK_GB, volume_type="gp3", encrypted=True, delete_on_termination=True, tags=tags
+                    volume_size=root_volume_gb(BOOT_DISK_GB, image, f"{name}-n{node.rank}-vm"),
+                    volume_type="gp3", encrypted=True, delete_on_termination=True, tags=tags,
                 ),
                 instance_market_options=aws.ec2.InstanceInstanceMarketOptionsArgs(
                     market_type="spot",
@@ -371,33 +493,63 @@ class TrainingJob(pulumi.ComponentResource):
                 )
                 if plan.spot
                 else None,
-                user_data=user_data,
+                user_data_base64=user_data,
                 user_data_replace_on_change=True,
                 tags={**aws_tags(args.stack, cfg.labels, name=node.instance_name, job=job.id, node=str(node.rank)), "spotctl:attempt": str(job.attempt)},
                 # A new attempt changes the user data, which replaces the instance; the old one must
                 # be gone (and the volume detached) before the new one attaches it. Workers wait for
                 # the new master, so none of them meets a stale master at the rendezvous.
-                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=self.instances[:1]),
+                # ignore_changes=["ami"]: the image is the one resolved when this VM was created (Pulumi
+                # keeps the state's value, replacements included), so a newer DLAMI never replaces a
+                # running VM; a new attempt after a preemption (the refresh drops the terminated VM)
+                # is created fresh and gets the newest image. The stack output `images` records it.
+                opts=pulumi.ResourceOptions(
+                    parent=self, delete_before_replace=True, depends_on=self.instances[:1], ignore_changes=["ami"]
+                ),
             )
             aws.ec2.VolumeAttachment(
                 f"{name}-n{node.rank}-attachment",
                 device_name=DATA_DEVICE,
                 volume_id=volume.id,
                 instance_id=instance.id,
-                stop_instance_before_detaching=True,
+                # Deleting the attachment is state-only: terminating the instance detaches the volume
+                # (it persists). A real detach of a one-time spot VM would first StopInstances,
+                # which EC2 refuses for one-time spot instances.
+                skip_destroy=True,
                 opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
             self.instances.append(instance)
+        if self.instances:
+            self._interruption_rule(name, args, job.id, base, tags, child)
         self.outputs = job_outputs(
             plan, disks_key="volumes", disks=[v.id for v in self.volumes], instances=[i.id for i in self.instances],
             master_addr=master_addr,
         )
+        self.outputs["images"] = [i.ami for i in self.instances]
         self.register_outputs(self.outputs)
+
+    def _interruption_rule(self, name: str, args: StackArgs, job_id: str, base: StackBase, tags, child) -> None:
+        """Interruption warnings of exactly this job's instances (EC2 events carry no tags, only the
+        instance id), into the stack's queue. Inside the job, so a targeted update keeps it current."""
+        pattern = pulumi.Output.all(*[i.id for i in self.instances]).apply(
+            lambda ids: json.dumps({"source": ["aws.ec2"], "detail-type": INTERRUPTION_EVENTS, "detail": {"instance-id": sorted(ids)}})
+        )
+        rule = aws.cloudwatch.EventRule(
+            f"{name}-interruptions-rule",
+            name=rule_name(args.slug, job_id),
+            description=f"spotctl {args.stack}: interruption warnings of {job_id}'s instances",
+            event_pattern=pattern,
+            tags=tags,
+            opts=child,
+        )
+        aws.cloudwatch.EventTarget(f"{name}-interruptions-target", rule=rule.name, arn=base.queue.arn, opts=child)
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
-    """Declare the whole AWS stack; returns the stack outputs."""
-    base, pools, jobs = declare_components(args, plans, StackBase, GpuPool, TrainingJob)
+    """Declare the whole AWS stack through one explicit provider; returns the stack outputs."""
+    provider = aws.Provider("aws", region=args.cfg.region)
+    opts = pulumi.ResourceOptions(providers=[provider])
+    base, pools, jobs = declare_components(args, plans, StackBase, GpuPool, TrainingJob, opts=opts)
     return {
         "eventBucket": base.bucket.bucket,
         "interruptionQueue": base.queue.url,

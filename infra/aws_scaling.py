@@ -25,6 +25,9 @@ def mixed_group(resource: str, physical: str, min_size: int, max_size: int, *, o
         max_size=max_size,
         vpc_zone_identifiers=vpc_zone_identifiers,
         capacity_rebalance=on_demand_above_base_pct < 100,
+        # Never block `pulumi up` on capacity (spot may be short, GPU quotas too): the group keeps
+        # trying on its own; its activity history says what it got (contract rule aws.asg-no-capacity-wait).
+        wait_for_capacity_timeout="0",
         mixed_instances_policy=aws.autoscaling.GroupMixedInstancesPolicyArgs(
             instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
                 on_demand_base_capacity=on_demand_base,

@@ -208,6 +208,10 @@ class Job(_Model):
     # GCP: "keep" gives every node a protected boot disk that each attempt boots from (what was
     # installed at first boot survives preemption); "attempt" (default) boots each attempt fresh.
     boot_disk: Literal["attempt", "keep"] = "attempt"
+    # AWS gp3 job disks: provisioned throughput (MiB/s) and IOPS; unset = scaled with the GPUs
+    # (infra/aws.py gp3_performance). Ranges: the EBS API (CreateVolume), see infra/contract/aws.py.
+    disk_throughput: Annotated[int, Field(strict=True, ge=125, le=2000)] | None = None
+    disk_iops: Annotated[int, Field(strict=True, ge=3000, le=80000)] | None = None
 
     @field_validator("id")
     @classmethod
@@ -267,17 +271,29 @@ class MachinePrice(_Model):
         return v
 
 
+# How AWS VMs without public IPs reach out (README, "First real `pulumi up`"): `s3-endpoint` (default)
+# adds a free S3 gateway endpoint to the VPC's route tables (event uploads, S3 datasets); `public-ip`
+# also gives every VM a public IPv4 address (the VPC's subnets need a route to an internet gateway,
+# as the default VPC's have); `nat` also declares a NAT gateway in `natSubnet` (a public subnet) and
+# routes the configured subnets through it; `existing` declares nothing (the VPC already has egress).
+AWS_EGRESS = ("s3-endpoint", "public-ip", "nat", "existing")
+GCP_EGRESS = ("nat", "existing")
+
+
 class Network(_Model):
-    """Where VMs attach. GCP: network/subnetwork names; AWS: one subnet id per zone (default VPC if absent).
+    """Where VMs attach. GCP: network/subnetwork names; AWS: one subnet id per zone (default VPC if
+    none) and ``natSubnet``. ``egress``: how VMs without external IPs reach out (``StackConfig.egress``).
 
     GCP ``egress``: ``nat`` (default) declares a Cloud Router + NAT for the stack's subnetwork, so VMs
     without external IPs reach GCS, pip and datasets; ``existing`` when the subnetwork already has egress.
+    AWS ``egress``: see AWS_EGRESS.
     """
 
     network: str = "default"
     subnetwork: str | None = None
     subnets: dict[str, str] = Field(default_factory=dict)
-    egress: Literal["nat", "existing"] = "nat"
+    egress: str | None = None
+    nat_subnet: str | None = None
 
 
 class StackConfig(_Model):
@@ -315,6 +331,16 @@ class StackConfig(_Model):
         elif any(j.boot_disk == "keep" for j in self.jobs):
             i = next(i for i, j in enumerate(self.jobs) if j.boot_disk == "keep")
             problems.append((f"jobs[{i}].bootDisk", "'keep' is supported on GCP only"))
+        else:
+            _aws_network(problems, self)
+        job_ids = {j.id for j in self.jobs}
+        for i, pool in enumerate(self.pools):
+            if pool.name in job_ids:
+                problems.append((
+                    f"pools[{i}].name",
+                    f"pool {pool.name!r} has the name of a job: both write events under <stack>/{pool.name}/, "
+                    "and each identity may write only under its own prefix",
+                ))
         _unique(problems, "pools", "name", [p.name for p in self.pools])
         _unique(problems, "jobs", "id", [j.id for j in self.jobs])
         for i, pool in enumerate(self.pools):
@@ -334,6 +360,11 @@ class StackConfig(_Model):
             raise _CrossErrors(problems)
         return self
 
+    @property
+    def egress(self) -> str:
+        """The network's egress choice, with the cloud's default (GCP ``nat``, AWS ``s3-endpoint``)."""
+        return self.network.egress or ("nat" if self.cloud == "gcp" else "s3-endpoint")
+
     def job(self, job_id: str) -> Job:
         """Return the job with this id, or raise KeyError naming the ids that exist."""
         for job in self.jobs:
@@ -344,7 +375,7 @@ class StackConfig(_Model):
 
 def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:
     """GCP-only cross checks: the subnetwork of a custom network, machine type vs GPUs (the one
-    table in infra/contract/gcp.py), and event prefixes that must not be shared."""
+    table in infra/contract/gcp.py), and the egress choice."""
     from infra.contract.gcp import gpu_problem
 
     net = cfg.network
@@ -362,14 +393,8 @@ def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:
             problem = gpu_problem(item.machine_type, acc.type if acc else None, acc.count if acc else None)
             if problem is not None:
                 problems.append((f"{section}[{i}].{problem[0]}", problem[1]))
-    job_ids = {j.id for j in cfg.jobs}
-    for i, pool in enumerate(cfg.pools):
-        if pool.name in job_ids:
-            problems.append((
-                f"pools[{i}].name",
-                f"pool {pool.name!r} has the name of a job: both write events under <stack>/{pool.name}/, "
-                "and each identity may write only under its own prefix",
-            ))
+    if cfg.egress not in GCP_EGRESS:
+        problems.append(("network.egress", _choice_message("egress", cfg.egress, GCP_EGRESS)))
 
 
 class _CrossErrors(ValueError):
@@ -413,6 +438,42 @@ def _unique(problems: list[tuple[str, str]], section: str, key: str, values: lis
             )
         else:
             seen[value] = i
+
+
+def _aws_network(problems: list[tuple[str, str]], cfg: StackConfig) -> None:
+    net = cfg.network
+    # A zone without a subnet would fall back to the default VPC while the security group lives in
+    # the configured subnets' VPC: EC2 refuses an SG and a subnet of different VPCs.
+    missing = [z for z in cfg.zones if z not in net.subnets]
+    if net.subnets and missing:
+        problems.append(("network.subnets", f"has no subnet for zone(s) {', '.join(missing)}: set one per zone in "
+                         "spotctl:zones (all in one VPC), or none to use the default VPC"))
+    egress = cfg.egress
+    if egress not in AWS_EGRESS:
+        problems.append(("network.egress", _choice_message("egress", egress, AWS_EGRESS)))
+    if egress == "nat":
+        if not net.nat_subnet:
+            problems.append(("network.natSubnet", "required with egress 'nat' (a public subnet of the same VPC)"))
+        if not net.subnets:
+            problems.append(("network.subnets", "egress 'nat' needs private subnets of your own (the default VPC's are public)"))
+        if net.nat_subnet and net.nat_subnet in net.subnets.values():
+            problems.append(("network.natSubnet", "must be a public subnet other than the VMs' subnets"))
+    elif net.nat_subnet:
+        problems.append(("network.natSubnet", f"only used with egress 'nat' (egress is {egress!r})"))
+
+
+def provider_conflicts(config: Mapping[str, Any], cfg: StackConfig, source: str) -> None:
+    """Refuse provider settings that contradict ``spotctl:`` keys (spotctl configures the provider
+    itself from ``spotctl:region``).
+
+    Raises:
+        ConfigError: naming both keys.
+    """
+    if cfg.cloud == "aws":
+        region = config.get("aws:region")
+        if isinstance(region, str) and region and region != cfg.region:
+            raise ConfigError(source, [f"aws:region: {region!r} conflicts with {NAMESPACE}:region {cfg.region!r} "
+                                       f"(spotctl uses {NAMESPACE}:region for every AWS resource; remove aws:region or make them equal)"])
 
 
 def _per_cloud(problems, path, gcp, gcp_value, gcp_key, aws_value, aws_key) -> None:

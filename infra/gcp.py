@@ -243,7 +243,7 @@ class StackBase(pulumi.ComponentResource):
         )
         # VMs wait for the NAT, so their first events and downloads have a way out.
         self.egress: list[pulumi.Resource] = []
-        if cfg.network.egress == "nat":
+        if cfg.egress == "nat":
             self.egress = [Egress(f"{name}-egress", args, opts=child).nat]
         self.register_outputs({"eventBucket": self.bucket.name, "preemptionTopic": self.topic.name,
                                "preemptionSubscription": self.subscription.name})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pulumi
 
 from infra.common import job_plan
-from infra.config import StackConfig, namespaced, validate
+from infra.config import StackConfig, namespaced, provider_conflicts, validate
 from infra.naming import stack_slug
 
 
@@ -22,7 +22,9 @@ def read_config(stack: str) -> StackConfig:
 
     raw = {**get_config_env(), **CONFIG.get()}
     source = stack_config_source(stack)
-    return validate(namespaced(raw, source), source)
+    cfg = validate(namespaced(raw, source), source)
+    provider_conflicts(raw, cfg, source)
+    return cfg
 
 
 def declare(cfg: StackConfig, stack: str) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import inspect
 import json
 from functools import cache
@@ -40,6 +41,13 @@ def plan_of(raw: dict, stack: str = "team-a") -> planner.Plan:
     return _plan(json.dumps(raw, sort_keys=True), stack)
 
 
+def script_of(inputs: dict) -> str:
+    """The script of an Instance (userDataBase64) or LaunchTemplate (userData): base64 of gzip."""
+    raw = base64.b64decode(inputs.get("userDataBase64") or inputs["userData"])
+    assert len(raw) <= 16 * 1024
+    return gzip.decompress(raw).decode()
+
+
 def only(plan, type_, part=""):
     found = [r for r in plan.by_type(type_) if part in r.name]
     assert len(found) == 1, [r.name for r in found]
@@ -60,7 +68,7 @@ def test_launch_template():
         {"deviceName": "/dev/sda1", "ebs": {"deleteOnTermination": "true", "encrypted": "true", "volumeSize": 300.0, "volumeType": "gp3"}}
     ]
     assert lt["networkInterfaces"][0]["associatePublicIpAddress"] == "false"
-    script = base64.b64decode(lt["userData"]).decode()
+    script = script_of(lt)
     assert script.startswith("#!/bin/bash") and "SPOTCTL_COMMAND='agent --pool g5'" in script
     assert lt["iamInstanceProfile"]["arn"].startswith("arn:aws:iam:")
     kinds = {spec["resourceType"]: spec["tags"] for spec in lt["tagSpecifications"]}
@@ -114,7 +122,8 @@ def test_job_volume_instance_attachment():
     assert i["associatePublicIpAddress"] is False
     assert i["userDataReplaceOnChange"] is True
     vol_id = plan.outputs["jobs"]["train"]["volumes"][0]
-    assert f"SPOTCTL_DISK_DEVICE=/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{vol_id.replace('-', '')}" in i["userData"]
+    assert f"SPOTCTL_DISK_DEVICE=/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{vol_id.replace('-', '')}" in script_of(i)
+    assert "userData" not in i  # gzip goes through userDataBase64 only
     att = only(plan, ATTACH).inputs
     assert att["volumeId"] == vol_id and att["instanceId"] == plan.outputs["jobs"]["train"]["instances"][0]
     assert att["deviceName"] == "/dev/sdf"
@@ -126,7 +135,7 @@ def test_new_attempt_new_instance_same_volume_same_zone():
     v1, v2 = only(one, VOLUME), only(two, VOLUME)
     assert v1.urn == v2.urn and v1.inputs == v2.inputs
     i1, i2 = only(one, INSTANCE).inputs, only(two, INSTANCE).inputs
-    assert i1["userData"] != i2["userData"]  # replaces the instance (userDataReplaceOnChange)
+    assert i1["userDataBase64"] != i2["userDataBase64"]  # replaces the instance (userDataReplaceOnChange)
     assert i1["availabilityZone"] == i2["availabilityZone"] == v2.inputs["availabilityZone"]
     assert i2["tags"]["Name"] == "team-a-train-a2-n0" and i1["tags"]["Name"] == "team-a-train-a1-n0"
 
@@ -134,10 +143,10 @@ def test_new_attempt_new_instance_same_volume_same_zone():
 def test_capacity_switch_changes_only_market_options():
     spot = only(plan_of(raw_stack(jobs=[aws_job(capacity="spot")])), INSTANCE).inputs
     od = only(plan_of(raw_stack(jobs=[aws_job(capacity="on-demand")])), INSTANCE).inputs
-    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"instanceMarketOptions", "userData"}
+    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"instanceMarketOptions", "userDataBase64"}
     assert "instanceMarketOptions" not in od
     # the script only learns the capacity its `started` event records (spotctl switches with a new attempt anyway)
-    changed = set(spot["userData"].splitlines()) ^ set(od["userData"].splitlines())
+    changed = set(script_of(spot).splitlines()) ^ set(script_of(od).splitlines())
     assert changed == {"SPOTCTL_CAPACITY=spot", "SPOTCTL_CAPACITY=on-demand"}
 
 
@@ -158,8 +167,9 @@ def test_multi_node_master_keeps_its_address_on_an_eni():
     assert master.inputs["primaryNetworkInterface"]["networkInterfaceId"].startswith("eni-")
     assert "subnetId" not in master.inputs and worker.inputs["subnetId"] == "subnet-aaaa"
     for rank, vm in enumerate(vms):
-        assert f"SPOTCTL_MASTER_ADDR={ip}" in vm.inputs["userData"]
-        assert f"SPOTCTL_NODE_RANK={rank}" in vm.inputs["userData"] and "SPOTCTL_WORLD_SIZE=2" in vm.inputs["userData"]
+        script = script_of(vm.inputs)
+        assert f"SPOTCTL_MASTER_ADDR={ip}" in script
+        assert f"SPOTCTL_NODE_RANK={rank}" in script and "SPOTCTL_WORLD_SIZE=2" in script
 
 
 def test_imdsv2_required_and_volumes_encrypted_everywhere():
@@ -191,7 +201,7 @@ def test_names_never_collide():
 def test_ownership_tags_on_everything_taggable():
     plan = plan_of(raw_stack(jobs=[aws_job(nodes=2)]))
     for r in plan.resources:
-        if not r.custom:
+        if not r.custom or r.type.startswith("pulumi:providers:"):
             continue
         cls_tags = "tags" in inspect.signature(_class_of(r.type)._internal_init).parameters
         if cls_tags and r.type != ASG:
@@ -206,30 +216,48 @@ def _class_of(type_: str):
 # ---- shared per stack -----------------------------------------------------------------------------
 
 
-def test_event_bucket_role_and_interruption_queue():
+def test_event_bucket_roles_and_interruption_queue():
     plan = plan_of(raw_stack())
     bucket = only(plan, "aws:s3/bucket:Bucket")
     block = only(plan, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs
     assert all(block[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
     enc = only(plan, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration").inputs
     assert enc["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
+    assert "bucketKeyEnabled" not in enc["rules"][0]  # bucket keys are for SSE-KMS only
+    tls = only(plan, "aws:s3/bucketPolicy:BucketPolicy")
+    statement = json.loads(tls.inputs["policy"])["Statement"][0]
+    assert statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert only(plan, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").urn in tls.dependencies
     life = only(plan, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs
     assert life["rules"][0]["expiration"]["days"] == 30.0 and life["rules"][0]["status"] == "Enabled"
-    policy = json.loads(only(plan, "aws:iam/rolePolicy:RolePolicy", "events").inputs["policy"])
     bucket_name = plan.outputs["eventBucket"]
-    assert policy["Statement"] == [
-        {"Sid": "PutOwnStackEvents", "Effect": "Allow", "Action": "s3:PutObject",
-         "Resource": f"arn:aws:s3:us-east-1:123456789012:bucket/{bucket_name}/team-a/*"}
-    ]
+    arn = f"arn:aws:s3:us-east-1:123456789012:bucket/{bucket_name}"
+    # One identity per job and per pool, each writing only under its own prefix.
+    policies = {r.name: json.loads(r.inputs["policy"])["Statement"] for r in plan.by_type("aws:iam/rolePolicy:RolePolicy")
+                if r.name.endswith("-events-policy")}
+    assert policies == {
+        "job-train-events-policy": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/team-a/train/*"}],
+        "pool-g5-events-policy": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/team-a/g5/*"}],
+    }
+    profiles = {r.name: r for r in plan.by_type("aws:iam/instanceProfile:InstanceProfile")}
+    vm, lt = only(plan, INSTANCE).inputs, only(plan, LT).inputs
+    assert set(profiles) == {"job-train-profile", "pool-g5-profile"}
+    assert vm["iamInstanceProfile"].startswith("job-train-profile-")  # the mocks' physical name of that profile
+    assert "pool-g5-profile" in lt["iamInstanceProfile"]["arn"]
+    assert "SPOTCTL_EVENT_PREFIX=team-a/" in script_of(lt) and "SPOTCTL_EVENT_PREFIX=team-a/" in script_of(vm)
     assert bucket.inputs["bucketPrefix"].startswith("spotctl-team-a-events-")
-    rule = json.loads(only(plan, "aws:cloudwatch/eventRule:EventRule").inputs["eventPattern"])
-    assert rule == {"source": ["aws.ec2"], "detail-type": [
-        "EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]}
+    # The job's rule matches its own instances only (EC2 events carry no tags); it feeds the stack's queue.
+    rule = only(plan, "aws:cloudwatch/eventRule:EventRule").inputs
+    assert json.loads(rule["eventPattern"]) == {"source": ["aws.ec2"], "detail-type": [
+        "EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"],
+        "detail": {"instance-id": plan.outputs["jobs"]["train"]["instances"]}}
+    assert rule["name"] == "spotctl-team-a_train"
     target = only(plan, "aws:cloudwatch/eventTarget:EventTarget").inputs
     queue = only(plan, "aws:sqs/queue:Queue").inputs
     assert target["arn"].endswith(plan.outputs["interruptionQueue"]) and queue["sqsManagedSseEnabled"] is True
     qpolicy = json.loads(only(plan, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])
     assert qpolicy["Statement"][0]["Principal"] == {"Service": "events.amazonaws.com"}
+    assert qpolicy["Statement"][0]["Condition"] == {"ArnLike": {"aws:SourceArn": "arn:aws:events:us-east-1:*:rule/spotctl-team-a_*"}}
 
 
 def test_stack_outputs():

@@ -196,7 +196,9 @@ def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, f
     expected = job_urns(planner.run(cfg, "example-aws"), "diffusion")
     assert sorted(targets) == expected
     assert sorted(t.split("::")[2].split("$")[-1] for t in targets) == [
-        "aws:ebs/volume:Volume", "aws:ec2/instance:Instance", "aws:ec2/volumeAttachment:VolumeAttachment", "spotctl:aws:TrainingJob",
+        "aws:cloudwatch/eventRule:EventRule", "aws:cloudwatch/eventTarget:EventTarget", "aws:ebs/volume:Volume",
+        "aws:ec2/instance:Instance", "aws:ec2/volumeAttachment:VolumeAttachment", "aws:iam/instanceProfile:InstanceProfile",
+        "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "spotctl:aws:TrainingJob",
     ]
     assert up[-2:] == ["--stack", "example-aws"]
 

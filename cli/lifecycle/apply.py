@@ -107,14 +107,18 @@ class Applier:
             raise ApplyError(f"cannot apply: pulumi could not select stack {self.stack}: {_last_line(exc)}") from None
 
     def up(self, targets: list[str], on_output: Callable[[str], None]) -> None:
-        """``pulumi up`` of exactly ``targets``; streams the CLI's output."""
+        """``pulumi up --refresh`` of exactly ``targets``; streams the CLI's output.
+
+        The refresh comes first so the state learns what the cloud did meanwhile: a VM that a spot
+        interruption terminated is gone, and the update creates the new attempt's VM instead of
+        trying to replace (or detach from) one that no longer exists."""
         from pulumi import automation as auto
 
         if not targets:
             raise ApplyError("nothing to apply: no resources to target")
         stack = self._stack()
         try:
-            stack.up(target=targets, on_output=on_output, color="never")
+            stack.up(target=targets, refresh=True, on_output=on_output, color="never")
         except auto.errors.ConcurrentUpdateError:
             raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
         except auto.errors.CommandError as exc:
@@ -138,7 +142,8 @@ class Applier:
         if not targets:
             raise ApplyError("nothing to preview: no resources to target")
         stack = self._stack()
-        args = ["preview", "--stack", self.stack, "--non-interactive", "--color", "never"]
+        # --refresh: preview against what the cloud has now, as the update will (see ``up``).
+        args = ["preview", "--refresh", "--stack", self.stack, "--non-interactive", "--color", "never"]
         for urn in targets:
             args += ["--target", urn]
         try:

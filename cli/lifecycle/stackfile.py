@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.config import NAMESPACE, ConfigError, StackConfig, namespaced, validate
+from infra.config import NAMESPACE, ConfigError, StackConfig, namespaced, provider_conflicts, validate
 
 STACK_FILE_RE = re.compile(r"Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml")  # fullmatch: `$` would allow a trailing newline
 LOCK_TIMEOUT_S = 30.0
@@ -266,8 +266,11 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def load(ref: StackRef) -> StackConfig:
-    """Read and validate a stack's config."""
-    return validate(namespaced(read_config(ref.path), str(ref.path)), str(ref.path))
+    """Read and validate a stack's config (and that provider settings do not contradict it)."""
+    config = read_config(ref.path)
+    cfg = validate(namespaced(config, str(ref.path)), str(ref.path))
+    provider_conflicts(config, cfg, str(ref.path))
+    return cfg
 
 
 def lock_path(path: Path) -> Path:

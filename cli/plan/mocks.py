@@ -2,6 +2,11 @@
 
 No credentials, no CLI, no network: resources are "created" by :class:`PlanMocks`, which returns
 deterministic ids and the computed outputs later resources depend on (self links, addresses, ARNs).
+
+Invokes are answered the way the cloud would (:class:`MockAccount` holds the account's facts): a
+subnet belongs to a VPC (subnet ids that agree but for their last 4 characters share one), an AMI has
+a root snapshot size, a region may have no default VPC, and an AWS invoke that reaches the default
+provider instead of the stack's explicit one is an error.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class Resource:
     delete_before_replace: bool = False
     dependencies: tuple[str, ...] = ()
     provider: str = ""  # the provider reference ("<urn>::<id>") of a cloud resource; "" for components
+    ignore_changes: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -41,7 +47,8 @@ class Resource:
             "parent": self.parent,
             "inputs": self.inputs,
             "options": {"protect": self.protect, "deleteBeforeReplace": self.delete_before_replace,
-                        "dependsOn": list(self.dependencies), "provider": self.provider},
+                        "dependsOn": list(self.dependencies), "provider": self.provider,
+                        "ignoreChanges": list(self.ignore_changes)},
         }
 
 
@@ -145,17 +152,59 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
     return f"{name}-id", out
 
 
-def _mock_call(token: str, args: dict[str, Any], region: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MockAccount:
+    """What the mocked AWS account answers. Defaults: a default VPC exists; a configured subnet
+    is in the zone it is configured for and in the VPC its id names (all but the last 4 characters);
+    ``subnet_vpcs`` / ``subnet_zones`` override either per subnet id."""
+
+    default_vpc: bool = True
+    # Deliberately above infra.common.BOOT_DISK_GB, so sizing the root volume from the image shows.
+    root_snapshot_gb: int = 120
+    subnet_vpcs: dict[str, str] = field(default_factory=dict)
+    subnet_zones: dict[str, str] = field(default_factory=dict)
+
+
+class InvokeError(Exception):
+    """An invoke the cloud would fail (the text is the provider's)."""
+
+
+DEFAULT_VPC = "vpc-0default000000001"
+
+
+def _vpc_of(subnet_id: str, account: MockAccount) -> str:
+    return account.subnet_vpcs.get(subnet_id) or "vpc-0mock" + _h(subnet_id[:-4], n=12)
+
+
+def _mock_call(token: str, args: dict[str, Any], cfg: StackConfig, account: MockAccount) -> dict[str, Any]:
+    region = cfg.region
     if token == "aws:ec2/getAmi:getAmi":
         image = next((f["values"][0] for f in args.get("filters", []) if f["name"] == "image-id"), None)
-        return {"id": image or "ami-0mock" + _h(json.dumps(args, sort_keys=True), n=12), "rootDeviceName": "/dev/sda1", "architecture": "x86_64"}
+        ami = image or "ami-0mock" + _h(json.dumps(args, sort_keys=True), n=12)
+        snap = "snap-0" + _h(ami, n=16)
+        root = {"deviceName": "/dev/sda1", "ebs": {"volume_size": str(account.root_snapshot_gb), "snapshot_id": snap,
+                                                   "volume_type": "gp3", "encrypted": "false", "delete_on_termination": "true"}}
+        return {"id": ami, "rootDeviceName": "/dev/sda1", "rootSnapshotId": snap, "architecture": "x86_64",
+                "blockDeviceMappings": [root]}
     if token == "aws:ec2/getSubnet:getSubnet":
+        if args.get("id"):
+            sid = args["id"]
+            zones = {s: z for z, s in cfg.network.subnets.items()}
+            zone = account.subnet_zones.get(sid) or zones.get(sid) or f"{region}a"
+            return {"id": sid, "vpcId": _vpc_of(sid, account), "availabilityZone": zone}
         zone = args.get("availabilityZone") or f"{region}a"
-        return {"id": args.get("id") or "subnet-0mock" + _h(zone, n=9), "vpcId": "vpc-0mock00000000001", "availabilityZone": zone}
+        if args.get("defaultForAz") and not account.default_vpc:
+            raise InvokeError("no matching EC2 Subnet found")
+        return {"id": "subnet-0mock" + _h(zone, n=9), "vpcId": DEFAULT_VPC, "availabilityZone": zone, "defaultForAz": True}
+    if token == "aws:ec2/getVpcs:getVpcs":
+        return {"id": region, "ids": [DEFAULT_VPC] if account.default_vpc else []}
+    if token == "aws:ec2/getRouteTables:getRouteTables":
+        vpc = args.get("vpcId", "")
+        return {"id": region, "ids": ["rtb-0" + _h(vpc, "main", n=16), "rtb-0" + _h(vpc, "b", n=16)]}
     return {}
 
 
-def run(cfg: StackConfig, stack: str) -> Plan:
+def run(cfg: StackConfig, stack: str, account: MockAccount | None = None) -> Plan:
     """Evaluate the Pulumi program for ``cfg`` under mocks; return everything it registered."""
     import pulumi
     from pulumi.runtime import mocks as pmocks
@@ -172,7 +221,9 @@ def run(cfg: StackConfig, stack: str) -> Plan:
             return rid, out
 
         def call(self, args: pulumi.runtime.MockCallArgs):
-            out = _mock_call(args.token, dict(args.args), region)
+            if args.token.startswith("aws:") and not args.provider:
+                raise InvokeError(f"{args.token} went to the default provider: pass InvokeOptions(parent=...) or provider=")
+            out = _mock_call(args.token, dict(args.args), cfg, account or MockAccount())
             plan.mocked.update(v for k, v in out.items() if isinstance(v, str) and "mock" in v)
             return out
 
@@ -199,6 +250,7 @@ def run(cfg: StackConfig, stack: str) -> Plan:
                         delete_before_replace=bool(request.deleteBeforeReplace),
                         dependencies=tuple(sorted(request.dependencies)),
                         provider=request.provider,
+                        ignore_changes=tuple(request.ignoreChanges),
                     )
                 )
             return response

@@ -1,15 +1,29 @@
 """AWS rules (see ``infra.contract``). One ``@rule`` per rule the AWS APIs enforce on what spotctl
-declares, each citing its source; checks get the pulumi-aws constructor inputs as plain Python."""
+declares, each citing its source; checks get the pulumi-aws constructor inputs as plain Python.
+Context rules (no types) are checked by the component that has both sides, through ``enforce``."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from infra.contract import dig, known, rule
+from infra.contract import UNKNOWN, dig, known, rule
 
 INSTANCE = "aws:ec2/instance:Instance"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+VOLUME = "aws:ebs/volume:Volume"
+ATTACHMENT = "aws:ec2/volumeAttachment:VolumeAttachment"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+ASG = "aws:autoscaling/group:Group"
+BUCKET_SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+ROLE = "aws:iam/role:Role"
+INSTANCE_PROFILE = "aws:iam/instanceProfile:InstanceProfile"
+EVENT_RULE = "aws:cloudwatch/eventRule:EventRule"
+
+USER_DATA_LIMIT = 16 * 1024
+
 
 @rule("aws.imdsv2-required", [INSTANCE, LAUNCH_TEMPLATE],
       says="spotctl requires IMDSv2 on every VM: metadata_options.http_tokens = 'required' (EC2's default is 'optional').",
@@ -20,6 +34,165 @@ def imdsv2(type_: str, props: Mapping[str, Any]) -> str | None:
     if not known(tokens):
         return None
     return None if tokens == "required" else f"metadata_options.http_tokens is {tokens!r}"
+
+
+def _raw_user_data(type_: str, props: Mapping[str, Any]) -> bytes | Any | None:
+    """The user data's raw bytes: LaunchTemplate.user_data and Instance.user_data_base64 are base64,
+    Instance.user_data is text (pulumi-aws docstrings)."""
+    if type_ == INSTANCE and props.get("user_data_base64") is None:
+        text = props.get("user_data")
+        return text if text is None or text is UNKNOWN else str(text).encode()
+    value = props.get("user_data_base64" if type_ == INSTANCE else "user_data")
+    if value is None or value is UNKNOWN:
+        return value
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError):
+        return b"\x00" * (USER_DATA_LIMIT + 1)  # not base64 at all: EC2 refuses it too
+
+
+@rule("aws.user-data-16k", [INSTANCE, LAUNCH_TEMPLATE],
+      says="EC2 user data is limited to 16 KB (16,384 bytes) in raw form, before base64 encoding.",
+      fix="ship the script gzip-compressed (cloud-init accepts gzip user data; infra/aws.py user_data_gzip_b64) "
+          "or as a small bootstrap",
+      source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html "
+             "(\"User data is limited to 16 KB, in raw form, before it is base64-encoded\")")
+def user_data_size(type_: str, props: Mapping[str, Any]) -> str | None:
+    raw = _raw_user_data(type_, props)
+    if raw is None or raw is UNKNOWN:
+        return None
+    return f"user data is {len(raw):,} bytes raw (limit {USER_DATA_LIMIT:,})" if len(raw) > USER_DATA_LIMIT else None
+
+
+@rule("aws.instance-binary-user-data-base64", [INSTANCE],
+      says="Instance.user_data is text: gzip-compressed user data must go through user_data_base64, or it is corrupted.",
+      fix="pass base64(gzip(script)) as user_data_base64 (infra/aws.py user_data_gzip_b64)",
+      source="pulumi_aws/ec2/instance.py user_data docstring (\"Do not pass gzip-compressed data via this argument; "
+             "see user_data_base64 instead\")")
+def binary_user_data(type_: str, props: Mapping[str, Any]) -> str | None:
+    text = props.get("user_data")
+    if text is None or text is UNKNOWN:
+        return None
+    return "user_data holds gzip data" if str(text).startswith("\x1f\x8b") else None
+
+
+@rule("aws.no-stop-before-detach", [ATTACHMENT],
+      says="Deleting a VolumeAttachment with stop_instance_before_detaching calls StopInstances first; EC2 refuses to "
+           "stop a one-time spot instance (UnsupportedOperation), and an interrupted one is gone.",
+      fix="skip_destroy=True: deleting the attachment only forgets it, terminating the instance detaches the volume",
+      source="terraform-provider-aws internal/service/ec2/ebs_volume_attachment.go resourceVolumeAttachmentDelete; "
+             "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-requests.html#stopping-a-spot-instance "
+             "(\"You can only stop a Spot Instance if the Spot Instance was launched from a persistent Spot Instance request\")")
+def no_stop_before_detach(type_: str, props: Mapping[str, Any]) -> str | None:
+    if props.get("stop_instance_before_detaching") is True:
+        return "stop_instance_before_detaching is true"
+    if props.get("force_detach") is True:
+        return "force_detach is true (can lose data)"
+    if props.get("skip_destroy") is not True and known(props.get("skip_destroy")):
+        return "skip_destroy is not true (a real detach of a mounted volume hangs in 'busy')"
+    return None
+
+
+@rule("aws.spot-one-time-terminates", [INSTANCE],
+      says="A one-time spot request can only be interrupted by termination: stop and hibernate need a persistent request.",
+      fix="instance_interruption_behavior='terminate' with spot_instance_type='one-time'",
+      source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/interruption-behavior.html (\"The Spot Instance "
+             "request type must be persistent\")")
+def one_time_terminates(type_: str, props: Mapping[str, Any]) -> str | None:
+    kind = dig(props, "instance_market_options.spot_options.spot_instance_type")
+    behavior = dig(props, "instance_market_options.spot_options.instance_interruption_behavior")
+    if kind in (None, "one-time") and behavior not in (None, "terminate", UNKNOWN) and dig(props, "instance_market_options.market_type") == "spot":
+        return f"one-time spot with instance_interruption_behavior {behavior!r}"
+    return None
+
+
+GP3_IOPS = (3000, 80000)
+GP3_THROUGHPUT = (125, 2000)
+
+
+@rule("aws.gp3-performance", [VOLUME],
+      says="gp3: 3,000-80,000 IOPS and 125-2,000 MiB/s; at most 500 IOPS per GiB and 0.25 MiB/s per provisioned IOPS.",
+      fix="lower spotctl:jobs[].diskIops/diskThroughput or raise diskGb (defaults: infra/aws.py gp3_performance)",
+      source="botocore ec2 CreateVolume Iops/Throughput (\"gp3: 3,000 - 80,000 IOPS\", \"Valid Range: 125 - 2000 MiB/s\"); "
+             "ratios: https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type "
+             "(2023 text; not re-checked against the new maxima)")
+def gp3_performance(type_: str, props: Mapping[str, Any]) -> str | None:
+    iops, throughput, size = props.get("iops"), props.get("throughput"), props.get("size")
+    if props.get("type") != "gp3" or not known(iops, throughput, size):
+        return None
+    if iops is not None and not GP3_IOPS[0] <= iops <= GP3_IOPS[1]:
+        return f"iops {iops} outside {GP3_IOPS[0]:,}-{GP3_IOPS[1]:,}"
+    if throughput is not None and not GP3_THROUGHPUT[0] <= throughput <= GP3_THROUGHPUT[1]:
+        return f"throughput {throughput} MiB/s outside {GP3_THROUGHPUT[0]}-{GP3_THROUGHPUT[1]}"
+    if iops is not None and size is not None and iops > 500 * size:
+        return f"iops {iops} > 500 per GiB of a {size} GiB volume"
+    if throughput is not None and throughput > 0.25 * (iops or GP3_IOPS[0]):
+        return f"throughput {throughput} MiB/s > 0.25 MiB/s per IOPS ({iops or GP3_IOPS[0]} IOPS)"
+    return None
+
+
+@rule("aws.security-group-no-inline-rules", [SECURITY_GROUP],
+      says="A security group with inline ingress/egress next to separate rule resources gets its rules overwritten.",
+      fix="declare the group without ingress/egress and add vpc.SecurityGroupIngressRule/EgressRule resources",
+      source="pulumi_aws/ec2/security_group.py docstring (\"You should not use the ec2.SecurityGroup resource with "
+             "in-line rules ... in conjunction with the vpc.SecurityGroupEgressRule and vpc.SecurityGroupIngressRule\")")
+def no_inline_rules(type_: str, props: Mapping[str, Any]) -> str | None:
+    inline = [k for k in ("ingress", "egress") if props.get(k)]
+    return f"inline {', '.join(inline)}" if inline else None
+
+
+@rule("aws.bucket-key-needs-kms", [BUCKET_SSE],
+      says="S3 Bucket Keys only apply to SSE-KMS; with SSE-S3 (AES256) bucket_key_enabled does nothing.",
+      fix="drop bucket_key_enabled, or use sse_algorithm 'aws:kms'",
+      source="https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucket-key.html")
+def bucket_key(type_: str, props: Mapping[str, Any]) -> str | None:
+    for i, r in enumerate(props.get("rules") or []):
+        if isinstance(r, Mapping) and r.get("bucket_key_enabled") is True and \
+                dig(r, "apply_server_side_encryption_by_default.sse_algorithm") == "AES256":
+            return f"rules[{i}]: bucket_key_enabled with AES256"
+    return None
+
+
+@rule("aws.asg-no-capacity-wait", [ASG],
+      says="spotctl never lets `pulumi up` wait for ASG capacity: by default the provider waits 10 min for min_size "
+           "healthy instances and fails when spot or GPU quota is short.",
+      fix="wait_for_capacity_timeout='0' (watch capacity with spotctl status / the ASG activity history)",
+      source="https://registry.terraform.io/providers/hashicorp/aws/latest/docs/resources/autoscaling_group#waiting-for-capacity "
+             "(\"Setting wait_for_capacity_timeout to \\\"0\\\" disables ASG Capacity waiting\")")
+def asg_no_wait(type_: str, props: Mapping[str, Any]) -> str | None:
+    timeout = props.get("wait_for_capacity_timeout")
+    if not known(timeout):
+        return None
+    return None if timeout == "0" else f"wait_for_capacity_timeout is {timeout!r} (default '10m')"
+
+
+IAM_NAME_PREFIX = {ROLE: 38, INSTANCE_PROFILE: 102}
+
+
+@rule("aws.iam-name-prefix-length", [ROLE, INSTANCE_PROFILE],
+      says="IAM role names are <= 64 characters and instance profile names <= 128; the provider appends a 26-character "
+           "suffix to name_prefix, so prefixes are <= 38 (role) and <= 102 (profile).",
+      fix="shorten the name_prefix (infra/aws.py _instance_profile)",
+      source="terraform-provider-aws internal/service/iam/role.go roleNamePrefixMaxLen; instance_profile.go; "
+             "https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html")
+def iam_prefix(type_: str, props: Mapping[str, Any]) -> str | None:
+    prefix = props.get("name_prefix")
+    if not isinstance(prefix, str):
+        return None
+    limit = IAM_NAME_PREFIX[type_]
+    return f"name_prefix {prefix!r} is {len(prefix)} characters (limit {limit})" if len(prefix) > limit else None
+
+
+@rule("aws.event-pattern-4096", [EVENT_RULE],
+      says="An EventBridge event pattern is at most 4,096 characters.",
+      fix="match fewer instance ids per rule",
+      source="https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutRule.html (EventPattern: "
+             "\"Maximum length of 4096\"; botocore events PutRule max 4096)")
+def event_pattern(type_: str, props: Mapping[str, Any]) -> str | None:
+    pattern = props.get("event_pattern")
+    if not isinstance(pattern, str):
+        return None
+    return f"event_pattern is {len(pattern):,} characters" if len(pattern) > 4096 else None
 
 
 SCALING_POLICY = "aws:autoscaling/policy:Policy"
@@ -86,3 +259,32 @@ def step_needs_type(type_: str, props: Mapping[str, Any]) -> str | None:
         return None
     missing = [k for k in ("adjustment_type", "step_adjustments") if not props.get(k)]
     return f"StepScaling without {', '.join(missing)}" if missing else None
+
+
+# ---- context rules: checked by the component that has both sides (infra/aws.py) -------------------
+
+rule("aws.root-volume-covers-snapshot", [],
+     says="A root volume must be at least as large as the AMI's root snapshot (InvalidBlockDeviceMapping otherwise).",
+     fix="size the root volume from the image (infra/aws.py root_volume_gb) or raise diskGb",
+     source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_EbsBlockDevice.html VolumeSize (\"You can specify a volume size that is equal to or larger than "
+            "the snapshot size\")")(None)
+
+rule("aws.subnets-one-vpc", [],
+     says="A security group can be associated only with resources in its own VPC: every subnet (and the NAT subnet) "
+          "must be in one VPC.",
+     fix="set spotctl:network.subnets to subnets of one VPC, one per zone",
+     source="https://docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html (\"You can associate a "
+            "security group only with resources in the VPC for which it is created\")")(None)
+
+rule("aws.subnet-in-its-zone", [],
+     says="An instance's subnet must be in the instance's availability zone (a subnet lives in one zone).",
+     fix="map each zone of spotctl:zones to a subnet of that zone",
+     source="https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_CreateAutoScalingGroup.html VPCZoneIdentifier (\"the subnets ... must reside in those "
+            "Availability Zones\")")(None)
+
+rule("aws.default-vpc-or-subnets", [],
+     says="Without configured subnets spotctl uses the default VPC's default subnets, which a region may not have "
+          "(get_subnet default_for_az finds none).",
+     fix="set spotctl:network.subnets (one subnet per zone of one VPC)",
+     source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
+            "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)

@@ -1,0 +1,269 @@
+"""Issue 13: what a first real `pulumi up` on AWS needs, under mocks that answer like the account
+would (cli/plan/mocks.py MockAccount): explicit provider, one VPC, egress, image, disks, user data."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli.app import app
+from cli.plan import mocks as planner
+from infra.config import ConfigError, validate
+from infra.contract import ContractError
+from tests.conftest import AWS_BASE, aws_job, stack_config
+from tests.test_aws_components import ASG, ATTACH, INSTANCE, LT, VOLUME, only, script_of
+
+SUBNETS = {"us-east-1a": "subnet-0aaa0001", "us-east-1b": "subnet-0aaa0002"}
+
+
+def plan(raw: dict, account: planner.MockAccount | None = None, stack: str = "team-a") -> planner.Plan:
+    return planner.run(validate(raw, "test"), stack, account)
+
+
+def stack(**over) -> dict:
+    return stack_config(AWS_BASE, **{"network": {"subnets": SUBNETS}, "jobs": [aws_job()], **over})
+
+
+# ---- provider and region ----------------------------------------------------------------------
+
+
+def test_plan_json_lists_the_explicit_provider_with_its_region(runner, project):
+    result = runner.invoke(app, ["plan", "--stack", "example-aws", "--json"])
+    assert result.exit_code == 0, result.output
+    resources = json.loads(result.output)["resources"]
+    providers = [r for r in resources if r["type"] == "pulumi:providers:aws"]
+    assert len(providers) == 1 and providers[0]["inputs"]["region"] == "us-east-1"
+
+
+def test_an_invoke_on_the_default_provider_fails_the_plan(monkeypatch):
+    """Invokes do not inherit a component's provider: the mocks refuse one that reaches the default."""
+    import pulumi_aws as aws
+
+    from infra import aws as infra_aws
+
+    real = aws.ec2.get_ami
+    monkeypatch.setattr(infra_aws.aws.ec2, "get_ami", lambda **kw: real(**{**kw, "opts": None}))
+    with pytest.raises(Exception, match="default provider"):
+        plan(stack())
+
+
+def _write_stack(project: Path, name: str, config: dict) -> None:
+    (project / "stacks" / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump({"config": config}))
+
+
+def test_validate_rejects_a_conflicting_aws_region_naming_both_keys(runner, project):
+    cfg = {f"spotctl:{k}": v for k, v in stack().items()}
+    _write_stack(project, "t", {**cfg, "aws:region": "eu-west-1"})
+    result = runner.invoke(app, ["validate", "--stack", "t"])
+    assert result.exit_code != 0
+    assert "aws:region: 'eu-west-1' conflicts with spotctl:region 'us-east-1'" in result.output
+    _write_stack(project, "t", {**cfg, "aws:region": "us-east-1"})
+    assert runner.invoke(app, ["validate", "--stack", "t"]).exit_code == 0
+
+
+def test_a_stack_without_aws_region_or_subnets_plans_every_kind_of_job(runner, project):
+    jobs = [
+        aws_job(id="one", capacity="spot"),
+        aws_job(id="two", capacity="spot", nodes=2, zone="us-east-1b"),
+        aws_job(id="done", state="completed"),
+    ]
+    _write_stack(project, "bare", {f"spotctl:{k}": v for k, v in stack_config(AWS_BASE, jobs=jobs).items()})
+    result = runner.invoke(app, ["plan", "--stack", "bare", "--json"])
+    assert result.exit_code == 0, result.output
+    resources = json.loads(result.output)["resources"]
+    assert sum(r["type"] == INSTANCE for r in resources) == 3
+    assert sum(r["type"] == VOLUME for r in resources) == 4
+
+
+# ---- subnets: one VPC --------------------------------------------------------------------------
+
+
+def test_a_partial_subnet_list_is_refused_by_validate():
+    raw = stack(network={"subnets": {"us-east-1a": "subnet-0aaa0001"}})
+    with pytest.raises(ConfigError, match=r"spotctl:network.subnets: has no subnet for zone\(s\) us-east-1b"):
+        validate(raw, "test")
+
+
+def test_subnets_in_two_vpcs_are_refused_before_any_api_call():
+    account = planner.MockAccount(subnet_vpcs={"subnet-0aaa0002": "vpc-0other"})
+    with pytest.raises(ContractError, match="aws.subnets-one-vpc") as err:
+        plan(stack(), account)
+    assert "vpc-0other" in str(err.value)
+
+
+def test_a_subnet_in_another_zone_is_refused():
+    account = planner.MockAccount(subnet_zones={"subnet-0aaa0002": "us-east-1c"})
+    with pytest.raises(ContractError, match="aws.subnet-in-its-zone"):
+        plan(stack(), account)
+
+
+def test_no_default_vpc_and_no_subnets_names_the_key():
+    raw = stack_config(AWS_BASE, jobs=[aws_job()])
+    with pytest.raises(ContractError, match="aws.default-vpc-or-subnets") as err:
+        plan(raw, planner.MockAccount(default_vpc=False))
+    assert "spotctl:network.subnets" in str(err.value)
+    assert plan(raw).by_type(INSTANCE)  # with a default VPC it plans
+
+
+def test_security_group_in_the_subnets_vpc_and_egress_as_a_rule():
+    p = plan(stack())
+    sg = only(p, "aws:ec2/securityGroup:SecurityGroup").inputs
+    assert "egress" not in sg and "ingress" not in sg
+    assert sg["vpcId"] == planner._vpc_of("subnet-0aaa0001", planner.MockAccount())
+    egress = only(p, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule").inputs
+    assert egress["ipProtocol"] == "-1" and egress["cidrIpv4"] == "0.0.0.0/0"
+
+
+# ---- egress ------------------------------------------------------------------------------------
+
+
+def test_default_egress_is_a_free_s3_gateway_endpoint_on_the_vpcs_route_tables():
+    p = plan(stack())
+    ep = only(p, "aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+    assert ep["serviceName"] == "com.amazonaws.us-east-1.s3" and ep["vpcEndpointType"] == "Gateway"
+    assert len(ep["routeTableIds"]) == 2 and all(r.startswith("rtb-") for r in ep["routeTableIds"])
+    assert only(p, INSTANCE).inputs["associatePublicIpAddress"] is False
+
+
+def test_egress_existing_declares_nothing_and_public_ip_gives_addresses():
+    p = plan(stack(network={"subnets": SUBNETS, "egress": "existing"}))
+    assert p.by_type("aws:ec2/vpcEndpoint:VpcEndpoint") == []
+    pool = {"name": "g5", "instanceTypes": ["g5.xlarge"], "spotMax": 2}
+    p = plan(stack(network={"subnets": SUBNETS, "egress": "public-ip"}, pools=[pool]))
+    assert only(p, INSTANCE).inputs["associatePublicIpAddress"] is True
+    assert only(p, LT).inputs["networkInterfaces"][0]["associatePublicIpAddress"] == "true"
+    assert len(p.by_type("aws:ec2/vpcEndpoint:VpcEndpoint")) == 1
+
+
+def test_egress_nat_routes_the_subnets_through_a_nat_gateway():
+    p = plan(stack(network={"subnets": SUBNETS, "egress": "nat", "natSubnet": "subnet-0aaa0009"}))
+    nat = only(p, "aws:ec2/natGateway:NatGateway").inputs
+    assert nat["subnetId"] == "subnet-0aaa0009"
+    table = only(p, "aws:ec2/routeTable:RouteTable")
+    assert table.inputs["routes"][0]["cidrBlock"] == "0.0.0.0/0"
+    assocs = sorted(a.inputs["subnetId"] for a in p.by_type("aws:ec2/routeTableAssociation:RouteTableAssociation"))
+    assert assocs == sorted(SUBNETS.values())
+    assert len(only(p, "aws:ec2/vpcEndpoint:VpcEndpoint").inputs["routeTableIds"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("network", "message"),
+    [
+        ({"subnets": SUBNETS, "egress": "nat"}, "spotctl:network.natSubnet: required with egress 'nat'"),
+        ({"egress": "nat", "natSubnet": "subnet-1"}, "spotctl:network.subnets: egress 'nat' needs private subnets"),
+        ({"subnets": SUBNETS, "egress": "nats"}, "spotctl:network.egress: expected one of"),
+        ({"subnets": SUBNETS, "natSubnet": "subnet-1"}, "spotctl:network.natSubnet: only used with egress 'nat'"),
+    ],
+)
+def test_egress_config_errors_name_the_key(network, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        validate(stack(network=network), "test")
+
+
+def test_nat_subnet_in_another_vpc_is_refused():
+    account = planner.MockAccount(subnet_vpcs={"subnet-0bbb0009": "vpc-0other"})
+    with pytest.raises(ContractError, match="aws.subnets-one-vpc"):
+        plan(stack(network={"subnets": SUBNETS, "egress": "nat", "natSubnet": "subnet-0bbb0009"}), account)
+
+
+# ---- lifecycle safety: detach, image, root volume ----------------------------------------------
+
+
+def test_attachment_is_skip_destroy_and_never_stops_the_instance():
+    att = only(plan(stack()), ATTACH).inputs
+    assert att["skipDestroy"] is True
+    assert "stopInstanceBeforeDetaching" not in att and "forceDetach" not in att
+
+
+def test_a_newer_image_never_replaces_a_running_vm():
+    p = plan(stack())
+    vm = only(p, INSTANCE)
+    assert vm.ignore_changes == ("ami",)
+    assert p.outputs["jobs"]["train"]["images"] == [vm.inputs["ami"]]
+
+
+def test_root_volumes_are_sized_from_the_image():
+    pool = {"name": "small", "instanceTypes": ["g5.xlarge"], "spotMax": 1, "diskGb": 50}
+    p = plan(stack(pools=[pool]), planner.MockAccount(root_snapshot_gb=150))
+    assert only(p, INSTANCE).inputs["rootBlockDevice"]["volumeSize"] == 150
+    assert only(p, LT).inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 150
+    p = plan(stack(pools=[{**pool, "diskGb": 400}]), planner.MockAccount(root_snapshot_gb=30))
+    assert only(p, INSTANCE).inputs["rootBlockDevice"]["volumeSize"] == 100  # BOOT_DISK_GB
+    assert only(p, LT).inputs["blockDeviceMappings"][0]["ebs"]["volumeSize"] == 400
+
+
+# ---- job disks: checkpoint throughput ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("job", "throughput", "iops"),
+    [
+        ({}, 125, 3000),
+        ({"accelerator": {"type": "nvidia-a10g", "count": 1}}, 250, 3000),
+        ({"accelerator": {"type": "nvidia-h100-80gb", "count": 8}}, 2000, 8000),
+        ({"accelerator": {"type": "nvidia-h100-80gb", "count": 8}, "diskGb": 10}, 1250, 5000),
+        ({"diskThroughput": 500, "diskIops": 4000}, 500, 4000),
+    ],
+)
+def test_gp3_throughput_scales_with_gpus(job, throughput, iops):
+    vol = only(plan(stack(jobs=[aws_job(**job)])), VOLUME).inputs
+    assert (vol["throughput"], vol["iops"]) == (throughput, iops)
+
+
+def test_impossible_disk_performance_is_refused_at_registration():
+    with pytest.raises(ContractError, match="aws.gp3-performance"):
+        plan(stack(jobs=[aws_job(diskThroughput=2000, diskIops=3000)]))
+
+
+# ---- pools, user data --------------------------------------------------------------------------
+
+
+def test_pools_never_block_up_waiting_for_capacity():
+    pool = {"name": "g5", "instanceTypes": ["g5.xlarge"], "onDemand": 2, "spotMax": 4}
+    asg = only(plan(stack(pools=[pool])), ASG).inputs
+    assert asg["waitForCapacityTimeout"] == "0"
+
+
+def test_worst_case_user_data_fits_16k_raw():
+    """Multi-node, a long command, many env vars and labels: the script itself is far over 16 KB,
+    what EC2 gets (gzip) is not."""
+    env = {f"VAR_{i:02d}": "v" * 200 for i in range(40)}
+    labels = {f"label-{i:02d}": "x" * 60 for i in range(40)}
+    job = aws_job(nodes=4, command="python train.py " + " ".join(f"--flag-{i}=value-{i}" for i in range(300)), env=env)
+    pool = {"name": "g5", "instanceTypes": ["g5.xlarge"], "spotMax": 2, "agentCommand": "agent " + "x" * 4000}
+    p = plan(stack(jobs=[job], labels=labels, pools=[pool]))
+    for r in p.by_type(INSTANCE) + p.by_type(LT):
+        raw = base64.b64decode(r.inputs.get("userDataBase64") or r.inputs["userData"])
+        assert len(raw) <= 16 * 1024
+        assert len(gzip.decompress(raw)) > 16 * 1024
+        assert script_of(r.inputs).startswith("#!/bin/bash")
+
+
+# ---- the lifecycle against the fake pulumi: refresh first, never a stop before detach -----------
+
+
+@pytest.mark.parametrize(
+    ("args", "job"),
+    [
+        (["resume", "diffusion"], "diffusion"),
+        (["failover", "llm-pretrain", "--to", "on-demand"], "llm-pretrain"),
+        (["complete", "sweep-07"], "sweep-07"),
+    ],
+)
+def test_lifecycle_updates_refresh_first_and_never_stop_before_detaching(project, runner, fake_pulumi, args, job):
+    from cli.lifecycle import stackfile
+    from tests.conftest import pulumi_calls
+
+    result = runner.invoke(app, [*args, "--stack", "example-aws", "--yes"])
+    assert result.exit_code == 0, result.output
+    calls = [c for c in pulumi_calls(fake_pulumi) if "up" in c or "preview" in c]
+    assert calls and all("--refresh" in c for c in calls), calls
+    # what those updates apply: attachments that only forget, never StopInstances
+    cfg = stackfile.load(stackfile.resolve("example-aws", None))
+    for att in planner.run(cfg, "example-aws").by_type(ATTACH):
+        assert att.inputs["skipDestroy"] is True and "stopInstanceBeforeDetaching" not in att.inputs
