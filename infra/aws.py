@@ -24,7 +24,6 @@ from infra.common import (
     JobPlan,
     StackArgs,
     declare_components,
-    event_prefix,
     job_outputs,
     job_script_context,
     pool_parts,
@@ -32,7 +31,7 @@ from infra.common import (
 )
 from infra.config import Job, Pool, StackConfig
 from infra.naming import aws_tags
-from infra.render import scripts_for
+from infra.render import event_object_prefix, scripts_for
 
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
 DEFAULT_AMI_NAME = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *"
@@ -302,7 +301,7 @@ class StackBase(pulumi.ComponentResource):
 def _instance_profile(name: str, args: StackArgs, owner: str, bucket: aws.s3.Bucket, tags, child):
     """(role, instance profile) per job (or pool) that may only put objects under its own prefix:
     EC2 instance tags are not principal tags, so one shared role could not tell jobs apart."""
-    prefix = event_prefix(args.stack, owner)
+    prefix = event_object_prefix(args.stack, owner)  # config refuses a pool named like a job
     role = aws.iam.Role(
         f"{name}-role",
         name_prefix=f"spotctl-{args.slug}-"[:38],

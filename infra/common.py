@@ -83,12 +83,6 @@ def job_plan(stack: str, job: Job) -> JobPlan:
     )
 
 
-def event_prefix(stack: str, name: str) -> str:
-    """The only bucket prefix a job's (or pool's) VM identity may write: ``<stack>/<name>/`` (what
-    ``resume`` reads for a job; config refuses a pool named like a job)."""
-    return f"{stack}/{name}/"
-
-
 def job_script_context(
     cfg: StackConfig, stack: str, plan: JobPlan, node: NodePlan, *, bucket: str, master_addr: str, disk_device: str
 ) -> ScriptContext:
