@@ -9,7 +9,7 @@ import importlib
 from cli.commands import app
 
 # Importing a module registers its commands; this order is the order of `spotctl --help`.
-COMMAND_MODULES = ("stack", "drill", "policy", "jobs", "logs", "pool", "cost", "watch")
+COMMAND_MODULES = ("stack", "drill", "policy", "jobs", "move", "logs", "pool", "cost", "watch")
 for _name in COMMAND_MODULES:
     importlib.import_module(f"cli.commands.{_name}")
 

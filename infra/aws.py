@@ -438,23 +438,11 @@ class TrainingJob(pulumi.ComponentResource):
             master_addr = master_eni.private_ip
         image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
         profile = _instance_profile(name, args, job.id, base.bucket, tags, child)[1] if runs else None
-        throughput, iops = gp3_performance(job)
         public_ip = job.external_ip or base.egress == "public-ip"
         self.volumes: list[aws.ebs.Volume] = []
         self.instances: list[aws.ec2.Instance] = []
         for node in plan.nodes:
-            volume = aws.ebs.Volume(
-                f"{name}-n{node.rank}-volume",
-                availability_zone=job.zone,
-                size=job.disk_gb,
-                type="gp3",
-                throughput=throughput,
-                iops=iops,
-                encrypted=True,
-                tags=aws_tags(args.stack, cfg.labels, name=node.disk_name, job=job.id, node=str(node.rank)),
-                opts=pulumi.ResourceOptions(parent=self, protect=plan.protect_disks),
-            )
-            self.volumes.append(volume)
+            volume = self._job_volumes(name, args, job, node)
             if not node.declares_instance or image is None or profile is None:
                 continue
             addr = master_addr if master_addr is not None else pulumi.Output.from_input("127.0.0.1")
@@ -542,6 +530,52 @@ class TrainingJob(pulumi.ComponentResource):
             opts=child,
         )
         aws.cloudwatch.EventTarget(f"{name}-interruptions-target", rule=rule.name, arn=base.queue.arn, opts=child)
+
+
+    def _job_volumes(self, name: str, args: StackArgs, job, node) -> aws.ebs.Volume:
+        """A node's EBS volumes and move snapshots (``infra.common.node_disks``); returns the attached one.
+
+        A volume is bound to its Availability Zone, a snapshot is regional: a move restores a new
+        volume in the target AZ from the snapshot (aws.volume-az-bound, aws.restored-volume-encrypted).
+        The restored volume keeps its ``snapshot_id`` once the snapshot leaves the program
+        (ignore_changes), so releasing a move never replaces it."""
+        cfg = args.cfg
+        throughput, iops = gp3_performance(job)
+        by_gen: dict[int, aws.ebs.Volume] = {}
+        snaps: dict[int, aws.ebs.Snapshot] = {}
+
+        def snapshot(s) -> aws.ebs.Snapshot:
+            # Kept in the cloud when the move is released (retain_on_delete), with the ownership tags.
+            return aws.ebs.Snapshot(
+                s.logical(name, node.rank),
+                volume_id=by_gen[s.gen - 1].id,
+                description=f"spotctl {args.stack}/{job.id} node {node.rank}: move to generation {s.gen}",
+                tags=aws_tags(args.stack, cfg.labels, name=s.name, job=job.id, node=str(node.rank)),
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            )
+
+        for d in sorted(node.disks, key=lambda d: d.gen):
+            snap = None
+            if d.snapshot and d.gen - 1 in by_gen:
+                snap = snaps[d.gen] = snapshot(next(s for s in node.snapshots if s.gen == d.gen))
+            by_gen[d.gen] = aws.ebs.Volume(
+                d.logical(name, node.rank, "volume"),
+                availability_zone=d.zone,
+                size=job.disk_gb,
+                type="gp3",
+                throughput=throughput,
+                iops=iops,
+                encrypted=True,
+                snapshot_id=snap.id if snap is not None else None,
+                tags=aws_tags(args.stack, cfg.labels, name=d.name, job=job.id, node=str(node.rank)),
+                opts=pulumi.ResourceOptions(parent=self, protect=d.protect,
+                                            ignore_changes=["snapshotId"] if d.restored else None),
+            )
+            self.volumes.append(by_gen[d.gen])
+        for s in node.snapshots:
+            if s.gen not in snaps:  # step snapshot: the restored volume is not declared yet
+                snapshot(s)
+        return by_gen[node.attached_disk.gen]
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:

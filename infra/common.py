@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.config import Capacity, Job, JobState, Pool, StackConfig
-from infra.naming import disk_name, instance_name, stack_slug
+from infra.naming import disk_name, gen_prefix, instance_name, snapshot_name, stack_slug
 from infra.render import MOUNT_POINT, ScriptContext
 
 BOOT_DISK_GB = 100
@@ -34,14 +34,53 @@ class StackArgs:
 
 
 @dataclass(frozen=True)
+class DiskPlan:
+    """One job disk of a node. ``gen`` counts the moves before it (0: the job's first disk); a disk of
+    gen > 0 was restored from the snapshot ``snapshot`` (declared, as the disk's dependency, until
+    the move that made it is released; the disk keeps that input afterwards)."""
+
+    gen: int
+    name: str
+    zone: str
+    protect: bool
+    attached: bool
+    restored: bool
+    snapshot: str | None  # the declared snapshot it is restored from (physical name), if declared now
+
+    def logical(self, component: str, rank: int, kind: str = "disk") -> str:
+        """Pulumi's logical name: ``kind`` 'disk' (GCP) or 'volume' (AWS); gen 0 keeps the names
+        that predate moves, so existing stacks see no change."""
+        return f"{component}-n{rank}-{gen_prefix(self.gen)}{kind}"
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """A move's snapshot of a node's disk of generation ``gen - 1`` (in ``zone``), to restore gen ``gen``."""
+
+    gen: int
+    name: str
+    zone: str
+
+    def logical(self, component: str, rank: int) -> str:
+        return f"{component}-n{rank}-{gen_prefix(self.gen)}snapshot"
+
+
+@dataclass(frozen=True)
 class NodePlan:
-    """One node of a job: its disk always, its VM only while the job should run."""
+    """One node of a job: its disk always, its VM only while the job should run; during a move
+    also the old zone's disk and the snapshot between them."""
 
     rank: int
     disk_name: str
     instance_name: str
     declares_instance: bool
     is_master: bool
+    disks: tuple[DiskPlan, ...] = ()
+    snapshots: tuple[SnapshotPlan, ...] = ()
+
+    @property
+    def attached_disk(self) -> DiskPlan:
+        return next(d for d in self.disks if d.attached)
 
 
 @dataclass(frozen=True)
@@ -60,23 +99,58 @@ class JobPlan:
         return {"job": self.job.id}
 
 
+def node_disks(slug: str, job: Job, rank: int) -> tuple[tuple[DiskPlan, ...], tuple[SnapshotPlan, ...]]:
+    """A node's disks and snapshots at the job's move step (``spotctl move``, one targeted update each):
+
+    - no move: the current disk (generation = the zones left so far) in the job's zone;
+    - ``snapshot``: + a snapshot of it (the job is stopped: no VM writes to the disk);
+    - ``restore``: + the next generation's disk in the target zone, restored from the snapshot,
+      protected (old and new coexist under different names);
+    - ``start``: the job's zone is the target now and its VMs attach the new disk; the old disk stays
+      protected until the new attempt has started;
+    - ``release``: the old disk is no longer declared (deleted; the move unprotects it first) and
+      the snapshot leaves the program but is kept in the cloud (``retain_on_delete``).
+    """
+    protect = job.state is not JobState.COMPLETED
+    cur = len(job.zone_history)
+    move = job.move
+    step = move.step if move else None
+
+    def disk(gen: int, zone: str, attached: bool, snapshot_declared: bool) -> DiskPlan:
+        return DiskPlan(gen, disk_name(slug, job.id, rank, gen), zone, protect, attached, gen > 0,
+                        snapshot_name(slug, job.id, rank, gen) if gen > 0 and snapshot_declared else None)
+
+    if move is None or step == "release":
+        return (disk(cur, job.zone, True, False),), ()
+    if step in ("snapshot", "restore"):
+        disks = [disk(cur, move.from_, True, False)]
+        if step == "restore":
+            disks.append(disk(cur + 1, move.to, False, True))
+        return tuple(disks), (SnapshotPlan(cur + 1, snapshot_name(slug, job.id, rank, cur + 1), move.from_),)
+    # start: the zone history already lists the zone left.
+    return ((disk(cur - 1, move.from_, False, False), disk(cur, move.to, True, True)),
+            (SnapshotPlan(cur, snapshot_name(slug, job.id, rank, cur), move.from_),))
+
+
 def job_plan(stack: str, job: Job) -> JobPlan:
     slug = stack_slug(stack)
     runs = job.state in (JobState.PENDING, JobState.RUNNING)
-    nodes = tuple(
-        NodePlan(
+    nodes = []
+    for r in range(job.nodes):
+        disks, snapshots = node_disks(slug, job, r)
+        nodes.append(NodePlan(
             rank=r,
-            disk_name=disk_name(slug, job.id, r),
+            disk_name=next(d.name for d in disks if d.attached),
             instance_name=instance_name(slug, job.id, job.attempt, r),
             declares_instance=runs,
             is_master=r == 0,
-        )
-        for r in range(job.nodes)
-    )
+            disks=disks,
+            snapshots=snapshots,
+        ))
     return JobPlan(
         job=job,
         slug=slug,
-        nodes=nodes,
+        nodes=tuple(nodes),
         protect_disks=job.state is not JobState.COMPLETED,
         spot=job.capacity is Capacity.SPOT,
         needs_master_address=job.nodes > 1,

@@ -182,6 +182,29 @@ def _no_nul(value: str) -> str:
     return value
 
 
+MOVE_STEPS = ("snapshot", "restore", "start", "release")
+
+
+class Move(_Model):
+    """A move of a job (and its disks) to another zone, in progress: the last step written.
+
+    Steps, each one targeted update (``cli/lifecycle/move.py`` decides them): ``snapshot`` (no VMs,
+    a snapshot of every node's disk), ``restore`` (new disks in ``to`` from the snapshots), ``start``
+    (zone := ``to``, next attempt on the new disks), ``release`` (the old disks go).
+    """
+
+    from_: Name = Field(alias="from")
+    to: Name
+    step: Literal["snapshot", "restore", "start", "release"]
+
+
+class ZoneStay(_Model):
+    """A zone the job left: attempts up to ``lastAttempt`` ran there."""
+
+    zone: Name
+    last_attempt: PositiveInt
+
+
 class Job(_Model):
     """One training run whose disk outlives every VM it runs on."""
 
@@ -212,6 +235,10 @@ class Job(_Model):
     # (infra/aws.py gp3_performance). Ranges: the EBS API (CreateVolume), see infra/contract/aws.py.
     disk_throughput: Annotated[int, Field(strict=True, ge=125, le=2000)] | None = None
     disk_iops: Annotated[int, Field(strict=True, ge=3000, le=80000)] | None = None
+    # `spotctl move`: the move in progress and the zones left so far (their count is the disks'
+    # generation: each move creates new disks with new names, so old and new coexist until release).
+    move: Move | None = None
+    zone_history: list[ZoneStay] = Field(default_factory=list)
 
     @field_validator("id")
     @classmethod
@@ -351,6 +378,7 @@ class StackConfig(_Model):
             _per_cloud(problems, f"jobs[{i}]", gcp, job.machine_type, "machineType", job.instance_type, "instanceType")
             if job.zone not in self.zones:
                 problems.append((f"jobs[{i}].zone", _choice_message("zone", job.zone, self.zones)))
+            _move_checks(self, i, job, problems)
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
                 problems.append(
@@ -371,6 +399,28 @@ class StackConfig(_Model):
             if job.id == job_id:
                 return job
         raise KeyError(_choice_message("job", job_id, [j.id for j in self.jobs]))
+
+
+def _move_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, str]]) -> None:
+    """A move names zones of the stack, from the job's zone (before its ``start`` step) to another
+    one, and never concerns a completed job (its disks only wait for ``spotctl cleanup``)."""
+    move = job.move
+    if move is None:
+        return
+    for name, zone in (("from", move.from_), ("to", move.to)):
+        if zone not in cfg.zones:
+            problems.append((f"jobs[{i}].move.{name}", _choice_message("zone", zone, cfg.zones)))
+    if move.from_ == move.to:
+        problems.append((f"jobs[{i}].move.to", f"is the zone the job moves from ({move.to!r})"))
+    at = move.from_ if move.step in ("snapshot", "restore") else move.to
+    if job.zone != at:
+        problems.append((f"jobs[{i}].zone", f"is {job.zone!r} but the move's step {move.step!r} has the job in {at!r}"))
+    if job.state is JobState.COMPLETED:
+        problems.append((f"jobs[{i}].move", "a completed job cannot move (finish or drop the move record first)"))
+    if job.boot_disk == "keep":
+        problems.append((f"jobs[{i}].move", "a job with bootDisk 'keep' cannot move yet (only its job disks would follow)"))
+    if move.step in ("start", "release") and not job.zone_history:
+        problems.append((f"jobs[{i}].zoneHistory", f"step {move.step!r} needs the zone the job left ({move.from_!r})"))
 
 
 def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:

@@ -428,17 +428,7 @@ class TrainingJob(pulumi.ComponentResource):
         self.disks: list[gcp.compute.Disk] = []
         self.instances: list[gcp.compute.Instance] = []
         for node in plan.nodes:
-            disk = gcp.compute.Disk(
-                f"{name}-n{node.rank}-disk",
-                name=node.disk_name,
-                project=cfg.project,
-                zone=job.zone,
-                size=job.disk_gb,
-                type=DISK_TYPE,
-                labels={**labels, "spotctl-node": str(node.rank)},
-                opts=pulumi.ResourceOptions(parent=self, protect=plan.protect_disks),
-            )
-            self.disks.append(disk)
+            disk = self._job_disks(name, cfg, job, node, labels)
             boot = None
             if job.boot_disk == "keep":
                 # Every attempt boots from this disk: the driver and whatever the first boot installed
@@ -522,6 +512,52 @@ class TrainingJob(pulumi.ComponentResource):
             master_addr=master_addr,
         )
         self.register_outputs(self.outputs)
+
+
+    def _job_disks(self, name: str, cfg: StackConfig, job, node, labels: dict[str, str]) -> gcp.compute.Disk:
+        """A node's job disks and move snapshots (``infra.common.node_disks``); returns the attached one.
+
+        A snapshot is global and restores into any zone (gcp.snapshot-restore-any-zone); the restored
+        disk keeps its ``snapshot`` input once the snapshot leaves the program (ignore_changes), so
+        releasing a move never replaces it."""
+        by_gen: dict[int, gcp.compute.Disk] = {}
+        snaps: dict[int, gcp.compute.Snapshot] = {}
+        for d in sorted(node.disks, key=lambda d: d.gen):
+            snap = None
+            if d.snapshot and d.gen - 1 in by_gen:
+                s = next(s for s in node.snapshots if s.gen == d.gen)
+                snap = snaps[d.gen] = self._snapshot(name, cfg, node, s, by_gen[d.gen - 1], labels)
+            by_gen[d.gen] = gcp.compute.Disk(
+                d.logical(name, node.rank),
+                name=d.name,
+                project=cfg.project,
+                zone=d.zone,
+                size=job.disk_gb,
+                type=DISK_TYPE,
+                snapshot=snap.self_link if snap is not None else None,
+                labels={**labels, "spotctl-node": str(node.rank)},
+                opts=pulumi.ResourceOptions(parent=self, protect=d.protect,
+                                            ignore_changes=["snapshot"] if d.restored else None),
+            )
+            self.disks.append(by_gen[d.gen])
+        for s in node.snapshots:
+            if s.gen not in snaps:  # step snapshot: the restored disk is not declared yet
+                self._snapshot(name, cfg, node, s, by_gen[s.gen - 1], labels)
+        return by_gen[node.attached_disk.gen]
+
+    def _snapshot(self, name: str, cfg: StackConfig, node, s, source: gcp.compute.Disk,
+                  labels: dict[str, str]) -> gcp.compute.Snapshot:
+        # Kept in the cloud when the move is released (retain_on_delete): it is the job's data at
+        # the move; it carries the stack's ownership labels.
+        return gcp.compute.Snapshot(
+            s.logical(name, node.rank),
+            name=s.name,
+            project=cfg.project,
+            zone=s.zone,
+            source_disk=source.name,
+            labels={**labels, "spotctl-node": str(node.rank)},
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:

@@ -27,8 +27,20 @@ def stack_slug(stack: str) -> str:
     return f"{clean[: SLUG_MAX - 5].rstrip('-')}-{short_hash(stack, n=4)}"
 
 
-def disk_name(slug: str, job_id: str, rank: int) -> str:
-    return f"{slug}-{job_id}-n{rank}-disk"
+def disk_name(slug: str, job_id: str, rank: int, gen: int = 0) -> str:
+    """A job disk; ``gen`` counts the job's moves to other zones (each move restores new disks
+    from snapshots, named apart so old and new coexist until the old ones are released)."""
+    return f"{slug}-{job_id}-n{rank}-{gen_prefix(gen)}disk"
+
+
+def snapshot_name(slug: str, job_id: str, rank: int, gen: int) -> str:
+    """The snapshot a move takes of a node's disk; ``gen`` is the generation restored from it."""
+    return f"{slug}-{job_id}-n{rank}-{gen_prefix(gen)}snap"
+
+
+def gen_prefix(gen: int) -> str:
+    """'' for the job's first disks (their names predate moves), ``m<gen>-`` after a move."""
+    return f"m{gen}-" if gen else ""
 
 
 def boot_disk_name(slug: str, job_id: str, rank: int) -> str:

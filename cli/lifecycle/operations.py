@@ -29,14 +29,22 @@ Confirm = Callable[[str], bool]
 """Asked after Pulumi's preview of the targeted update; False leaves everything as it was."""
 
 
+Release = Callable[[list[str]], list[str]]
+"""Given the URNs a targeted update would touch, under the lock after the edit and before the preview:
+the URNs it must also target because the edit drops them (so the update deletes them), once
+approved and unprotected (``spotctl move`` releasing old disks); raises to refuse."""
+
+
 def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
                applier: Applier | None, out: Callable[[str], None] = print,
-               confirm: Confirm | None = None) -> Outcome:
+               confirm: Confirm | None = None, release: Release | None = None) -> Outcome:
     """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
 
     With ``applier`` None the file is only edited (--no-apply). With ``confirm`` (the commands pass
     one unless --yes; ``watch`` passes none: it is the automation) Pulumi first previews the
     targeted update with the edited file, and ``confirm`` decides; declined, the edit is undone.
+    With ``release``, what the edit drops from the job is targeted too (so the update deletes it),
+    after ``release`` approved it.
     If the update cannot start, the edit is undone (only the keys it set), so the file again
     matches what runs in the cloud.
     """
@@ -63,6 +71,12 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
 
         old_job = old_cfg.job(job_id)
         targets = job_targets(new_cfg, ref.name, job_id)
+        if release is not None:
+            try:
+                targets = sorted(set(targets) | set(release(targets)))
+            except Exception:
+                _undo(ref.path, job_id, holder["before"], change.fields)
+                raise
         if confirm is not None and not _previewed_and_confirmed(ref, job_id, change, old_job, targets, applier,
                                                                 holder["before"], out, confirm):
             return Outcome(change, old_cfg, applied=False, declined=True)

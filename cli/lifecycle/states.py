@@ -37,6 +37,8 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (PR, C): "complete: the user declares a preempted job done (its last checkpoint is the result)",
     (S, C): "complete: the user declares a stopped job done",
     (F, C): "complete: the user accepts a failed job's result",
+    (P, S): "move: the job's VMs go so every node's disk can be snapshotted",
+    (PR, S): "move: the job's VMs go so every node's disk can be snapshotted",
 }
 
 
@@ -166,14 +168,17 @@ def decide_complete(job: Job) -> Change:
     return Change(job.id, {"state": C.value}, check(job.id, job.state, C))
 
 
-def may_delete_disks(job: Job | None, *, force: bool, owned: bool) -> tuple[bool, str]:
+def may_delete_disks(job: Job | None, *, force: bool, owned: bool, moved_and_started: bool = False) -> tuple[bool, str]:
     """The one rule for deleting a job's disks: the job completed (or failed, with --force) and the
     disk carries this stack's ownership label/tag. ``job`` None means no job declares the disk
-    (an orphan), which is allowed only for owned disks."""
+    (an orphan), which is allowed only for owned disks. ``moved_and_started``: the disk is one a
+    move left behind and the attempt on the restored disks has started (``spotctl move``)."""
     if not owned:
         return False, "it does not carry this stack's ownership label"
     if job is None:
         return True, "no job of this stack declares it"
+    if moved_and_started:
+        return True, f"its job moved to {job.zone} and attempt {job.attempt} started there on the restored disks"
     if job.state is C:
         return True, "its job completed"
     if job.state is F and force:

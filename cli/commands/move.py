@@ -1,0 +1,74 @@
+"""``spotctl move``: a job and its disks to another zone of the stack (snapshot, restore, start, release)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.commands import (
+    BucketOpt,
+    EventsOpt,
+    JsonOpt,
+    NoApplyOpt,
+    StackFileOpt,
+    StackOpt,
+    YesOpt,
+    app,
+    applier_for,
+    confirmer,
+    fail,
+    recorded_events,
+)
+from infra.config import ConfigError
+
+
+@app.command(
+    short_help="Move a job and its disks to another zone.  Example: spotctl move vit -s team-a --to-zone us-central1-b",
+    help="Move a job to another zone of the stack with its disks, one targeted update per step: snapshot every "
+    "node's disk (the job's VMs go), restore new disks from the snapshots in the target zone, start the next "
+    "attempt there on them, and once that attempt has started (its `started` events, from --events-dir or "
+    "--events-bucket) delete the old disks. The stack file records the step: if the move is interrupted, run "
+    "the same command again and it continues.\n\n"
+    "Example: spotctl move llm-pretrain --to-zone us-central1-b --stack team-a --events-dir ./events --yes",
+)
+def move(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    to_zone: Annotated[str, typer.Option("--to-zone", metavar="ZONE", help="A zone of spotctl:zones.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    events_dir: EventsOpt = None,
+    events_bucket: BucketOpt = None,
+    no_apply: NoApplyOpt = False,
+    yes: YesOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+
+    from cli.lifecycle import stackfile
+    from cli.lifecycle.apply import ApplyError
+    from cli.lifecycle.move import move_job
+    from cli.lifecycle.states import LifecycleError
+
+    confirm = confirmer(yes, False, no_apply)
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        cfg = stackfile.load(ref)
+        result = move_job(
+            ref, job, to_zone,
+            events=lambda: recorded_events(ref, cfg, job, events_dir, events_bucket),
+            applier=applier_for(ref, no_apply), out=lambda line: typer.echo(line.rstrip("\n"), err=True), confirm=confirm,
+        )
+    except (ConfigError, LifecycleError, ApplyError) as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        typer.echo(json.dumps({"job": job, "to_zone": to_zone, "steps": [{"fields": c.fields, "reason": c.reason} for c in result.steps],
+                               "applied": result.applied, "declined": result.declined, "finished": result.finished,
+                               "waiting": result.waiting}, sort_keys=True))
+        return
+    for change in result.steps:
+        typer.echo(change.describe() + (" — applied" if result.applied else f" — written to {ref.path}"))
+    if result.declined:
+        typer.echo(f"job {job}: not confirmed: the move stops here (run the command again to continue)")
+    elif result.waiting:
+        typer.echo(f"job {job}: {result.waiting}")

@@ -1,0 +1,190 @@
+"""``spotctl move``: a job and its disks to another zone of the stack, one resumable step at a time.
+
+The move is code in the stack file: the job's ``move`` record names the last step written
+(``snapshot`` -> ``restore`` -> ``start`` -> ``release``; what each step declares is
+``infra.common.node_disks``) and ``zoneHistory`` the zones it left. Deciding the next step is pure
+(``next_step``: the job as written and its events); acting writes it under the stack lock and
+applies a targeted update of the job (``cli.lifecycle.operations.change_job``). An interrupted move
+is continued by running the same command again: the recorded step is applied again (a no-op when
+it was applied), then the next ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cli.lifecycle import operations, stackfile
+from cli.lifecycle.apply import Applier, job_urns
+from cli.lifecycle.events import Event
+from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, check, may_delete_disks
+from infra.config import ConfigError, Job
+from infra.naming import label_value
+
+REASONS = {
+    "snapshot": "the job's VMs go (state stopped) and every node's disk is snapshotted in {frm}",
+    "restore": "new disks are restored from the snapshots in {to} (protected; the old disks stay)",
+    "start": "attempt {attempt} starts in {to} on the restored disks (SPOTCTL_RESUME from the disk)",
+    "release": "attempt {attempt} started in {to}: the disks in {frm} are deleted; the snapshots are kept",
+}
+
+
+def _record(job: Job, step: str) -> dict[str, str]:
+    assert job.move is not None
+    return {"from": job.move.from_, "to": job.move.to, "step": step}
+
+
+def next_step(job: Job, to: str, events: list[Event]) -> Change:
+    """The next step of moving ``job`` to zone ``to`` (pure), as the fields to write and why.
+
+    A noop Change when there is nothing to do now (already there, or waiting for the new attempt's
+    ``started`` event before the old disks may go); LifecycleError when the job cannot move.
+    """
+    move = job.move
+    if move is None:
+        if job.zone == to:
+            return Change(job.id, {}, f"is already in zone {to}", noop=True)
+        if job.state is C:
+            raise LifecycleError(f"job {job.id} is completed; there is nothing to move (spotctl cleanup {job.id} deletes its disks)")
+        if job.state is F:
+            raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force` first, then move it")
+        fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot"}}
+        reason = REASONS["snapshot"].format(frm=job.zone)
+        if job.state is not S:
+            check(job.id, job.state, S)
+            fields["state"] = S.value
+        return Change(job.id, fields, f"move step snapshot: {reason}")
+    if move.to != to:
+        raise LifecycleError(f"job {job.id} is moving to {move.to} (step {move.step}); "
+                             f"`spotctl move {job.id} --to-zone {move.to}` finishes that move first")
+    words = {"frm": move.from_, "to": move.to, "attempt": job.attempt}
+    if move.step == "snapshot":
+        return Change(job.id, {"move": _record(job, "restore")}, "move step restore: " + REASONS["restore"].format(**words))
+    if move.step == "restore":
+        history = [{"zone": z.zone, "lastAttempt": z.last_attempt} for z in job.zone_history]
+        fields = {"zone": move.to, "attempt": job.attempt + 1, "state": "running",
+                  "zoneHistory": history + [{"zone": move.from_, "lastAttempt": job.attempt}],
+                  "move": _record(job, "start")}
+        check(job.id, S, R)
+        return Change(job.id, fields, "move step start: " + REASONS["start"].format(**words | {"attempt": job.attempt + 1}))
+    if move.step == "start":
+        missing = _not_started(job, events)
+        if missing:
+            return Change(job.id, {}, f"waiting for attempt {job.attempt} to start in {move.to} (no `started` event from node "
+                          f"{', '.join(map(str, missing))} yet); the disks in {move.from_} stay protected. Run "
+                          f"`spotctl move {job.id} --to-zone {move.to}` again once it started", noop=True)
+        return Change(job.id, {"move": _record(job, "release")}, "move step release: " + REASONS["release"].format(**words))
+    return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
+
+
+def _not_started(job: Job, events: list[Event]) -> list[int]:
+    """Nodes of the current attempt without a ``started`` event (a gang starts when every node did)."""
+    started = {e.node for e in events if e.attempt == job.attempt and e.event == "started"}
+    return [r for r in range(job.nodes) if r not in started]
+
+
+def reapply(job: Job) -> Change:
+    """The recorded step written again, so it is applied again (a move continued after an interruption)."""
+    assert job.move is not None
+    return Change(job.id, {"move": _record(job, job.move.step)},
+                  f"move step {job.move.step} again (continuing a move that may have been interrupted)")
+
+
+@dataclass
+class MoveOutcome:
+    job_id: str
+    steps: list[Change] = field(default_factory=list)
+    applied: bool = False
+    declined: bool = False
+    finished: bool = False
+    waiting: str = ""
+
+
+def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[[], list[Event]],
+             applier: Applier | None, out: Callable[[str], None] = print,
+             confirm: operations.Confirm | None = None) -> MoveOutcome:
+    """Move a job to zone ``to``: every step the situation allows now, each written and applied
+    as its own targeted update (``--no-apply``: one step is written, nothing else).
+
+    ``events`` is read before each decision (the new attempt's ``started`` gates the release).
+    """
+    result = MoveOutcome(job_id)
+    cfg = stackfile.load(ref)
+    try:
+        job = cfg.job(job_id)
+    except KeyError as exc:
+        raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
+    if job.zone != to and job.move is None and to not in cfg.zones:
+        raise ConfigError(str(ref.path), [f"job {job_id}: --to-zone {to!r} is not in spotctl:zones {cfg.zones}"])
+    # The recorded step may not have been applied (a failed or interrupted update): apply it again.
+    resuming = job.move is not None and job.move.to == to and applier is not None
+    if resuming and not _step(ref, job_id, reapply, applier, out, confirm, result):
+        return result
+    while True:
+        seen = events()
+        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen), applier, out, confirm, result) or applier is None:
+            return result
+
+
+def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], applier: Applier | None,
+          out: Callable[[str], None], confirm: operations.Confirm | None, result: MoveOutcome) -> bool:
+    """One step: written and applied; False when the move stops here (done, waiting, declined)."""
+    job = stackfile.load(ref).job(job_id)
+    change = decide(job)
+    if change.noop:
+        result.waiting = change.reason
+        return False
+    if change.fields.get("move", ...) is None:
+        # The end of the move: only the record is cleared (the release step declared the end state).
+        stackfile.update_job(ref.path, job_id, lambda current, written: change.fields)
+        result.steps.append(change)
+        result.finished = True
+        return False
+    releasing = (change.fields.get("move") or {}).get("step") == "release"
+    outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm,
+                                    release=_releaser(ref, job_id, applier) if releasing else None)
+    result.steps.append(outcome.change)
+    result.applied = result.applied or outcome.applied
+    if outcome.declined:
+        result.declined = True
+        return False
+    return True
+
+
+def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> operations.Release:
+    """Approve deleting the disks a move left behind through the one deletion rule, checking the
+    ownership labels the program declares on each; then lift their protection in Pulumi's state."""
+
+    def release(targets: list[str]) -> list[str]:
+        from cli.plan import mocks as planner
+
+        current = stackfile.load(ref)
+        job = current.job(job_id)
+        if job.move is None or job.move.step != "release":
+            return []
+        # What the job declared at step start (old disks and snapshots included), also when this
+        # is a release applied again after an interruption (the file already says release).
+        at_start = job.model_copy(update={"move": job.move.model_copy(update={"step": "start"})})
+        before = current.model_copy(update={"jobs": [at_start if j.id == job_id else j for j in current.jobs]})
+        plan = planner.run(before, ref.name)
+        gone = sorted(set(job_urns(plan, job_id)) - set(targets))
+        disks = [r for r in plan.resources if r.urn in gone and (r.urn.endswith("-disk") or r.urn.endswith("-volume"))]
+        for disk in disks:
+            ok, why = may_delete_disks(job, force=False, owned=_owned(disk.inputs, current.cloud, ref.name),
+                                       moved_and_started=True)
+            if not ok:
+                raise LifecycleError(f"job {job_id}: disk {disk.name} is kept because {why}")
+        if applier is not None and disks:
+            applier.unprotect([d.urn for d in disks])
+        return gone
+
+    return release
+
+
+def _owned(inputs: dict[str, Any], cloud: str, stack: str) -> bool:
+    if cloud == "gcp":
+        labels = inputs.get("labels") or {}
+        return labels.get("spotctl-managed") == "true" and labels.get("spotctl-stack") == label_value(stack)
+    tags = inputs.get("tags") or {}
+    return tags.get("spotctl:managed") == "true" and tags.get("spotctl:stack") == stack
