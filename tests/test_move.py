@@ -1,0 +1,261 @@
+"""``spotctl move``: the program at each step of a zone move (both clouds, under Pulumi's mocks), the
+pure step decisions, the stack-file edits, and moves applied and resumed against the fake `pulumi`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cli.app import app
+from cli.lifecycle import stackfile
+from cli.lifecycle.events import Event
+from cli.lifecycle.move import next_step
+from cli.lifecycle.states import LifecycleError, may_delete_disks
+from cli.plan import mocks as planner
+from infra.config import ConfigError, Job, validate
+from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, pulumi_calls, stack_config
+
+T0 = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+MOVE = {"from": "us-central1-a", "to": "us-central1-b"}
+HISTORY = [{"zone": "us-central1-a", "lastAttempt": 1}]
+# The job's fields at each step, as `spotctl move` writes them (checked against next_step below).
+GCP_STEPS = {
+    "snapshot": {"state": "stopped", "move": MOVE | {"step": "snapshot"}},
+    "restore": {"state": "stopped", "move": MOVE | {"step": "restore"}},
+    "start": {"state": "running", "zone": "us-central1-b", "attempt": 2, "zoneHistory": HISTORY, "move": MOVE | {"step": "start"}},
+    "release": {"state": "running", "zone": "us-central1-b", "attempt": 2, "zoneHistory": HISTORY, "move": MOVE | {"step": "release"}},
+}
+
+
+def gcp_plan(step: str | None, nodes: int = 1):
+    fields = GCP_STEPS[step] if step else {"state": "running"}
+    cfg = validate(stack_config(GCP_BASE, jobs=[gcp_job(nodes=nodes, **fields)]), "test")
+    return planner.run(cfg, "team")
+
+
+def job_resources(plan, kind: str):
+    return {r.name: r for r in plan.resources if r.type.endswith(kind) and r.name.startswith("job-train")}
+
+
+# ---- the program at each step ----------------------------------------------------------------------
+
+
+def test_gcp_plan_at_each_step_of_a_move():
+    before = job_resources(gcp_plan(None), "Disk")
+    assert list(before) == ["job-train-n0-disk"]
+
+    snap = gcp_plan("snapshot")
+    assert not job_resources(snap, "Instance")  # no VM writes to the disk while it is snapshotted
+    (s,) = job_resources(snap, "Snapshot").values()
+    assert s.inputs["zone"] == "us-central1-a" and s.inputs["sourceDisk"] == "team-train-n0-disk"
+    assert any(d.endswith("::job-train-n0-disk") for d in s.dependencies)
+    assert list(job_resources(snap, "Disk")) == ["job-train-n0-disk"]
+
+    restore = job_resources(gcp_plan("restore"), "Disk")
+    old, new = restore["job-train-n0-disk"], restore["job-train-n0-m1-disk"]
+    assert (old.inputs["zone"], new.inputs["zone"]) == ("us-central1-a", "us-central1-b")  # both zones
+    assert old.protect and new.protect
+    assert new.inputs["name"] == "team-train-n0-m1-disk" and new.inputs["snapshot"].endswith("/snapshots/team-train-n0-m1-snap")
+    assert any(d.endswith("::job-train-n0-m1-snapshot") for d in new.dependencies)  # restored after the snapshot
+
+    start = gcp_plan("start")
+    disks = job_resources(start, "Disk")
+    assert disks["job-train-n0-disk"].protect  # kept until the new attempt has started
+    (vm,) = job_resources(start, "Instance").values()
+    assert vm.inputs["zone"] == "us-central1-b" and vm.inputs["name"] == "team-train-a2-n0"
+    assert "team-train-n0-m1-disk" in json.dumps(vm.inputs["attachedDisks"])  # the restored disk
+    assert any(d.endswith("::job-train-n0-m1-disk") for d in vm.dependencies)
+
+    release = gcp_plan("release")
+    disks = job_resources(release, "Disk")
+    assert list(disks) == ["job-train-n0-m1-disk"]  # the old disk is gone from the program
+    assert not job_resources(release, "Snapshot")  # retained in the cloud (retain_on_delete), not deleted
+    assert "snapshot" not in disks["job-train-n0-m1-disk"].inputs  # ignore_changes keeps it: no replacement
+    assert disks["job-train-n0-m1-disk"].protect
+
+
+def test_aws_move_restores_volumes_in_the_new_az_and_moves_the_master_eni():
+    aws_move = {"from": "us-east-1a", "to": "us-east-1b"}
+    history = [{"zone": "us-east-1a", "lastAttempt": 1}]
+
+    def plan(fields):
+        cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(nodes=2, **fields)]), "test")
+        return planner.run(cfg, "team")
+
+    restore = plan({"state": "stopped", "move": aws_move | {"step": "restore"}})
+    vols = job_resources(restore, "Volume")
+    assert vols["job-train-n1-m1-volume"].inputs["availabilityZone"] == "us-east-1b"
+    assert vols["job-train-n1-m1-volume"].inputs["encrypted"] is True
+    assert vols["job-train-n1-volume"].inputs["availabilityZone"] == "us-east-1a"
+    snaps = job_resources(restore, "Snapshot")
+    assert set(snaps) == {"job-train-n0-m1-snapshot", "job-train-n1-m1-snapshot"}
+    assert vols["job-train-n1-m1-volume"].inputs["snapshotId"]
+    before_eni = job_resources(plan({"state": "running"}), "NetworkInterface")["job-train-master-eni"]
+    start = plan({"state": "running", "zone": "us-east-1b", "attempt": 2, "zoneHistory": history, "move": aws_move | {"step": "start"}})
+    eni = job_resources(start, "NetworkInterface")["job-train-master-eni"]
+    assert eni.inputs["subnetId"] != before_eni.inputs["subnetId"]  # a new ENI in the new AZ's subnet
+    assert {r.inputs["availabilityZone"] for r in job_resources(start, ":Instance").values()} == {"us-east-1b"}
+    release = plan({"state": "running", "zone": "us-east-1b", "attempt": 2, "zoneHistory": history, "move": aws_move | {"step": "release"}})
+    assert set(job_resources(release, "Volume")) == {"job-train-n0-m1-volume", "job-train-n1-m1-volume"}
+
+
+# ---- config ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"move": MOVE | {"to": "us-central1-z", "step": "snapshot"}, "state": "stopped"}, "spotctl:jobs[0].move.to: expected one of"),
+    ({"move": MOVE | {"step": "snapshot"}, "state": "completed"}, "jobs[0].move: a completed job cannot move"),
+    ({"move": MOVE | {"step": "start"}, "state": "running"}, "jobs[0].zone: is 'us-central1-a' but the move's step 'start'"),
+    ({"move": MOVE | {"step": "bogus"}}, "jobs[0].move.step"),
+])
+def test_bad_move_records_are_refused_with_their_key(fields, message):
+    with pytest.raises(ConfigError) as exc:
+        validate(stack_config(GCP_BASE, jobs=[gcp_job(**fields)]), "Pulumi.t.yaml")
+    assert message in str(exc.value)
+
+
+# ---- decisions -------------------------------------------------------------------------------------
+
+
+def as_job(**fields) -> Job:
+    raw = {"id": "train", "machine_type": "a2-highgpu-1g", "zone": "us-central1-a", "command": "python t.py", "state": "running"}
+    return Job.model_validate(raw | fields)
+
+
+def test_next_step_walks_the_steps_and_waits_for_started():
+    job = as_job()
+    seen = []
+    for _ in range(5):
+        change = next_step(job, "us-central1-b", [])
+        if change.noop:
+            break
+        seen.append(change.fields.get("move", {}) and change.fields["move"]["step"])
+        job = Job.model_validate(job.model_dump(by_alias=True) | change.fields)
+    assert seen == ["snapshot", "restore", "start"]
+    assert "waiting for attempt 2 to start in us-central1-b" in change.reason
+    assert next_step(job, "us-central1-b", [Event("train", 1, 0, "started", T0)]).noop  # an old attempt does not count
+    release = next_step(job, "us-central1-b", [Event("train", 2, 0, "started", T0)])
+    assert release.fields == {"move": MOVE | {"step": "release"}}
+
+
+def test_a_gang_releases_only_when_every_node_started():
+    job = as_job(nodes=2, **GCP_STEPS["start"])
+    assert next_step(job, "us-central1-b", [Event("train", 2, 0, "started", T0)]).noop
+    both = [Event("train", 2, r, "started", T0 + timedelta(seconds=r)) for r in (0, 1)]
+    assert not next_step(job, "us-central1-b", both).noop
+
+
+def test_what_cannot_move():
+    with pytest.raises(LifecycleError, match="is completed"):
+        next_step(as_job(state="completed"), "us-central1-b", [])
+    with pytest.raises(LifecycleError, match="failed"):
+        next_step(as_job(state="failed"), "us-central1-b", [])
+    with pytest.raises(LifecycleError, match="is moving to us-central1-b"):
+        next_step(as_job(**GCP_STEPS["restore"]), "us-central1-c", [])
+    assert next_step(as_job(), "us-central1-a", []).noop
+
+
+def test_old_disks_go_only_with_the_ownership_label():
+    job = as_job(**GCP_STEPS["release"])
+    assert may_delete_disks(job, force=False, owned=True, moved_and_started=True)[0]
+    assert not may_delete_disks(job, force=False, owned=False, moved_and_started=True)[0]
+    assert not may_delete_disks(job, force=False, owned=True)[0]  # a running job's disk, no move: kept
+
+
+# ---- the command, against the fake pulumi ------------------------------------------------------------
+
+
+def started(project: Path, attempt: int, nodes: int = 2) -> Path:
+    d = project / "events"
+    d.mkdir(exist_ok=True)
+    (d / f"a{attempt}.jsonl").write_text("".join(
+        json.dumps({"job": "llm-pretrain", "attempt": attempt, "node": r, "event": "started", "time": f"2026-11-22T04:0{r}:00Z"}) + "\n"
+        for r in range(nodes)))
+    return d
+
+
+def steps_applied(log: Path, project: Path) -> list[tuple[str | None, str, int]]:
+    """(move step, zone, attempt) of the stack file at every `pulumi up`."""
+    out = []
+    for text in (json.loads(line) for line in Path(str(log) + ".stackfiles").read_text().splitlines()):
+        path = project / "snap" / "Pulumi.snap.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        j = stackfile.load(stackfile.resolve(None, path)).job("llm-pretrain")
+        out.append((j.move.step if j.move else None, j.zone, j.attempt))
+    return out
+
+
+MOVE_ARGS = ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes"]
+
+
+def test_move_applies_each_step_then_releases_after_started(project, runner, fake_pulumi):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    original = path.read_text()
+    result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events-none")])
+    assert result.exit_code == 1 and "--events-dir" in result.output  # a missing events dir is an error
+    (project / "events").mkdir()
+    result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events")])
+    assert result.exit_code == 0, result.output
+    assert "waiting for attempt 2 to start in us-central1-b" in result.stdout
+    assert steps_applied(fake_pulumi, project) == [("snapshot", "us-central1-a", 1), ("restore", "us-central1-a", 1),
+                                                   ("start", "us-central1-b", 2)]
+    assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]  # old disks still protected
+
+    result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(started(project, 2))])
+    assert result.exit_code == 0, result.output
+    assert "the move is finished" in result.stdout
+    calls = pulumi_calls(fake_pulumi)
+    unprotected = [c[2] for c in calls if c[:2] == ["state", "unprotect"]]
+    assert sorted(u.split("::")[-1] for u in unprotected) == ["job-llm-pretrain-n0-disk", "job-llm-pretrain-n1-disk"]
+    last_up = [c for c in calls if "up" in c][-1]
+    targets = [last_up[i + 1] for i, a in enumerate(last_up) if a == "--target"]
+    assert set(unprotected) <= set(targets)  # the release update deletes exactly the old disks (and forgets the snapshots)
+    assert any(t.endswith("::job-llm-pretrain-n0-m1-snapshot") for t in targets)
+    final = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (final.zone, final.attempt, final.move, [z.zone for z in final.zone_history]) == ("us-central1-b", 2, None, ["us-central1-a"])
+    # Only the job's lines changed; every comment is kept.
+    new = path.read_text()
+    assert [line for line in original.splitlines() if line.strip().startswith("#")] == \
+        [line for line in new.splitlines() if line.strip().startswith("#")]
+    assert "move: null" in new and "zoneHistory: [{lastAttempt: 1, zone: us-central1-a}]" in new
+
+
+def test_an_interrupted_move_continues_from_the_recorded_step(project, runner, fake_pulumi, monkeypatch):
+    events = project / "events"
+    events.mkdir()
+    monkeypatch.setenv("FAKE_PULUMI_UP_FAIL_AT", "2")  # the restore step's update fails midway
+    result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(events)])
+    assert result.exit_code == 1 and "pulumi up failed" in result.output
+    cfg = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert cfg.move.step == "restore" and cfg.zone == "us-central1-a"  # the file says where the move stands
+    monkeypatch.delenv("FAKE_PULUMI_UP_FAIL_AT")
+    result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(events)])
+    assert result.exit_code == 0, result.output
+    assert "continuing a move that may have been interrupted" in result.stdout
+    assert steps_applied(fake_pulumi, project) == [
+        ("snapshot", "us-central1-a", 1), ("restore", "us-central1-a", 1),  # the failed one
+        ("restore", "us-central1-a", 1), ("start", "us-central1-b", 2),  # applied again, then on
+    ]
+
+
+def test_no_apply_writes_one_step_per_run(project, runner):
+    args = [a for a in MOVE_ARGS if a != "--yes"] + ["--no-apply", "--json"]
+    steps = []
+    for _ in range(3):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        steps += [s["fields"]["move"]["step"] for s in json.loads(result.stdout)["steps"]]
+    assert steps == ["snapshot", "restore", "start"]
+
+
+def test_moving_to_an_unknown_zone_changes_nothing(project, runner):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["move", "llm-pretrain", "--to-zone", "us-central1-q", "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 1
+    assert "--to-zone 'us-central1-q' is not in spotctl:zones" in result.output
+    assert path.read_text() == before
