@@ -519,10 +519,9 @@ def _splice_job_fields(text: str, job_id: str, fields: Mapping[str, Any]) -> str
         node = next((v for k, v in entry.value if k.value == name), None)
         if node is None:
             missing.append((name, value))
-        elif isinstance(node, yaml.ScalarNode) and not node.style:  # plain (None, or "" from the C loader)
-            edits.append((node.start_mark.index, node.end_mark.index, _scalar_text(value)))
-        elif isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.flow_style and "\n" not in text[
-                node.start_mark.index:node.end_mark.index]:  # one-line {..}/[..], as this writes them
+        elif (isinstance(node, yaml.ScalarNode) and not node.style) or (  # plain (None, or "" from the C loader),
+                isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.flow_style  # or a one-line {..}/[..]
+                and "\n" not in text[node.start_mark.index:node.end_mark.index]):  # as this writes them
             edits.append((node.start_mark.index, node.end_mark.index, _scalar_text(value)))
         else:
             return None
