@@ -259,3 +259,14 @@ def test_moving_to_an_unknown_zone_changes_nothing(project, runner):
     assert result.exit_code == 1
     assert "--to-zone 'us-central1-q' is not in spotctl:zones" in result.output
     assert path.read_text() == before
+
+
+def test_status_shows_the_move(project, runner):
+    args = [a for a in MOVE_ARGS if a != "--yes"] + ["--no-apply"]
+    assert runner.invoke(app, args).exit_code == 0
+    result = runner.invoke(app, ["status", "llm-pretrain", "--stack", "example-gcp", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["move"] == MOVE | {"step": "snapshot"} and row["zone_history"] == []
+    result = runner.invoke(app, ["status", "llm-pretrain", "--stack", "example-gcp"])
+    assert "moving from us-central1-a to us-central1-b, step snapshot written" in " ".join(result.stdout.split())

@@ -182,6 +182,10 @@ def print_status(rows: list[dict]) -> None:
             w = r["watcher"]
             say(f"{r['job']}: watcher: {w['status']}" + (f", next try {w['next_try']}" if w.get("next_try") else "")
                 + (f"; last action {w['last_action']}" if w.get("last_action") else ""))
+        if r.get("move"):
+            m = r["move"]
+            say(f"{r['job']}: moving from {m['from']} to {m['to']}, step {m['step']} written; "
+                f"`spotctl move {r['job']} --to-zone {m['to']}` continues it")
         for vm in r.get("cloud", []):
             flag = " PREEMPTED" if vm["preempted"] else ""
             typer.echo(f"  {vm['name']}: {vm['status']}{flag} (attempt {vm['attempt']}, node {vm['node']}) {vm['reason'] or ''}".rstrip())

@@ -31,6 +31,9 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
         "spot_hours": round(ledger.vm_hours(Capacity.SPOT.value), 3),
         "on_demand_hours": round(ledger.vm_hours(Capacity.ON_DEMAND.value), 3),
         "last_event": event_json(events[-1]) if events else None,
+        # `spotctl move`: the move in progress (its last step written) and the zones the job left.
+        "move": {"from": job.move.from_, "to": job.move.to, "step": job.move.step} if job.move else None,
+        "zone_history": [{"zone": z.zone, "last_attempt": z.last_attempt} for z in job.zone_history],
     }
 
 
