@@ -575,7 +575,10 @@ class TrainingJob(pulumi.ComponentResource):
         for s in node.snapshots:
             if s.gen not in snaps:  # step snapshot: the restored volume is not declared yet
                 snapshot(s)
-        return by_gen[node.attached_disk.gen]
+        attached = node.attached_disk
+        contract.enforce("aws.volume-az-bound", attached.logical(name, node.rank, "volume"),
+                         f"attached in {job.zone} but in {attached.zone}" if attached.zone != job.zone else None)
+        return by_gen[attached.gen]
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:

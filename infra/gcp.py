@@ -543,7 +543,10 @@ class TrainingJob(pulumi.ComponentResource):
         for s in node.snapshots:
             if s.gen not in snaps:  # step snapshot: the restored disk is not declared yet
                 self._snapshot(name, cfg, node, s, by_gen[s.gen - 1], labels)
-        return by_gen[node.attached_disk.gen]
+        attached = node.attached_disk
+        contract.enforce("gcp.zonal-disk-same-zone", attached.logical(name, node.rank),
+                         f"attached in {job.zone} but in {attached.zone}" if attached.zone != job.zone else None)
+        return by_gen[attached.gen]
 
     def _snapshot(self, name: str, cfg: StackConfig, node, s, source: gcp.compute.Disk,
                   labels: dict[str, str]) -> gcp.compute.Snapshot:

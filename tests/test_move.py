@@ -270,3 +270,35 @@ def test_status_shows_the_move(project, runner):
     assert row["move"] == MOVE | {"step": "snapshot"} and row["zone_history"] == []
     result = runner.invoke(app, ["status", "llm-pretrain", "--stack", "example-gcp"])
     assert "moving from us-central1-a to us-central1-b, step snapshot written" in " ".join(result.stdout.split())
+
+
+# ---- the clouds' rules a move relies on --------------------------------------------------------------
+
+
+def test_a_restored_volume_must_be_encrypted():
+    from infra import contract
+    from infra.contract import ContractError
+
+    contract.check("aws:ebs/volume:Volume", "v", {"snapshot_id": "snap-1", "encrypted": True})
+    contract.check("aws:ebs/volume:Volume", "v", {"encrypted": False})  # not restored: another matter
+    with pytest.raises(ContractError, match="aws.restored-volume-encrypted"):
+        contract.check("aws:ebs/volume:Volume", "v", {"snapshot_id": "snap-1", "encrypted": False})
+
+
+@pytest.mark.parametrize("cloud,rule", [("gcp", "gcp.zonal-disk-same-zone"), ("aws", "aws.volume-az-bound")])
+def test_a_disk_in_another_zone_than_its_vm_is_refused(cloud, rule, monkeypatch):
+    """A program that would attach the old zone's disk to the new zone's VM is stopped at registration."""
+    from infra import common
+    from infra.contract import ContractError
+
+    real = common.node_disks
+
+    def stale(slug, job, rank):
+        disks, snaps = real(slug, job, rank)
+        return tuple(d if not d.attached else common.DiskPlan(d.gen, d.name, "elsewhere-1z", d.protect, True, d.restored, d.snapshot)
+                     for d in disks), snaps
+
+    monkeypatch.setattr(common, "node_disks", stale)
+    base, job = (GCP_BASE, gcp_job()) if cloud == "gcp" else (AWS_BASE, aws_job())
+    with pytest.raises(ContractError, match=rule):
+        planner.run(validate(stack_config(base, jobs=[job]), "test"), "team")

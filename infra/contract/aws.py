@@ -288,3 +288,28 @@ rule("aws.default-vpc-or-subnets", [],
      fix="set spotctl:network.subnets (one subnet per zone of one VPC)",
      source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
             "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)
+
+VOLUME = "aws:ebs/volume:Volume"
+CREATE_VOLUME_DOC = ("botocore ec2 service-2.json CreateVolume / CreateVolumeRequest.Encrypted "
+                     "(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateVolume.html)")
+
+
+rule("aws.volume-az-bound", (),
+     says="An EBS volume attaches only to an instance in its own Availability Zone; a snapshot is regional, so "
+          "moving a job's data to another AZ means a snapshot and a new volume restored from it in that AZ.",
+     fix="spotctl move JOB --to-zone AZ (snapshot, restore in the new AZ, start there, release the old volume)",
+     source=CREATE_VOLUME_DOC + ": \"Creates an EBS volume that can be attached to an instance in the same "
+            "Availability Zone.\" ... \"You can create a new empty volume or restore a volume from an EBS snapshot.\"")(None)
+
+
+@rule("aws.restored-volume-encrypted", [VOLUME],
+      says="A volume restored from a snapshot of an encrypted volume is encrypted: there is no way to create an "
+           "unencrypted volume from an encrypted snapshot (spotctl's job volumes are all encrypted).",
+      fix="declare the restored volume with encrypted=True (infra/aws.py TrainingJob._job_volumes)",
+      source=CREATE_VOLUME_DOC + ": \"Volumes that are created from encrypted snapshots are automatically encrypted. "
+             "There is no way to create an encrypted volume from an unencrypted snapshot or vice versa.\"")
+def restored_volume_encrypted(type_: str, props: Mapping[str, Any]) -> str | None:
+    snapshot, encrypted = props.get("snapshot_id"), props.get("encrypted")
+    if not snapshot or not known(encrypted):
+        return None
+    return None if encrypted is True else f"restored from {snapshot} with encrypted={encrypted!r}"

@@ -511,3 +511,12 @@ def metric_filter(type_: str, props: Mapping[str, Any]) -> str | None:
 def max_metrics(type_: str, props: Mapping[str, Any]) -> str | None:
     metrics = _policy(props).get("metrics") or []
     return f"{len(metrics)} metrics" if isinstance(metrics, list) and len(metrics) > 5 else None
+
+
+rule("gcp.zonal-disk-same-zone", (),
+     says="A zonal persistent disk attaches only to VMs in its zone; snapshots are global by default and restore "
+          "into a new disk in any zone of the project, which is how a job's disk moves to another zone.",
+     fix="spotctl move JOB --to-zone ZONE (snapshot, restore in the new zone, start there, release the old disk)",
+     source="https://docs.cloud.google.com/compute/docs/disks/create-snapshots (\"Snapshots are, by default, global "
+            "resources, so you can use them to restore data to a new disk or VM within the same project.\"); "
+            "https://docs.cloud.google.com/compute/docs/instances/moving-instance-across-zones")(None)
