@@ -20,7 +20,7 @@ from cli.lifecycle.apply import Applier, job_urns
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, check, may_delete_disks
 from infra.config import ConfigError, Job
-from infra.naming import label_value
+from infra.naming import owner_value
 
 REASONS = {
     "snapshot": "the job's VMs go (state stopped) and every node's disk is snapshotted in {frm}",
@@ -183,8 +183,6 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> 
 
 
 def _owned(inputs: dict[str, Any], cloud: str, stack: str) -> bool:
-    if cloud == "gcp":
-        labels = inputs.get("labels") or {}
-        return labels.get("spotctl-managed") == "true" and labels.get("spotctl-stack") == label_value(stack)
-    tags = inputs.get("tags") or {}
-    return tags.get("spotctl:managed") == "true" and tags.get("spotctl:stack") == stack
+    """The declared disk carries this exact stack's ownership labels/tags (as ``cleanup`` checks them)."""
+    marks, sep = (inputs.get("labels") or {}, "-") if cloud == "gcp" else (inputs.get("tags") or {}, ":")
+    return marks.get(f"spotctl{sep}managed") == "true" and marks.get(f"spotctl{sep}owner") == owner_value(stack)
