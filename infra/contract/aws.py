@@ -289,7 +289,6 @@ rule("aws.default-vpc-or-subnets", [],
      source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
             "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)
 
-VOLUME = "aws:ebs/volume:Volume"
 CREATE_VOLUME_DOC = ("botocore ec2 service-2.json CreateVolume / CreateVolumeRequest.Encrypted "
                      "(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateVolume.html)")
 
