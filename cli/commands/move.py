@@ -66,8 +66,10 @@ def move(
                                "applied": result.applied, "declined": result.declined, "finished": result.finished,
                                "waiting": result.waiting}, sort_keys=True))
         return
-    for change in result.steps:
-        typer.echo(change.describe() + (" — applied" if result.applied else f" — written to {ref.path}"))
+    for change, applied in zip(result.steps, result.applied_steps, strict=True):
+        done = " — applied" if applied else (" — not confirmed: undone" if result.declined and change is result.steps[-1]
+                                             else f" — written to {ref.path}")
+        typer.echo(change.describe() + done)
     if result.declined:
         typer.echo(f"job {job}: not confirmed: the move stops here (run the command again to continue)")
     elif result.waiting:

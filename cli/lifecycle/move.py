@@ -95,6 +95,7 @@ def reapply(job: Job) -> Change:
 class MoveOutcome:
     job_id: str
     steps: list[Change] = field(default_factory=list)
+    applied_steps: list[bool] = field(default_factory=list)  # per step: applied by a targeted update
     applied: bool = False
     declined: bool = False
     finished: bool = False
@@ -139,12 +140,14 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
         # The end of the move: only the record is cleared (the release step declared the end state).
         stackfile.update_job(ref.path, job_id, lambda current, written: change.fields)
         result.steps.append(change)
+        result.applied_steps.append(False)
         result.finished = True
         return False
     releasing = (change.fields.get("move") or {}).get("step") == "release"
     outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm,
                                     release=_releaser(ref, job_id, applier) if releasing else None)
     result.steps.append(outcome.change)
+    result.applied_steps.append(outcome.applied)
     result.applied = result.applied or outcome.applied
     if outcome.declined:
         result.declined = True
