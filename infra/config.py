@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import enum
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-NAMESPACE = "spotctl"
+from infra.basics import NAMESPACE, Capacity, ConfigError, JobState  # noqa: F401  (re-exported)
 
 # Job ids and pool names become parts of cloud resource names (GCE: RFC 1035, 63 chars; we append
 # suffixes such as "-a12-n3-disk"), so they are kept short and in the strictest common alphabet.
@@ -40,31 +39,6 @@ NAME_RULE = (
 )
 
 POLICY_NAMES = ("default", "greedy", "uniform-progress", "uniform-progress-nh", "n-preemptions", "on-demand")
-
-
-class JobState(enum.StrEnum):
-    """States of a training job; the legal moves between them live in ``cli/lifecycle/states.py``."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    STOPPED = "stopped"
-    COMPLETED = "completed"
-    FAILED = "failed"
-
-
-class Capacity(enum.StrEnum):
-    SPOT = "spot"
-    ON_DEMAND = "on-demand"
-
-
-class ConfigError(Exception):
-    """A stack file that cannot be used. ``str()`` is the full, user-facing message."""
-
-    def __init__(self, source: str, problems: Sequence[str]):
-        self.source = source
-        self.problems = list(problems)
-        super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
 
 
 class _Model(BaseModel):

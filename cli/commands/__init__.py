@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from infra.config import ConfigError
+from infra.basics import ConfigError
 
 app = typer.Typer(
     name="spotctl",
@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help, as `pulumi --help` prints it; Rich's renderer costs ~0.4 s at start
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -28,7 +28,7 @@ from cli.commands import (
     run_change,
     stack_jobs,
 )
-from infra.config import Capacity, ConfigError
+from infra.basics import Capacity, ConfigError
 
 FromAttemptOpt = Annotated[
     Optional[int],

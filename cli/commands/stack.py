@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, progress
-from infra.config import ConfigError
+from infra.basics import ConfigError
 
 
 @app.command(

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import BucketOpt, EventsOpt, JsonOpt, NoApplyOpt, StackFileOpt, StackOpt, app, applier_for, cloud_for, fail
-from infra.config import ConfigError
+from infra.basics import ConfigError
 
 
 @app.command(
