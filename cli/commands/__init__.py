@@ -18,7 +18,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help, as `pulumi --help` prints it; Rich's renderer costs ~0.4 s at start
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
