@@ -59,6 +59,7 @@ class ScriptContext:
     # Seconds the trainer gets after SIGTERM; None = the cloud's default (fits its notice).
     stop_budget_s: int | None = None
     systemd_dir: str = "/etc/systemd/system"
+    fstab: str = "/etc/fstab"
     state_dir: str = "/var/lib/spotctl"
 
     def __post_init__(self) -> None:

@@ -199,6 +199,8 @@ def test_resume_environment(make_vm, emu, tmp_path):
     out = tmp_path / "env.txt"
     cmd = f"env | grep -E '^(SPOTCTL_|MASTER_|NODE_RANK|WORLD_SIZE|MY_)' | sort > {out}"
     vm = make_vm("gcp", attempt=3, command=cmd, env={"MY_VAR": "a b 'c' $HOME"}, node_rank=1, world_size=4, master_addr="10.1.2.3")
+    (vm.disk / "checkpoints").mkdir(parents=True)
+    (vm.disk / "checkpoints" / "last.pt").write_text("x")  # SPOTCTL_RESUME comes from the disk, not the attempt
     vm.boot()
     assert vm.wait_exit("run.pid", 20)
     env = dict(line.split("=", 1) for line in out.read_text().splitlines())

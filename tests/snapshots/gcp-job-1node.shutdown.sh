@@ -40,6 +40,7 @@ SPOTCTL_POLL_S=5
 # Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (30 s).
 SPOTCTL_STOP_BUDGET_S=20
 SPOTCTL_UNIT=spotctl-job
+SPOTCTL_FSTAB=/etc/fstab
 SPOTCTL_SELF="$SPOTCTL_STATE_DIR/spotctl.sh"
 SPOTCTL_DEBUG_LOG="$SPOTCTL_STATE_DIR/spotctl.log"
 
@@ -258,7 +259,16 @@ spotctl_first_progress() {
 # the command comes as $1, which the environment file cannot touch.
 spotctl_exec_trainer() {
   # shellcheck disable=SC1091
-  . "$SPOTCTL_STATE_DIR/env" && exec setsid bash -c "$1"
+  . "$SPOTCTL_STATE_DIR/env" || return 1
+  # $2: 1 when the disk shows training already ran here (spotctl_has_progress), after the env file
+  # so nothing in it can change the answer.
+  if [ "${2:-}" = 1 ]; then export SPOTCTL_RESUME=1; else unset SPOTCTL_RESUME; fi
+  exec setsid bash -c "$1"
+}
+
+spotctl_has_progress() {
+  [ -n "$(ls -A "$SPOTCTL_MOUNT/checkpoints" 2>/dev/null)" ] && return 0
+  grep -qs '"event":"started"' "$SPOTCTL_MOUNT/.spotctl/events.jsonl"
 }
 
 # The job itself: run the command exactly as written, record how it ended.
@@ -270,10 +280,15 @@ spotctl_run() {
   fi
   mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
   cd "${SPOTCTL_CWD:-$SPOTCTL_MOUNT}" || return 1
+  # A resume whenever the disk shows training already ran here: a checkpoint, or an earlier
+  # `started` (a later attempt, or the same VM after a reboot). Never from the attempt number
+  # alone: a VM restarted within its attempt would start at step 0 over its checkpoint.
+  local resume=0
+  ! spotctl_has_progress || resume=1
   SPOTCTL_RECORD_BG=1 spotctl_record started "capacity=$SPOTCTL_CAPACITY" "machineType=$SPOTCTL_MACHINE_TYPE" "nodes=$SPOTCTL_WORLD_SIZE"
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
-  spotctl_exec_trainer "$SPOTCTL_COMMAND" \
+  spotctl_exec_trainer "$SPOTCTL_COMMAND" "$resume" \
     > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log") 2>&1 &
   child=$!
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
@@ -373,6 +388,7 @@ spotctl_start_units() {
 Description=spotctl $SPOTCTL_KIND ${SPOTCTL_NAME//[^A-Za-z0-9_.-]/_} (attempt $SPOTCTL_ATTEMPT, node $SPOTCTL_NODE_RANK)
 Wants=network-online.target
 After=network-online.target
+RequiresMountsFor=$SPOTCTL_MOUNT
 # Stopped after the shutdown script has classified the stop and let the trainer checkpoint.
 Before=google-shutdown-scripts.service
 
@@ -382,7 +398,10 @@ ExecStart=/bin/bash $SPOTCTL_SELF run
 KillMode=mixed
 KillSignal=SIGTERM
 TimeoutStopSec=$SPOTCTL_STOP_BUDGET_S
-Restart=no"
+Restart=no
+
+[Install]
+WantedBy=multi-user.target"
     spotctl_write_unit spotctl-watch "[Unit]
 Description=spotctl preemption watcher
 After=network-online.target
@@ -391,23 +410,60 @@ After=network-online.target
 Type=simple
 ExecStart=/bin/bash $SPOTCTL_SELF watch
 Restart=on-failure
-RestartSec=2"
+RestartSec=2
+
+[Install]
+WantedBy=multi-user.target"
+    local units=(spotctl-watch.service "$SPOTCTL_UNIT.service")
     systemctl daemon-reload
-    systemctl start --no-block spotctl-watch.service "$SPOTCTL_UNIT.service"
+    # Enabled, so a reboot or stop/start brings the job back (AWS runs user data only at first
+    # boot); starting an already active unit (a second run of this script) changes nothing.
+    systemctl enable "${units[@]}" >/dev/null 2>&1 || spotctl_log "could not enable ${units[*]}"
+    systemctl start --no-block "${units[@]}"
   else
-    setsid bash "$SPOTCTL_SELF" watch </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
-    printf '%s' "$!" >"$SPOTCTL_STATE_DIR/watch.pid"
-    setsid bash "$SPOTCTL_SELF" run </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
-    printf '%s' "$!" >"$SPOTCTL_STATE_DIR/run.pid"
+    # A second run of this script in the same boot finds its processes alive: start nothing twice.
+    if ! spotctl_alive watch.pid; then
+      setsid bash "$SPOTCTL_SELF" watch </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
+      printf '%s' "$!" >"$SPOTCTL_STATE_DIR/watch.pid"
+    fi
+    if ! spotctl_alive run.pid; then
+      setsid bash "$SPOTCTL_SELF" run </dev/null >>"$SPOTCTL_DEBUG_LOG" 2>&1 &
+      printf '%s' "$!" >"$SPOTCTL_STATE_DIR/run.pid"
+    fi
   fi
+}
+
+# Is the process in pid file $1 (in the state dir) alive? Pid files are cleared at every boot.
+spotctl_alive() {
+  local pid
+  pid=$(cat "$SPOTCTL_STATE_DIR/$1" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+# The job disk in /etc/fstab by UUID with nofail, so a reboot or stop/start mounts it before the
+# job unit (RequiresMountsFor) starts, and a VM booted without it still boots.
+spotctl_fstab() {
+  local uuid
+  [ -n "$SPOTCTL_DISK_DEVICE" ] || return 0
+  uuid=$(blkid -s UUID -o value "$SPOTCTL_DISK_DEVICE" 2>/dev/null) || return 0
+  [ -n "$uuid" ] || return 0
+  grep -qs "^UUID=$uuid " "$SPOTCTL_FSTAB" && return 0
+  printf 'UUID=%s %s auto defaults,discard,nofail,x-systemd.device-timeout=120s 0 2\n' "$uuid" "$SPOTCTL_MOUNT" >>"$SPOTCTL_FSTAB"
 }
 
 spotctl_main() {
   mkdir -p "$SPOTCTL_STATE_DIR"
-  # A fresh boot: forget the previous boot's stop markers and identity.
-  rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
-    "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
-    "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
+  # Runs at every boot on GCP (startup script) and may run again in one boot: only a new boot
+  # forgets the previous boot's stop markers, pid files and identity.
+  local boot
+  boot=${SPOTCTL_BOOT_ID:-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || printf unknown)}
+  if [ "$(cat "$SPOTCTL_STATE_DIR/boot" 2>/dev/null)" != "$boot" ]; then
+    rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
+      "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
+      "$SPOTCTL_STATE_DIR/run.pid" "$SPOTCTL_STATE_DIR/watch.pid" "$SPOTCTL_STATE_DIR/trainer.pid" \
+      "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
+    printf '%s' "$boot" >"$SPOTCTL_STATE_DIR/boot"
+  fi
   if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
     cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
   fi
@@ -422,6 +478,9 @@ spotctl_main() {
     return 0
   fi
   spotctl_write_env
+  if [ -z "${SPOTCTL_NO_SYSTEMD:-}" ] && [ -d /run/systemd/system ]; then
+    spotctl_fstab || spotctl_log "could not add the job disk to $SPOTCTL_FSTAB"
+  fi
   spotctl_start_units
 }
 
