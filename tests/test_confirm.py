@@ -42,7 +42,12 @@ def test_resume_previews_asks_and_applies_on_yes(project, runner, fake_pulumi, t
     (preview,) = [c for c in pulumi_calls(fake_pulumi) if "preview" in c]
     (up,) = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
     targets = lambda call: sorted(call[i + 1] for i, a in enumerate(call) if a == "--target")  # noqa: E731
-    assert targets(preview) == targets(up) and len(targets(up)) == 4
+    # exactly the job's resources (its component and everything under it), as planned from the edited file
+    from cli.lifecycle.apply import job_urns
+    from cli.plan import mocks as planner
+
+    expected = sorted(job_urns(planner.run(stackfile.load(stackfile.resolve(None, path)), "example-aws"), "diffusion"))
+    assert targets(preview) == targets(up) == expected and len(expected) >= 4
     seen = [json.loads(line) for line in Path(str(fake_pulumi) + ".stackfiles").read_text().splitlines()]
     assert "attempt: 3" in seen[0]  # the preview ran the program on the edited file
     assert "attempt: 3" in path.read_text()

@@ -95,7 +95,7 @@ def test_no_deadline_and_windows_of_hours_stays_on_spot(runner, tmp_path):
 
 def test_n_preemptions_works_without_a_deadline():
     events = [Event.parse(d) for d in attempts("j", LONG)]
-    job = Job.model_validate({"id": "j", "instanceType": "p3.2xlarge", "zone": "z", "command": "x", "policy": "n-preemptions",
+    job = Job.model_validate({"id": "j", "instanceType": "p3.2xlarge", "zone": "us-east-1a", "command": "x", "policy": "n-preemptions",
                               "state": "preempted", "attempt": 3})
     choose = policy_capacity(now=lambda: T0 + timedelta(hours=14))
     assert choose(job, events) is Capacity.ON_DEMAND  # 3 preemptions
@@ -112,7 +112,7 @@ def test_changeover_and_progress_are_measured_from_the_jobs_own_attempts():
     m = measure([Event.parse(d) for d in docs], T0 + timedelta(minutes=210))
     assert m.measured_changeovers == 0 and m.censored_h == pytest.approx((1.0,))
     assert m.progress_h == pytest.approx(2.0 - 0.2 + 1.0 - 0.2)
-    obs, _ = observation_for(Job.model_validate({"id": "j", "instanceType": "p3.2xlarge", "zone": "z", "command": "x",
+    obs, _ = observation_for(Job.model_validate({"id": "j", "instanceType": "p3.2xlarge", "zone": "us-east-1a", "command": "x",
                                                  "deadlineHours": 50}), [Event.parse(d) for d in docs], T0 + timedelta(minutes=210))
     assert math.isinf(obs.deadline_h) and math.isinf(obs.job_h)  # a deadline without jobHours cannot be weighed
 
