@@ -269,10 +269,28 @@ def test_stack_prices_win_over_the_table_and_ratio():
 
 def test_shipped_table_entries_have_source_and_date():
     table = shipped_table()
-    entries = [e for regions in table.values() for by_type in regions.values() for e in by_type.values()]
-    assert entries
+    entries = [e for cloud in ("aws", "gcp") for by_type in table[cloud].values() for e in by_type.values()]
+    assert len(entries) == 13
     for e in entries:
         assert e["source"] and datetime.fromisoformat(e["date"]) and 0 < e["spot"] < e["onDemand"]
+    snapshots = [e for regions in table["snapshotStorage"].values() for e in regions.values()]
+    assert snapshots and all(e["source"] and datetime.fromisoformat(e["date"]) and e["perGbMonth"] > 0 for e in snapshots)
+
+
+def test_shipped_table_prices_every_gcp_example_machine_type():
+    """GCP stacks need no spotctl:prices and no credentials for the example machine types."""
+    from tools.refresh_prices import example_types
+
+    types, regions = example_types()["gcp"]
+    assert types == {"a2-highgpu-1g", "a3-highgpu-8g", "g2-standard-8"} and regions == {"us-central1"}
+    a2 = table_price("gcp", "us-central1", "a2-highgpu-1g")
+    assert (a2.spot, a2.on_demand) == (1.92802, 3.673385)
+    assert a2.source.startswith("shipped table, 2026-07-30: Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @fd66b26")
+    assert "GPUs + vCPUs + memory + bundled Local SSD" in a2.source
+    h100 = table_price("gcp", "us-central1", "a3-highgpu-8g")
+    assert (h100.spot, h100.on_demand) == (50.609541, 88.49)  # the file's 50.6095408219178 and 88.4899999025753, rounded
+    cfg = validate({"cloud": "gcp", "project": "p", "region": "us-central1", "zones": ["us-central1-a"]}, "f.yaml")
+    assert price_ratio(cfg, "g2-standard-8") == pytest.approx(0.479872 / 0.853624)
 
 
 def test_refresh_tool_reproduces_the_shipped_table(tmp_path):
@@ -281,7 +299,8 @@ def test_refresh_tool_reproduces_the_shipped_table(tmp_path):
     out = tmp_path / "prices.json"
     assert main(["--catalog", str(FIXTURES / "skypilot-aws-vms-excerpt.csv"), "--commit", "001367d2", "--date", "2026-11-22",
                  "--types", "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g6.2xlarge",
-                 "--regions", "us-east-1", "us-east-2", "us-west-2", "--out", str(out)]) == 0
+                 "--regions", "us-east-1", "us-east-2", "us-west-2", "--out", str(out),
+                 "--gcp-pricing", str(FIXTURES / "gcp-pricing-excerpt.yml"), "--gcp-commit", "fd66b26"]) == 0
     assert json.loads(out.read_text()) == shipped_table()
     assert table_price("aws", "us-west-2", "g6.2xlarge").spot == 0.4541  # the zone without a spot price is skipped
 

@@ -1,6 +1,6 @@
-"""Refresh spotctl's shipped price table (``cli/cost/prices.json``) from SkyPilot's public catalog.
+"""Refresh spotctl's shipped price table (``cli/cost/prices.json``) from public, dated price data.
 
-The catalog (github.com/skypilot-org/skypilot-catalog, ``catalogs/v7/aws/vms.csv``) is rebuilt by
+AWS: SkyPilot's public catalog. The catalog (github.com/skypilot-org/skypilot-catalog, ``catalogs/v7/aws/vms.csv``) is rebuilt by
 its maintainers from the AWS Price List API (column ``Price``: the on-demand Linux list price) and
 EC2 spot price history (column ``SpotPrice``: one price per availability zone). For each instance
 type and region we keep the on-demand price and the mean of the zones' spot prices (zones without
@@ -9,8 +9,25 @@ a spot price are skipped) and write them with the catalog's name and the date re
     uv run python tools/refresh_prices.py --catalog vms.csv --commit 001367d2 \
         --types g5.2xlarge g5.4xlarge --regions us-east-1 us-west-2
 
-GCP is not covered: the catalog prices a GPU machine type's GPUs in separate rows, so a machine
-type's row alone is not its price (use ``spotctl:prices`` in the stack file, or the cloud's API).
+GCP (``--gcp-pricing``): SkyPilot's GCP catalog prices a GPU machine type's GPUs in separate rows,
+so its machine row alone is not the price. We read instead ``pricing.yml`` of
+github.com/Cyclenerd/google-cloud-pricing-cost-calculator (Apache-2.0), which its build computes
+from the Cloud Billing Catalog API SKUs per machine type and region: attached GPUs + predefined
+vCPUs + memory + bundled Local SSD (``hour`` on-demand, ``hour_spot`` Spot; the same sum Google's
+page states: "billed for their attached GPUs, predefined vCPU, memory, and bundled Local SSD",
+cloud.google.com/compute/docs/accelerator-optimized-machines). The machine price is that sum as
+the file gives it, rounded to 6 decimals; the date is the file's ``generated`` date.
+
+    uv run python tools/refresh_prices.py --catalog vms.csv --commit 001367d2 \
+        --gcp-pricing pricing.yml --gcp-commit fd66b26
+
+Snapshot storage ($/GB-month, what a ``spotctl move`` leaves behind), under ``snapshotStorage``:
+GCP from the same file (``compute.storage.snapshot``): a snapshot spotctl declares names no storage
+location, so it lands in the project's default, the nearest multi-region (Compute Engine API
+``SnapshotSettings.StorageLocationSettings``: NEAREST_MULTI_REGION; terraform-provider-google #6941),
+hence the ``us-multi`` / ``europe-multi`` / ``asia-multi`` row for a region of that continent
+(cloud.google.com/compute/pricing-announce: $0.065 per GB-month in the US multi-region since
+2023-04-01). AWS: ``AWS_SNAPSHOT`` below, the EBS User Guide's standard rate.
 """
 
 from __future__ import annotations
@@ -26,6 +43,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "cli" / "cost" / "prices.json"
 CATALOG_URL = "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v7/aws/vms.csv"
+GCP_PRICING_URL = "https://raw.githubusercontent.com/Cyclenerd/google-cloud-pricing-cost-calculator/master/pricing.yml"
+# docs.aws.amazon.com/ebs/latest/userguide/snapshot-archive-pricing.html: "the snapshot is billed at the
+# standard rate for snapshots of $0.05 per GB-month" (read 2026-11-22). The guide names no region; its
+# prices are US East (N. Virginia)'s, so only us-east-1 gets it (other regions: not sourced here).
+AWS_SNAPSHOT = {"us-east-1": {
+    "perGbMonth": 0.05, "location": "the volume's region (standard tier)", "date": "2026-11-22",
+    "source": "docs.aws.amazon.com/ebs/latest/userguide/snapshot-archive-pricing.html (standard rate for snapshots)",
+}}
+MULTI_REGION = {"us": "us-multi", "northamerica": "us-multi", "europe": "europe-multi", "asia": "asia-multi"}
 
 
 def read_catalog(where: str) -> str:
@@ -55,21 +81,56 @@ def aws_entries(text: str, types: set[str], regions: set[str], source: str, date
     return out
 
 
-def example_types() -> tuple[set[str], set[str]]:
-    """Instance types and regions of the AWS example stacks (what the table must cover)."""
+def gcp_entries(text: str, types: set[str], regions: set[str], source: str) -> tuple[dict[str, dict[str, dict]], dict[str, dict]]:
+    """({region: {type: {onDemand, spot, source, date}}}, {region: snapshot storage}) from pricing.yml text.
+
+    A type or region the file prices at 0 (its build's "a GPU SKU is missing here") is left out."""
     import yaml
 
-    types, regions = set(), set()
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    date = datetime.strptime(" ".join(str(doc["about"]["generated"]).split()), "%a %b %d %H:%M:%S %Y").date().isoformat()
+    instances = doc["compute"]["instance"]
+    out: dict[str, dict[str, dict]] = {}
+    for itype in sorted(types & set(instances)):
+        for region in sorted(regions):
+            cost = instances[itype]["cost"].get(region) or {}
+            od, spot = cost.get("hour"), cost.get("hour_spot")
+            if not od or not spot:
+                continue
+            out.setdefault(region, {})[itype] = {
+                "onDemand": round(float(od), 6), "spot": round(float(spot), 6), "date": date,
+                "source": f"{source}: compute.instance.{itype}.cost.{region} hour / hour_spot "
+                          "(Cloud Billing Catalog SKUs: GPUs + vCPUs + memory + bundled Local SSD)",
+            }
+    snap_costs = doc["compute"]["storage"]["snapshot"]["cost"]
+    snapshots = {}
+    for region in sorted(regions):
+        multi = MULTI_REGION.get(region.split("-")[0])
+        price = (snap_costs.get(multi) or {}).get("month") if multi else None
+        if price:
+            snapshots[region] = {"perGbMonth": float(price), "location": f"{multi} (the default: nearest multi-region)",
+                                 "date": date, "source": f"{source}: compute.storage.snapshot.cost.{multi}.month"}
+    return out, snapshots
+
+
+def example_types() -> dict[str, tuple[set[str], set[str]]]:
+    """{cloud: (machine or instance types, regions)} of the example stacks (what the table must cover)."""
+    import yaml
+
+    found: dict[str, tuple[set[str], set[str]]] = {"aws": (set(), set()), "gcp": (set(), set())}
     for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
         config = (yaml.safe_load(path.read_text()) or {}).get("config", {})
-        if config.get("spotctl:cloud") != "aws":
+        cloud = config.get("spotctl:cloud")
+        if cloud not in found:
             continue
+        types, regions = found[cloud]
         regions.add(config["spotctl:region"])
+        key = "instanceType" if cloud == "aws" else "machineType"
         for job in config.get("spotctl:jobs", []):
-            types.add(job.get("instanceType"))
+            types.add(job.get(key))
         for pool in config.get("spotctl:pools", []):
-            types.update(pool.get("instanceTypes") or [])
-    return {t for t in types if t}, regions
+            types.update(pool.get("instanceTypes") or [pool.get("machineType")])
+    return {cloud: ({t for t in types if t}, regions) for cloud, (types, regions) in found.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,19 +140,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--date", default=datetime.now(UTC).date().isoformat(), help="date the catalog was read")
     ap.add_argument("--types", nargs="*", help="instance types (default: those of the AWS example stacks)")
     ap.add_argument("--regions", nargs="*", help="regions (default: those of the AWS example stacks)")
+    ap.add_argument("--gcp-pricing", metavar="PATH_OR_URL", help="also GCP: Cyclenerd's pricing.yml (path or URL; "
+                    f"the current one is {GCP_PRICING_URL})")
+    ap.add_argument("--gcp-commit", default="master", help="the pricing.yml commit read (named in each entry's source)")
+    ap.add_argument("--gcp-types", nargs="*", help="GCP machine types (default: those of the GCP example stacks)")
+    ap.add_argument("--gcp-regions", nargs="*", help="GCP regions (default: those of the GCP example stacks)")
     ap.add_argument("--out", type=Path, default=TABLE)
     args = ap.parse_args(argv)
-    types, regions = example_types()
+    examples = example_types()
+    types, regions = set(args.types or examples["aws"][0]), set(args.regions or examples["aws"][1])
     source = f"skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv @{args.commit} (AWS Price List on-demand; spot = mean over the region's zones)"
-    entries = aws_entries(read_catalog(args.catalog), set(args.types or types), set(args.regions or regions), source, args.date)
+    entries = aws_entries(read_catalog(args.catalog), types, regions, source, args.date)
     table = json.loads(args.out.read_text()) if args.out.exists() else {}
     for region, by_type in entries.items():
         table.setdefault("aws", {}).setdefault(region, {}).update(by_type)
+    snapshots = table.setdefault("snapshotStorage", {})
+    snapshots.setdefault("aws", {}).update({r: e for r, e in AWS_SNAPSHOT.items() if r in regions})
+    written = sum(len(v) for v in entries.values())
+    missing = {"AWS": types - {t for v in entries.values() for t in v}}
+    if args.gcp_pricing:
+        gtypes, gregions = set(args.gcp_types or examples["gcp"][0]), set(args.gcp_regions or examples["gcp"][1])
+        gsource = f"Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @{args.gcp_commit}"
+        gcp, gsnap = gcp_entries(read_catalog(args.gcp_pricing), gtypes, gregions, gsource)
+        for region, by_type in gcp.items():
+            table.setdefault("gcp", {}).setdefault(region, {}).update(by_type)
+        snapshots.setdefault("gcp", {}).update(gsnap)
+        written += sum(len(v) for v in gcp.values())
+        missing["GCP"] = gtypes - {t for v in gcp.values() for t in v}
     args.out.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
-    print(f"{sum(len(v) for v in entries.values())} prices written to {args.out}")
-    missing = sorted(set(args.types or types) - {t for v in entries.values() for t in v})
-    if missing:
-        print(f"not in the catalog for {sorted(set(args.regions or regions))}: {', '.join(missing)}")
+    print(f"{written} prices written to {args.out}")
+    for cloud, names in missing.items():
+        if names:
+            print(f"{cloud}: not priced in the source for the regions asked: {', '.join(sorted(names))}")
     return 0
 
 

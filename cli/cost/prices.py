@@ -3,7 +3,8 @@
 1. ``spotctl:prices`` in the stack file (``{<type>: {spot, onDemand}}``, validated in
    ``infra/config.py``): what the team really pays wins.
 2. The shipped table ``prices.json``: public list prices with their source and date, refreshed by
-   ``tools/refresh_prices.py`` (AWS only for now; see there why not GCP).
+   ``tools/refresh_prices.py`` (AWS from SkyPilot's catalog; GCP machine types as the sum of their
+   Cloud Billing Catalog SKUs from Cyclenerd's pricing.yml; see there).
 3. The cloud's own price APIs (``cli.cloud``: EC2 spot price history + the AWS Price List; GCP's
    Cloud Billing Catalog SKUs for the machine type's vCPUs, memory and GPUs), asked only for the
    types still missing, and only when the caller passes the lookup.
