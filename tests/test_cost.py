@@ -401,9 +401,9 @@ def gcp_endpoint(monkeypatch):
 
         def do_GET(self):
             seen.append(self.path)
-            if self.path.startswith("/compute/v1/projects/proj-1/zones/us-central1-a/machineTypes/a2-highgpu-1g"):
-                doc = {"name": "a2-highgpu-1g", "guestCpus": 12, "memoryMb": 87040,
-                       "accelerators": [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 1}]}
+            if self.path.startswith("/compute/v1/projects/proj-1/zones/us-central1-a/machineTypes/a2-highgpu-2g"):
+                doc = {"name": "a2-highgpu-2g", "guestCpus": 24, "memoryMb": 174080,
+                       "accelerators": [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 2}]}
             elif self.path.startswith("/v1/services/6F81-5844-456A/skus"):
                 doc = {"skus": SKUS_PAGE_2} if "pageToken=p2" in self.path else {"skus": SKUS_PAGE_1, "nextPageToken": "p2"}
             else:
@@ -434,16 +434,16 @@ config:
   spotctl:region: us-central1
   spotctl:zones: [us-central1-a]
   spotctl:jobs:
-    - {id: bert, machineType: a2-highgpu-1g, zone: us-central1-a, state: completed, command: python eval.py}
+    - {id: bert, machineType: a2-highgpu-2g, zone: us-central1-a, state: completed, command: python eval.py}
 """)
     (project / "ev.jsonl").write_text("\n".join(json.dumps(e) for e in [
-        started("bert", 1, 0, "10:00", "spot", "a2-highgpu-1g", 1), ev("bert", 1, 0, "completed", "12:00")]))
+        started("bert", 1, 0, "10:00", "spot", "a2-highgpu-2g", 1), ev("bert", 1, 0, "completed", "12:00")]))
     result = runner.invoke(app, ["cost", "--stack", "gteam", "--events-dir", "ev.jsonl", "--json"])
     assert result.exit_code == 0, result.output
     (bert,) = no_nan(result.stdout)["jobs"]
-    price = bert["prices"]["a2-highgpu-1g"]
-    # on-demand 12 x 0.031611 + 85 GiB x 0.004237 + 1 x 2.933908; spot 12 x 0.01264 + 85 x 0.001695 + 1.17356
-    assert price["on_demand"] == pytest.approx(3.673385) and price["spot"] == pytest.approx(1.469315)
+    price = bert["prices"]["a2-highgpu-2g"]  # not in the shipped table (a2-highgpu-1g is): the API is asked
+    # on-demand 24 x 0.031611 + 170 GiB x 0.004237 + 2 x 2.933908; spot 24 x 0.01264 + 170 x 0.001695 + 2 x 1.17356
+    assert price["on_demand"] == pytest.approx(7.34677) and price["spot"] == pytest.approx(2.93863)
     assert price["source"].startswith("GCP Cloud Billing Catalog")
-    assert (bert["cost"], bert["on_demand_cost"], bert["savings"]) == (2.94, 7.35, 4.41)  # 2 h: 2.93863, 7.34677
+    assert (bert["cost"], bert["on_demand_cost"], bert["savings"]) == (5.88, 14.69, 8.82)  # 2 h: 5.87726, 14.69354
     assert any("pageToken=p2" in p for p in gcp_endpoint)  # every page was read
