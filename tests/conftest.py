@@ -97,3 +97,23 @@ def gce(monkeypatch):
             fake.add_disk(zone, f"example-gcp-{job}-n{n}-disk", data_labels("example-gcp", job, node=n))
     yield fake
     fake.stop()
+
+
+@pytest.fixture
+def moto_server(monkeypatch: pytest.MonkeyPatch):
+    """moto in server mode on 127.0.0.1 (S3, SQS, EC2, ...): boto3 reaches it over HTTP through
+    AWS_ENDPOINT_URL, as spotctl's own clients would reach AWS. Yields its URL."""
+    import boto3
+    import requests
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    requests.post(f"http://{host}:{port}/moto-api/reset", timeout=10)  # moto's backends outlive a server
+    for k, v in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    yield f"http://{host}:{port}"
+    server.stop()
+    boto3.DEFAULT_SESSION = None  # it cached these credentials: later tests see theirs

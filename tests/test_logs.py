@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cli.app import app
 
 
@@ -50,9 +52,144 @@ def test_follow_stops_when_the_attempt_ended(project, runner, tmp_path):
 
 
 def test_logs_need_a_source_and_a_known_job(project, runner, tmp_path):
-    none = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws"])
-    assert none.exit_code == 1 and none.output.startswith("error: job diffusion: where is its log? give --events-dir DIR")
+    none = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws"])  # no pulumi to ask for the eventBucket output
+    assert none.exit_code == 1 and none.output.startswith("error: job diffusion: where is its log? give --events-bucket NAME")
+    assert len(none.output.splitlines()) == 1
     empty = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws", "--events-dir", str(tmp_path)])
     assert empty.exit_code == 1 and empty.output == f"error: job diffusion: no log found in {tmp_path}\n"
     unknown = runner.invoke(app, ["logs", "nope", "--stack", "example-aws", "--events-dir", str(tmp_path)])
     assert unknown.exit_code == 1 and "job nope" in unknown.output
+
+
+# ---- straight from the event bucket: S3 (moto in server mode) and GCS (the emulator's JSON API) ----------------
+
+
+def s3_put(key: str, body: str | bytes) -> None:
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").put_object(Bucket="evts", Key=f"example-aws/llm-pretrain/{key}", Body=body)
+
+
+def event(attempt: int, node: int, name: str, minute: int = 0) -> str:
+    return json.dumps({"job": "llm-pretrain", "attempt": attempt, "node": node, "event": name,
+                       "time": f"2026-11-21T10:{minute:02d}:00.000Z", "details": {}})
+
+
+@pytest.fixture
+def s3_bucket(project, moto_server):
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="evts")
+    s3_put("attempt-1/node-0/logs/000000000000.log", "a1 n0\n")
+    s3_put("attempt-2/node-0/logs/000000000000.log", "step 1\n")
+    s3_put("attempt-2/node-0/logs/000000000007.log", "step 2\ncaf\xc3\xa9\n".encode("latin-1"))
+    s3_put("attempt-2/node-1/logs/000000000000.log", "worker 1\n")
+    s3_put("attempt-2/node-0/2026-11-21T10:00:00.000Z-started.json", event(2, 0, "started"))
+    return "evts"
+
+
+def logs_cmd(runner, *args: str):
+    return runner.invoke(app, ["logs", "llm-pretrain", "--stack", "example-aws", *args])
+
+
+def test_logs_from_s3_by_attempt_and_node(s3_bucket, runner):
+    latest = logs_cmd(runner, "--events-bucket", s3_bucket)
+    assert latest.exit_code == 0, latest.output
+    assert latest.stdout == "step 1\nstep 2\ncafé\n"
+    assert logs_cmd(runner, "--events-bucket", s3_bucket, "--attempt", "1").stdout == "a1 n0\n"
+    assert logs_cmd(runner, "--events-bucket", s3_bucket, "--node", "1").stdout == "worker 1\n"
+    assert logs_cmd(runner, "--events-bucket", s3_bucket, "--tail", "1").stdout == "café\n"
+
+
+def test_logs_from_s3_name_what_is_missing(s3_bucket, runner):
+    where = "bucket evts under example-aws/llm-pretrain/"
+    no_attempt = logs_cmd(runner, "--events-bucket", s3_bucket, "--attempt", "5")
+    assert no_attempt.exit_code == 1
+    assert no_attempt.output == ("error: job llm-pretrain: no log of attempt 5 node 0 (there are: attempt 1 node 0, attempt 2 node 0, "
+                                 f"attempt 2 node 1) in {where}\n")
+    no_node = logs_cmd(runner, "--events-bucket", s3_bucket, "--node", "3")
+    assert no_node.exit_code == 1 and no_node.output.startswith("error: job llm-pretrain: no log of node 3 (there are: ")
+    no_job = runner.invoke(app, ["logs", "llm-pretrai", "--stack", "example-aws", "--events-bucket", s3_bucket])
+    assert no_job.exit_code == 1 and "job llm-pretrai" in no_job.output and len(no_job.output.splitlines()) == 1
+    other = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws", "--events-bucket", s3_bucket])
+    assert other.exit_code == 1
+    assert other.output == "error: job diffusion: no log found in bucket evts under example-aws/diffusion/\n"
+    no_bucket = logs_cmd(runner, "--events-bucket", "nope")
+    assert no_bucket.exit_code == 1 and no_bucket.output.startswith("error: cannot ask the cloud: ")
+    assert len(no_bucket.output.splitlines()) == 1
+
+
+def test_logs_bucket_from_the_stack_outputs(s3_bucket, runner, fake_pulumi, monkeypatch):
+    monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", json.dumps({"eventBucket": s3_bucket}))
+    result = logs_cmd(runner, "--node", "1")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "worker 1\n"
+    monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", "{}")
+    undeployed = logs_cmd(runner)
+    assert undeployed.exit_code == 1
+    assert undeployed.output.startswith("error: job llm-pretrain: stack example-aws has no eventBucket output (is it deployed?)")
+
+
+def test_follow_polls_the_bucket_for_new_chunks_until_the_node_ended(s3_bucket, project):
+    """The core's loop against moto: each poll sees what was uploaded meanwhile; another node's end
+    does not stop it, this node's does, and the chunk uploaded just before the end is printed."""
+    from cli.cloud import Cloud
+    from cli.lifecycle import logs, stackfile
+
+    cfg = stackfile.load(stackfile.resolve("example-aws", None))
+    uploads = iter([
+        lambda: s3_put("attempt-2/node-0/logs/000000000020.log", "step 3 \xe2\x82".encode("latin-1")),  # a split character
+        lambda: s3_put("attempt-2/node-1/2026-11-21T10:05:00.000Z-failed.json", event(2, 1, "failed", 5)),
+        lambda: (s3_put("attempt-2/node-0/logs/000000000029.log", b"\xac done\n"),
+                 s3_put("attempt-2/node-0/2026-11-21T10:06:00.000Z-completed.json", event(2, 0, "completed", 6))),
+    ])
+    written: list[str] = []
+    polls: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        next(uploads)()
+
+    source = logs.BucketLogs(Cloud(cfg, "example-aws"), "evts", "llm-pretrain")
+    key = logs.show(source, None, 0, written.append, follow=True, poll_s=0.5, sleep=sleep)
+    assert key == logs.LogKey(2, 0)
+    assert "".join(written) == "step 1\nstep 2\ncafé\nstep 3 € done\n"
+    assert written[0] == "step 1\nstep 2\ncafé\n" and len(polls) == 3
+
+
+def test_a_log_line_shaped_like_an_event_is_not_an_event(s3_bucket, runner):
+    """The trainer prints what it likes; only event objects (*.json) count as events."""
+    s3_put("attempt-2/node-0/logs/000000000019.log", event(2, 0, "completed", 9) + "\n")
+    result = runner.invoke(app, ["events", "llm-pretrain", "--stack", "example-aws", "--events-bucket", s3_bucket, "--json"])
+    assert result.exit_code == 0, result.output
+    assert [e["event"] for e in json.loads(result.output)] == ["started"]
+
+
+def test_logs_from_gcs_as_the_scripts_uploaded_them(project, runner, monkeypatch, tmp_path):
+    """The real GCP scripts run a trainer and upload its log to the emulator's bucket; `spotctl logs`
+    reads it back through the GCS JSON API, byte for byte the job disk's copy."""
+    import sys
+
+    from cli.drill.emulator import Emulator
+    from cli.drill.localvm import LocalVM, local_context
+    from infra.render import ScriptContext
+
+    trainer = "print('step 1'); print('caf\\u00e9'); import sys; print('to stderr', file=sys.stderr)"
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud="gcp", stack="example-gcp", kind="job", name="vit-finetune", command=f"{sys.executable} -c \"{trainer}\"",
+                            event_bucket="example-gcp-events", region="us-central1", attempt=3)
+        with LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm") as vm:
+            vm.boot()
+            assert vm.wait_for(lambda: len(emu.events()) == 2, 20)
+        monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
+        args = ["logs", "vit-finetune", "--stack", "example-gcp", "--events-bucket", "example-gcp-events"]
+        result = runner.invoke(app, args)
+        followed = runner.invoke(app, [*args, "--follow"])  # the attempt completed: prints all, then stops
+        missing = runner.invoke(app, [*args, "--attempt", "2"])
+    disk = (tmp_path / "disk" / ".spotctl" / "logs" / "attempt-3-node-0.log").read_text()
+    assert result.exit_code == 0, result.output
+    assert result.stdout == disk and sorted(disk.splitlines()) == ["café", "step 1", "to stderr"]
+    assert followed.exit_code == 0 and followed.stdout == disk
+    assert missing.exit_code == 1
+    assert missing.output == ("error: job vit-finetune: no log of attempt 2 node 0 (there are: attempt 3 node 0) "
+                              "in bucket example-gcp-events under example-gcp/vit-finetune/\n")

@@ -116,7 +116,10 @@ class Cloud:
         return call(lambda: observer.vms(job_id))
 
     def bucket_documents(self, bucket: str, prefix: str) -> list[bytes]:
-        return call(lambda: bucket_documents(self.cfg.cloud, self.cfg.region, bucket, prefix))
+        """The event objects (``*.json``) under ``prefix``: never the trainer's log chunks next to
+        them (``*.log``), which are large and hold whatever the trainer printed (an event-shaped
+        line in a log must not count as an event)."""
+        return [doc for doc in self.bucket_objects(bucket, prefix, suffix=".json").values() if doc is not None]
 
     def prices(self, machine_types: list[str]) -> dict[str, tuple[float, float, str]]:
         """{type: (spot $/h, on-demand $/h, source)} from the cloud's price APIs: EC2 spot price
@@ -136,15 +139,26 @@ class Cloud:
                                        billing_endpoint=os.environ.get("SPOTCTL_BILLING_ENDPOINT")))
 
 
-    def bucket_objects(self, bucket: str, prefix: str, skip: frozenset[str] = frozenset()) -> dict[str, bytes | None]:
-        """Every object name under ``prefix`` -> its content (None for names in ``skip``)."""
+    def bucket_objects(self, bucket: str, prefix: str, skip: frozenset[str] = frozenset(),
+                       suffix: str = "") -> dict[str, bytes | None]:
+        """Every object name under ``prefix`` ending in ``suffix`` -> its content (None for names in ``skip``)."""
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import s3_objects
 
-            return call(lambda: s3_objects(self.cfg.region, bucket, prefix, skip))
+            return call(lambda: s3_objects(self.cfg.region, bucket, prefix, skip, suffix))
         from cli.cloud.gcp import gcs_objects
 
-        return call(lambda: gcs_objects(bucket, prefix, skip))
+        return call(lambda: gcs_objects(bucket, prefix, skip, suffix))
+
+    def bucket_names(self, bucket: str, prefix: str) -> list[str]:
+        """Every object name under ``prefix``, without reading the objects."""
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import s3_names
+
+            return call(lambda: s3_names(self.cfg.region, bucket, prefix))
+        from cli.cloud.gcp import gcs_names
+
+        return call(lambda: gcs_names(bucket, prefix))
 
     def queue_messages(self, queue_url: str) -> list[Message]:
         """Pending messages of the AWS interruption queue (not deleted until ``queue_delete``)."""
@@ -207,17 +221,6 @@ def observer_for(cfg, stack: str) -> Observer:
     from cli.cloud.gcp import GcpObserver
 
     return GcpObserver(cfg.project or "", stack, list(cfg.zones), endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"))
-
-
-def bucket_documents(cloud: str, region: str, bucket: str, prefix: str) -> list[bytes]:
-    """Every object under ``prefix`` in the stack's event bucket, raw (S3 or GCS)."""
-    if cloud == "aws":
-        from cli.cloud.aws import s3_documents
-
-        return s3_documents(region, bucket, prefix)
-    from cli.cloud.gcp import gcs_documents
-
-    return gcs_documents(bucket, prefix)
 
 
 # ---- pools ------------------------------------------------------------------------------------

@@ -55,22 +55,24 @@ class AwsObserver:
         return out
 
 
-def s3_documents(region: str, bucket: str, prefix: str) -> list[bytes]:
-    return [doc for doc in s3_objects(region, bucket, prefix).values() if doc is not None]
-
-
-def s3_objects(region: str, bucket: str, prefix: str, skip: frozenset[str] = frozenset()) -> dict[str, bytes | None]:
-    """Every key under ``prefix`` -> its content, None for the keys in ``skip`` (already read:
-    event objects are written once and never change)."""
+def s3_objects(region: str, bucket: str, prefix: str, skip: frozenset[str] = frozenset(),
+               suffix: str = "") -> dict[str, bytes | None]:
+    """Every key under ``prefix`` ending in ``suffix`` -> its content, None for the keys in ``skip``
+    (already read: event objects are written once and never change)."""
     import boto3
 
     s3 = boto3.client("s3", region_name=region)
-    docs: dict[str, bytes | None] = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for obj in page.get("Contents", []):
-            key = obj["Key"]
-            docs[key] = None if key in skip else s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-    return docs
+    return {key: None if key in skip else s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            for key in s3_names(region, bucket, prefix, s3) if key.endswith(suffix)}
+
+
+def s3_names(region: str, bucket: str, prefix: str, s3=None) -> list[str]:
+    """Every key under ``prefix`` (ListObjectsV2, every page), without reading any object."""
+    import boto3
+
+    s3 = s3 or boto3.client("s3", region_name=region)
+    return [obj["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for obj in page.get("Contents", [])]
 
 
 # Filters of a Linux, shared-tenancy, no-preinstalled-software on-demand price (the same attributes

@@ -72,18 +72,37 @@ class GcpObserver:
         return out
 
 
-def gcs_documents(bucket: str, prefix: str) -> list[bytes]:
-    return [doc for doc in gcs_objects(bucket, prefix).values() if doc is not None]
+def gcs_objects(bucket: str, prefix: str, skip: frozenset[str] = frozenset(), suffix: str = "") -> dict[str, bytes | None]:
+    """Objects under ``prefix`` ending in ``suffix`` (name -> content; None for names in ``skip``,
+    already read) through the GCS JSON API with application-default credentials, or anonymously at
+    SPOTCTL_GCS_ENDPOINT (private endpoints, tests)."""
+    import urllib.parse
+
+    session, base = _gcs(bucket)
+    docs: dict[str, bytes | None] = {}
+    for name in _gcs_list(session, base, prefix):
+        if not name.endswith(suffix):
+            continue
+        if name in skip:
+            docs[name] = None
+            continue
+        got = session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params={"alt": "media"}, timeout=30)
+        got.raise_for_status()
+        docs[name] = got.content
+    return docs
 
 
-def gcs_objects(bucket: str, prefix: str, skip: frozenset[str] = frozenset()) -> dict[str, bytes | None]:
-    """Objects under ``prefix`` (name -> content; None for names in ``skip``, already read) through
-    the GCS JSON API with application-default credentials, or anonymously at SPOTCTL_GCS_ENDPOINT
-    (private endpoints, tests)."""
+def gcs_names(bucket: str, prefix: str) -> list[str]:
+    """Every object name under ``prefix``, without reading any object."""
+    return list(_gcs_list(*_gcs(bucket), prefix))
+
+
+def _gcs(bucket: str) -> tuple[Any, str]:
+    """(an HTTP session, the bucket's objects URL): JSON API (google-cloud-storage is not a
+    dependency; the auth library's transport signs the requests)."""
     import os
     import urllib.parse
 
-    docs: dict[str, bytes | None] = {}
     endpoint = os.environ.get("SPOTCTL_GCS_ENDPOINT")
     if endpoint:
         import requests
@@ -95,24 +114,20 @@ def gcs_objects(bucket: str, prefix: str, skip: frozenset[str] = frozenset()) ->
 
         credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_only"])
         session, endpoint = AuthorizedSession(credentials), "https://storage.googleapis.com"
-    base = f"{endpoint}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o"
+    return session, f"{endpoint}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o"
+
+
+def _gcs_list(session: Any, base: str, prefix: str):
+    """Object names under ``prefix``, every page (objects.list: items[].name, nextPageToken)."""
     token = None
     while True:
-        params = {"prefix": prefix, **({"pageToken": token} if token else {})}
-        listing = session.get(base, params=params, timeout=30)
+        listing = session.get(base, params={"prefix": prefix, **({"pageToken": token} if token else {})}, timeout=30)
         listing.raise_for_status()
         body = listing.json()
-        for item in body.get("items", []):
-            if item["name"] in skip:
-                docs[item["name"]] = None
-                continue
-            got = session.get(f"{base}/{urllib.parse.quote(item['name'], safe='')}", params={"alt": "media"}, timeout=30)
-            got.raise_for_status()
-            docs[item["name"]] = got.content
+        yield from (item["name"] for item in body.get("items", []))
         token = body.get("nextPageToken")
         if not token:
-            break
-    return docs
+            return
 
 
 # ---- prices: the Cloud Billing Catalog -----------------------------------------------------------

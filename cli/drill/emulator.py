@@ -56,6 +56,7 @@ class State:
     tokens: set[str] = field(default_factory=set)
     uploads: list[Upload] = field(default_factory=list)
     log_chunks: dict[str, bytes] = field(default_factory=dict)  # object name -> a chunk of a trainer log
+    chunk_buckets: dict[str, str] = field(default_factory=dict)  # object name -> the bucket of its chunk
     rejected: list[str] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
     # Auto Scaling: the group the instance belongs to, and every SetInstanceProtection received
@@ -288,6 +289,7 @@ def _make_handler(emu: Emulator):
             if "/logs/" in name:  # a chunk of the trainer's log (text), next to the events
                 with emu._lock:
                     emu.state.log_chunks[name] = body
+                    emu.state.chunk_buckets[name] = bucket
                 self._send(200, json.dumps({"bucket": bucket, "name": name}), "application/json")
                 return
             try:
@@ -303,16 +305,16 @@ def _make_handler(emu: Emulator):
             """GCS JSON API reads: list objects (prefix) and download one (alt=media)."""
             bucket, _, rest = path[len("/storage/v1/b/"):].partition("/")
             bucket = urllib.parse.unquote(bucket)
-            with emu._lock:
-                mine = [u for u in emu.state.uploads if u.bucket == bucket]
+            with emu._lock:  # event objects (JSON) and log chunks (bytes as uploaded)
+                mine = {u.name: json.dumps(u.body).encode() for u in emu.state.uploads if u.bucket == bucket}
+                mine.update({n: c for n, c in emu.state.log_chunks.items() if emu.state.chunk_buckets.get(n) == bucket})
             if rest == "o":
                 prefix = query.get("prefix", [""])[0]
-                items = [{"name": u.name, "bucket": bucket} for u in mine if u.name.startswith(prefix)]
+                items = [{"name": n, "bucket": bucket} for n in sorted(mine) if n.startswith(prefix)]
                 self._send(200, json.dumps({"kind": "storage#objects", "items": items}), "application/json")
             elif rest.startswith("o/") and query.get("alt") == ["media"]:
                 name = urllib.parse.unquote(rest[2:])
-                found = next((u for u in mine if u.name == name), None)
-                self._send(200, json.dumps(found.body), "application/json") if found else self._send(404, "no such object")
+                self._send(200, mine[name], "application/octet-stream") if name in mine else self._send(404, "no such object")
             else:
                 self._send(404, "not found")
 

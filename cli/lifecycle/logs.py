@@ -3,15 +3,23 @@
 Two places hold it: the job disk (``.spotctl/logs/attempt-<N>-node-<R>.log``, written by the VM
 script as the command runs; point ``--dir`` at a copy of the disk's ``.spotctl/``), and the event
 bucket, where the scripts upload it in chunks next to the events
-(``<stack>/<job>/attempt-<N>/node-<R>/logs/<byte offset>.log``; ``--dir`` may also be a synced
-copy of the bucket). Reading is pure apart from the files and the cloud object passed in.
+(``<stack>/<job>/attempt-<N>/node-<R>/logs/<byte offset>.log``), read through the stack's
+``cli.cloud.Cloud`` (``BucketLogs``) or from a synced copy (``DirLogs``). ``show`` prints one log
+and, with ``follow``, what is appended until the attempt's events say it ended. Pure apart from the
+files, the cloud object and the ``write``/``sleep`` passed in.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
+
+from cli.lifecycle.events import Event, load_events, parse_events
 
 DISK_LOG_RE = re.compile(r"^attempt-(\d+)-node-(\d+)\.log$")
 CHUNK_RE = re.compile(r"attempt-(\d+)/node-(\d+)/logs/(\d+)\.log$")
@@ -101,3 +109,85 @@ def read(root: Path | None, job_id: str, key: LogKey, objects: dict[str, bytes] 
 
 def tail(text: str, lines: int) -> str:
     return "".join(text.splitlines(keepends=True)[-lines:]) if lines > 0 else text
+
+
+# An attempt's log is complete once its events say the attempt ended (the scripts upload the last
+# chunk before recording completed/failed; a stop's last lines stay on the job disk).
+ENDED = ("completed", "failed", "preempted", "stopped")
+
+
+class LogSource(Protocol):
+    where: str
+
+    def keys(self) -> list[LogKey]: ...
+
+    def read(self, key: LogKey) -> bytes: ...
+
+    def events(self, key: LogKey) -> list[Event]: ...
+
+
+class DirLogs:
+    """Logs and events in a directory: a copy of the job disk's ``.spotctl/`` or of the bucket."""
+
+    def __init__(self, root: Path, job_id: str):
+        self.root, self.job_id, self.where = root, job_id, str(root)
+
+    def keys(self) -> list[LogKey]:
+        return available(self.root, self.job_id)
+
+    def read(self, key: LogKey) -> bytes:
+        return read(self.root, self.job_id, key)
+
+    def events(self, key: LogKey) -> list[Event]:
+        return load_events(self.root, self.job_id)
+
+
+class BucketLogs:
+    """Logs and events of one job in the stack's event bucket, through ``cloud`` (a ``cli.cloud.Cloud``:
+    its failures raise CloudError). Objects already read are not downloaded again, except each
+    log's last chunk: after a reboot the VM may upload it again from the same offset, longer."""
+
+    def __init__(self, cloud: Any, bucket: str, job_id: str):
+        self.cloud, self.bucket, self.job_id = cloud, bucket, job_id
+        self.prefix = f"{cloud.stack}/{job_id}/"
+        self.where = f"bucket {bucket} under {self.prefix}"
+        self.cache: dict[str, bytes] = {}
+
+    def _fetch(self, prefix: str, suffix: str, keep_last: bool = False) -> dict[str, bytes]:
+        mine = sorted(n for n in self.cache if n.startswith(prefix) and n.endswith(suffix))
+        skip = frozenset(mine[:-1] if keep_last else mine)
+        listed = self.cloud.bucket_objects(self.bucket, prefix, skip, suffix)
+        for name in [n for n in mine if n not in listed]:  # expired by the bucket's lifecycle rule
+            del self.cache[name]
+        self.cache.update({n: data for n, data in listed.items() if data is not None})
+        return {n: self.cache[n] for n in listed if n in self.cache}
+
+    def keys(self) -> list[LogKey]:
+        return available(None, self.job_id, self.cloud.bucket_names(self.bucket, self.prefix))
+
+    def read(self, key: LogKey) -> bytes:
+        return read(None, self.job_id, key, self._fetch(f"{self.prefix}attempt-{key.attempt}/node-{key.node}/logs/", ".log", True))
+
+    def events(self, key: LogKey) -> list[Event]:
+        return parse_events(self._fetch(f"{self.prefix}attempt-{key.attempt}/", ".json").values(), self.job_id)
+
+
+def show(source: LogSource, attempt: int | None, node: int, write: Callable[[str], None], *, lines: int = 0,
+         follow: bool = False, poll_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> LogKey:
+    """Write the asked-for log (its last ``lines``); with ``follow``, then what is appended every
+    ``poll_s`` until the attempt's events say this node ended. LogError names what exists."""
+    key = pick(source.keys(), attempt, node)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a chunk may end inside a character
+    data = source.read(key)
+    write(tail(decoder.decode(data, final=not follow), lines))
+    shown = len(data)
+    while follow:
+        ended = any(e.attempt == key.attempt and e.node == key.node and e.event in ENDED for e in source.events(key))
+        data = source.read(key)  # after the events: what was uploaded before the end is in
+        if len(data) > shown:
+            write(decoder.decode(data[shown:], final=ended))
+            shown = len(data)
+        if ended:
+            break
+        sleep(poll_s)
+    return key

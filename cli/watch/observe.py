@@ -128,7 +128,7 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
         cache = {} if bucket_cache is None else bucket_cache
 
         def bucket() -> None:
-            listed = cloud.bucket_objects(sources.bucket, f"{stack}/", frozenset(cache))
+            listed = cloud.bucket_objects(sources.bucket, f"{stack}/", frozenset(cache), suffix=".json")  # events, not log chunks
             fresh = {k: v for k, v in listed.items() if v is not None}
             for k in [k for k in cache if k not in listed]:  # expired by the bucket's lifecycle rule
                 del cache[k]
