@@ -40,7 +40,7 @@ JOB = """    - id: job-{i:04d}
       instanceType: p4d.24xlarge
       zone: us-east-1b
       capacity: spot
-      attempt: 2
+      attempt: {attempt}
       state: running
       command: python train.py --ckpt-dir "$SPOTCTL_CHECKPOINT_DIR"
 """
@@ -79,21 +79,23 @@ def main() -> None:
         events.mkdir()
         # A running watcher has imported the Pulumi program (pulumi, pulumi_aws) at its first
         # action; time that once, apart from the per-event figures.
-        path.write_text(head + "  spotctl:jobs:\n" + JOB.format(i=0))
+        path.write_text(head + "  spotctl:jobs:\n" + JOB.format(i=0, attempt=2))
         from cli.lifecycle.apply import job_targets
 
         t = time.perf_counter()
         job_targets(stackfile.load(ref), "bench", "job-0000")
         warm_up = time.perf_counter() - t
         for r in range(args.repeat):
-            path.write_text(head + "  spotctl:jobs:\n" + "".join(JOB.format(i=i) for i in range(args.jobs)))
+            # A different file each run (attempts differ), so no run reuses the previous run's parse.
+            path.write_text(head + "  spotctl:jobs:\n" + "".join(JOB.format(i=i, attempt=2 + r) for i in range(args.jobs)))
             for f in project.glob("stacks/.Pulumi.bench.yaml.watch*"):
                 f.unlink()
             target = f"job-{(r * 397) % args.jobs:04d}"
             now = datetime.now(UTC)
-            (events / f"{r}.json").write_text(json.dumps({"job": target, "attempt": 2, "node": 0, "event": "preempted",
+            (events / f"{r}.json").write_text(json.dumps({"job": target, "attempt": 2 + r, "node": 0, "event": "preempted",
                                                           "time": now.isoformat()}))
             applier = TimedApplier(project, "bench", project / "pulumi")
+            stackfile.load(ref)  # the watcher's previous cycle read this file (nothing happened then)
             t0 = time.perf_counter()  # the event has arrived
             cfg = stackfile.load(ref)
             from cli.watch.journal import Journal

@@ -11,8 +11,10 @@ live together.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
+import hashlib
 import io
 import os
 import re
@@ -229,18 +231,57 @@ def _fast_loader():
 
 _FAST_LOADER = None
 
+# Parsed (and validated) stack files by the sha256 of their whole text: a watcher reads the same
+# 1,000-job file every cycle and again under the lock for each edit, and parsing it is most of the
+# cost (bench/watch.py). The text is read every time (cheap); only the parse is reused. Unlike an
+# mtime+size guard, the hash never misses an edit of the same length within the clock's granularity.
+# Only successes are kept; the last few texts suffice (the file before and after an edit).
+_PARSED: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+_PARSED_MAX = 4
+
+
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed(text: str) -> tuple[str, dict[str, Any] | None]:
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    with _PARSED_LOCK:
+        entry = _PARSED.get(digest)
+        if entry is not None:
+            _PARSED.move_to_end(digest)
+    return digest, entry
+
+
+def _remember(digest: str, **values: Any) -> None:
+    with _PARSED_LOCK:
+        _PARSED.setdefault(digest, {}).update(values)
+        _PARSED.move_to_end(digest)
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+
 
 def _fast_load(path: Path, text: str) -> Any:
+    """The document as plain Python (PyYAML's C loader). Shared with later reads of the same text:
+    callers copy it (``plain``) before changing anything."""
     import yaml
 
     global _FAST_LOADER
+    digest, cached = _parsed(text)
+    if cached is not None and "doc" in cached:
+        return cached["doc"]
     _FAST_LOADER = _FAST_LOADER or _fast_loader()
     _check_shape(path, text)
-    try:
-        doc = yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 - a SafeLoader subclass
+    loader = _FAST_LOADER(text)
+    try:  # what yaml.load does, keeping the node tree for _jobs_node (splicing reads its marks)
+        node = loader.get_single_node()
+        doc = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from None
-    return _check_document(path, doc)
+    finally:
+        loader.dispose()
+    doc = _check_document(path, doc)
+    _remember(digest, doc=doc, node=node)
+    return doc
 
 
 def plain(value: Any) -> Any:
@@ -266,10 +307,16 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def load(ref: StackRef) -> StackConfig:
-    """Read and validate a stack's config (and that provider settings do not contradict it)."""
-    config = read_config(ref.path)
+    """Read and validate a stack's config (and that provider settings do not contradict it); a text
+    validated before is not validated again (``StackConfig`` is frozen)."""
+    text = _read_text(ref.path)
+    digest, cached = _parsed(text)
+    if cached is not None and "cfg" in cached:
+        return cached["cfg"]
+    config = plain(_fast_load(ref.path, text).get("config", {}))
     cfg = validate(namespaced(config, str(ref.path)), str(ref.path))
     provider_conflicts(config, cfg, str(ref.path))
+    _remember(digest, cfg=cfg)
     return cfg
 
 
@@ -403,7 +450,10 @@ def _jobs_node(text: str) -> Any:
 
     global _FAST_LOADER
     _FAST_LOADER = _FAST_LOADER or _fast_loader()
-    root = yaml.compose(text, Loader=_FAST_LOADER)
+    # The tree a read of this text composed (construction may have merged `<<` keys into it: a
+    # splice that goes wrong through them is caught by the re-read that checks every splice).
+    cached = _parsed(text)[1]
+    root = cached["node"] if cached is not None and "node" in cached else yaml.compose(text, Loader=_FAST_LOADER)
     if not isinstance(root, yaml.MappingNode):
         return None
     config = next((v for k, v in root.value if k.value == "config"), None)
@@ -551,13 +601,14 @@ def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[s
     """
     with locked(path):
         text = _read_text(path)
-        raw = plain(_fast_load(path, text).get("config", {}))
-        current = validate(namespaced(raw, str(path)), str(path))
+        raw = plain(_fast_load(path, text).get("config", {}))  # plain: a copy of the shared parse
+        cached = _parsed(text)[1] or {}
+        current = cached.get("cfg") or validate(namespaced(raw, str(path)), str(path))
         written = next((e for e in raw.get(key("jobs")) or [] if isinstance(e, dict) and e.get("id") == job_id), {})
         fields = dict(decide(current, written))
         if not fields:
             return current, current
-        expected = copy.deepcopy(raw)
+        expected = raw  # already a copy of its own (plain), and decide is done with `written`
         entry = next(e for e in expected[key("jobs")] if isinstance(e, dict) and e.get("id") == job_id)
         entry.update(fields)
         new_text = _splice_job_fields(text, job_id, fields)
@@ -571,6 +622,12 @@ def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[s
             new_raw = plain(_fast_load(path, new_text).get("config", {}))
         new = validate(namespaced(new_raw, str(path)), str(path))
         atomic_write(path, new_text)
+        try:
+            provider_conflicts(new_raw, new, str(path))
+        except ConfigError:
+            pass  # the next load reports it
+        else:  # the next cycle's load of what was just written is not parsed or validated again
+            _remember(_parsed(new_text)[0], cfg=new)
         return current, new
 
 
