@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -170,6 +171,9 @@ class Move(_Model):
     from_: Name = Field(alias="from")
     to: Name
     step: Literal["snapshot", "restore", "start", "release"]
+    # When the move began (its snapshot step was written): the move's changeover is measured from
+    # here to the new attempt's `started` event (``cli.lifecycle.move.move_changeovers``).
+    began: AwareDatetime | None = None
 
 
 class ZoneStay(_Model):
@@ -177,6 +181,8 @@ class ZoneStay(_Model):
 
     zone: Name
     last_attempt: PositiveInt
+    # When the move that left this zone began (copied from the move record at its start step).
+    move_began: AwareDatetime | None = None
 
 
 class Job(_Model):
@@ -213,6 +219,9 @@ class Job(_Model):
     # generation: each move creates new disks with new names, so old and new coexist until release).
     move: Move | None = None
     zone_history: list[ZoneStay] = Field(default_factory=list)
+    # `spotctl watch` may move the job to another zone of the stack when resumes keep being refused
+    # for capacity in its zone and a move is cheaper than on-demand (cli/policy/failover.py).
+    move_on_capacity: bool = True
 
     @field_validator("id")
     @classmethod

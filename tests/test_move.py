@@ -4,6 +4,7 @@ pure step decisions, the stack-file edits, and moves applied and resumed against
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -221,7 +222,8 @@ def test_move_applies_each_step_then_releases_after_started(project, runner, fak
     new = path.read_text()
     assert [line for line in original.splitlines() if line.strip().startswith("#")] == \
         [line for line in new.splitlines() if line.strip().startswith("#")]
-    assert "move: null" in new and "zoneHistory: [{lastAttempt: 1, zone: us-central1-a}]" in new
+    assert "move: null" in new and re.search(r"zoneHistory: \[\{lastAttempt: 1, moveBegan: '20[0-9-]+T[0-9:.]+Z', zone: us-central1-a\}\]", new)
+    assert final.zone_history[0].move_began is not None  # the move's changeover is measured from here
 
 
 def test_an_interrupted_move_continues_from_the_recorded_step(project, runner, fake_pulumi, monkeypatch):

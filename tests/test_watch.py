@@ -466,6 +466,8 @@ def test_capacity_refusals_back_off_ask_the_policy_each_try_then_succeed(aws_sta
     from infra.config import Capacity
 
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_FAILS", "2")
+    # The policy's answers in place are the subject here, not a move to us-east-1b (tests/test_failover.py).
+    aws_stack.write_text(AWS_STACK.replace("      attempt: 3\n", "      attempt: 3\n      moveOnCapacity: false\n", 1))
     asked = []
 
     def policy(now):

@@ -241,3 +241,47 @@ def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC), lea
         return Capacity.ON_DEMAND if policy.decide(obs) == ON_DEMAND else Capacity.SPOT
 
     return choose
+
+
+# ---- a zone failover: wait, on-demand in place, or move (``spotctl watch``) --------------------------
+
+# A move's changeover before the job has moved once: an assumption, not a published figure. Neither
+# cloud publishes a snapshot or restore rate to scale by disk size: AWS says creation "can take
+# several hours to complete, depending on the number of modified blocks"
+# (docs.aws.amazon.com/ebs/latest/userguide/ebs-creating-snapshot.html) and that there is no way to
+# predict it (repost.aws/knowledge-center/ebs-incremental-snapshot-creation-slow); a job's first
+# snapshot is a full copy (cloud.google.com/compute/docs/disks/create-snapshots). One hour is
+# deliberately long, so an unmeasured move must earn its place; the job's own moves replace it.
+DEFAULT_MOVE_H = 1.0
+RECENT_REFUSAL_H = 1.0  # a zone that refused capacity this recently is no target for a move
+
+
+def move_changeover_h(job: Job, events: list[Event]) -> tuple[float, int]:
+    """A move's changeover for ``job``: the median of its past moves (``cli.lifecycle.move``), else
+    ``DEFAULT_MOVE_H``; and how many moves it was measured on."""
+    from cli.lifecycle.move import move_changeovers
+
+    seen = move_changeovers(job, events)
+    return (statistics.median(seen), len(seen)) if seen else (DEFAULT_MOVE_H, 0)
+
+
+def decide_zone_failover(job: Job, events: list[Event], *, zones: list[str], refused: Mapping[str, datetime],
+                         refusals: int, refused_since: datetime | None, next_wait_h: float,
+                         in_place: Callable[[], Capacity], now: datetime, price_ratio: float = DEFAULT_PRICE_RATIO):
+    """The zone failover's decision (``cli.policy.failover``) for a job whose resume was refused for
+    capacity ``refusals`` times in its zone: the job's measured changeovers, progress and deadline,
+    and the stack's other zones that did not refuse within ``RECENT_REFUSAL_H`` (in config order).
+    ``in_place()`` asks the job's policy for its zone, only when a move is possible at all."""
+    from cli.policy.failover import FailoverObservation, make_failover
+
+    obs, _ = observation_for(job, events, now, price_ratio=price_ratio)
+    move_h, _ = move_changeover_h(job, events)
+    recent = {z for z, t in refused.items() if _hours(t, now) < RECENT_REFUSAL_H}
+    candidates = tuple(z for z in zones if z != job.zone and z not in recent)
+    allowed = job.move_on_capacity and job.boot_disk != "keep"
+    return make_failover().decide(FailoverObservation(
+        refusals=refusals, waited_h=_hours(refused_since, now) if refused_since else 0.0, next_wait_h=next_wait_h,
+        move_h=move_h, changeover_h=obs.changeover_h, price_ratio=obs.price_ratio, work_left_h=obs.work_left_h,
+        slack_h=obs.slack_h if math.isfinite(obs.deadline_h) else math.inf,
+        in_place="on-demand" if allowed and candidates and in_place() is Capacity.ON_DEMAND else "spot",
+        candidates=candidates, allowed=allowed, tick_h=obs.tick_h))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from cli.lifecycle import operations, stackfile
@@ -30,16 +31,26 @@ REASONS = {
 }
 
 
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def _record(job: Job, step: str) -> dict[str, str]:
     assert job.move is not None
-    return {"from": job.move.from_, "to": job.move.to, "step": step}
+    began = {"began": _iso(job.move.began)} if job.move.began else {}
+    return {"from": job.move.from_, "to": job.move.to, "step": step} | began
 
 
-def next_step(job: Job, to: str, events: list[Event]) -> Change:
+def _stay(zone: str, last_attempt: int, began: datetime | None) -> dict[str, Any]:
+    return {"zone": zone, "lastAttempt": last_attempt} | ({"moveBegan": _iso(began)} if began else {})
+
+
+def next_step(job: Job, to: str, events: list[Event], now: datetime | None = None) -> Change:
     """The next step of moving ``job`` to zone ``to`` (pure), as the fields to write and why.
 
     A noop Change when there is nothing to do now (already there, or waiting for the new attempt's
     ``started`` event before the old disks may go); LifecycleError when the job cannot move.
+    ``now`` is recorded as the move's start (its changeover is measured from there).
     """
     move = job.move
     if move is None:
@@ -49,7 +60,7 @@ def next_step(job: Job, to: str, events: list[Event]) -> Change:
             raise LifecycleError(f"job {job.id} is completed; there is nothing to move (spotctl cleanup {job.id} deletes its disks)")
         if job.state is F:
             raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force` first, then move it")
-        fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot"}}
+        fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot"} | ({"began": _iso(now)} if now else {})}
         reason = REASONS["snapshot"].format(frm=job.zone)
         if job.state is not S:
             check(job.id, job.state, S)
@@ -62,9 +73,9 @@ def next_step(job: Job, to: str, events: list[Event]) -> Change:
     if move.step == "snapshot":
         return Change(job.id, {"move": _record(job, "restore")}, "move step restore: " + REASONS["restore"].format(**words))
     if move.step == "restore":
-        history = [{"zone": z.zone, "lastAttempt": z.last_attempt} for z in job.zone_history]
+        history = [_stay(z.zone, z.last_attempt, z.move_began) for z in job.zone_history]
         fields = {"zone": move.to, "attempt": job.attempt + 1, "state": "running",
-                  "zoneHistory": history + [{"zone": move.from_, "lastAttempt": job.attempt}],
+                  "zoneHistory": history + [_stay(move.from_, job.attempt, move.began)],
                   "move": _record(job, "start")}
         check(job.id, S, R)
         return Change(job.id, fields, "move step start: " + REASONS["start"].format(**words | {"attempt": job.attempt + 1}))
@@ -76,6 +87,19 @@ def next_step(job: Job, to: str, events: list[Event]) -> Change:
                           f"`spotctl move {job.id} --to-zone {move.to}` again once it started", noop=True)
         return Change(job.id, {"move": _record(job, "release")}, "move step release: " + REASONS["release"].format(**words))
     return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
+
+
+def move_changeovers(job: Job, events: list[Event]) -> list[float]:
+    """Hours each of the job's past moves took, from its start (the snapshot step written) to the
+    first ``started`` event of the attempt it started in the new zone: snapshot, restore and boot."""
+    out = []
+    for stay in job.zone_history:
+        if stay.move_began is None:
+            continue
+        starts = [e.time for e in events if e.attempt == stay.last_attempt + 1 and e.event == "started"]
+        if starts and min(starts) >= stay.move_began:
+            out.append((min(starts) - stay.move_began).total_seconds() / 3600)
+    return out
 
 
 def _not_started(job: Job, events: list[Event]) -> list[int]:
@@ -104,7 +128,8 @@ class MoveOutcome:
 
 def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[[], list[Event]],
              applier: Applier | None, out: Callable[[str], None] = print,
-             confirm: operations.Confirm | None = None) -> MoveOutcome:
+             confirm: operations.Confirm | None = None,
+             now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> MoveOutcome:
     """Move a job to zone ``to``: every step the situation allows now, each written and applied
     as its own targeted update (``--no-apply``: one step is written, nothing else).
 
@@ -124,7 +149,7 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
         return result
     while True:
         seen = events()
-        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen), applier, out, confirm, result) or applier is None:
+        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now()), applier, out, confirm, result) or applier is None:
             return result
 
 

@@ -49,8 +49,8 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
             change = decide_complete(job)
         elif action.kind == "mark-failed":
             change = mark_failed(job, action.reason)
-        else:  # retry-capacity: same attempt, the capacity the policy picks now
-            cap = choose(job, events)
+        else:  # retry-capacity: same attempt, the capacity decided (on-demand in place) or the policy's now
+            cap = Capacity(action.capacity) if action.capacity else choose(job, events)
             change = Change(job.id, {"capacity": cap.value}, f"{action.reason}: {cap.value}")
         if applier is not None and not change.noop:
             # Under the stack lock, before the file is written: a crash from here on is finished by
@@ -65,6 +65,8 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
         if action.kind == "reapply":
             status = _reapply(ref, action.job, applier, out)
             return _done(journal, action, memo, now, status, {})
+        if action.kind == "move":
+            return _move(ref, action, events, journal, memo, applier=applier, now=now, out=out)
         outcome = operations.change_job(ref, action.job, decide, applier=applier, out=out)
     except ApplyError as exc:
         text = f"{exc}\n{getattr(exc, 'detail', '')}"
@@ -74,9 +76,14 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
             journal.save(now)
             return Result(action, "error", False, str(exc))
         job = stackfile.load(ref).job(action.job)
-        tries = int(memo.get("tries", 0)) + 1 if memo.get("waiting_attempt") == job.attempt else 1
+        again = memo.get("waiting_attempt") == job.attempt
+        tries = int(memo.get("tries", 0)) + 1 if again else 1
         nxt = now + backoff(tries, rng)
         status = "waiting-for-capacity" if is_capacity_refusal(text) else "retrying-apply"
+        if status == "waiting-for-capacity":  # what the zone failover weighs: since when, and which zones refused
+            memo["refused"] = {**memo.get("refused", {}), job.zone: now.isoformat()}
+            if not again or "refused_since" not in memo:
+                memo["refused_since"] = now.isoformat()
         memo.update(status=status, waiting_attempt=job.attempt, tries=tries, next_try=nxt.isoformat(),
                     last_error=str(exc), at=now.isoformat(), last_action=f"{action.kind} (attempt {job.attempt}): {status}")
         journal.handle(action.consumes, now)
@@ -94,8 +101,29 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
     return _done(journal, action, memo, now, status, change.fields, change.reason)
 
 
+def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal: Journal, memo: dict, *,
+          applier: Applier | None, now: datetime, out: Callable[[str], None]) -> Result:
+    """Move the job to ``action.zone`` through the lifecycle's move core, every step it allows now
+    (it stops waiting for the new attempt's ``started`` before the old disks go). No intent is
+    journaled: the stack file records the move's step, and the next watcher continues from it."""
+    from cli.lifecycle.move import move_job
+
+    job = stackfile.load(ref).job(action.job)
+    if job.move is None and (job.attempt != action.attempt or job.state.value != "running"):
+        return _done(journal, action, memo, now, "noop", {}, f"the stack file is at attempt {job.attempt} "
+                     f"({job.state.value}) now: no move")
+    assert action.zone is not None
+    moved = move_job(ref, action.job, action.zone, events=lambda: events, applier=applier, out=out, now=lambda: now)
+    if not moved.steps:
+        return Result(action, "noop", True, moved.waiting or action.reason)
+    fields = dict(moved.steps[-1].fields)
+    status = "moved" if moved.finished else "moving"
+    what = ", ".join(c.reason.split(":")[0] for c in moved.steps)
+    return _done(journal, action, memo, now, status, fields, f"{action.reason} ({what})")
+
+
 def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: str, fields: dict, reason: str = "") -> Result:
-    for key in ("intent", "waiting_attempt", "tries", "next_try", "last_error"):
+    for key in ("intent", "waiting_attempt", "tries", "next_try", "last_error", "refused_since"):
         memo.pop(key, None)
     what = ", ".join(f"{k}={v}" for k, v in fields.items())
     memo.update(status=status, at=now.isoformat(), last_action=f"{action.kind}{' ' + what if what else ''} ({status})")

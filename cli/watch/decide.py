@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, check
@@ -21,6 +23,9 @@ from infra.config import Job, JobState
 
 FACTS = ("started", "preempted", "stopped", "failed", "completed")
 ENDS = ("preempted", "stopped", "failed", "completed")
+
+# What a due retry after capacity refusals does: a ``cli.policy.failover.FailoverDecision`` (or None).
+Failover = Callable[[Job, list[Event], "JobMemory", datetime], Any]
 
 BACKOFF_BASE_S = 30.0
 BACKOFF_CAP_S = 30 * 60.0
@@ -80,6 +85,8 @@ class JobMemory:
     next_try: datetime | None = None
     tries: int = 0
     intent: dict | None = None  # an action started and not known finished: {"kind", "attempt", "state"}
+    refused_since: datetime | None = None  # the first capacity refusal of ``waiting_attempt``
+    refused: dict[str, datetime] = field(default_factory=dict)  # zone -> its last capacity refusal
 
 
 @dataclass(frozen=True)
@@ -88,11 +95,13 @@ class Action:
     re-checks it under the stack lock, so a signal for an old attempt never touches a new one."""
 
     job: str
-    kind: str  # resume | complete | mark-failed | retry-capacity | reapply
+    kind: str  # resume | complete | mark-failed | retry-capacity | reapply | move
     attempt: int
     reason: str
     consumes: tuple[str, ...] = ()
     force: bool = False
+    zone: str | None = None  # move: the target zone
+    capacity: str | None = None  # retry-capacity: the capacity decided (None: ask the policy)
 
 
 @dataclass(frozen=True)
@@ -117,17 +126,34 @@ def failures(events: list[Seen]) -> int:
     return len({s.event.attempt for s in events if s.event.event == "failed"})
 
 
-def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str], now: datetime) -> tuple[Action | None, list[Note]]:
-    """The one action for ``job`` (or none) and what was noted, from everything seen about it."""
+def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str], now: datetime,
+               failover: Failover | None = None) -> tuple[Action | None, list[Note]]:
+    """The one action for ``job`` (or none) and what was noted, from everything seen about it.
+
+    ``failover(job, events, memory, now)`` decides what a due retry after capacity refusals does
+    (wait, on-demand in place, or move to another zone); without it the policy is asked again in place.
+    """
     notes: list[Note] = []
     if memory.intent and memory.intent.get("attempt") == job.attempt and memory.intent.get("state") == job.state.value:
         # A crash between writing the stack file and the end of its update: apply what the file says.
         return Action(job.id, "reapply", job.attempt, f"an earlier watcher wrote attempt {job.attempt} ({job.state.value}) "
                       "and stopped before its update finished: applying it", tuple(memory.intent.get("consumes", ()))), notes
-    if memory.waiting_attempt == job.attempt and job.state is JobState.RUNNING and memory.next_try is not None:
-        if now < memory.next_try:
-            return None, [Note(job.id, "waiting-for-capacity", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1})")]
-        return Action(job.id, "retry-capacity", job.attempt, f"try {memory.tries + 1} after a capacity refusal; the policy is asked again"), notes
+    waiting = memory.waiting_attempt == job.attempt and memory.next_try is not None
+    if waiting and now < memory.next_try and (job.state is JobState.RUNNING or job.move is not None):
+        return None, [Note(job.id, "waiting-for-capacity", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1})")]
+    if job.move is not None:
+        return _moving(job, [s.event for s in events], waiting), notes
+    if waiting and job.state is JobState.RUNNING:
+        why = f"try {memory.tries + 1} after a capacity refusal"
+        choice = failover(job, [s.event for s in events], memory, now) if failover else None
+        if choice is None or choice.choice == "stay":
+            detail = f" ({choice.reason})" if choice else ""
+            return Action(job.id, "retry-capacity", job.attempt, f"{why}; the policy is asked again{detail}"), notes
+        if choice.choice == "wait":  # the policy wanted spot in place: try again
+            return Action(job.id, "retry-capacity", job.attempt, f"{why}: {choice.reason}", capacity="spot"), notes
+        if choice.choice == "on-demand":
+            return Action(job.id, "retry-capacity", job.attempt, f"{why}: {choice.reason}", capacity="on-demand"), notes
+        return Action(job.id, "move", job.attempt, f"{why}: {choice.reason}", zone=choice.zone), notes
     fresh = [s for s in events if s.id not in handled]
     stale = [s for s in fresh if s.event.attempt != job.attempt and s.event.event in ENDS]
     if stale:
@@ -171,12 +197,23 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     return None, notes
 
 
+def _moving(job: Job, events: list[Event], retry_due: bool) -> Action | None:
+    """A move in progress (``spotctl move`` or an earlier watcher): the next step, once its new
+    attempt started (the old disks wait for that) or its start was refused and the retry is due."""
+    move = job.move
+    assert move is not None
+    started = {e.node for e in events if e.attempt == job.attempt and e.event == "started"}
+    if move.step == "start" and not retry_due and not started >= set(range(job.nodes)):
+        return None
+    return Action(job.id, "move", job.attempt, f"continuing the move to {move.to} (step {move.step} recorded)", zone=move.to)
+
+
 def decide(jobs: list[Job], events: dict[str, list[Seen]], memory: dict[str, JobMemory], handled: set[str],
-           now: datetime) -> Decisions:
+           now: datetime, failover: Failover | None = None) -> Decisions:
     """Every job's action (at most one each) and notes, in the stack's job order."""
     out = Decisions()
     for job in jobs:
-        action, notes = decide_job(job, events.get(job.id, []), memory.get(job.id, JobMemory()), handled, now)
+        action, notes = decide_job(job, events.get(job.id, []), memory.get(job.id, JobMemory()), handled, now, failover)
         out.notes += notes
         if action:
             out.actions.append(action)
@@ -208,3 +245,8 @@ def backoff(tries: int, rng: random.Random, base_s: float = BACKOFF_BASE_S, cap_
     so many jobs refused together do not all come back at the same second."""
     span = min(cap_s, base_s * 2 ** max(0, tries - 1))
     return timedelta(seconds=span * (0.5 + rng.random() / 2))
+
+
+def mean_backoff(tries: int, base_s: float = BACKOFF_BASE_S, cap_s: float = BACKOFF_CAP_S) -> timedelta:
+    """``backoff``'s expected value (the jitter's mean factor is 0.75)."""
+    return timedelta(seconds=min(cap_s, base_s * 2 ** max(0, tries - 1)) * 0.75)

@@ -61,9 +61,11 @@ class Journal:
     def memory(self) -> dict[str, JobMemory]:
         out = {}
         for job, doc in self.jobs.items():
-            nxt = doc.get("next_try")
+            nxt, since = doc.get("next_try"), doc.get("refused_since")
             out[job] = JobMemory(doc.get("waiting_attempt"), datetime.fromisoformat(nxt) if nxt else None,
-                                 int(doc.get("tries", 0)), doc.get("intent"))
+                                 int(doc.get("tries", 0)), doc.get("intent"),
+                                 datetime.fromisoformat(since) if since else None,
+                                 {z: datetime.fromisoformat(t) for z, t in (doc.get("refused") or {}).items()})
         return out
 
     def handle(self, ids, now: datetime) -> None:

@@ -85,7 +85,8 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     cloud = cloud_for(cfg)
     seen = observing.observe(cloud, cfg, ref.name, settings.sources, now, poll_due=poll_due,
                              handled=set(journal.handled), warn=report.warn, bucket_cache=bucket_cache)
-    decisions = deciding.decide(list(cfg.jobs), seen.events, journal.memory(), set(journal.handled), now)
+    decisions = deciding.decide(list(cfg.jobs), seen.events, journal.memory(), set(journal.handled), now,
+                                zone_failover(list(cfg.zones), choose))
     for note in decisions.notes:
         if note.kind in ("notice", "stale"):
             report.emit({"job": note.job, "action": "record", "kind": note.kind, "reason": note.reason, "time": now.isoformat()})
@@ -108,6 +109,19 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         report.emit(record)
     _acknowledge(cloud, settings.sources, seen.acks, set(journal.handled), report.warn)
     return ok
+
+
+def zone_failover(zones: list[str], choose) -> deciding.Failover:
+    """The decide step's zone failover: the lifecycle's measured view of the job, its policy's
+    choice in place, and the journal's refusals (``cli.lifecycle.capacity.decide_zone_failover``)."""
+    from cli.lifecycle.capacity import decide_zone_failover
+
+    def failover(job, events: list[Event], memory: deciding.JobMemory, now: datetime):
+        return decide_zone_failover(
+            job, events, zones=zones, refused=memory.refused, refusals=memory.tries, refused_since=memory.refused_since,
+            next_wait_h=deciding.mean_backoff(memory.tries + 1).total_seconds() / 3600, in_place=lambda: choose(job, events), now=now)
+
+    return failover
 
 
 def _acknowledge(cloud, sources: observing.Sources, acks: list[observing.Ack], handled: set[str], warn) -> None:
