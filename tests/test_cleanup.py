@@ -240,3 +240,72 @@ def test_gcp_orphans_through_the_compute_client(project, runner, monkeypatch, fa
         assert ("POST", "/compute/v1/projects/my-ml-project/zones/us-central1-a/operations/op-delete-example-gcp-old-n0-disk/wait") in gce.requests
     finally:
         gce.stop()
+
+
+# ---- move snapshots follow the event retention --------------------------------------------------------
+
+
+def make_snapshot(ec2, tags: dict[str, str]) -> str:
+    volume = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10)["VolumeId"]
+    spec = [{"ResourceType": "snapshot", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    return ec2.create_snapshot(VolumeId=volume, TagSpecifications=spec)["SnapshotId"]
+
+
+def test_expired_snapshots_only_this_stacks_and_not_while_their_job_moves():
+    from datetime import UTC, datetime, timedelta
+
+    from cli.cloud import CloudSnapshot
+    from cli.lifecycle.cleanup import expired_snapshots
+
+    cfg = stackfile.load(stackfile.resolve(None, ROOT / "stacks" / "Pulumi.example-aws.yaml"))
+    now = datetime(2026, 11, 22, tzinfo=UTC)
+    old, young = now - timedelta(days=31), now - timedelta(days=3)
+    moving = cfg.model_copy(update={"jobs": [j.model_copy(update={"move": None}) for j in cfg.jobs]})
+    job = cfg.jobs[0].id
+    snaps = [CloudSnapshot("old", "", owned(job), created=old), CloudSnapshot("young", "", owned(job), created=young),
+             CloudSnapshot("foreign", "", {**owned(job), "spotctl:managed": "false"}, created=old),
+             CloudSnapshot("twin", "", {**owned(job), "spotctl:owner": owner_value("example.aws")}, created=old),
+             CloudSnapshot("unknown", "", owned(job), created=None),
+             CloudSnapshot("not-a-move", "", {"spotctl:stack": "example-aws"}, created=old)]
+    verdict = {s.id: (ok, why) for s, ok, why in expired_snapshots(snaps, moving, "example-aws", now)}
+    assert verdict["old"] == (True, "made 2026-10-22, older than eventRetentionDays (30)")
+    assert verdict["young"] == (False, "made 2026-11-19: kept 27 more day(s) (eventRetentionDays 30)")
+    assert not verdict["foreign"][0] and not verdict["twin"][0] and not verdict["unknown"][0]
+    assert "not-a-move" not in verdict
+    from infra.config import Move
+
+    in_move = cfg.model_copy(update={"jobs": [j.model_copy(update={"move": Move.model_validate(
+        {"from": j.zone, "to": j.zone, "step": "snapshot"})}) if j.id == job else j for j in cfg.jobs]})
+    ok, why = next((ok, why) for s, ok, why in expired_snapshots(snaps, in_move, "example-aws", now) if s.id == "old")
+    assert not ok and why == f"job {job} is moving (the move restores from its snapshots)"
+
+
+@mock_aws
+def test_cleanup_snapshots_deletes_only_expired_owned_ones(project, runner, monkeypatch):
+    from datetime import UTC, datetime, timedelta
+
+    from cli.lifecycle.cleanup import prune_snapshots
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    ours = make_snapshot(ec2, owned("gone-job"))
+    foreign = make_snapshot(ec2, {**owned("gone-job"), "spotctl:managed": "false"})
+    other_stack = make_snapshot(ec2, {**data_labels("team-b", "gone-job", "aws")})
+
+    dry = runner.invoke(app, ["cleanup", "--snapshots", "--stack", "example-aws", "--yes"])
+    assert dry.exit_code == 0, dry.output
+    assert f"keeping snapshot {ours}: made " in dry.output and "kept 29 more day(s)" in dry.output
+    assert f"keeping snapshot {foreign}: it does not carry this stack's ownership labels" in dry.output
+    assert other_stack not in dry.output
+
+    ref = stackfile.resolve("example-aws", None)
+    later = datetime.now(UTC) + timedelta(days=31)
+    found = prune_snapshots(ref, lambda cfg: AwsInventory("us-east-1", "example-aws"), later, delete=None)
+    assert [s.id for s, ok, _ in found if ok] == [ours]
+    left = {s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]}
+    assert ours not in left and {foreign, other_stack} <= left
+
+
+def test_cleanup_wants_exactly_one_target(project, runner):
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--snapshots", "--stack", "example-gcp"])
+    assert result.exit_code == 1 and "give a JOB, --orphans or --snapshots" in result.output

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from moto import mock_aws
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.capacity import DEFAULT_MOVE_H, decide_zone_failover, move_changeover_h
@@ -128,7 +129,9 @@ def refusing(project: Path, fake_pulumi: Path, monkeypatch, tmp_path):
     write_events(events, (3, "started", -114), (3, "preempted", 0))
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_ZONE", "us-east-1a")
     monkeypatch.setattr(capacity, "policy_capacity", lambda now: lambda j, ev: Capacity.SPOT)
-    return events
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():  # the stack's snapshots, listed once a move finished (none expired here)
+        yield events
 
 
 def run_watch(events: Path, clock: list[datetime], records: list[dict]) -> None:
@@ -187,6 +190,7 @@ def test_watch_waits_then_moves_the_job_once_waiting_cost_a_moves_time(refusing,
     clock[0] += timedelta(minutes=1)
     run_watch(refusing, clock, records)
     assert (records[-1]["action"], records[-1]["result"]) == ("move", "moved"), records[-1]
+    assert "snapshot" not in records[-1].get("detail", "")  # the expired snapshots were checked: none
     assert [c[2].split("::")[-1] for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]] == ["job-train-n0-m1-volume"]
     j = the_job()
     assert (j.zone, j.attempt, j.move) == ("us-east-1b", 5, None)

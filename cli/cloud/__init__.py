@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -38,6 +38,13 @@ class CloudDisk:
         if cloud == "aws":
             return self.labels.get("spotctl:owner"), self.labels.get("spotctl:job"), self.labels.get("spotctl:managed") == "true"
         return self.labels.get("spotctl-owner"), self.labels.get("spotctl-job"), self.labels.get("spotctl-managed") == "true"
+
+
+@dataclass(frozen=True)
+class CloudSnapshot(CloudDisk):
+    """A snapshot (GCP: global; AWS: regional, ``zone`` empty) with its labels/tags and when it was made."""
+
+    created: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,10 @@ class Inventory(Protocol):
     def disks(self) -> list[CloudDisk]: ...
 
     def delete(self, disk: CloudDisk) -> None: ...
+
+    def snapshots(self) -> list[CloudSnapshot]: ...
+
+    def delete_snapshot(self, snap: CloudSnapshot) -> None: ...
 
 
 class Observer(Protocol):
@@ -96,6 +107,12 @@ class _Checked:
 
     def delete(self, disk: CloudDisk) -> None:
         call(lambda: self.inner.delete(disk))
+
+    def snapshots(self) -> list[CloudSnapshot]:
+        return call(self.inner.snapshots)
+
+    def delete_snapshot(self, snap: CloudSnapshot) -> None:
+        call(lambda: self.inner.delete_snapshot(snap))
 
 
 class Cloud:

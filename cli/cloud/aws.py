@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from cli.cloud import METRICS_FRESH, CloudDisk, Message, PoolView, PoolVm, VmState
+from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, VmState
 from infra.naming import CLOUDWATCH_NAMESPACE, POOL_METRICS, pool_metric_dimensions
 
 SPOT_TERMINATION_CODES = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
@@ -32,6 +32,20 @@ class AwsInventory:
 
     def delete(self, disk: CloudDisk) -> None:
         self.ec2.delete_volume(VolumeId=disk.id)
+
+    def snapshots(self) -> list[CloudSnapshot]:
+        """This account's EBS snapshots tagged with this stack (a move's snapshots)."""
+        pages = self.ec2.get_paginator("describe_snapshots").paginate(
+            OwnerIds=["self"], Filters=[{"Name": "tag:spotctl:stack", "Values": [self.stack]}])
+        out = []
+        for page in pages:
+            for s in page["Snapshots"]:
+                tags = {t["Key"]: t["Value"] for t in s.get("Tags", [])}
+                out.append(CloudSnapshot(s["SnapshotId"], "", tags, created=s.get("StartTime")))
+        return out
+
+    def delete_snapshot(self, snap: CloudSnapshot) -> None:
+        self.ec2.delete_snapshot(SnapshotId=snap.id)
 
 
 class AwsObserver:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from cli.cloud import METRICS_FRESH, CloudDisk, Message, PoolView, PoolVm, VmState
+from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, VmState
 from infra.naming import POOL_METRICS, label_value, pool_metric_labels, pool_metric_type, stack_slug
 
 
@@ -25,6 +25,8 @@ class GcpInventory:
             kwargs = {"credentials": AnonymousCredentials(), "transport": "rest", "client_options": ClientOptions(api_endpoint=endpoint)}
         self.client = compute_v1.DisksClient(**kwargs)
         self.operations = compute_v1.ZoneOperationsClient(**kwargs)
+        self.snapshot_client = compute_v1.SnapshotsClient(**kwargs)
+        self.global_operations = compute_v1.GlobalOperationsClient(**kwargs)
 
     def disks(self) -> list[CloudDisk]:
         request = {"project": self.project, "filter": f'labels.spotctl-stack="{self.label}"'}
@@ -39,6 +41,17 @@ class GcpInventory:
         op = self.client.delete(project=self.project, zone=disk.zone, disk=disk.id)
         # Wait with our own operations client: the LRO helper would poll the public endpoint.
         self.operations.wait(project=self.project, zone=disk.zone, operation=op.name)
+
+    def snapshots(self) -> list[CloudSnapshot]:
+        """The project's snapshots labelled with this stack (a move's snapshots; global resources)."""
+        request = {"project": self.project, "filter": f'labels.spotctl-stack="{self.label}"'}
+        return [CloudSnapshot(s.name, "", dict(s.labels),
+                              created=datetime.fromisoformat(s.creation_timestamp) if s.creation_timestamp else None)
+                for s in self.snapshot_client.list(request=request)]
+
+    def delete_snapshot(self, snap: CloudSnapshot) -> None:
+        op = self.snapshot_client.delete(project=self.project, snapshot=snap.id)
+        self.global_operations.wait(project=self.project, operation=op.name)
 
 
 class GcpObserver:

@@ -227,7 +227,9 @@ def events(
     "stack's ownership labels: lift their Pulumi protection, drop the job from the stack file and delete its "
     "resources with a targeted update, all decided under the stack file's lock. --orphans lists data disks/volumes "
     "of this stack that no job declares; one is deleted only when its job is in neither the file nor the Pulumi "
-    "state and recorded a `completed` event (--events-dir/--events-bucket). Lists what would go, then asks; "
+    "state and recorded a `completed` event (--events-dir/--events-bucket). --snapshots lists the snapshots "
+    "`spotctl move` left; one is deleted once it is older than spotctl:eventRetentionDays, carries this stack's "
+    "ownership labels and its job is not moving. Lists what would go, then asks; "
     "--yes deletes without asking; --preview-only (or no terminal) only lists.\n\n"
     "Example: spotctl cleanup --orphans --stack team-a --events-dir ./events",
 )
@@ -236,6 +238,7 @@ def cleanup(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     orphans: Annotated[bool, typer.Option("--orphans", help="Disks of this stack that no job declares.")] = False,
+    snapshots: Annotated[bool, typer.Option("--snapshots", help="Move snapshots older than eventRetentionDays.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Also for a failed job.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
     preview_only: PreviewOnlyOpt = False,
@@ -249,8 +252,8 @@ def cleanup(
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
-    if (job is None) == (not orphans):
-        raise fail("give a JOB or --orphans")
+    if (job is not None) + orphans + snapshots != 1:
+        raise fail("give a JOB, --orphans or --snapshots")
     # Cleanup never deleted without --yes: with no terminal to ask on, it stays a listing.
     ask = None if yes else (confirmer(False, preview_only) if interactive() else (lambda question: False))
 
@@ -263,6 +266,9 @@ def cleanup(
 
     try:
         ref = stackfile.resolve(stack, stack_file)
+        if snapshots:
+            _prune_snapshots(ref, inventory, ask, preview_only)
+            return
         if orphans:
             applier = applier_for(ref, no_apply)
 
@@ -304,6 +310,33 @@ def cleanup(
         typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
     else:
         typer.echo(f"job {job}: {len(result.disks)} disks and its other resources deleted; removed from {ref.path}")
+
+
+def _prune_snapshots(ref, inventory, ask, preview_only: bool) -> None:
+    """``cleanup --snapshots``: list the move snapshots, then delete the expired ones (asked, or --yes)."""
+    from datetime import UTC, datetime
+
+    from cli.lifecycle import cleanup as cleanups
+
+    def report(snap, ok, why, deleting):
+        typer.echo(f"{('deleting' if deleting else 'would delete') if ok else 'keeping'} snapshot {snap.id}: {why}")
+
+    with progress(f"listing the snapshots of stack {ref.name}"):
+        found = cleanups.prune_snapshots(ref, inventory, datetime.now(UTC), delete=set() if ask else None,
+                                         report=None if ask else report)
+    if not found:
+        typer.echo(f"stack {ref.name}: no move snapshots")
+        return
+    if ask is None:
+        return
+    for snap, ok, why in found:
+        report(snap, ok, why, False)
+    expired = {snap.id for snap, ok, _ in found if ok}
+    if expired and ask(f"Delete {len(expired)} expired snapshots of stack {ref.name}?"):
+        with progress("deleting"):
+            cleanups.prune_snapshots(ref, inventory, datetime.now(UTC), delete=expired, report=report)
+    elif expired:
+        typer.echo(_declined("nothing deleted", preview_only))
 
 
 def _declined(what: str, preview_only: bool) -> str:

@@ -16,6 +16,7 @@ from cli.commands import (
     YesOpt,
     app,
     applier_for,
+    cloud_for,
     confirmer,
     fail,
     recorded_events,
@@ -58,13 +59,14 @@ def move(
             ref, job, to_zone,
             events=lambda: recorded_events(ref, cfg, job, events_dir, events_bucket),
             applier=applier_for(ref, no_apply), out=lambda line: typer.echo(line.rstrip("\n"), err=True), confirm=confirm,
+            inventory=lambda c: cloud_for(c, ref).inventory(),
         )
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
     if json_out:
         typer.echo(json.dumps({"job": job, "to_zone": to_zone, "steps": [{"fields": c.fields, "reason": c.reason} for c in result.steps],
                                "applied": result.applied, "declined": result.declined, "finished": result.finished,
-                               "waiting": result.waiting}, sort_keys=True))
+                               "waiting": result.waiting, "snapshots": result.snapshots}, sort_keys=True))
         return
     for change, applied in zip(result.steps, result.applied_steps, strict=True):
         done = " — applied" if applied else (" — not confirmed: undone" if result.declined and change is result.steps[-1]
@@ -74,3 +76,5 @@ def move(
         typer.echo(f"job {job}: not confirmed: the move stops here (run the command again to continue)")
     elif result.waiting:
         typer.echo(f"job {job}: {result.waiting}")
+    if result.snapshots:
+        typer.echo(f"stack {ref.name}: {result.snapshots}")

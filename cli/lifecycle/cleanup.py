@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from cli.cloud import CloudDisk, Inventory
+from cli.cloud import CloudDisk, CloudSnapshot, Inventory
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, job_urns
 from cli.lifecycle.states import LifecycleError, may_delete_disks
@@ -183,4 +184,62 @@ def cleanup_orphans(ref: stackfile.StackRef, inventory: Callable[[StackConfig], 
                 report(disk, ok, why, going)
             if going:
                 inv.delete(disk)
+    return found
+
+
+# ---- a move's snapshots follow the event retention -----------------------------------------------------
+# Neither cloud expires a snapshot by itself: GCP's ``maxRetentionDays`` is the "policy for
+# retention of scheduled snapshots" of a snapshot schedule (ResourcePolicySnapshotSchedulePolicyRetentionPolicy,
+# cloud.google.com/python/docs/reference/compute/latest/google.cloud.compute_v1.types.ResourcePolicySnapshotSchedulePolicyRetentionPolicy),
+# AWS's RetainRule is "for snapshots created by snapshot policies" of Data Lifecycle Manager
+# (docs.aws.amazon.com/dlm/latest/APIReference/API_RetainRule.html). A move's snapshots are made by
+# the Pulumi program, so spotctl deletes them itself after ``eventRetentionDays``.
+
+
+def expired_snapshots(snaps: Iterable[CloudSnapshot], cfg: StackConfig, stack: str,
+                      now: datetime) -> list[tuple[CloudSnapshot, bool, str]]:
+    """Every move snapshot of this stack, with whether it may be deleted now and why.
+
+    One may go when it carries this exact stack's ownership labels and a job and node label (a
+    move's snapshot), is older than ``spotctl:eventRetentionDays``, and its job is not moving
+    (a move in progress restores from it). Anything else is kept.
+    """
+    moving = {j.id for j in cfg.jobs if j.move is not None}
+    keep_for = timedelta(days=cfg.event_retention_days)
+    out = []
+    for snap in snaps:
+        if not is_data_disk(snap, cfg.cloud):
+            continue
+        _, job_id, _ = snap.owner(cfg.cloud)
+        if not owned_by(snap, cfg, stack):
+            ok, why = False, "it does not carry this stack's ownership labels"
+        elif job_id in moving:
+            ok, why = False, f"job {job_id} is moving (the move restores from its snapshots)"
+        elif snap.created is None:
+            ok, why = False, "its creation time is unknown"
+        elif now - snap.created < keep_for:
+            left = keep_for - (now - snap.created)
+            ok, why = False, f"made {snap.created.date().isoformat()}: kept {left.days} more day(s) (eventRetentionDays {cfg.event_retention_days})"
+        else:
+            ok, why = True, f"made {snap.created.date().isoformat()}, older than eventRetentionDays ({cfg.event_retention_days})"
+        out.append((snap, ok, why))
+    return out
+
+
+def prune_snapshots(ref: stackfile.StackRef, inventory: Callable[[StackConfig], Inventory], now: datetime, *,
+                    delete: set[str] | None,
+                    report: Callable[[CloudSnapshot, bool, str, bool], None] | None = None) -> list[tuple[CloudSnapshot, bool, str]]:
+    """List this stack's move snapshots and delete the expired ones, decided and deleted under the
+    stack file's lock (so no move can start between): all of them with ``delete`` None, only those
+    whose ids are in ``delete`` otherwise; ``report(snapshot, deletable, why, deleting)`` is told about each."""
+    with stackfile.locked(ref.path):
+        cfg = stackfile.load(ref)
+        inv = inventory(cfg)
+        found = expired_snapshots(inv.snapshots(), cfg, ref.name, now)
+        for snap, ok, why in found:
+            going = ok and (delete is None or snap.id in delete)
+            if report:
+                report(snap, ok, why, going)
+            if going:
+                inv.delete_snapshot(snap)
     return found

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from cli.cloud import CloudError, Inventory
 from cli.lifecycle import operations, stackfile
 from cli.lifecycle.apply import Applier, job_urns
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, check, may_delete_disks
-from infra.config import ConfigError, Job
+from infra.config import ConfigError, Job, StackConfig
 from infra.naming import owner_value
 
 REASONS = {
@@ -124,16 +125,20 @@ class MoveOutcome:
     declined: bool = False
     finished: bool = False
     waiting: str = ""
+    snapshots: str = ""  # what pruning expired snapshots did once the move finished
 
 
 def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[[], list[Event]],
              applier: Applier | None, out: Callable[[str], None] = print,
              confirm: operations.Confirm | None = None,
-             now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> MoveOutcome:
+             now: Callable[[], datetime] = lambda: datetime.now(UTC),
+             inventory: Callable[[StackConfig], Inventory] | None = None) -> MoveOutcome:
     """Move a job to zone ``to``: every step the situation allows now, each written and applied
     as its own targeted update (``--no-apply``: one step is written, nothing else).
 
     ``events`` is read before each decision (the new attempt's ``started`` gates the release).
+    With ``inventory``, once the move finished, the stack's move snapshots older than the event
+    retention are deleted (``cleanup.prune_snapshots``; the ones just made are days younger).
     """
     result = MoveOutcome(job_id)
     cfg = stackfile.load(ref)
@@ -150,7 +155,22 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
     while True:
         seen = events()
         if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now()), applier, out, confirm, result) or applier is None:
-            return result
+            break
+    if result.finished and inventory is not None and applier is not None:
+        result.snapshots = _prune(ref, inventory, now())
+    return result
+
+
+def _prune(ref: stackfile.StackRef, inventory: Callable[[StackConfig], Inventory], now: datetime) -> str:
+    """Expired move snapshots deleted; a cloud that cannot be asked is a line to show, not a failed move."""
+    from cli.lifecycle.cleanup import prune_snapshots
+
+    try:
+        found = prune_snapshots(ref, inventory, now, delete=None)
+    except CloudError as exc:
+        return f"expired snapshots not checked: {exc}"
+    gone = [s.id for s, ok, _ in found if ok]
+    return f"deleted {len(gone)} snapshot(s) older than eventRetentionDays: {', '.join(gone)}" if gone else ""
 
 
 def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], applier: Applier | None,

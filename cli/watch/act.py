@@ -34,8 +34,9 @@ class Result:
 
 def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: Journal, *,
         applier: Applier | None, choose: Callable[[Job, list[Event]], Capacity], now: datetime,
-        rng: random.Random, out: Callable[[str], None]) -> Result:
-    """Carry out ``action``; every outcome is written to the journal before this returns."""
+        rng: random.Random, out: Callable[[str], None], inventory=None) -> Result:
+    """Carry out ``action``; every outcome is written to the journal before this returns.
+    ``inventory`` (the stack's cloud inventory) lets a finished move prune expired snapshots."""
     memo = journal.job(action.job)
     facts = [e for e in events if e.attempt == action.attempt and e.event in ("preempted", "stopped", "failed", "completed")]
 
@@ -66,7 +67,7 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
             status = _reapply(ref, action.job, applier, out)
             return _done(journal, action, memo, now, status, {})
         if action.kind == "move":
-            return _move(ref, action, events, journal, memo, applier=applier, now=now, out=out)
+            return _move(ref, action, events, journal, memo, applier=applier, now=now, out=out, inventory=inventory)
         outcome = operations.change_job(ref, action.job, decide, applier=applier, out=out)
     except ApplyError as exc:
         text = f"{exc}\n{getattr(exc, 'detail', '')}"
@@ -102,7 +103,7 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
 
 
 def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal: Journal, memo: dict, *,
-          applier: Applier | None, now: datetime, out: Callable[[str], None]) -> Result:
+          applier: Applier | None, now: datetime, out: Callable[[str], None], inventory=None) -> Result:
     """Move the job to ``action.zone`` through the lifecycle's move core, every step it allows now
     (it stops waiting for the new attempt's ``started`` before the old disks go). No intent is
     journaled: the stack file records the move's step, and the next watcher continues from it."""
@@ -113,13 +114,15 @@ def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal:
         return _done(journal, action, memo, now, "noop", {}, f"the stack file is at attempt {job.attempt} "
                      f"({job.state.value}) now: no move")
     assert action.zone is not None
-    moved = move_job(ref, action.job, action.zone, events=lambda: events, applier=applier, out=out, now=lambda: now)
+    moved = move_job(ref, action.job, action.zone, events=lambda: events, applier=applier, out=out, now=lambda: now,
+                     inventory=inventory)
     if not moved.steps:
         return Result(action, "noop", True, moved.waiting or action.reason)
     fields = dict(moved.steps[-1].fields)
     status = "moved" if moved.finished else "moving"
     what = ", ".join(c.reason.split(":")[0] for c in moved.steps)
-    return _done(journal, action, memo, now, status, fields, f"{action.reason} ({what})")
+    pruned = f"; {moved.snapshots}" if moved.snapshots else ""
+    return _done(journal, action, memo, now, status, fields, f"{action.reason} ({what}){pruned}")
 
 
 def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: str, fields: dict, reason: str = "") -> Result:

@@ -97,7 +97,7 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     for action in decisions.actions:
         events: list[Event] = [s.event for s in seen.events.get(action.job, [])]
         result = acting.act(ref, action, events, journal, applier=settings.applier, choose=choose, now=now, rng=rng,
-                            out=report.out)
+                            out=report.out, inventory=lambda c: cloud.inventory())
         report.results.append(result)
         ok = ok and result.ok
         record = {"job": action.job, "action": action.kind, "attempt": action.attempt, "reason": action.reason,
