@@ -56,6 +56,9 @@ class ScriptContext:
     autoscaling_url: str = ""  # AWS pools: the Auto Scaling Query API (tests: the emulator)
     event_prefix: str = ""
     poll_interval_s: int = 5
+    # At most one `checkpoint` event per this many seconds (the newest skipped one is recorded when
+    # the trainer exits, so a preemption's work lost stays exact; see templates/common/lib.sh.j2).
+    checkpoint_event_s: int = 60
     # Seconds the trainer gets after SIGTERM; None = the cloud's default (fits its notice).
     stop_budget_s: int | None = None
     systemd_dir: str = "/etc/systemd/system"
@@ -66,7 +69,7 @@ class ScriptContext:
         # Values rendered without the quote filter must be what they claim to be.
         if self.cloud not in ("gcp", "aws") or self.kind not in ("job", "pool"):
             raise ValueError(f"bad cloud/kind: {self.cloud!r}/{self.kind!r}")
-        for name in ("attempt", "node_rank", "world_size", "master_port", "poll_interval_s"):
+        for name in ("attempt", "node_rank", "world_size", "master_port", "poll_interval_s", "checkpoint_event_s"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cli.app import app
 from cli.cost import price_ratio, report
-from cli.cost.ledger import Price, cost_job, job_ledger, money
+from cli.cost.ledger import Price, cost_job, job_json, job_ledger, money
 from cli.cost.prices import shipped_table, table_price
 from cli.lifecycle.events import Event
 from infra.config import validate
@@ -143,6 +143,7 @@ def test_stack_total_and_the_shipped_table(team, runner):
     assert data["total"] == {
         "cost": 146.58, "on_demand_cost": 401.49, "savings": 254.91, "savings_pct": 63.5, "running_cost": 140.90,
         "spot_hours": 14.5, "on_demand_hours": 3.6, "changeover_hours": 1.0, "preemptions": 2, "unpriced_jobs": [],
+        "moves": 0, "move_changeover_hours": 0.0, "snapshot_storage_cost": 0.0,
     }
 
 
@@ -220,6 +221,39 @@ def test_work_lost_where_the_events_say():
     assert first.lost_hours == pytest.approx(0.8) and first.lost_steps == 75
     costed = cost_job(led, {"g5.2xlarge": Price(0.5, 1.25, "t")}.get)
     assert money(costed.lost_cost) == 0.40  # 0.8 VM-h lost at the spot price
+
+
+def test_work_lost_from_the_scripts_checkpoint_events():
+    """The shapes the scripts record: a rate-limited checkpoint recorded late carries ``at`` (when it
+    was written); ``preempted`` carries ``progress``; a checkpoint written on SIGTERM after the
+    ``preempted`` event (GCP's shutdown path records the preemption first) means nothing was lost."""
+    cfg = cfg_with(attempt=3, state="running", nodes=2)
+    at = (T0 + timedelta(hours=1.5)).isoformat().replace("+00:00", "Z")
+    events = [
+        # attempt 1: its trainer ignored SIGTERM; the newest checkpoint (step 150, written at 1.5 h) was
+        # held back by the rate limit and recorded at the stop, after the preemption at 2.0 h.
+        event(1, "started", 0), event(1, "checkpoint", 0.5, step=50), event(1, "preempted", 2.0, progress=200),
+        event(1, "checkpoint", 2.01, step=150, at=at),
+        # attempt 2: saved on SIGTERM (step 260) after the preempted event (progress 260): nothing lost.
+        event(2, "started", 2.5), event(2, "preempted", 3.0, progress=260), event(2, "checkpoint", 3.002, step=260),
+        event(3, "started", 3.5),
+    ]
+    led = job_ledger(cfg.jobs[0], events, T0 + timedelta(hours=4))
+    first, second, _ = led.attempts
+    assert first.lost_hours == pytest.approx(0.5) and first.lost_steps == 50  # 2.0 h - 1.5 h; 200 - 150
+    assert second.lost_hours == 0.0 and second.lost_steps == 0
+    costed = cost_job(led, {"g5.2xlarge": Price(0.5, 1.25, "t")}.get)
+    data = job_json(costed)
+    # 0.5 h x 2 nodes = 1.0 VM-h lost, at the spot price $0.5: $0.50
+    assert (data["work_lost_hours"], data["work_lost_steps"], data["work_lost_cost"]) == (1.0, 50, 0.50)
+
+
+def test_a_preemption_before_any_checkpoint_of_the_attempt_loses_since_what_it_resumed_from():
+    cfg = cfg_with(attempt=2, state="running")
+    events = [event(1, "started", 0), event(1, "checkpoint", 1.0, step=100), event(1, "completed", 1.0),
+              event(2, "started", 1.25), event(2, "preemption-notice", 1.75, progress=140), event(2, "preempted", 1.75)]
+    (_, second) = job_ledger(cfg.jobs[0], events, T0 + timedelta(hours=2)).attempts
+    assert second.lost_hours == pytest.approx(0.5) and second.lost_steps == 40  # since its start; 140 - 100
 
 
 def test_an_attempt_replaced_without_an_end_event_ends_where_the_next_began():
@@ -447,3 +481,88 @@ config:
     assert price["source"].startswith("GCP Cloud Billing Catalog")
     assert (bert["cost"], bert["on_demand_cost"], bert["savings"]) == (5.88, 14.69, 8.82)  # 2 h: 5.87726, 14.69354
     assert any("pageToken=p2" in p for p in gcp_endpoint)  # every page was read
+
+
+# ---- zone moves (spotctl move), GCP prices from the shipped table -----------------------------
+
+GCP_STACK = """\
+config:
+  spotctl:cloud: gcp
+  spotctl:project: proj-1
+  spotctl:region: us-central1
+  spotctl:zones: [us-central1-a, us-central1-b, us-central1-c]
+  spotctl:jobs:
+    - id: llm
+      machineType: a2-highgpu-1g
+      nodes: 2
+      diskGb: 500
+      zone: us-central1-b
+      attempt: 2
+      state: running
+      command: torchrun train.py
+      zoneHistory: [{zone: us-central1-a, lastAttempt: 1}]
+    - id: vit
+      machineType: a2-highgpu-1g
+      zone: us-central1-a
+      state: stopped
+      command: python finetune.py
+      move: {from: us-central1-a, to: us-central1-c, step: restore}
+"""
+GCP_EVENTS = [
+    # llm, 2 nodes: spot in zone a 10:00-12:00, preempted; moved to b; spot again from 12:30, running at 14:30.
+    started("llm", 1, 0, "10:00", "spot", "a2-highgpu-1g", 2), started("llm", 1, 1, "10:00", "spot", "a2-highgpu-1g", 2),
+    ev("llm", 1, 0, "preempted", "12:00"),
+    started("llm", 2, 0, "12:30", "spot", "a2-highgpu-1g", 2), started("llm", 2, 1, "12:30", "spot", "a2-highgpu-1g", 2),
+    # vit, 1 node: spot 11:00-13:00, preempted; its move to zone c is at step restore at 14:30.
+    started("vit", 1, 0, "11:00", "spot", "a2-highgpu-1g", 1), ev("vit", 1, 0, "preempted", "13:00"),
+]
+
+
+def test_zone_moves_and_gcp_prices_without_credentials(project, runner):
+    (project / "stacks" / "Pulumi.gteam.yaml").write_text(GCP_STACK)
+    (project / "ev.jsonl").write_text("\n".join(json.dumps(e) for e in GCP_EVENTS))
+    args = ["cost", "--stack", "gteam", "--events-dir", "ev.jsonl", "--as-of", "2026-11-21T14:30:00Z"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = no_nan(result.stdout)
+    llm, vit = data["jobs"]
+    # a2-highgpu-1g us-central1 from the shipped table: spot $1.92802, on-demand $3.673385.
+    # llm: 2 nodes x (2 h + 2 h) = 8 spot VM-h: 15.42416; all on-demand 29.38708; saved 13.96292 (47.5 %)
+    assert (llm["cost"], llm["on_demand_cost"], llm["savings"], llm["savings_pct"]) == (15.42, 29.39, 13.96, 47.5)
+    assert llm["prices"]["a2-highgpu-1g"]["source"].startswith("shipped table, 2026-07-30: Cyclenerd")
+    # The move a -> b: changeover 12:00 -> 12:30; snapshots of 2 x 500 GB kept 12:00 -> 14:30 (2.5 h)
+    # at $0.065/GB-month (730 h): 1000 x 0.065 x 2.5 / 730 = 0.2226027
+    (move,) = llm["moves"]
+    assert (move["from"], move["to"], move["after_attempt"], move["in_progress"]) == ("us-central1-a", "us-central1-b", 1, False)
+    assert (move["changeover_hours"], move["snapshot_gb"], move["snapshot_hours"], move["snapshot_storage_cost"]) == (0.5, 1000, 2.5, 0.22)
+    assert (llm["move_changeover_hours"], llm["snapshot_storage_cost"]) == (0.5, 0.22)
+    # vit's move is at step restore: its changeover runs until now (13:00 -> 14:30, 1.5 h);
+    # 200 GB kept 1.5 h: 200 x 0.065 x 1.5 / 730 = 0.0267123
+    (moving,) = vit["moves"]
+    assert (moving["to"], moving["in_progress"], moving["end"], moving["changeover_hours"]) == ("us-central1-c", True, None, 1.5)
+    assert moving["snapshot_storage_cost"] == 0.03
+    # total: 2 moves, 2.0 h of changeovers, 0.2226027 + 0.0267123 = 0.249315 -> $0.25 (not in cost)
+    t = data["total"]
+    assert (t["moves"], t["move_changeover_hours"], t["snapshot_storage_cost"]) == (2, 2.0, 0.25)
+    assert t["cost"] == 19.28  # 15.42416 + vit's 2 h x 1.92802 = 3.85604: the snapshots are not in cost
+    assert data["snapshot_price"]["per_gb_month"] == 0.065 and "us-multi" in data["snapshot_price"]["source"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert ("move llm: us-central1-a -> us-central1-b after attempt 1: changeover 0.50 h; snapshots <= 1000 GB, "
+            "kept 2.50 h: <= $0.22") in result.stdout
+    assert "move vit: us-central1-a -> us-central1-c after attempt 1 (in progress): changeover 1.50 h" in result.stdout
+    assert "moves: 2.00 h of changeovers; snapshot storage so far at most $0.25 (not in cost)" in result.stdout
+    assert "price snapshot storage: $0.0650/GB-month — shipped table, 2026-07-30" in result.stdout
+
+
+def test_a_move_without_a_snapshot_price_is_named_not_guessed():
+    cfg = validate({"cloud": "aws", "region": "us-west-2", "zones": ["us-west-2a", "us-west-2b"],
+                    "jobs": [{"id": "j", "instanceType": "g5.2xlarge", "zone": "us-west-2b", "attempt": 2, "state": "running",
+                              "command": "x", "zoneHistory": [{"zone": "us-west-2a", "lastAttempt": 1}]}]}, "f.yaml")
+    events = [event(1, "started", 0), event(1, "preempted", 1), event(2, "started", 1.25)]
+    data = report(cfg, "s", cfg.jobs, {"j": events}, T0 + timedelta(hours=2)).json()
+    (job,) = data["jobs"]
+    assert job["moves"][0]["changeover_hours"] == 0.25 and job["moves"][0]["snapshot_storage_cost"] is None
+    assert job["snapshot_storage_cost"] is None and data["snapshot_price"] is None
+    assert any(n.startswith("no snapshot storage price for aws us-west-2") for n in data["notes"])
+    json.dumps(data, allow_nan=False)

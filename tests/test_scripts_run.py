@@ -178,11 +178,78 @@ def test_first_progress_line_is_recorded_once(make_vm, emu, cloud):
     vm = make_vm(cloud, command=cmd)
     assert vm.boot().returncode == 0
     assert vm.wait_exit("run.pid", 20), vm.debug_log()
-    assert vm.wait_for(lambda: sorted(names(vm.events())) == ["completed", "progress", "started"], 10), names(vm.events())
-    started, progress, _ = sorted(vm.events(), key=lambda e: e["time"])
+    want = ["checkpoint", "completed", "progress", "started"]
+    assert vm.wait_for(lambda: sorted(names(vm.events())) == want, 10), names(vm.events())
+    started, progress = (next(e for e in vm.events() if e["event"] == name) for name in ("started", "progress"))
     assert progress["time"] >= started["time"] and progress["attempt"] == 1
     log = (vm.disk / ".spotctl" / "logs" / "attempt-1-node-0.log").read_text()
     assert log == "loading\nSPOTCTL_PROGRESS 1/3\nSPOTCTL_CHECKPOINT 1\nSPOTCTL_PROGRESS 2/3\n"
+
+
+def test_checkpoint_events_are_rate_limited_and_the_newest_is_kept(make_vm, emu, tmp_path):
+    """Five checkpoints within a second, at most one event a minute: the first, and the newest when the
+    trainer exits (with the time its line was seen), so the bucket is not flooded and nothing is missed."""
+    cmd = "for i in 1 2 3 4 5; do echo SPOTCTL_PROGRESS $i/5; echo SPOTCTL_CHECKPOINT $i; sleep 0.1; done; sleep 1"
+    vm = make_vm("gcp", command=cmd, checkpoint_event_s=60)
+    assert vm.boot().returncode == 0
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    assert vm.wait_for(lambda: names(vm.events()).count("checkpoint") == 2, 10), names(vm.events())
+    first, newest = (e for e in vm.events() if e["event"] == "checkpoint")
+    assert (first["details"], newest["details"]["step"]) == ({"step": "1"}, "5")
+    assert first["time"] <= newest["details"]["at"] <= newest["time"]
+    assert vm.wait_for(lambda: uploaded(emu).count("checkpoint") == 2, 10), uploaded(emu)
+    every = make_vm("aws", command=cmd, checkpoint_event_s=0, disk=tmp_path / "disk-2")  # no limit: every checkpoint
+    assert every.boot().returncode == 0
+    assert every.wait_exit("run.pid", 20), every.debug_log()
+    assert every.wait_for(lambda: [e["details"]["step"] for e in every.events() if e["event"] == "checkpoint"] == list("12345"), 10)
+
+
+# A trainer printing progress every 10 ms and checkpointing every 20 steps; on SIGTERM it either
+# saves (the step it reached) or just exits.
+LOOP = ('while [ $i -lt 100000 ]; do i=$((i+1)); echo "SPOTCTL_PROGRESS $i/100000"; '
+        '[ $((i % 20)) -ne 0 ] || echo "SPOTCTL_CHECKPOINT $i"; sleep 0.01; done')
+SAVES_ON_TERM = "i=0; trap 'echo \"SPOTCTL_CHECKPOINT $i\"; exit 143' TERM; " + LOOP
+EXITS_ON_TERM = "i=0; trap 'exit 143' TERM; " + LOOP
+
+
+@pytest.mark.parametrize("cloud,command", [("gcp", SAVES_ON_TERM), ("aws", EXITS_ON_TERM)])
+def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm, emu, cloud, command):
+    """What `spotctl cost` needs for the work lost: `preempted` carries the newest progress step and the
+    newest checkpoint is an event (the rate limit held it back, or the trainer wrote it on SIGTERM)."""
+    from cli.cost.ledger import job_ledger
+    from cli.lifecycle.events import Event
+    from infra.config import validate
+
+    vm = make_vm(cloud, command=command, poll_s=1, stop_budget_s=5)
+    boot_and_train(vm, min_steps=1.5)
+    if cloud == "gcp":
+        emu.preempt_gcp()
+        done, _ = vm.shutdown()  # the shutdown script: `preempted` first, then the trainer's checkpoint
+        assert done.returncode == 0, done.stderr
+    else:
+        emu.notice_aws()  # the watcher: notice, the trainer stops, then `preempted`
+        assert vm.wait_for(lambda: "preempted" in names(vm.events()), 15), vm.debug_log()
+    assert vm.wait_for(lambda: "preempted" in uploaded(emu), 10)
+    events = vm.events()
+    preempted = next(e for e in events if e["event"] == "preempted")
+    checkpoints = [e for e in events if e["event"] == "checkpoint"]
+    log = (vm.disk / ".spotctl" / "logs" / "attempt-1-node-0.log").read_text().splitlines()
+    last_ckpt = int([line for line in log if line.startswith("SPOTCTL_CHECKPOINT")][-1].split()[1])
+    assert checkpoints[0]["details"] == {"step": "20"}  # the first one, at once
+    assert int(checkpoints[-1]["details"]["step"]) == last_ckpt and len(checkpoints) == 2  # the rest held back
+    progress = int(preempted["details"]["progress"])
+    cfg = validate({"cloud": cloud, "project": "p", "region": "us-central1" if cloud == "gcp" else "us-east-1",
+                    "zones": ["us-central1-a" if cloud == "gcp" else "us-east-1a"],
+                    "jobs": [{"id": "train", "machineType" if cloud == "gcp" else "instanceType": "m",
+                              "zone": "us-central1-a" if cloud == "gcp" else "us-east-1a", "command": "x", "state": "running"}]}, "f")
+    parsed = [Event.parse(e) for e in events]
+    (attempt,) = job_ledger(cfg.jobs[0], parsed, max(e.time for e in parsed)).attempts
+    if command is SAVES_ON_TERM:
+        assert last_ckpt >= progress and checkpoints[-1]["time"] > preempted["time"]  # saved after the preemption
+        assert (attempt.lost_steps, attempt.lost_hours) == (0, 0.0)
+    else:
+        assert 0 <= progress - last_ckpt < 20 + 2  # at most a checkpoint interval (and a line in flight)
+        assert attempt.lost_steps == progress - last_ckpt and attempt.lost_hours > 0
 
 
 def test_failed_records_exit_code(make_vm, emu):

@@ -71,6 +71,15 @@ def _usd(x) -> str:
     return "-" if x is None else f"${x:,.2f}"
 
 
+def _move_line(job: str, m: dict) -> str:
+    """One zone move: when, its changeover, its snapshots' storage so far (at most: the disks' size)."""
+    hours = "?" if m["changeover_hours"] is None else f"{m['changeover_hours']:.2f} h"
+    state = " (in progress)" if m["in_progress"] else ""
+    kept = "" if m["snapshot_hours"] is None else f", kept {m['snapshot_hours']:.2f} h"
+    return (f"move {job}: {m['from']} -> {m['to']} after attempt {m['after_attempt']}{state}: changeover {hours}; "
+            f"snapshots <= {m['snapshot_gb']} GB{kept}: <= {_usd(m['snapshot_storage_cost'])}")
+
+
 def _print(data: dict, plot: Optional[Path]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -80,22 +89,32 @@ def _print(data: dict, plot: Optional[Path]) -> None:
         console = Console(width=150)  # piped or captured: do not squeeze the table into 80 columns
     table = Table(title=f"spotctl cost — stack {data['stack']}, as of {data['as_of'][:16].replace('T', ' ')} UTC")
     for name, justify in [("job", "left"), ("state", "left"), ("spot VM-h", "right"), ("on-dem VM-h", "right"),
-                          ("changeover h", "right"), ("preempt", "right"), ("lost h", "right"), ("cost", "right"),
-                          ("all on-demand", "right"), ("saved", "right")]:
+                          ("changeover h", "right"), ("preempt", "right"), ("lost h", "right"), ("moves", "right"),
+                          ("cost", "right"), ("all on-demand", "right"), ("saved", "right")]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for j in data["jobs"]:
         saved = "-" if j["savings"] is None else f"{_usd(j['savings'])}" + (f" ({j['savings_pct']:.1f} %)" if j["savings_pct"] is not None else "")
         lost = "-" if j["work_lost_hours"] is None else f"{j['work_lost_hours']:.2f}"
         table.add_row(j["id"], j["state"] + (" (so far)" if j["running"] else ""), f"{j['spot_hours']:.2f}",
                       f"{j['on_demand_hours']:.2f}", f"{j['changeover_hours']:.2f}", str(j["preemptions"]), lost,
-                      _usd(j["cost"]), _usd(j["on_demand_cost"]), saved)
+                      str(len(j["moves"])), _usd(j["cost"]), _usd(j["on_demand_cost"]), saved)
     t = data["total"]
     pct = f" ({t['savings_pct']:.1f} %)" if t["savings_pct"] is not None else ""
     table.add_row("total", "", f"{t['spot_hours']:.2f}", f"{t['on_demand_hours']:.2f}", f"{t['changeover_hours']:.2f}",
-                  str(t["preemptions"]), "", _usd(t["cost"]), _usd(t["on_demand_cost"]), f"{_usd(t['savings'])}{pct}", style="bold")
+                  str(t["preemptions"]), "", str(t["moves"]), _usd(t["cost"]), _usd(t["on_demand_cost"]),
+                  f"{_usd(t['savings'])}{pct}", style="bold")
     console.print(table)
     if t["running_cost"]:
         console.print(f"jobs still running have cost {_usd(t['running_cost'])} so far")
+    for j in data["jobs"]:
+        for m in j["moves"]:
+            console.print(_move_line(j["id"], m), highlight=False)
+    if t["moves"]:
+        console.print(f"moves: {t['move_changeover_hours']:.2f} h of changeovers; snapshot storage so far at most "
+                      f"{_usd(t['snapshot_storage_cost'])} (not in cost)", highlight=False)
+        snap = data["snapshot_price"]
+        if snap:
+            console.print(f"price snapshot storage: ${snap['per_gb_month']:.4f}/GB-month — {snap['source']}", highlight=False)
     sources = {(mt, p["source"]) for j in data["jobs"] for mt, p in j["prices"].items() if p}
     for mt, source in sorted(sources):
         price = next(j["prices"][mt] for j in data["jobs"] if j["prices"].get(mt))

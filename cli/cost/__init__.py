@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from cli.cost.ledger import Costed, cost_job, job_json, job_ledger, total_json
-from cli.cost.prices import Lookup, price_ratio, resolve
+from cli.cost.ledger import Costed, SnapshotPrice, cost_job, job_json, job_ledger, total_json
+from cli.cost.prices import Lookup, price_ratio, resolve, snapshot_price
 from infra.config import Job, StackConfig
 
 __all__ = ["report", "price_ratio", "Report"]
@@ -27,12 +27,13 @@ __all__ = ["report", "price_ratio", "Report"]
 class Report:
     """A stack's cost report: per-job ledgers at prices, their JSON and notes about prices."""
 
-    def __init__(self, stack: str, costed: list[Costed], notes: list[str], now: datetime):
-        self.stack, self.costed, self.notes, self.now = stack, costed, notes, now
+    def __init__(self, stack: str, costed: list[Costed], notes: list[str], now: datetime, snapshot: SnapshotPrice | None = None):
+        self.stack, self.costed, self.notes, self.now, self.snapshot = stack, costed, notes, now, snapshot
 
     def json(self) -> dict[str, Any]:
+        snap = {"per_gb_month": self.snapshot.per_gb_month, "source": self.snapshot.source} if self.snapshot else None
         return {"stack": self.stack, "as_of": self.now.isoformat(), "jobs": [job_json(c) for c in self.costed],
-                "total": total_json(self.costed), "notes": self.notes}
+                "total": total_json(self.costed), "snapshot_price": snap, "notes": self.notes}
 
 
 def report(cfg: StackConfig, stack: str, jobs: Iterable[Job], events: Mapping[str, Iterable[Any]], now: datetime,
@@ -42,4 +43,7 @@ def report(cfg: StackConfig, stack: str, jobs: Iterable[Job], events: Mapping[st
     ``lookup`` asks the cloud's price APIs for machine types the stack file and table lack."""
     ledgers = [job_ledger(job, [e for e in events.get(job.id, []) if e.time <= now], now) for job in jobs]
     prices, notes = resolve(cfg, [t for led in ledgers for t in led.machine_types], lookup)
-    return Report(stack, [cost_job(led, prices.get) for led in ledgers], notes, now)
+    snapshot = snapshot_price(cfg.cloud, cfg.region)
+    if snapshot is None and any(led.moves for led in ledgers):
+        notes.append(f"no snapshot storage price for {cfg.cloud} {cfg.region}: the moves' snapshot storage is not priced")
+    return Report(stack, [cost_job(led, prices.get, snapshot) for led in ledgers], notes, now, snapshot)

@@ -6,6 +6,18 @@ An attempt runs from its first ``started`` event to its first end event (``preem
 ``stopped``, ``failed``, ``completed``) of any node, as ``cli.lifecycle.events.Timeline`` has it;
 VM-hours are nodes x those wall hours. Time a VM spends booting before the script records
 ``started`` is not seen, so costs are a lower bound by that much per attempt.
+
+Work lost by a preemption: the progress since the last ``checkpoint`` event (the scripts record
+them from the trainer's ``SPOTCTL_CHECKPOINT N`` lines, rate-limited, and always the newest one when
+the trainer stops; a ``preempted`` or ``preemption-notice`` event carries ``progress``, the newest
+``SPOTCTL_PROGRESS`` step). A checkpoint the attempt wrote at or after its preemption (the trainer
+saving on SIGTERM) means nothing was lost.
+
+Zone moves (``spotctl move``): the stack file's ``zoneHistory`` says after which attempt the job left
+each zone; the move's changeover is the gap from that attempt's end to the first attempt in the new
+zone (or now, while it runs) — snapshot, restore and any wait before the move began. Its snapshots
+(one per node, at most the disk's size: clouds bill the data stored) are kept after the move, so
+their storage accrues from that attempt's end until now.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from infra.config import Capacity, Job
 
 END_EVENTS = ("preempted", "stopped", "failed", "completed")
 PROGRESS_KEYS = ("progress", "step")
+HOURS_PER_MONTH = 730  # 8,760 h / 12: how a per-GB-month storage price becomes an hourly one
 
 
 class EventLike(Protocol):
@@ -71,6 +84,41 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class SnapshotPrice:
+    """USD per GB-month of snapshot storage, and its source."""
+
+    per_gb_month: float
+    source: str
+
+
+@dataclass(frozen=True)
+class ZoneMove:
+    """A move of the job to another zone, as the stack file and the events tell it."""
+
+    from_zone: str
+    to_zone: str
+    after_attempt: int  # the last attempt in ``from_zone``
+    start: datetime | None  # that attempt's end (None: no events for it)
+    end: datetime | None  # the first attempt in ``to_zone`` started (None: not yet)
+    in_progress: bool  # the stack file's ``move`` record is still there
+    snapshot_gb: int  # nodes x disk size: the most the move's snapshots hold
+    now: datetime
+
+    @property
+    def changeover_hours(self) -> float | None:
+        return None if self.start is None else max(0.0, ((self.end or self.now) - self.start).total_seconds() / 3600)
+
+    @property
+    def snapshot_hours(self) -> float | None:
+        """How long the snapshots have been kept so far (spotctl never deletes them)."""
+        return None if self.start is None else max(0.0, (self.now - self.start).total_seconds() / 3600)
+
+    def storage_cost(self, price: SnapshotPrice | None) -> float | None:
+        h = self.snapshot_hours
+        return None if price is None or h is None else self.snapshot_gb * price.per_gb_month * h / HOURS_PER_MONTH
+
+
+@dataclass(frozen=True)
 class JobLedger:
     """A job's attempts and what happened between them."""
 
@@ -79,6 +127,7 @@ class JobLedger:
     attempts: list[Attempt]
     changeover_hours: float
     running: bool
+    moves: list[ZoneMove] = field(default_factory=list)
 
     def vm_hours(self, capacity: str) -> float:
         return sum(a.vm_hours for a in self.attempts if a.capacity == capacity)
@@ -97,7 +146,8 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
     by_attempt: dict[int, list[EventLike]] = {}
     for e in events:
         by_attempt.setdefault(e.attempt, []).append(e)
-    checkpoints = sorted(e.time for evs in by_attempt.values() for e in evs if e.event == "checkpoint")
+    checkpoints = sorted((Checkpoint(_checkpoint_time(e), _int(e.details.get("step")), e.attempt)
+                          for evs in by_attempt.values() for e in evs if e.event == "checkpoint"), key=lambda c: c.time)
     numbers = sorted(n for n, evs in by_attempt.items() if any(e.event == "started" for e in evs))
     attempts: list[Attempt] = []
     for i, number in enumerate(numbers):
@@ -115,7 +165,7 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
             end, outcome = min(e.time for e in later[0] if e.event == "started"), "replaced"
         else:
             end, outcome = evs[-1].time, "ended"
-        lost_h, lost_steps = _work_lost(evs, checkpoints, start, end) if outcome == "preempted" else (None, None)
+        lost_h, lost_steps = _work_lost(number, evs, checkpoints, start, end) if outcome == "preempted" else (None, None)
         attempts.append(Attempt(
             attempt=number,
             capacity=details.get("capacity") or job.capacity.value,
@@ -126,7 +176,25 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
         ))
     gaps = [(b.start - a.end).total_seconds() / 3600 for a, b in zip(attempts, attempts[1:], strict=False)]
     return JobLedger(job.id, job.state.value, attempts, sum(g for g in gaps if g > 0),
-                     running=bool(attempts) and attempts[-1].outcome == "running")
+                     running=bool(attempts) and attempts[-1].outcome == "running", moves=_moves(job, attempts, now))
+
+
+def _moves(job: Job, attempts: list[Attempt], now: datetime) -> list[ZoneMove]:
+    """The job's zone moves: one per ``zoneHistory`` entry, plus the move still at its snapshot or
+    restore step (the history gains its entry only at step start)."""
+    stays = [(z.zone, z.last_attempt) for z in job.zone_history]
+    destination = job.zone
+    if job.move is not None and job.move.step in ("snapshot", "restore"):
+        stays.append((job.move.from_, job.attempt))
+        destination = job.move.to
+    targets = [z for z, _ in stays[1:]] + [destination]
+    moves = []
+    for (zone, last), to in zip(stays, targets[:len(stays)], strict=True):
+        left = next((a.end for a in attempts if a.attempt == last), None)
+        arrived = next((a.start for a in attempts if a.attempt > last), None)
+        moving = job.move is not None and job.move.to == to and (zone, last) == stays[-1]
+        moves.append(ZoneMove(zone, to, last, left, arrived, moving, job.nodes * job.disk_gb, now))
+    return moves
 
 
 def _int(value: str | None) -> int | None:
@@ -136,18 +204,42 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _work_lost(evs: list[EventLike], checkpoints: list[datetime], start: datetime, end: datetime) -> tuple[float | None, int | None]:
-    """Work a preemption threw away, where the events say: the time since the last ``checkpoint``
-    event (or since the attempt started, if it never checkpointed) and, when the checkpoint and the
-    preemption carry a step, the steps. Jobs that record no checkpoint events: unknown (None)."""
+@dataclass(frozen=True)
+class Checkpoint:
+    time: datetime
+    step: int | None
+    attempt: int
+
+
+def _checkpoint_time(e: EventLike) -> datetime:
+    """When the checkpoint was written: ``at`` when the scripts recorded it later (the rate limit
+    held it back), else the event's time."""
+    try:
+        at = datetime.fromisoformat(e.details["at"].replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return e.time
+    at = at if at.tzinfo else at.replace(tzinfo=e.time.tzinfo)
+    return at if at <= e.time else e.time
+
+
+def _work_lost(number: int, evs: list[EventLike], checkpoints: list[Checkpoint], start: datetime,
+               end: datetime) -> tuple[float | None, int | None]:
+    """Work preemption ``end`` of attempt ``number`` threw away, where the events say: the time since
+    the last checkpoint (or since the attempt started, if it never checkpointed), none if the attempt
+    checkpointed at or after the preemption (on SIGTERM); and, when the checkpoint and the
+    preemption carry steps, the steps. A job that records no checkpoint events: unknown (None)."""
     if not checkpoints:
         return None, None
-    last = max([t for t in checkpoints if t <= end] or [start])
-    hours = (end - max(start, last)).total_seconds() / 3600
-    step = next((_int(e.details.get("step")) for e in reversed(evs) if e.event == "checkpoint" and e.time <= end), None)
+    own = [c for c in checkpoints if c.attempt == number]
+    saved_after = any(c.time >= end for c in own)
+    last = max([c.time for c in checkpoints if c.time <= end] or [start])
+    hours = 0.0 if saved_after else (end - max(start, last)).total_seconds() / 3600
+    # The step the next attempt resumes from: this attempt's newest checkpoint, else the one it started from.
+    resumed = [c for c in checkpoints if c.time <= start and c.attempt < number]
+    newest = own[-1] if own else (resumed[-1] if resumed else None)
     progress = next((p for e in reversed(evs) if e.event in ("preempted", "preemption-notice")
                      for p in [_int(next((e.details[k] for k in PROGRESS_KEYS if k in e.details), None))] if p is not None), None)
-    steps = progress - step if progress is not None and step is not None else None
+    steps = max(0, progress - newest.step) if progress is not None and newest is not None and newest.step is not None else None
     return hours, steps
 
 
@@ -178,17 +270,19 @@ class Costed:
     on_demand_cost: float | None = None
     lost_cost: float | None = None
     attempt_costs: list[tuple[float, float] | None] = field(default_factory=list)
+    snapshot_price: SnapshotPrice | None = None
 
     @property
     def unpriced(self) -> list[str]:
         return sorted(t for t, p in self.prices.items() if p is None)
 
 
-def cost_job(ledger: JobLedger, price_of: Callable[[str], Price | None]) -> Costed:
+def cost_job(ledger: JobLedger, price_of: Callable[[str], Price | None], snapshot: SnapshotPrice | None = None) -> Costed:
     """Dollars for each attempt (VM-hours x the attempt's capacity's price) and what the same
-    VM-hours would have cost on on-demand. A job with an unpriced machine type has no cost."""
+    VM-hours would have cost on on-demand. A job with an unpriced machine type has no cost.
+    ``snapshot`` prices the storage of its zone moves' snapshots (reported apart from ``cost``)."""
     prices = {t: price_of(t) for t in ledger.machine_types}
-    out = Costed(ledger, prices)
+    out = Costed(ledger, prices, snapshot_price=snapshot)
     for a in ledger.attempts:
         p = prices[a.machine_type]
         out.attempt_costs.append((a.vm_hours * p.rate(a.capacity), a.vm_hours * p.on_demand) if p else None)
@@ -204,6 +298,25 @@ def cost_job(ledger: JobLedger, price_of: Callable[[str], Price | None]) -> Cost
 
 def _opt(x: float | None, fn=money) -> float | None:
     return None if x is None else fn(x)
+
+
+def _sum_or_none(values: list[float | None]) -> float | None:
+    """The sum, or None when any part is unknown (0.0 for nothing)."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def moves_json(c: Costed) -> dict[str, Any]:
+    """A job's zone moves: each with its changeover and its snapshots' storage so far."""
+    moves = c.ledger.moves
+    return {
+        "moves": [{"from": m.from_zone, "to": m.to_zone, "after_attempt": m.after_attempt,
+                   "start": m.start.isoformat() if m.start else None, "end": m.end.isoformat() if m.end else None,
+                   "in_progress": m.in_progress, "changeover_hours": _opt(m.changeover_hours, hours),
+                   "snapshot_gb": m.snapshot_gb, "snapshot_hours": _opt(m.snapshot_hours, hours),
+                   "snapshot_storage_cost": _opt(m.storage_cost(c.snapshot_price))} for m in moves],
+        "move_changeover_hours": _opt(_sum_or_none([m.changeover_hours for m in moves]), hours),
+        "snapshot_storage_cost": _opt(_sum_or_none([m.storage_cost(c.snapshot_price) for m in moves])),
+    }
 
 
 def job_json(c: Costed) -> dict[str, Any]:
@@ -231,6 +344,7 @@ def job_json(c: Costed) -> dict[str, Any]:
         "prices": {t: ({"spot": p.spot, "on_demand": p.on_demand, "source": p.source} if p else None)
                    for t, p in c.prices.items()},
         "attempts": [_attempt_json(a, cost) for a, cost in zip(led.attempts, c.attempt_costs, strict=True)],
+        **moves_json(c),
     }
 
 
@@ -261,4 +375,9 @@ def total_json(costed: list[Costed]) -> dict[str, Any]:
         "changeover_hours": hours(sum(c.ledger.changeover_hours for c in costed)),
         "preemptions": sum(c.ledger.preemptions for c in costed),
         "unpriced_jobs": [c.ledger.job for c in costed if c not in priced],
+        # Zone moves: their changeovers, and their snapshots' storage so far where a price is known
+        # (apart from `cost`: an upper bound, the disks' full size).
+        "moves": sum(len(c.ledger.moves) for c in costed),
+        "move_changeover_hours": hours(sum(m.changeover_hours or 0.0 for c in costed for m in c.ledger.moves)),
+        "snapshot_storage_cost": money(sum(m.storage_cost(c.snapshot_price) or 0.0 for c in costed for m in c.ledger.moves)),
     }

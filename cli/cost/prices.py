@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 
-from cli.cost.ledger import Price
+from cli.cost.ledger import Price, SnapshotPrice
 from infra.config import StackConfig
 
 TABLE = Path(__file__).with_name("prices.json")
@@ -41,6 +41,15 @@ def table_price(cloud: str, region: str, machine_type: str) -> Price | None:
     if not entry:
         return None
     return Price(float(entry["spot"]), float(entry["onDemand"]), f"shipped table, {entry['date']}: {entry['source']}")
+
+
+def snapshot_price(cloud: str, region: str) -> SnapshotPrice | None:
+    """Snapshot storage per GB-month in ``region`` from the shipped table (``snapshotStorage``), or None."""
+    entry = shipped_table().get("snapshotStorage", {}).get(cloud, {}).get(region)
+    if not entry:
+        return None
+    return SnapshotPrice(float(entry["perGbMonth"]),
+                         f"shipped table, {entry['date']}: {entry['source']}; location {entry['location']}")
 
 
 def offline_price(cfg: StackConfig, machine_type: str, region: str | None = None) -> Price | None:

@@ -37,6 +37,8 @@ SPOTCTL_BUCKET=team-a-events-4d8689f7
 SPOTCTL_EVENT_PREFIX=team-a/
 SPOTCTL_REGION=us-central1
 SPOTCTL_POLL_S=5
+# At most one `checkpoint` event per this many seconds (a trainer may checkpoint every step).
+SPOTCTL_CHECKPOINT_EVENT_S=60
 # Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (30 s).
 SPOTCTL_STOP_BUDGET_S=20
 SPOTCTL_UNIT=spotctl-pool
@@ -179,7 +181,7 @@ spotctl_publish() {
 spotctl_upload_log() {
   local budget=${1:-5} log offset size chunk object deadline left
   deadline=$(($(date +%s) + budget))
-  log="$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log"
+  log=$(spotctl_trainer_log)
   [ -f "$log" ] || return 0
   offset=$(cat "$SPOTCTL_STATE_DIR/log-offset" 2>/dev/null) || offset=0
   size=$(stat -c %s "$log" 2>/dev/null) || return 0
@@ -250,29 +252,77 @@ spotctl_wait_trainer() {
 
 # Classify a stop, signal the trainer, give it its budget, record the outcome. $1: preempted|stopped.
 spotctl_stop() {
-  local event=$1
+  local event=$1 progress
   shift
   : >"$SPOTCTL_STATE_DIR/stopping"
   spotctl_signal_trainer TERM
-  SPOTCTL_RECORD_BUDGET_S=${SPOTCTL_RECORD_BUDGET_S:-8} SPOTCTL_RECORD_BG=1 spotctl_record "$event" "$@"
+  # How far training got (the newest SPOTCTL_PROGRESS step): cost's work lost is this minus the last checkpoint.
+  progress=$(spotctl_last_step PROGRESS "$(spotctl_trainer_log)") || progress=""
+  SPOTCTL_RECORD_BUDGET_S=${SPOTCTL_RECORD_BUDGET_S:-8} SPOTCTL_RECORD_BG=1 spotctl_record "$event" "$@" ${progress:+"progress=$progress"}
   if spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
     spotctl_log "trainer stopped"
   else
     spotctl_log "trainer still running after ${SPOTCTL_STOP_BUDGET_S}s"
     SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
   fi
+  spotctl_checkpoint_flush 2
   wait  # for the uploads: the VM may power off when this returns
 }
 
-# The attempt's first SPOTCTL_PROGRESS/SPOTCTL_CHECKPOINT line ends its changeover: one `progress` event
-# (spotctl measures the job's changeover from it). It watches the log, so the output path is untouched.
-spotctl_first_progress() {
-  local log=$1 pid=$2
-  until head -n 5000 "$log" 2>/dev/null | grep -qE '^SPOTCTL_(PROGRESS|CHECKPOINT)'; do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 1
-  done
-  spotctl_record progress
+spotctl_trainer_log() { printf '%s' "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log"; }
+
+# The step of the newest `SPOTCTL_$1 N` line in the log $2 (within its last MiB); fails if none.
+spotctl_last_step() {
+  local found
+  found=$(tail -c 1048576 "$2" 2>/dev/null | grep -aoE "^SPOTCTL_$1[[:space:]]+[0-9]+" | tail -n 1) || return 1
+  [ -n "$found" ] || return 1
+  printf '%s' "${found##*[[:space:]]}"
+}
+
+# A `checkpoint` event for step $1 (at=$2: when its line was seen, if that was earlier), unless
+# this attempt already recorded that step. Under a lock: the follower and a stop path both flush.
+spotctl_checkpoint_event() {
+  (
+    flock 8 || exit 0
+    [ "$(cat "$SPOTCTL_STATE_DIR/checkpoint-recorded" 2>/dev/null)" != "$SPOTCTL_ATTEMPT $1" ] || exit 0
+    printf '%s' "$SPOTCTL_ATTEMPT $1" >"$SPOTCTL_STATE_DIR/checkpoint-recorded"
+    spotctl_record checkpoint "step=$1" ${2:+"at=$2"}
+  ) 8>"$SPOTCTL_STATE_DIR/checkpoint.lock"
+}
+
+# The newest checkpoint in the trainer's log, recorded if the rate limit skipped it or the trainer
+# wrote it while stopping: the last checkpoint before a preemption is always an event (spotctl cost
+# takes the work lost from it). $1: seconds for the upload.
+spotctl_checkpoint_flush() {
+  local step seen at=""
+  step=$(spotctl_last_step CHECKPOINT "$(spotctl_trainer_log)") || return 0
+  seen=$(cat "$SPOTCTL_STATE_DIR/checkpoint-seen" 2>/dev/null) || seen=""
+  [ "${seen% *}" != "$SPOTCTL_ATTEMPT $step" ] || at=${seen##* }
+  SPOTCTL_RECORD_BUDGET_S=${1:-5} spotctl_checkpoint_event "$step" "$at"
+}
+
+# Follows the trainer's log (its output path is untouched) until the trainer ($2) exits. The first
+# SPOTCTL_PROGRESS/SPOTCTL_CHECKPOINT line ends the changeover: one `progress` event (spotctl measures
+# the changeover from it). Each `SPOTCTL_CHECKPOINT N` is a `checkpoint` event (step=N), at most one
+# per SPOTCTL_CHECKPOINT_EVENT_S seconds so the bucket is not flooded; the newest one skipped is
+# recorded when the trainer exits, with the time it was seen.
+spotctl_follow_progress() {
+  local log=$1 pid=$2 line first=1 last=0 now
+  while IFS= read -r line; do
+    if [ "$first" = 1 ]; then
+      first=0
+      SPOTCTL_RECORD_BG=1 spotctl_record progress
+    fi
+    [[ $line =~ ^SPOTCTL_CHECKPOINT[[:space:]]+([0-9]+)[[:space:]]*$ ]] || continue
+    printf -v now '%(%s)T' -1
+    if [ $((now - last)) -ge "$SPOTCTL_CHECKPOINT_EVENT_S" ]; then
+      last=$now
+      SPOTCTL_RECORD_BG=1 spotctl_checkpoint_event "${BASH_REMATCH[1]}"
+    else
+      printf '%s %s %s' "$SPOTCTL_ATTEMPT" "${BASH_REMATCH[1]}" "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" >"$SPOTCTL_STATE_DIR/checkpoint-seen"
+    fi
+  done < <(tail -n +1 -s 1 --pid="$pid" -F "$log" 2>/dev/null | grep --line-buffered -aE '^SPOTCTL_(PROGRESS|CHECKPOINT)')
+  spotctl_checkpoint_flush
 }
 
 # The trainer's process: the job's environment is read here, in the trainer's own shell, never
@@ -310,10 +360,10 @@ spotctl_run() {
   local rc=0 child
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
   spotctl_exec_trainer "$SPOTCTL_COMMAND" "$resume" \
-    > >(tee -a "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log") 2>&1 &
+    > >(tee -a "$(spotctl_trainer_log)") 2>&1 &
   child=$!
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
-  spotctl_first_progress "$SPOTCTL_MOUNT/.spotctl/logs/attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK.log" "$child" &
+  spotctl_follow_progress "$(spotctl_trainer_log)" "$child" </dev/null >/dev/null 2>&1 &
   # systemd stopping the unit is a stop, not a failure of the job.
   trap ': >"$SPOTCTL_STATE_DIR/stopping"; spotctl_signal_trainer TERM' TERM INT
   while :; do
@@ -514,11 +564,17 @@ spotctl_notice() {
   : >"$SPOTCTL_STATE_DIR/notice"
   : >"$SPOTCTL_STATE_DIR/stopping"
   spotctl_signal_trainer TERM
-  SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record preemption-notice "$@"
+  local log progress
+  log=$(spotctl_trainer_log)
+  progress=$(spotctl_last_step PROGRESS "$log") || progress=""
+  SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record preemption-notice "$@" ${progress:+"progress=$progress"}
   if ! spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
     SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
   fi
-  spotctl_record preempted "$@"
+  # The checkpoint the trainer wrote on SIGTERM, then how far it got: cost's work lost is the difference.
+  spotctl_checkpoint_flush 2
+  progress=$(spotctl_last_step PROGRESS "$log") || progress=""
+  spotctl_record preempted "$@" ${progress:+"progress=$progress"}
   wait
 }
 
