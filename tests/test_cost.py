@@ -553,6 +553,9 @@ def test_zone_moves_and_gcp_prices_without_credentials(project, runner):
     assert "move vit: us-central1-a -> us-central1-c after attempt 1 (in progress): changeover 1.50 h" in result.stdout
     assert "moves: 2.00 h of changeovers; snapshot storage so far at most $0.25 (not in cost)" in result.stdout
     assert "price snapshot storage: $0.0650/GB-month — shipped table, 2026-07-30" in result.stdout
+    result = runner.invoke(app, [*args, "--plot", "moves.png"])
+    assert result.exit_code == 0, result.output
+    assert (project / "moves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_move_without_a_snapshot_price_is_named_not_guessed():

@@ -1,6 +1,7 @@
 """``spotctl cost --plot``: one PNG with each job's timeline (a bar per attempt, coloured by
 capacity, a cross at each preemption, grey gaps for changeovers) above a bar chart of what each
-job cost against what all-on-demand would have cost. Labels sit on the bars, so no legend hunt ("$" is escaped: matplotlib reads "$...$" as maths)."""
+job cost against what all-on-demand would have cost; a zone move is named over its changeover.
+Labels sit on the bars, so no legend hunt ("$" is escaped: matplotlib reads "$...$" as maths)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,14 @@ def draw(costed: list[Costed], path: Path, now: datetime, title: str) -> Path:
             ax_t.text(left + width / 2, y, label, ha="center", va="center", fontsize=8, color="white", clip_on=True)
             if a.outcome == "preempted":
                 ax_t.plot(mdates.date2num(a.end), y, marker="X", markersize=11, color="#b00020", markeredgecolor="white")
+        for m in c.ledger.moves:  # a zone move: named over its changeover (drawn up to now while it runs)
+            if m.start is None:
+                continue
+            if m.end is None and m.in_progress and now > m.start:
+                ax_t.barh(y, mdates.date2num(now) - mdates.date2num(m.start), left=mdates.date2num(m.start),
+                          height=0.35, color=GAP, hatch="//", edgecolor="white")
+            ax_t.text(mdates.date2num(m.start), y - 0.19, f" move {m.from_zone.rsplit('-', 1)[-1]}→{m.to_zone.rsplit('-', 1)[-1]}",
+                      fontsize=7, color="#444444", va="bottom", ha="left")
     ax_t.set_yticks(range(len(jobs)), [c.ledger.job for c in jobs])
     ax_t.invert_yaxis()
     ax_t.xaxis_date()
