@@ -220,7 +220,8 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
     from cli.lifecycle.events import Event
     from infra.config import validate
 
-    vm = make_vm(cloud, command=command, poll_s=1, stop_budget_s=5)
+    # GCP: the shutdown script's path (a watcher polling every minute does not see the preemption first).
+    vm = make_vm(cloud, command=command, poll_s=60 if cloud == "gcp" else 1, stop_budget_s=5)
     boot_and_train(vm, min_steps=1.5)
     if cloud == "gcp":
         emu.preempt_gcp()
