@@ -280,18 +280,26 @@ spotctl_checkpoint_flush() {
   SPOTCTL_RECORD_BUDGET_S=${1:-5} spotctl_checkpoint_event "$step" "$at"
 }
 
-# Follows the trainer's log (its output path is untouched) until the trainer ($2) exits. The first
-# SPOTCTL_PROGRESS/SPOTCTL_CHECKPOINT line ends the changeover: one `progress` event (spotctl measures
-# the changeover from it). Each `SPOTCTL_CHECKPOINT N` is a `checkpoint` event (step=N), at most one
-# per SPOTCTL_CHECKPOINT_EVENT_S seconds so the bucket is not flooded; the newest one skipped is
-# recorded when the trainer exits, with the time it was seen.
+# The attempt's first SPOTCTL_PROGRESS/SPOTCTL_CHECKPOINT line ends its changeover: one `progress` event
+# (spotctl measures the job's changeover from it).
+spotctl_first_progress() {
+  local log=$1 pid=$2
+  until head -n 5000 "$log" 2>/dev/null | grep -qE '^SPOTCTL_(PROGRESS|CHECKPOINT)'; do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 1
+  done
+  spotctl_record progress
+}
+
+# Follows the trainer's log (its output path is untouched) until the trainer ($2) exits: the first
+# progress line (above), and each `SPOTCTL_CHECKPOINT N` as a `checkpoint` event (step=N), at most one
+# per SPOTCTL_CHECKPOINT_EVENT_S seconds so the bucket is not flooded; the newest one held back is
+# recorded when the trainer exits, with the time it was seen. Only checkpoint lines reach the shell
+# loop (grep drops the rest), so a trainer printing progress every step costs it nothing.
 spotctl_follow_progress() {
-  local log=$1 pid=$2 line first=1 last=0 now
+  local log=$1 pid=$2 line last=0 now
+  spotctl_first_progress "$log" "$pid" &
   while IFS= read -r line; do
-    if [ "$first" = 1 ]; then
-      first=0
-      SPOTCTL_RECORD_BG=1 spotctl_record progress
-    fi
     [[ $line =~ ^SPOTCTL_CHECKPOINT[[:space:]]+([0-9]+)[[:space:]]*$ ]] || continue
     printf -v now '%(%s)T' -1
     if [ $((now - last)) -ge "$SPOTCTL_CHECKPOINT_EVENT_S" ]; then
@@ -300,8 +308,9 @@ spotctl_follow_progress() {
     else
       printf '%s %s %s' "$SPOTCTL_ATTEMPT" "${BASH_REMATCH[1]}" "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" >"$SPOTCTL_STATE_DIR/checkpoint-seen"
     fi
-  done < <(tail -n +1 -s 1 --pid="$pid" -F "$log" 2>/dev/null | grep --line-buffered -aE '^SPOTCTL_(PROGRESS|CHECKPOINT)')
+  done < <(tail -n +1 -s 1 --pid="$pid" -F "$log" 2>/dev/null | grep --line-buffered -aE '^SPOTCTL_CHECKPOINT[[:space:]]')
   spotctl_checkpoint_flush
+  wait
 }
 
 # The trainer's process: the job's environment is read here, in the trainer's own shell, never
