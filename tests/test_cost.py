@@ -506,7 +506,7 @@ config:
       zone: us-central1-a
       state: stopped
       command: python finetune.py
-      move: {from: us-central1-a, to: us-central1-c, step: restore}
+      move: {from: us-central1-a, to: us-central1-c, step: restore, began: "2026-11-21T13:30:00Z"}
 """
 GCP_EVENTS = [
     # llm, 2 nodes: spot in zone a 10:00-12:00, preempted; moved to b; spot again from 12:30, running at 14:30.
@@ -536,26 +536,41 @@ def test_zone_moves_and_gcp_prices_without_credentials(project, runner):
     assert (move["from"], move["to"], move["after_attempt"], move["in_progress"]) == ("us-central1-a", "us-central1-b", 1, False)
     assert (move["changeover_hours"], move["snapshot_gb"], move["snapshot_hours"], move["snapshot_storage_cost"]) == (0.5, 1000, 2.5, 0.22)
     assert (llm["move_changeover_hours"], llm["snapshot_storage_cost"]) == (0.5, 0.22)
-    # vit's move is at step restore: its changeover runs until now (13:00 -> 14:30, 1.5 h);
-    # 200 GB kept 1.5 h: 200 x 0.065 x 1.5 / 730 = 0.0267123
+    # vit's move (began 13:30, recorded) is at step restore: its changeover runs until now (1.0 h);
+    # 200 GB kept 1.0 h: 200 x 0.065 x 1.0 / 730 = 0.0178082
     (moving,) = vit["moves"]
-    assert (moving["to"], moving["in_progress"], moving["end"], moving["changeover_hours"]) == ("us-central1-c", True, None, 1.5)
-    assert moving["snapshot_storage_cost"] == 0.03
-    # total: 2 moves, 2.0 h of changeovers, 0.2226027 + 0.0267123 = 0.249315 -> $0.25 (not in cost)
+    assert (moving["to"], moving["in_progress"], moving["end"], moving["changeover_hours"]) == ("us-central1-c", True, None, 1.0)
+    assert (moving["start"], moving["snapshot_storage_cost"]) == ("2026-11-21T13:30:00+00:00", 0.02)
+    # total: 2 moves, 1.5 h of changeovers, 0.2226027 + 0.0178082 = 0.2404109 -> $0.24 (not in cost)
     t = data["total"]
-    assert (t["moves"], t["move_changeover_hours"], t["snapshot_storage_cost"]) == (2, 2.0, 0.25)
+    assert (t["moves"], t["move_changeover_hours"], t["snapshot_storage_cost"]) == (2, 1.5, 0.24)
     assert t["cost"] == 19.28  # 15.42416 + vit's 2 h x 1.92802 = 3.85604: the snapshots are not in cost
     assert data["snapshot_price"]["per_gb_month"] == 0.065 and "us-multi" in data["snapshot_price"]["source"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert ("move llm: us-central1-a -> us-central1-b after attempt 1: changeover 0.50 h; snapshots <= 1000 GB, "
             "kept 2.50 h: <= $0.22") in result.stdout
-    assert "move vit: us-central1-a -> us-central1-c after attempt 1 (in progress): changeover 1.50 h" in result.stdout
-    assert "moves: 2.00 h of changeovers; snapshot storage so far at most $0.25 (not in cost)" in result.stdout
+    assert "move vit: us-central1-a -> us-central1-c after attempt 1 (in progress): changeover 1.00 h" in result.stdout
+    assert "moves: 1.50 h of changeovers; snapshot storage so far at most $0.24 (not in cost)" in result.stdout
     assert "price snapshot storage: $0.0650/GB-month — shipped table, 2026-07-30" in result.stdout
     result = runner.invoke(app, [*args, "--plot", "moves.png"])
     assert result.exit_code == 0, result.output
     assert (project / "moves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_finished_move_measured_from_its_recorded_start():
+    cfg = validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a", "us-east-1b"],
+                    "jobs": [{"id": "j", "instanceType": "g5.2xlarge", "zone": "us-east-1b", "attempt": 2, "state": "running",
+                              "nodes": 2, "diskGb": 300, "command": "x",
+                              "zoneHistory": [{"zone": "us-east-1a", "lastAttempt": 1, "moveBegan": "2026-11-21T09:30:00Z"}]}]}, "f.yaml")
+    events = [event(1, "started", 0), event(1, "preempted", 1), event(2, "started", 2.25)]
+    data = report(cfg, "s", cfg.jobs, {"j": events}, T0 + timedelta(hours=4.5)).json()
+    (move,) = data["jobs"][0]["moves"]
+    # began 09:30 (1.5 h after T0), the new attempt started 10:15: 0.75 h; snapshots 2 x 300 GB kept
+    # 09:30 -> 12:30 (3 h) at EBS's $0.05/GB-month: 600 x 0.05 x 3 / 730 = 0.1232877
+    assert (move["changeover_hours"], move["snapshot_hours"], move["snapshot_storage_cost"]) == (0.75, 3.0, 0.12)
+    assert data["jobs"][0]["changeover_hours"] == 1.25  # the whole gap between the attempts, as before
+    assert "docs.aws.amazon.com/ebs" in data["snapshot_price"]["source"]
 
 
 def test_a_move_without_a_snapshot_price_is_named_not_guessed():

@@ -13,11 +13,13 @@ the trainer stops; a ``preempted`` or ``preemption-notice`` event carries ``prog
 ``SPOTCTL_PROGRESS`` step). A checkpoint the attempt wrote at or after its preemption (the trainer
 saving on SIGTERM) means nothing was lost.
 
-Zone moves (``spotctl move``): the stack file's ``zoneHistory`` says after which attempt the job left
-each zone; the move's changeover is the gap from that attempt's end to the first attempt in the new
-zone (or now, while it runs) — snapshot, restore and any wait before the move began. Its snapshots
-(one per node, at most the disk's size: clouds bill the data stored) are kept after the move, so
-their storage accrues from that attempt's end until now.
+Zone moves (``spotctl move``, or ``watch``'s failover): the stack file's ``zoneHistory`` says after
+which attempt the job left each zone and when the move began (``moveBegan``; ``move.began`` while it
+runs). The move's changeover runs from then to the first attempt in the new zone (or now, while it
+runs): snapshot, restore and boot. A move recorded without its start is taken to begin when that
+attempt ended (then any wait before the move counts too). Its snapshots (one per node, at most the
+disk's size: clouds bill the data stored) are kept after the move, so their storage accrues from the
+move's start until now.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class ZoneMove:
     from_zone: str
     to_zone: str
     after_attempt: int  # the last attempt in ``from_zone``
-    start: datetime | None  # that attempt's end (None: no events for it)
+    start: datetime | None  # when the move began (recorded, else that attempt's end; None: unknown)
     end: datetime | None  # the first attempt in ``to_zone`` started (None: not yet)
     in_progress: bool  # the stack file's ``move`` record is still there
     snapshot_gb: int  # nodes x disk size: the most the move's snapshots hold
@@ -181,18 +183,19 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
 
 def _moves(job: Job, attempts: list[Attempt], now: datetime) -> list[ZoneMove]:
     """The job's zone moves: one per ``zoneHistory`` entry, plus the move still at its snapshot or
-    restore step (the history gains its entry only at step start)."""
-    stays = [(z.zone, z.last_attempt) for z in job.zone_history]
+    restore step (the history gains its entry only at step start). A move starts when it was
+    recorded to begin (``move.began`` / ``moveBegan``), else when the last attempt in the old zone ended."""
+    stays = [(z.zone, z.last_attempt, z.move_began) for z in job.zone_history]
     destination = job.zone
     if job.move is not None and job.move.step in ("snapshot", "restore"):
-        stays.append((job.move.from_, job.attempt))
+        stays.append((job.move.from_, job.attempt, job.move.began))
         destination = job.move.to
-    targets = [z for z, _ in stays[1:]] + [destination]
+    targets = [z for z, _, _ in stays[1:]] + [destination]
     moves = []
-    for (zone, last), to in zip(stays, targets[:len(stays)], strict=True):
-        left = next((a.end for a in attempts if a.attempt == last), None)
+    for (zone, last, began), to in zip(stays, targets[:len(stays)], strict=True):
+        left = began or next((a.end for a in attempts if a.attempt == last), None)
         arrived = next((a.start for a in attempts if a.attempt > last), None)
-        moving = job.move is not None and job.move.to == to and (zone, last) == stays[-1]
+        moving = job.move is not None and job.move.to == to and (zone, last, began) == stays[-1]
         moves.append(ZoneMove(zone, to, last, left, arrived, moving, job.nodes * job.disk_gb, now))
     return moves
 
