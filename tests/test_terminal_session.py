@@ -24,7 +24,9 @@ def updates(log: Path) -> list[str]:
     return [v for v in verbs if v in ("preview", "up")]
 
 
-def test_readme_flow_in_a_terminal(tmp_path):
+def session(tmp_path: Path, **env_over: str):
+    """The README's project (a copy of stacks/, team-a selected, vit-finetune preempted in events/)
+    and a ``spotctl(*args)`` that starts it in a pty; returns (project, spotctl, pulumi log, transcript)."""
     project = tmp_path / "infra-team"
     shutil.copytree(ROOT / "stacks", project / "stacks")
     shutil.copy(ROOT / "Pulumi.yaml", project / "Pulumi.yaml")
@@ -44,7 +46,7 @@ def test_readme_flow_in_a_terminal(tmp_path):
     (events / "vit.jsonl").write_text("".join(json.dumps({"job": "vit-finetune", "attempt": 3, "node": 0, "event": e, "time": t}) + "\n"
                                               for e, t in [("started", "2026-11-21T10:00:00Z"), ("preempted", "2026-11-21T13:00:00Z")]))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PULUMI_HOME": str(home), "SPOTCTL_PULUMI_ROOT": str(install.parent),
-           "FAKE_PULUMI_LOG": str(log), "COLUMNS": "100", "LINES": "40", "PYTHONPATH": str(ROOT), "TERM": "dumb"}
+           "FAKE_PULUMI_LOG": str(log), "COLUMNS": "100", "LINES": "40", "PYTHONPATH": str(ROOT), "TERM": "dumb", **env_over}
     transcript = io.StringIO()
 
     def spotctl(*args: str) -> pexpect.spawn:
@@ -53,6 +55,11 @@ def test_readme_flow_in_a_terminal(tmp_path):
         child.logfile_read = transcript
         return child
 
+    return project, spotctl, log, transcript
+
+
+def test_readme_flow_in_a_terminal(tmp_path):
+    project, spotctl, log, transcript = session(tmp_path)
     status = spotctl("status", "--events-dir", "events")
     status.expect(r"vit-finetune +needs-resume")
     status.expect(r"vit-finetune: attempt 3 was preempted \(its events\); run `spotctl resume vit-finetune`")
@@ -79,3 +86,23 @@ def test_readme_flow_in_a_terminal(tmp_path):
     assert updates(log) == ["preview", "up", "preview"]
     assert "state: running" in (project / "stacks" / "Pulumi.team-a.yaml").read_text().split("vit-finetune")[1][:400]
     (tmp_path / "session.txt").write_text(transcript.getvalue())  # the recorded session, for a person to read
+
+
+def test_applies_show_their_step_on_a_terminal_and_json_stays_clean(tmp_path):
+    """A spinner names the step under way (here Pulumi's update, made slow) on a real terminal;
+    the same command with --json prints only its JSON, even on a terminal."""
+    project, spotctl, log, transcript = session(tmp_path, TERM="xterm-256color", FAKE_PULUMI_UP_SLEEP="3")
+    resume = spotctl("resume", "vit-finetune", "--events-dir", "events", "--yes")
+    resume.expect(r"pulumi up: refreshing and updating \d+ resources of stack team-a")
+    resume.expect(r"job vit-finetune: attempt=4, state=running .*— applied")
+    resume.expect(pexpect.EOF)
+    resume.close()
+    assert resume.exitstatus == 0, transcript.getvalue()
+
+    as_json = spotctl("failover", "vit-finetune", "--to", "spot", "--yes", "--json")
+    as_json.expect(pexpect.EOF)
+    as_json.close()
+    assert as_json.exitstatus == 0, as_json.before
+    printed = as_json.before.replace("\r\n", "\n")
+    assert "\x1b" not in printed and "pulumi up:" not in printed  # no spinner, no cursor control
+    assert json.loads(printed.strip().splitlines()[-1])["applied"] is True

@@ -125,7 +125,9 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def applier_for(ref, no_apply: bool):
+def applier_for(ref, no_apply: bool, step=None):
+    """The stack's Applier (None with --no-apply); ``step`` hears each pulumi step it starts (a spinner's)."""
+    import dataclasses
     import os
 
     from cli.lifecycle.apply import Applier
@@ -134,7 +136,8 @@ def applier_for(ref, no_apply: bool):
     if no_apply:
         return None
     root = os.environ.get("SPOTCTL_PULUMI_ROOT")  # a pulumi install outside PATH (dir with bin/pulumi)
-    return Applier(project_root(ref.path.parent), ref.pulumi_name, Path(root) if root else None)
+    applier = Applier(project_root(ref.path.parent), ref.pulumi_name, Path(root) if root else None)
+    return applier if step is None else dataclasses.replace(applier, step=step)
 
 
 def interactive() -> bool:
@@ -171,8 +174,9 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
     confirm = confirmer(yes, preview_only, no_apply)
     try:
         ref = stackfile.resolve(stack, stack_file)
-        outcome = operations.change_job(ref, job_id, decide, applier=applier_for(ref, no_apply),
-                                        out=lambda line: typer.echo(line.rstrip("\n"), err=True), confirm=confirm)
+        with progress(f"job {job_id}: deciding under the lock of {ref.path.name}", enabled=not json_out) as spinner:
+            outcome = operations.change_job(ref, job_id, decide, applier=applier_for(ref, no_apply, spinner.step), out=spinner.echo,
+                                            confirm=spinner.paused(confirm) if confirm else None)
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
     change = outcome.change
@@ -187,14 +191,67 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
 
 
 
-def progress(step: str):
-    """A spinner with the current step on stderr while a slow call runs (only on a terminal, so
-    output captured by scripts and tests stays plain)."""
-    import contextlib
-    import sys
+class Spinner:
+    """A spinner on stderr naming the current step while slow work runs. Only when stderr is a
+    terminal and never with --json (``enabled`` False): output read by scripts, tests and pipes
+    stays plain. Lines printed with ``echo`` go above it; ``ask`` stops it for a question."""
 
-    if not sys.stderr.isatty():
-        return contextlib.nullcontext()
-    from rich.console import Console
+    def __init__(self, step: str, enabled: bool = True):
+        import sys
 
-    return Console(stderr=True).status(step)
+        self.base, self.status, self.console = step, None, None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+
+            self.console = Console(stderr=True)
+            self.status = self.console.status(self._text(step))
+
+    @staticmethod
+    def _text(text: str):
+        from rich.text import Text  # plain text: pulumi's lines hold [brackets], never markup
+
+        return Text(text, no_wrap=True, overflow="ellipsis")
+
+    def __enter__(self) -> Spinner:
+        if self.status is not None:
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+    def step(self, text: str) -> None:
+        """The step now under way (shown next to the spinner)."""
+        self.base = text
+        if self.status is not None:
+            self.status.update(self._text(text))
+
+    def echo(self, line: str) -> None:
+        """Print one line of a tool's output on stderr (above the spinner; it also shows as the step's detail)."""
+        line = line.rstrip("\n")
+        if self.console is None or self.status is None:
+            typer.echo(line, err=True)
+            return
+        self.console.out(line, highlight=False)
+        if line.strip():
+            self.status.update(self._text(f"{self.base}: {line.strip()}"))
+
+    def paused(self, ask):
+        """``ask`` (a question on the terminal) with the spinner stopped while it waits for the answer."""
+        def run(question: str) -> bool:
+            if self.status is not None:
+                self.status.stop()
+            try:
+                return ask(question)
+            finally:
+                if self.status is not None:
+                    self.status.start()
+
+        return run
+
+
+def progress(step: str, enabled: bool = True) -> Spinner:
+    """``with progress("step"):`` a spinner with the current step on stderr while a slow call runs
+    (only on a terminal, and not when ``enabled`` is False: --json)."""
+    return Spinner(step, enabled)

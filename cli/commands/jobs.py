@@ -136,7 +136,7 @@ def status(
 
     ref, cfg, selected = stack_jobs(stack, stack_file, job)
     cloud = cloud_for(cfg, ref) if observe else None
-    with progress(f"reading the events{' and asking the cloud' if observe else ''}"):
+    with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
         rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket),
                            guard(lambda j=j: cloud.vms(j.id)) if cloud else None) for j in selected]
     from cli.watch.journal import watcher_view
@@ -292,8 +292,8 @@ def cleanup(
             elif deletable:
                 typer.echo(_declined("nothing deleted", preview_only))
             return
-        applier = applier_for(ref, no_apply)
-        result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier)
+        with progress(f"job {job}: planning what its cleanup deletes"):
+            result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
         if ask is not None:
             typer.echo(f"job {job}: a targeted update would delete {len(result.disks)} disks (protection lifted first) "
                        f"and {len(result.urns) - len(result.disks)} other resources, and drop the job from {ref.path}:")
@@ -302,8 +302,9 @@ def cleanup(
             if not ask(f"Delete job {job}'s disks and resources?"):
                 typer.echo(_declined("nothing changed", preview_only))
                 return
-        result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier, inventory=inventory,
-                                      out=lambda line: typer.echo(line.rstrip("\n"), err=True))
+        with progress(f"job {job}: deleting its disks and resources") as spinner:
+            result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier_for(ref, no_apply, spinner.step),
+                                          inventory=inventory, out=spinner.echo)
     except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
         raise fail(str(exc)) from None
     if no_apply:

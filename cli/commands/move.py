@@ -19,6 +19,7 @@ from cli.commands import (
     cloud_for,
     confirmer,
     fail,
+    progress,
     recorded_events,
 )
 from infra.config import ConfigError
@@ -55,12 +56,14 @@ def move(
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
-        result = move_job(
-            ref, job, to_zone,
-            events=lambda: recorded_events(ref, cfg, job, events_dir, events_bucket),
-            applier=applier_for(ref, no_apply), out=lambda line: typer.echo(line.rstrip("\n"), err=True), confirm=confirm,
-            inventory=lambda c: cloud_for(c, ref).inventory(),
-        )
+        with progress(f"job {job}: moving to {to_zone}", enabled=not json_out) as spinner:
+            result = move_job(
+                ref, job, to_zone,
+                events=lambda: recorded_events(ref, cfg, job, events_dir, events_bucket),
+                applier=applier_for(ref, no_apply, spinner.step), out=spinner.echo,
+                confirm=spinner.paused(confirm) if confirm else None,
+                inventory=lambda c: cloud_for(c, ref).inventory(),
+            )
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
     if json_out:

@@ -62,7 +62,7 @@ def simulate(
                        '({"metadata": {"gap_seconds": N}, "data": [0/1, ...]}) or a probe CSV (index,timestamp,fail)') from None
     job = sim.Job(job_hours, deadline_hours, changeover_hours, price_ratio or sim.PAPER_PRICE_RATIO)
     try:
-        with progress(f"simulating {len(names)} policies on {len(traces)} traces x {starts} starts"):
+        with progress(f"simulating {len(names)} policies on {len(traces)} traces x {starts} starts", enabled=not json_out):
             rows = sim.evaluate(traces, names, job, starts, seed)
     except ValueError as exc:
         raise fail(str(exc)) from None

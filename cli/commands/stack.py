@@ -43,7 +43,7 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
-        with progress(f"evaluating the Pulumi program for stack {ref.name} under mocks"):
+        with progress(f"evaluating the Pulumi program for stack {ref.name} under mocks", enabled=not json_out):
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
         raise fail(str(exc)) from None

@@ -57,6 +57,10 @@ def disk_urns(plan: Plan, job_id: str) -> list[str]:
     return [u for u in job_urns(plan, job_id) if u.endswith("-disk") or u.endswith("-volume")]
 
 
+def _unheard(step: str) -> None:
+    """No one listens to the steps (no terminal, --json, the watcher)."""
+
+
 @dataclass
 class Applier:
     """Targeted updates of one stack through the Automation API."""
@@ -65,6 +69,7 @@ class Applier:
     stack: str
     pulumi_root: Path | None = None  # a dir with bin/pulumi; None = `pulumi` on PATH
     wait_s: float = APPLY_WAIT_S
+    step: Callable[[str], None] = _unheard  # told each slow step as it starts (a terminal's spinner)
 
     def _binary(self) -> str | None:
         if self.pulumi_root is not None:
@@ -85,7 +90,11 @@ class Applier:
 
         lock = FileLock(str(lock_path(stack_file).with_suffix(".apply.lock")), timeout=self.wait_s)
         try:
-            lock.acquire()
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                self.step(f"waiting up to {self.wait_s:.0f} s for another spotctl's update of stack {self.stack}")
+                lock.acquire()
         except Timeout:
             raise ApplyError(f"cannot apply: stack {self.stack} is being updated by another spotctl for more than {self.wait_s:.0f} s") from None
         try:
@@ -99,6 +108,7 @@ class Applier:
         root = self._binary()
         if root is None:
             self.preflight()
+        self.step(f"pulumi stack select {self.stack}")
         cmd = auto.PulumiCommand(root=str(self.pulumi_root) if self.pulumi_root else None)
         opts = auto.LocalWorkspaceOptions(work_dir=str(self.work_dir), pulumi_command=cmd)
         try:
@@ -117,6 +127,7 @@ class Applier:
         if not targets:
             raise ApplyError("nothing to apply: no resources to target")
         stack = self._stack()
+        self.step(f"pulumi up: refreshing and updating {len(targets)} resources of stack {self.stack}")
         try:
             stack.up(target=targets, refresh=True, on_output=on_output, color="never")
         except auto.errors.ConcurrentUpdateError:
@@ -129,6 +140,7 @@ class Applier:
         from pulumi import automation as auto
 
         stack = self._stack()
+        self.step(f"pulumi stack output: stack {self.stack}")
         try:
             return {k: v.value for k, v in stack.outputs().items()}
         except (auto.errors.CommandError, ValueError) as exc:
@@ -142,6 +154,7 @@ class Applier:
         if not targets:
             raise ApplyError("nothing to preview: no resources to target")
         stack = self._stack()
+        self.step(f"pulumi preview: refreshing and previewing {len(targets)} resources of stack {self.stack}")
         # --refresh: preview against what the cloud has now, as the update will (see ``up``).
         args = ["preview", "--refresh", "--stack", self.stack, "--non-interactive", "--color", "never"]
         for urn in targets:
@@ -160,6 +173,7 @@ class Applier:
 
         stack = self._stack()
         for urn in urns:
+            self.step(f"pulumi state unprotect {urn.rsplit('::', 1)[-1]}")
             try:
                 stack.workspace.pulumi_command.run(
                     ["state", "unprotect", urn, "--stack", self.stack, "--yes", "--non-interactive"],
@@ -175,6 +189,7 @@ class Applier:
         from pulumi import automation as auto
 
         stack = self._stack()
+        self.step(f"pulumi stack export: the state of stack {self.stack}")
         try:
             result = stack.workspace.pulumi_command.run(["stack", "export", "--stack", self.stack], str(self.work_dir), {})
             return held_in(json.loads(result.stdout))

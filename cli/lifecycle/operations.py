@@ -70,6 +70,7 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             return Outcome(change, new_cfg, applied=False)
 
         old_job = old_cfg.job(job_id)
+        applier.step(f"job {job_id}: planning its resources under mocks (the URNs to target)")
         targets = job_targets(new_cfg, ref.name, job_id)
         if release is not None:
             try:
