@@ -35,7 +35,13 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    prequentially (each tick predicted before it is learned from), so when the zone fits none of the
    shipped regimes the learned one takes the posterior; the stack's history (``spotctl policy fit``)
    adds a learned regime and is the online one's prior.
-6. Without a deadline (``deadline_h`` = inf) there is nothing to plan against: it compares the cost
+6. When the zone fits none of the regimes, it does not trust a plan: each fixed regime's
+   log-likelihood of the observed ticks is compared with what that regime would score if it were
+   the truth (``planning.FitCheck``, a calibrated z-test). Once every regime's z is below
+   ``-FIT_Z`` (after ``FIT_MIN_FLIPS`` run ends), it acts as Uniform Progress — with hysteresis
+   for loose deadlines (C/R < 0.7), without for tight ones: the better variant on the development
+   traces in every setting of bench/policy.py — and ``reason`` says so. Every decision leaves its reason in ``Default.reason``.
+7. Without a deadline (``deadline_h`` = inf) there is nothing to plan against: it compares the cost
    per hour of progress of spot (hours billed over hours of progress per launch, from the windows
    seen: each launch pays the changeover again) with on-demand's, and leaves on-demand only after a
    quiet spell of spot (``QUIET_H``), so a zone of short windows cannot make it loop.
@@ -62,6 +68,7 @@ from cli.policy.planning import (
     MAX_STATES,
     OD_M,
     SPOT_M,
+    FitCheck,
     OnlineRegime,
     Regime,
     Units,
@@ -76,6 +83,10 @@ Decision = Literal["spot", "on-demand", "idle"]
 SPOT: Decision = "spot"
 ON_DEMAND: Decision = "on-demand"
 IDLE: Decision = "idle"
+
+FIT_Z = 3.0  # a regime fits unless its goodness-of-fit z is below -FIT_Z (planning.FitCheck)
+FALLBACK_HYSTERESIS_BELOW = 0.7  # fallback UP with hysteresis for jobs with C/R below this, else without
+FIT_MIN_FLIPS = 3  # run ends seen before a misfit can be declared: one surprise is not a zone
 
 
 @dataclass(frozen=True)
@@ -234,15 +245,20 @@ class Default(Policy):
 
     def __init__(self, regimes: Sequence[Regime] | None = None, temperature: float = 1.0, learned: Regime | None = None,
                  windows: Sequence[float] = (), censored: Sequence[float] = (), online: bool = True,
-                 max_plans: int = 3, one_layer: bool = False, budget: int = MAX_STATES):
+                 max_plans: int = 3, one_layer: bool = False, budget: int = MAX_STATES,
+                 fit_z: float | None = FIT_Z, fallback_hysteresis: bool | None = None, online_prior_h: float = 1.0):
         fixed = tuple(regimes) if regimes is not None else shipped_regimes()
         if not fixed:
             raise ValueError("default policy: no availability regimes")
         self.prior = learned or mixed(fixed, [1.0] * len(fixed), "pooled")
         self.regimes = fixed + ((learned,) if learned is not None else ())
-        self.online = OnlineRegime(self.prior) if online else None
+        self.online = OnlineRegime(self.prior, prior_h=online_prior_h) if online else None
         self.temperature, self.max_plans, self.one_layer, self.budget = temperature, max_plans, one_layer, budget
-        self.loglik = np.zeros(len(self.regimes) + (self.online is not None))
+        self.fit = FitCheck(len(self.regimes) + (self.online is not None))
+        self.fit_z, self.fallback_hysteresis = fit_z, fallback_hysteresis
+        self.fallback: UniformProgress | None = None
+        self.reason = ""
+        self.fallback_ticks = 0
         self.previous: bool | None = None
         self.age_ticks = 0
         self.windows = list(windows)
@@ -255,19 +271,21 @@ class Default(Policy):
         else:
             bucket = bucket_of(self.age_ticks * tick_h)
             flipped = available != self.previous
-            for j, regime in enumerate(self.regimes):
-                p = regime.flip_prob(self.previous, bucket, tick_h)
-                self.loglik[j] += math.log(p if flipped else 1 - p)
+            probs = [regime.flip_prob(self.previous, bucket, tick_h) for regime in self.regimes]
             if self.online is not None:  # scored before it learns from this tick: prequential
-                p = self.online.prob(self.previous, bucket, tick_h)
-                self.loglik[-1] += math.log(p if flipped else 1 - p)
+                probs.append(self.online.prob(self.previous, bucket, tick_h))
                 self.online.update(self.previous, bucket, flipped, tick_h)
+            self.fit.add(np.array(probs), flipped)
             if flipped and self.previous:
                 self.windows.append(self.age_ticks * tick_h)
             self.age_ticks = 1 if flipped else self.age_ticks + 1
         self.previous = available
 
     _observe = observe
+
+    @property
+    def loglik(self) -> np.ndarray:
+        return self.fit.loglik
 
     def posterior(self) -> np.ndarray:
         w = np.exp((self.loglik - self.loglik.max()) * self.temperature)
@@ -282,14 +300,27 @@ class Default(Policy):
         if not math.isfinite(obs.deadline_h):
             return self._open_ended(obs, tick_h)
         if must_go_on_demand(obs):
+            self.reason = "safety net: finishing on on-demand needs all the slack left"
             return ON_DEMAND
+        if self.fallback is None and self.fit_z is not None:
+            hysteresis = self.fallback_hysteresis
+            if hysteresis is None:  # the better variant on the development traces (bench/policy.py)
+                hysteresis = obs.job_h < FALLBACK_HYSTERESIS_BELOW * obs.deadline_h
+            self.fallback = UniformProgress(hysteresis=hysteresis)
+        shadow = self.fallback.decide(obs) if self.fallback is not None else None  # fed every tick: its state is current
+        misfit = self.misfit()
+        if shadow is not None and misfit:
+            self.fallback_ticks += 1
+            self.reason = f"{misfit}: acting as {_up_name(self.fallback)}"
+            return shadow
         units, plan_tick_h = Units.fit(tick_h, obs.changeover_h, obs.job_h, obs.deadline_h, budget=self.budget)
         step = int(obs.elapsed_h * 3600 + 1e-6) // (units.tick * units.u_s)
         work_left = -(-round(obs.work_left_h * 3600) // units.u_s)
         bucket = bucket_of(self.age_ticks * tick_h)
         mode = _MODE[obs.current]
         q: dict[int, float] = {}
-        for regime, weight in self._planned():
+        planned = self._planned()
+        for regime, weight in planned:
             plan = plan_for(regime, units, obs.price_ratio, plan_tick_h,
                             keep_from=step + 1 if self.one_layer else 0)
             for action, value in plan.q_values(step, mode, obs.spot_available, bucket, work_left).items():
@@ -298,10 +329,28 @@ class Default(Policy):
         near = {a for a, v in q.items() if v <= least + 1e-4 * abs(least) + 1e-6}
         # Among (near) ties: keep running where we run (no changeover for nothing), else take spot
         # (progress now is what a wrong model cannot take back), else keep waiting.
+        self.reason = "least expected cost over the availability regimes " + ", ".join(
+            f"{r.name} {w:.2f}" for r, w in planned)
         for choice in ((mode,) if mode != IDLE_M else ()) + (SPOT_M, mode):
             if choice in near:
                 return _DECISION[choice]
         return _DECISION[min(q, key=q.__getitem__)]
+
+    def misfit(self) -> str:
+        """Why no fixed regime (shipped or learned) fits what this job has seen, or "" if one does.
+
+        Every regime's goodness-of-fit ``z`` (planning.FitCheck) below ``-fit_z``, after at least
+        ``FIT_MIN_FLIPS`` runs ended: the zone is outside the prior, and a plan on a wrong model could
+        cost more than a rule that assumes nothing.
+        """
+        if self.fit_z is None or self.fit.flips < FIT_MIN_FLIPS:
+            return ""
+        z = self.fit.z()[: len(self.regimes)]
+        best = int(np.argmax(z))
+        if z[best] >= -self.fit_z:
+            return ""
+        return (f"the observed availability fits no regime (best {self.regimes[best].name}: z = {z[best]:.1f} "
+                f"< -{self.fit_z:g} over {self.fit.flips} run ends)")
 
     def _planned(self) -> list[tuple[Regime, float]]:
         """The regimes to plan on, with weights: the few most probable, renormalized; while the
@@ -336,6 +385,10 @@ class Default(Policy):
         if not obs.spot_available:  # waiting is free but progress-less: not for longer than a quiet spell
             return ON_DEMAND if self.age_ticks * tick_h >= max(QUIET_H, 4 * d) else IDLE
         return SPOT if spot <= od else ON_DEMAND
+
+
+def _up_name(up: UniformProgress) -> str:
+    return UniformProgress.name if up.hysteresis else UniformProgressNoHysteresis.name
 
 
 _MODE = {IDLE: IDLE_M, SPOT: SPOT_M, ON_DEMAND: OD_M}
