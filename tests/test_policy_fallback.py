@@ -1,5 +1,5 @@
 """``default``'s fallback: when the availability a job observes fits none of its regimes (a calibrated
-goodness-of-fit test, planning.FitCheck), it acts as Uniform Progress and says why."""
+goodness-of-fit test, fitcheck.FitCheck), it acts as Uniform Progress and says why."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import random
 import numpy as np
 
 from cli.policy import planning
-from cli.policy.planning import FitCheck, Regime
+from cli.policy.fitcheck import FitCheck
+from cli.policy.planning import Regime
 from cli.policy.policies import Default, Observation, UniformProgress, make_policy
 from cli.policy.simulate import Job, Trace, simulate, starts_for
 from tests.test_planning import TICK, sample

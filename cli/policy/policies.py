@@ -37,7 +37,7 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    adds a learned regime and is the online one's prior.
 6. When the zone fits none of the regimes, it does not trust a plan: each fixed regime's
    log-likelihood of the observed ticks is compared with what that regime would score if it were
-   the truth (``planning.FitCheck``, a calibrated z-test). Once every regime's z is below
+   the truth (``fitcheck.FitCheck``, a calibrated z-test). Once every regime's z is below
    ``-FIT_Z`` (after ``FIT_MIN_FLIPS`` run ends), it acts as Uniform Progress — with hysteresis
    for loose deadlines (C/R < 0.7), without for tight ones: the better variant on the development
    traces in every setting of bench/policy.py — and ``reason`` says so. Every decision leaves its reason in ``Default.reason``.
@@ -63,12 +63,12 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from cli.policy.fitcheck import FitCheck
 from cli.policy.planning import (
     IDLE_M,
     MAX_STATES,
     OD_M,
     SPOT_M,
-    FitCheck,
     OnlineRegime,
     Regime,
     Units,
@@ -84,7 +84,7 @@ SPOT: Decision = "spot"
 ON_DEMAND: Decision = "on-demand"
 IDLE: Decision = "idle"
 
-FIT_Z = 3.0  # a regime fits unless its goodness-of-fit z is below -FIT_Z (planning.FitCheck)
+FIT_Z = 3.0  # a regime fits unless its goodness-of-fit z is below -FIT_Z (fitcheck.FitCheck)
 FALLBACK_HYSTERESIS_BELOW = 0.7  # fallback UP with hysteresis for jobs with C/R below this, else without
 FIT_MIN_FLIPS = 3  # run ends seen before a misfit can be declared: one surprise is not a zone
 
@@ -339,7 +339,7 @@ class Default(Policy):
     def misfit(self) -> str:
         """Why no fixed regime (shipped or learned) fits what this job has seen, or "" if one does.
 
-        Every regime's goodness-of-fit ``z`` (planning.FitCheck) below ``-fit_z``, after at least
+        Every regime's goodness-of-fit ``z`` (fitcheck.FitCheck) below ``-fit_z``, after at least
         ``FIT_MIN_FLIPS`` runs ended: the zone is outside the prior, and a plan on a wrong model could
         cost more than a rule that assumes nothing.
         """
