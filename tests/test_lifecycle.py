@@ -255,17 +255,26 @@ def test_failed_update_keeps_the_edit_and_says_so(project, runner, fake_pulumi, 
 
 # ---- reliability ------------------------------------------------------------------------------------
 
-EDITOR = """
-import sys
+# One interpreter imports stackfile once, then forks an editor per line it reads: each editor is a
+# process of its own that the test SIGKILLs mid-edit, without paying interpreter start-up and imports
+# a hundred times (forking from this single-threaded process, not from pytest's, is safe).
+EDITORS = """
+import os, sys
 from pathlib import Path
 from cli.lifecycle import stackfile
 path = Path(sys.argv[1])
 stackfile.edit(path, lambda c, cur: None)  # warm up (lazy imports); changes nothing, writes nothing
-print("ready", flush=True)
-i = 0
-while True:
-    i += 1
-    stackfile.edit(path, lambda c, cur: stackfile.set_job_fields(c, "diffusion", {"attempt": 2 + i % 2}))
+for _ in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        print("ready", os.getpid(), flush=True)
+        i = 0
+        while True:
+            i += 1
+            stackfile.edit(path, lambda c, cur: stackfile.set_job_fields(c, "diffusion", {"attempt": 2 + i % 2}))
+            print("edited", flush=True)
+    os.waitpid(pid, 0)
+    print("reaped", flush=True)
 """
 
 
@@ -275,33 +284,82 @@ def test_kill_9_during_edits_never_leaves_a_broken_file(project):
     valid.add(path.read_text().replace("attempt: 2\n      state: preempted", "attempt: 3\n      state: preempted"))
     rng = random.Random(7)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    seen = set()
-    for _ in range(100):
-        proc = subprocess.Popen([sys.executable, "-c", EDITOR, str(path)], env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline() == "ready\n"  # imported: the edits start now
-        time.sleep(rng.random() * 0.06)  # an edit takes ~20 ms: kill anywhere among the first few
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
-        text = path.read_text()
-        assert text in valid
-        seen.add(text)
-        stackfile.load(stackfile.resolve(None, path))
+    seen, pid = set(), None
+    editors = subprocess.Popen([sys.executable, "-c", EDITORS, str(path)], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            editors.stdin.write("go\n")
+            editors.stdin.flush()
+            word, pid = editors.stdout.readline().split()
+            assert word == "ready"  # forked: the edits start now
+            for _ in range(rng.randrange(3)):  # let 0, 1 or 2 edits land (either version is left behind) ...
+                assert editors.stdout.readline() == "edited\n"
+            time.sleep(rng.random() * 0.03)  # ... then kill anywhere in the next edit (~20 ms idle) or just before it
+            os.kill(int(pid), signal.SIGKILL)
+            while (line := editors.stdout.readline()) == "edited\n":
+                pass
+            assert line == "reaped\n"
+            pid = None
+            text = path.read_text()
+            assert text in valid
+            seen.add(text)
+            stackfile.load(stackfile.resolve(None, path))
+    finally:
+        if pid is not None:  # the test failed early: the editor still runs
+            os.kill(int(pid), signal.SIGKILL)
+        editors.stdin.close()
+        editors.wait(timeout=60)
+        editors.stdout.close()
     assert seen == valid  # the kills did land among the edits (both versions were left behind)
 
 
-def test_twenty_concurrent_resumes_lose_no_update(project):
+# Twenty `spotctl resume` processes at once: forked from one interpreter that imported the CLI (the
+# interpreter start-up and imports of twenty would take a minute on 2 cores). Each child runs the CLI's
+# main with its argv, its output in files; the parent prints one "exit JOB CODE" line per child.
+RESUMERS = """
+import os, sys
+from cli.app import main
+import cli.commands.jobs, cli.lifecycle.operations  # what `resume` imports lazily
+jobs, errs = sys.argv[1:-1], sys.argv[-1]
+pids = {}
+for job in jobs:
+    pid = os.fork()
+    if pid == 0:
+        for stream, name in ((1, job + ".out"), (2, job)):
+            os.dup2(os.open(os.path.join(errs, name), os.O_WRONLY | os.O_CREAT), stream)
+        sys.argv = ["spotctl", "resume", job, "--stack", "example-aws", "--no-apply"]
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    pids[pid] = job
+for _ in jobs:
+    pid, status = os.wait()
+    print("exit", pids[pid], os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_twenty_concurrent_resumes_lose_no_update(project, tmp_path):
     path = project / "stacks" / "Pulumi.example-aws.yaml"
     text = path.read_text()
     template = text[text.index("    - id: diffusion"): text.index("    # Small sweep worker")]
     extra = "".join(template.replace("id: diffusion", f"id: job-{i:02d}") for i in range(20))
     path.write_text(text.replace("    # Small sweep worker", extra + "    # Small sweep worker"))
-    procs = [subprocess.Popen([sys.executable, "-m", "cli", "resume", f"job-{i:02d}", "--stack", "example-aws", "--no-apply"],
-                              cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for i in range(20)]
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+    errs = tmp_path / "stderr"
+    errs.mkdir()
+    jobs = [f"job-{i:02d}" for i in range(20)]
+    done = subprocess.run([sys.executable, "-c", RESUMERS, *jobs, str(errs)], cwd=project, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    codes = dict(line.split()[1:] for line in done.stdout.splitlines())
+    assert sorted(codes) == jobs
+    for job, code in codes.items():
+        assert code == "0", (errs / job).read_text()
     cfg = stackfile.load(stackfile.resolve("example-aws", None))
     resumed = [j for j in cfg.jobs if j.id.startswith("job-")]
     assert len(resumed) == 20
