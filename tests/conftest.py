@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import sys
@@ -127,3 +128,42 @@ def moto_server(monkeypatch: pytest.MonkeyPatch):
     yield f"http://{host}:{port}"
     server.stop()
     boto3.DEFAULT_SESSION = None  # it cached these credentials: later tests see theirs
+
+
+_PLANS: dict[tuple, object] = {}
+
+
+@pytest.fixture(autouse=True)
+def _plans_by_content(monkeypatch: pytest.MonkeyPatch):
+    """Reuse a Pulumi mock run (`cli.plan.mocks.run`, 1-5 s each) for a config the program has already
+    been run on in this process: the plan is a function of the config map the program reads, the
+    stack name and the mock account (`test_plan_json_is_deterministic_across_processes` holds it to
+    that). Each caller gets its own copy. A test that patched anything else through ``monkeypatch``
+    (a component, an invoke) always runs the program afresh."""
+    from cli.plan import mocks as planner
+
+    real = planner.run
+
+    def run(cfg, stack, account=None):
+        if len(monkeypatch._setattr) > 1:  # ours is the first; anything after may change the program
+            return real(cfg, stack, account)
+        key = (json.dumps(planner._config_map(cfg), sort_keys=True), stack, repr(account))
+        if key not in _PLANS:
+            _PLANS[key] = real(cfg, stack, account)
+        return copy.deepcopy(_PLANS[key])
+
+    monkeypatch.setattr(planner, "run", run)
+    yield
+
+
+# Tests whose scripts, trainers and drills run against the clock (preemption every 0.8 s, shutdown
+# budgets): under `-n auto --dist loadgroup` they share one worker, so two of them never compete
+# for the CPU with each other (the other workers run the rest of the suite).
+TIMED_FILES = {"test_drill.py", "test_drill_verdicts.py", "test_scripts_run.py", "test_scripts_reboot.py",
+               "test_pools_scripts.py", "test_terminal_session.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in TIMED_FILES:
+            item.add_marker(pytest.mark.xdist_group("timed"))
