@@ -1,10 +1,10 @@
 """What spot saved: the cost ledger of a stack's jobs (``spotctl cost``).
 
 Owns: the pure ledger (``ledger``: events -> attempts with capacity, machine type, nodes and
-VM-hours; changeovers, preemptions, work lost; dollars at given prices, the all-on-demand
+VM-hours; changeovers, preemptions, work lost, zone moves; dollars at given prices, the all-on-demand
 counterfactual and the savings), where prices come from (``prices``: the stack file, the shipped
-dated table ``prices.json``, the cloud's price APIs) with ``price_ratio`` for policies, and the
-plot (``plot``, matplotlib imported lazily).
+dated table ``prices.json``, the cloud's price APIs; snapshot storage from the table) with
+``price_ratio`` for policies, and the plot (``plot``, matplotlib imported lazily).
 
 May import: ``cli.cloud`` (the price lookup and ``CloudError``, never an SDK) and ``infra.config``.
 Never ``cli.lifecycle`` (which imports this part for ``status``) or ``cli.app``: events arrive as
