@@ -30,7 +30,7 @@ from infra.common import (
     pool_script_context,
 )
 from infra.config import Job, Pool, StackConfig
-from infra.naming import aws_tags
+from infra.naming import aws_tags, ssm_parameter_name
 from infra.render import event_object_prefix, scripts_for
 
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
@@ -38,6 +38,7 @@ DEFAULT_AMI_NAME = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22
 DATA_DEVICE = "/dev/sdf"
 # Nitro exposes an EBS volume as NVMe with the volume id (no dash) in its by-id name.
 NVME_BY_ID = "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{}"
+SSM_STANDARD_MAX = 4096  # characters of a Standard-tier parameter value (contract aws.ssm-parameter-value)
 INTERRUPTION_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
 
 
@@ -269,7 +270,8 @@ class StackBase(pulumi.ComponentResource):
 
     def _declare_egress(self, name: str, args: StackArgs, vpc_id: str, tags, child) -> None:
         """The network's way out (config.AWS_EGRESS): a free S3 gateway endpoint on the VPC's route
-        tables unless ``existing``; for ``nat`` also a NAT gateway and a route table for the VMs' subnets."""
+        tables unless ``existing``; for ``nat`` also a NAT gateway and a route table for the VMs' subnets;
+        for ``s3-endpoint`` with job secrets also an SSM interface endpoint."""
         cfg = args.cfg
         if self.egress == "existing":
             return
@@ -296,6 +298,21 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
+        if self.egress == "s3-endpoint" and any(job.secret_keys for job in cfg.jobs):
+            # Jobs' secret env values are in SSM, which the S3 gateway endpoint does not reach: an
+            # interface endpoint with private DNS in the VMs' subnets, in the nodes' security group
+            # (its self rule admits the VMs' HTTPS). NAT and public-ip egress reach SSM as they are.
+            aws.ec2.VpcEndpoint(
+                f"{name}-ssm-endpoint",
+                vpc_id=vpc_id,
+                service_name=f"com.amazonaws.{cfg.region}.ssm",
+                vpc_endpoint_type="Interface",
+                subnet_ids=[subnet.id for subnet in self.subnets.values()],
+                security_group_ids=[self.security_group.id],
+                private_dns_enabled=True,
+                tags=tags,
+                opts=child,
+            )
 
 
 def _instance_profile(name: str, args: StackArgs, owner: str, bucket: aws.s3.Bucket, tags, child):
@@ -437,7 +454,8 @@ class TrainingJob(pulumi.ComponentResource):
             )
             master_addr = master_eni.private_ip
         image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
-        profile = _instance_profile(name, args, job.id, base.bucket, tags, child)[1] if runs else None
+        role, profile = _instance_profile(name, args, job.id, base.bucket, tags, child) if runs else (None, None)
+        secret_deps = self._env_secret(name, args, plan, role, tags, child)
         public_ip = job.external_ip or base.egress == "public-ip"
         self.volumes: list[aws.ebs.Volume] = []
         self.instances: list[aws.ec2.Instance] = []
@@ -491,7 +509,8 @@ class TrainingJob(pulumi.ComponentResource):
                 # running VM; a new attempt after a preemption (the refresh drops the terminated VM)
                 # is created fresh and gets the newest image. The stack output `images` records it.
                 opts=pulumi.ResourceOptions(
-                    parent=self, delete_before_replace=True, depends_on=self.instances[:1], ignore_changes=["ami"]
+                    parent=self, delete_before_replace=True, depends_on=[*self.instances[:1], *secret_deps],
+                    ignore_changes=["ami"],
                 ),
             )
             aws.ec2.VolumeAttachment(
@@ -514,6 +533,40 @@ class TrainingJob(pulumi.ComponentResource):
         )
         self.outputs["images"] = [i.ami for i in self.instances]
         self.register_outputs(self.outputs)
+
+    def _env_secret(self, name: str, args: StackArgs, plan: JobPlan, role, tags, child) -> list[pulumi.Resource]:
+        """The job's secret env values (README "Secrets in env"): one SecureString SSM parameter
+        (encrypted with the account's ``aws/ssm`` key), readable through ``ssm:GetParameter`` by this
+        job's role only: no other spotctl role has any SSM permission. The payload is a secret Output,
+        so Pulumi encrypts it in its state and masks it in its output."""
+        job = plan.job
+        if not job.secret_keys:
+            return []
+        payload = args.secrets[job.id]
+        parameter = aws.ssm.Parameter(
+            f"{name}-env-secret",
+            name=ssm_parameter_name(plan.slug, job.id),
+            type="SecureString",
+            value=payload,
+            # Standard holds up to 4096 characters (free), Advanced 8192 (contract aws.ssm-parameter-value).
+            # Only the size class leaves the secret.
+            tier=pulumi.Output.unsecret(payload.apply(lambda p: "Standard" if len(p) <= SSM_STANDARD_MAX else "Advanced")),
+            description=f"spotctl: secret env values of job {job.id} of stack {args.stack}",
+            tags=tags,
+            opts=child,
+        )
+        if role is None:
+            return [parameter]
+        policy = aws.iam.RolePolicy(
+            f"{name}-env-secret-policy",
+            role=role.id,
+            policy=parameter.arn.apply(
+                lambda arn: json.dumps({"Version": "2012-10-17", "Statement": [
+                    {"Sid": "ReadOwnSecretEnv", "Effect": "Allow", "Action": "ssm:GetParameter", "Resource": arn}]})
+            ),
+            opts=child,
+        )
+        return [parameter, policy]
 
     def _interruption_rule(self, name: str, args: StackArgs, job_id: str, base: StackBase, tags, child) -> None:
         """Interruption warnings of exactly this job's instances (EC2 events carry no tags, only the

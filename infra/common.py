@@ -6,12 +6,20 @@ decisions (names, which nodes get a VM, what is protected, what the scripts are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from infra.config import Capacity, Job, JobState, Pool, StackConfig
-from infra.naming import disk_name, gen_prefix, instance_name, snapshot_name, stack_slug
+from infra.naming import (
+    disk_name,
+    gen_prefix,
+    instance_name,
+    secret_id,
+    snapshot_name,
+    ssm_parameter_name,
+    stack_slug,
+)
 from infra.render import MOUNT_POINT, ScriptContext
 
 BOOT_DISK_GB = 100
@@ -31,6 +39,9 @@ class StackArgs:
     cfg: StackConfig
     stack: str
     slug: str
+    # Job id -> the job's secret env payload (infra.render.secret_payload) as a pulumi.Output marked
+    # secret: the only form in which secret values exist in the program (infra.program.declare).
+    secrets: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,7 @@ def job_script_context(
     cfg: StackConfig, stack: str, plan: JobPlan, node: NodePlan, *, bucket: str, master_addr: str, disk_device: str
 ) -> ScriptContext:
     job = plan.job
+    slug = stack_slug(stack)
     return ScriptContext(
         cloud=cfg.cloud,
         stack=stack,
@@ -174,12 +186,22 @@ def job_script_context(
         world_size=job.nodes,
         master_addr=master_addr,
         master_port=master_port(job.attempt),
-        env=dict(job.env),
+        env=job.plain_env,
+        secret_keys=job.secret_keys,
+        secret_ref=secret_ref(cfg, slug, job.id) if job.secret_keys else "",
         capacity=job.capacity.value,
         machine_type=job.machine_type or job.instance_type or "",
         disk_device=disk_device,
         mount_point=MOUNT_POINT,
     )
+
+
+def secret_ref(cfg: StackConfig, slug: str, job_id: str) -> str:
+    """Where a job's secret env values are kept, as the scripts name it: the SSM parameter name
+    (AWS) or the Secret Manager secret's resource name (GCP)."""
+    if cfg.cloud == "aws":
+        return ssm_parameter_name(slug, job_id)
+    return f"projects/{cfg.project}/secrets/{secret_id(slug, job_id)}"
 
 
 def pool_script_context(cfg: StackConfig, stack: str, pool: Pool, *, bucket: str) -> ScriptContext:

@@ -61,6 +61,8 @@ MAX_HOURS = 87600.0  # ten years: past that a deadline is a typo (and 1e300 over
 # user data to 16 KB (the contract checks the rendered script); no real command is longer than this.
 MAX_COMMAND = 8192
 MAX_ENV_VALUE = 4096
+# What plan, status and drill show for (and what mocks and drills deliver as) a secret env value.
+SECRET_PLACEHOLDER = "[secret]"
 # Regions and zones: ASCII, structured; a zone is its region plus one letter (GCP "-a", AWS "a"),
 # or an AWS Local Zone ("us-west-2-lax-1a"). These go to pydantic, whose (Rust) regex `$` matches
 # only at the very end, unlike Python's.
@@ -96,12 +98,41 @@ def zone_in_region(zone: str, region: str, cloud: str) -> bool:
     return re.fullmatch(re.escape(region) + r"([a-z]|-[a-z]{3}-[0-9][a-z])", zone) is not None
 
 
+def env_value_problem(value: str) -> str:
+    """What is wrong with an env value ("" when nothing); never quotes the value (it may be a secret)."""
+    if "\x00" in value:
+        return "must not contain a NUL character (no process can receive it)"
+    if len(value) > MAX_ENV_VALUE:
+        return f"is {len(value)} characters; at most {MAX_ENV_VALUE}"
+    return ""
+
+
 def _bounded(value: str) -> str:
     if len(value) > MAX_ENV_VALUE:
         raise ValueError(f"an env value is {len(value)} characters; at most {MAX_ENV_VALUE}")
     return value
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+
+
+class SecureValue(_Model):
+    """A value Pulumi encrypted in the stack file: ``{secure: <ciphertext>}``, as ``pulumi config set
+    --secret --path 'spotctl:jobs[0].env.KEY'`` writes it (pulumi/pulumi
+    sdk/go/common/resource/config/object.go: ``marshalObject`` writes a secure string as a map with
+    the single key ``secure``; ``isSecureValue`` reads exactly that shape back). spotctl never sees the
+    clear value: the Pulumi engine decrypts it for the program (``infra.program.read_config``)."""
+
+    secure: Annotated[str, StringConstraints(strict=True, min_length=1)]
+
+
+def _env_value(key: str, value: Any) -> Any:
+    """A job env value: a string, or a Pulumi secret (exactly ``{secure: <ciphertext>}``)."""
+    if isinstance(value, SecureValue | str):
+        return value
+    if isinstance(value, Mapping) and set(value) == {"secure"} and isinstance(value["secure"], str) and value["secure"]:
+        return SecureValue(secure=value["secure"])
+    raise ValueError(f"env value of {key!r} must be a string or a Pulumi secret "
+                     f"({{secure: <ciphertext>}}, as `pulumi config set --secret --path` writes it), got {_show(value)}")
 
 
 class Accelerator(_Model):
@@ -206,7 +237,9 @@ class Job(_Model):
     policy: str = "default"
     # How many failed attempts `spotctl watch` retries before it marks the job failed (0: none).
     max_failures: Annotated[int, Field(strict=True, ge=0, le=100)] = 0
-    env: dict[str, str] = Field(default_factory=dict)
+    # Values are strings or Pulumi secrets ({secure: ...}); secrets reach the VM through the cloud's
+    # secret store, never through the script (infra.program.read_config, README "Secrets in env").
+    env: dict[str, str | SecureValue] = Field(default_factory=dict)
     external_ip: bool = False
     # GCP: "keep" gives every node a protected boot disk that each attempt boots from (what was
     # installed at first boot survives preemption); "attempt" (default) boots each attempt fresh.
@@ -237,16 +270,34 @@ class Job(_Model):
             raise ValueError(_choice_message("policy", v, POLICY_NAMES))
         return v
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values(cls, v: Any) -> Any:
+        if not isinstance(v, Mapping):
+            return v  # pydantic names the type error
+        return {key: _env_value(str(key), value) for key, value in v.items()}
+
     @field_validator("env")
     @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+    def _env(cls, v: dict[str, str | SecureValue]) -> dict[str, str | SecureValue]:
         for key, value in v.items():
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"env key {key!r} is not a valid environment variable name")
             if reserved_env_key(key):
                 raise ValueError(f"env key {key!r} is reserved: {reserved_env_key(key)}")
-            _bounded(_no_nul(value))
+            if isinstance(value, str):
+                _bounded(_no_nul(value))
         return v
+
+    @property
+    def plain_env(self) -> dict[str, str]:
+        """The env values in clear (they travel in the VM's script)."""
+        return {k: v for k, v in self.env.items() if isinstance(v, str)}
+
+    @property
+    def secret_keys(self) -> tuple[str, ...]:
+        """The env keys whose values are Pulumi secrets (they travel through the cloud's secret store)."""
+        return tuple(sorted(k for k, v in self.env.items() if isinstance(v, SecureValue)))
 
     @field_validator("command")
     @classmethod

@@ -26,7 +26,7 @@ from infra.common import (
 from infra.config import Accelerator, StackConfig
 from infra.config import Pool as PoolConfig
 from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic
-from infra.naming import boot_disk_name, gcp_labels, pool_metric_filter, pool_metric_type, short_hash
+from infra.naming import boot_disk_name, gcp_labels, pool_metric_filter, pool_metric_type, secret_id, short_hash
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
@@ -394,6 +394,7 @@ class TrainingJob(pulumi.ComponentResource):
             f"{name}-sa", _account_id(plan.slug, f"job-{job.id}"), f"spotctl job {job.id} of {args.stack}",
             base.bucket.name, cfg.project or "", event_object_prefix(args.stack, job.id), opts=child,
         )
+        secret_deps = self._env_secret(name, args, plan, account, labels, child)
         master_addr: pulumi.Output[str] | None = None
         if plan.needs_master_address:
             # Reserved so MASTER_ADDR is the same for every attempt: workers never chase a new master.
@@ -503,7 +504,7 @@ class TrainingJob(pulumi.ComponentResource):
                 # Workers wait for the new master: none of them ever meets a stale master at the rendezvous.
                 opts=pulumi.ResourceOptions(
                     parent=self, delete_before_replace=True,
-                    depends_on=[disk, *([boot] if boot else []), *self.instances[:1], *base.egress],
+                    depends_on=[disk, *([boot] if boot else []), *self.instances[:1], *base.egress, *secret_deps],
                 ),
             )
             self.instances.append(instance)
@@ -513,6 +514,35 @@ class TrainingJob(pulumi.ComponentResource):
         )
         self.register_outputs(self.outputs)
 
+
+    def _env_secret(self, name: str, args: StackArgs, plan: JobPlan, account: ServiceAccount, labels, child) -> list[pulumi.Resource]:
+        """The job's secret env values (README "Secrets in env"): a Secret Manager secret and its
+        version, readable (``roles/secretmanager.secretAccessor`` on this one secret) by the job's
+        own service account only. The payload is a secret Output: Pulumi encrypts it in its state."""
+        job = plan.job
+        if not job.secret_keys:
+            return []
+        cfg = args.cfg
+        secret = gcp.secretmanager.Secret(
+            f"{name}-env-secret",
+            secret_id=secret_id(plan.slug, job.id),
+            project=cfg.project,
+            replication=gcp.secretmanager.SecretReplicationArgs(auto=gcp.secretmanager.SecretReplicationAutoArgs()),
+            labels=labels,
+            opts=child,
+        )
+        version = gcp.secretmanager.SecretVersion(
+            f"{name}-env-secret-version", secret=secret.id, secret_data=args.secrets[job.id], opts=child
+        )
+        reader = gcp.secretmanager.SecretIamMember(
+            f"{name}-env-secret-reader",
+            project=cfg.project,
+            secret_id=secret.secret_id,
+            role="roles/secretmanager.secretAccessor",
+            member=account.email.apply(lambda e: f"serviceAccount:{e}"),
+            opts=child,
+        )
+        return [version, reader]
 
     def _job_disks(self, name: str, cfg: StackConfig, job, node, labels: dict[str, str]) -> gcp.compute.Disk:
         """A node's job disks and move snapshots (``infra.common.node_disks``); returns the attached one.

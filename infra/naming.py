@@ -53,6 +53,16 @@ def instance_name(slug: str, job_id: str, attempt: int, rank: int) -> str:
     return f"{slug}-{job_id}-a{attempt}-n{rank}"
 
 
+def ssm_parameter_name(slug: str, job_id: str) -> str:
+    """The SSM parameter holding a job's secret env values (AWS; contract rule aws.ssm-parameter-name)."""
+    return f"/spotctl/{slug}/{job_id}/env"
+
+
+def secret_id(slug: str, job_id: str) -> str:
+    """The Secret Manager secret holding a job's secret env values (GCP; contract rule gcp.secret-id)."""
+    return f"spotctl-{slug}-{job_id}-env"
+
+
 def owner_value(stack: str) -> str:
     """The ownership label/tag value of a stack: collision-free, unlike ``label_value`` (a lossy
     slug: ``team.a``, ``team-a`` and ``Team-A`` share one). The slug keeps it readable, the hash of

@@ -5,39 +5,60 @@ Run by the Pulumi CLI through ``infra/__main__.py`` and, under mocks, by ``spotc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 import pulumi
 
+from infra import secrets
 from infra.common import job_plan
-from infra.config import StackConfig, namespaced, provider_conflicts, validate
+from infra.config import NAMESPACE, ConfigError, StackConfig, namespaced, provider_conflicts, validate
 from infra.naming import stack_slug
+from infra.render import secret_payload
 
 
 def stack_config_source(stack: str) -> str:
     return f"stacks/Pulumi.{stack}.yaml"
 
 
-def read_config(stack: str) -> StackConfig:
-    """The stack's ``spotctl:`` config as the engine handed it to the program, validated."""
-    from pulumi.runtime.config import CONFIG, get_config_env
+def read_config(stack: str) -> tuple[StackConfig, dict[str, dict[str, str]]]:
+    """The stack's ``spotctl:`` config as the engine handed it to the program, validated, and the
+    clear values of the jobs' secret env values (``{job id: {key: value}}``; see ``infra.secrets``:
+    the config model keeps only the ``{secure: ...}`` markers)."""
+    from pulumi.runtime.config import CONFIG, get_config_env, is_config_secret
 
     raw = {**get_config_env(), **CONFIG.get()}
     source = stack_config_source(stack)
-    cfg = validate(namespaced(raw, source), source)
+    spotctl = namespaced(raw, source)
+    clear: dict[tuple[int, str], str] = {}
+    if is_config_secret(f"{NAMESPACE}:jobs"):
+        # The engine decrypted secrets nested in spotctl:jobs; the stack file says which they were.
+        path = secrets.find_stack_file(stack, [Path.cwd(), Path(__file__).resolve().parent.parent])
+        if path is None:
+            raise ConfigError(source, [f"{NAMESPACE}:jobs holds secrets, but the stack file was not found to tell which "
+                                       "env values they are (run from the project directory)"])
+        source = str(path)
+        spotctl, clear = secrets.take_secrets(spotctl, secrets.markers(secrets.stack_file_config(path), source), source)
+    cfg = validate(spotctl, source)
     provider_conflicts(raw, cfg, source)
-    return cfg
+    return cfg, secrets.by_job(cfg, clear)
 
 
-def declare(cfg: StackConfig, stack: str) -> dict[str, object]:
-    """Declare every resource of the stack; returns the stack outputs (also exported)."""
+def declare(cfg: StackConfig, stack: str, env_secrets: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, object]:
+    """Declare every resource of the stack; returns the stack outputs (also exported).
+
+    ``env_secrets``: each job's secret env values in clear (``read_config``); they enter the program
+    here as ``pulumi.Output.secret`` payloads and nowhere else."""
     plans = [job_plan(stack, job) for job in cfg.jobs]
+    payloads = {job_id: pulumi.Output.secret(secret_payload(values)) for job_id, values in (env_secrets or {}).items()}
     if cfg.cloud == "gcp":
         from infra import gcp
 
-        outputs = gcp.declare(gcp.StackArgs(cfg, stack, stack_slug(stack)), plans)
+        outputs = gcp.declare(gcp.StackArgs(cfg, stack, stack_slug(stack), payloads), plans)
     else:
         from infra import aws
 
-        outputs = aws.declare(aws.StackArgs(cfg, stack, stack_slug(stack)), plans)
+        outputs = aws.declare(aws.StackArgs(cfg, stack, stack_slug(stack), payloads), plans)
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs
@@ -47,6 +68,6 @@ def main() -> dict[str, object]:
     from infra import contract
 
     stack = pulumi.get_stack()
-    cfg = read_config(stack)
+    cfg, env_secrets = read_config(stack)
     contract.install()  # every resource from here on is checked against the clouds' rules
-    return declare(cfg, stack)
+    return declare(cfg, stack, env_secrets)

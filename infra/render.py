@@ -6,8 +6,10 @@ rendered with ``StrictUndefined`` so a missing variable is an error, never an em
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -18,6 +20,7 @@ import jinja2
 GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 AWS_METADATA_URL = "http://169.254.169.254"
 GCS_URL = "https://storage.googleapis.com"
+SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
 MOUNT_POINT = "/mnt/spotctl"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEVICE_NAME = "spotctl-data"  # GCE device name of the job disk -> /dev/disk/by-id/google-spotctl-data
@@ -44,6 +47,12 @@ class ScriptContext:
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     env: dict[str, str] = field(default_factory=dict)
+    # Secret env values (README "Secrets in env"): only their names and where they are kept travel in
+    # the script, never a value. ``secret_ref``: the SSM parameter name (AWS) or the Secret Manager
+    # secret ``projects/P/secrets/S`` (GCP) holding ``secret_payload`` of them; "" when none.
+    secret_keys: tuple[str, ...] = ()
+    secret_ref: str = ""
+    secrets_url: str = ""  # the SSM / Secret Manager endpoint (tests and drills: the emulator)
     # The attempt's capacity ("spot"/"on-demand"; "" for pools, whose parts mix) and machine or
     # instance type: recorded in the `started` event so cost reports price each attempt as it ran.
     capacity: str = ""
@@ -75,9 +84,11 @@ class ScriptContext:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if self.stop_budget_s is not None and (type(self.stop_budget_s) is not int or self.stop_budget_s < 0):
             raise ValueError(f"stop_budget_s must be a non-negative int, got {self.stop_budget_s!r}")
-        for key in self.env:
+        for key in (*self.env, *self.secret_keys):
             if not _ENV_KEY.match(key):
                 raise ValueError(f"env key {key!r} is not a valid environment variable name")
+        if bool(self.secret_keys) != bool(self.secret_ref):
+            raise ValueError("secret_keys and secret_ref go together")
 
     def variables(self) -> dict[str, object]:
         v = asdict(self)
@@ -85,12 +96,36 @@ class ScriptContext:
         v["storage_url"] = self.storage_url or (
             GCS_URL if self.cloud == "gcp" else f"https://s3.{self.region}.amazonaws.com"
         )
+        v["secrets_url"] = self.secrets_url or (
+            SECRET_MANAGER_URL if self.cloud == "gcp" else f"https://ssm.{self.region}.amazonaws.com"
+        )
+        v["secret_keys"] = " ".join(self.secret_keys)
         v["autoscaling_url"] = self.autoscaling_url or f"https://autoscaling.{self.region}.amazonaws.com"
         v["event_prefix"] = self.event_prefix or f"{self.stack}/"
         v["notice_s"] = NOTICE_S[self.cloud]
         v["stop_budget_s"] = self.stop_budget_s if self.stop_budget_s is not None else TRAINER_STOP_BUDGET_S[self.cloud]
         v["unit"] = f"spotctl-{self.kind}"
         return v
+
+
+def secret_payload(values: Mapping[str, str]) -> str:
+    """What a job's secret holds: ``KEY=<base64url of the value>`` per key, sorted, one space apart.
+
+    Only characters JSON never escapes, so the scripts read it out of the SSM / Secret Manager
+    answer with sed and decode each value with ``base64 -d``; no value ever meets a shell parser."""
+    for key in values:
+        if not _ENV_KEY.match(key):
+            raise ValueError(f"env key {key!r} is not a valid environment variable name")
+    return " ".join(f"{k}={base64.urlsafe_b64encode(v.encode()).decode()}" for k, v in sorted(values.items()))
+
+
+def read_secret_payload(payload: str) -> dict[str, str]:
+    """The inverse of :func:`secret_payload` (tests, the emulator)."""
+    out = {}
+    for item in payload.split():
+        key, _, b64 = item.partition("=")
+        out[key] = base64.urlsafe_b64decode(b64.encode()).decode()
+    return out
 
 
 def event_object_prefix(stack: str, name: str) -> str:

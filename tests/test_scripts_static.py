@@ -34,6 +34,9 @@ def variants() -> dict[str, ScriptContext]:
             **base, kind="job", name="llm", attempt=3, node_rank=2, world_size=4, master_addr="10.128.0.42",
             command='torchrun --nnodes "$WORLD_SIZE" --node-rank "$NODE_RANK" train.py', disk_device=device,
             capacity="on-demand", machine_type="a3-highgpu-8g" if cloud == "gcp" else "p5.48xlarge",
+            # Secret env values: only their names and where they are kept are in the script.
+            secret_keys=("HF_TOKEN", "WANDB_API_KEY"),
+            secret_ref="projects/p/secrets/spotctl-team-a-llm-env" if cloud == "gcp" else "/spotctl/team-a/llm/env",
         )
     return out
 

@@ -43,6 +43,7 @@ def drill(
     if time_scale is not None and time_scale <= 0:
         raise fail(f"--time-scale: expected a positive number, got {time_scale}")
     env: dict[str, str] = {}
+    secret_keys: tuple[str, ...] = ()
     job_id, cloud = "drill", cloud.value
     if stack is not None or stack_file is not None:
         if command:
@@ -50,13 +51,15 @@ def drill(
         if not job:
             raise fail("--stack needs --job ID")
         _, cfg, (spec_job,) = stack_jobs(stack, stack_file, job)
-        command_text, env, job_id, cloud = spec_job.command, dict(spec_job.env), spec_job.id, cfg.cloud
+        command_text, env, job_id, cloud = spec_job.command, spec_job.plain_env, spec_job.id, cfg.cloud
+        secret_keys = spec_job.secret_keys
     elif command:
         command_text = drills.command_string(command)
     else:
         raise fail("nothing to drill: give a command after `--` (or --stack NAME --job ID)")
     try:
-        spec = drills.make_spec(command=command_text, cloud=cloud, job_id=job_id, env=env, preempt_every=preempt_every,
+        spec = drills.make_spec(command=command_text, cloud=cloud, job_id=job_id, env=env, secret_keys=secret_keys,
+                                preempt_every=preempt_every,
                                 trace=trace, time_scale=time_scale, max_attempts=max_attempts, verify=verify)
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -1,14 +1,18 @@
 """A local stand-in for the cloud around a VM, on 127.0.0.1: GCE metadata, AWS IMDSv2, the event
-bucket (GCS JSON upload API and S3 PutObject with SigV4 checked) and, for pool VMs, the Auto Scaling
-Query API (DescribeAutoScalingInstances, SetInstanceProtection; SigV4 checked).
+bucket (GCS JSON upload API and S3 PutObject with SigV4 checked), a job's secret env values (SSM
+GetParameter with SigV4 checked; Secret Manager ``versions/latest:access`` with the VM's token) and,
+for pool VMs, the Auto Scaling Query API (DescribeAutoScalingInstances, SetInstanceProtection; SigV4
+checked).
 
 Used by the tests and by ``spotctl drill``: the rendered scripts are pointed at it through their
 ``metadata_url``/``storage_url`` template variables. It can flip to "preempted"/"instance-action",
-answer slowly, fail with 5xx, or (by stopping) be unreachable.
+answer slowly, fail with 5xx, or (by stopping) be unreachable. Longer than 420 lines because every
+cloud API the scripts call is emulated here, in one server the scripts reach at one URL.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -63,6 +67,10 @@ class State:
     # as (group, instance, protected).
     autoscaling_group: str = "spotctl-pool-asg"
     protection: list[tuple[str, str, bool]] = field(default_factory=list)
+    # Secret env payloads by reference (SSM parameter name / Secret Manager secret name) and the
+    # references read, in order.
+    secrets: dict[str, str] = field(default_factory=dict)
+    secret_reads: list[str] = field(default_factory=list)
 
 
 class _Server(ThreadingHTTPServer):
@@ -209,6 +217,8 @@ def _make_handler(emu: Emulator):
             path = url.path
             if path.startswith("/storage/v1/b/"):
                 self._gcs_read(path, urllib.parse.parse_qs(url.query))
+            elif path.startswith("/v1/projects/") and path.endswith("/versions/latest:access"):
+                self._secret_access(path[len("/v1/") : -len("/versions/latest:access")])
             elif path.startswith(GCE_PREFIX):
                 if self._fault("metadata"):
                     return
@@ -247,6 +257,9 @@ def _make_handler(emu: Emulator):
             emu.state.requests.append(("POST", self.path))
             body = self._body()
             url = urllib.parse.urlsplit(self.path)
+            if url.path == "/" and self.headers.get("X-Amz-Target") == "AmazonSSM.GetParameter":
+                self._ssm_get_parameter(body)
+                return
             if url.path == "/":
                 self._autoscaling(body)
                 return
@@ -284,6 +297,47 @@ def _make_handler(emu: Emulator):
                 self._send(200, "<SetInstanceProtectionResponse><SetInstanceProtectionResult/></SetInstanceProtectionResponse>", xml)
             else:
                 self._send(400, f"<ErrorResponse><Error><Code>ValidationError</Code><Message>{form.get('Action')}</Message></Error></ErrorResponse>", xml)
+
+        def _ssm_get_parameter(self, body: bytes) -> None:
+            """SSM GetParameter (JSON protocol, X-Amz-Target signed): the payload of a SecureString."""
+            if self._fault("sink"):
+                return
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if not _sigv4_ok("POST", self.path, headers, body, service="ssm") or "x-amz-target" not in \
+                    headers.get("authorization", ""):
+                emu.state.rejected.append("ssm")
+                self._send(400, json.dumps({"__type": "InvalidSignatureException"}), "application/x-amz-json-1.1")
+                return
+            request = json.loads(body or b"{}")
+            name = request.get("Name", "")
+            with emu._lock:
+                emu.state.secret_reads.append(name)
+                value = emu.state.secrets.get(name)
+            if value is None or request.get("WithDecryption") is not True:
+                self._send(400, json.dumps({"__type": "ParameterNotFound"}), "application/x-amz-json-1.1")
+                return
+            # json.dumps escapes "/" never; AWS may (the scripts drop backslashes from base64url anyway).
+            self._send(200, json.dumps({"Parameter": {"Name": name, "Type": "SecureString", "Value": value,
+                                                      "Version": 1, "DataType": "text"}}), "application/x-amz-json-1.1")
+
+        def _secret_access(self, name: str) -> None:
+            """Secret Manager ``projects/P/secrets/S/versions/latest:access`` with the VM's token."""
+            if self._fault("sink"):
+                return
+            if self.headers.get("Authorization") != f"Bearer {GCS_TOKEN}":
+                emu.state.rejected.append("secretmanager")
+                self._send(401, "bad token")
+                return
+            with emu._lock:
+                emu.state.secret_reads.append(name)
+                value = emu.state.secrets.get(name)
+            if value is None:
+                self._send(404, json.dumps({"error": {"code": 404, "status": "NOT_FOUND"}}), "application/json")
+                return
+            data = base64.b64encode(value.encode()).decode()
+            # Pretty-printed over several lines, as Google's APIs answer.
+            self._send(200, json.dumps({"name": f"{name}/versions/1", "payload": {"data": data, "dataCrc32c": "0"}},
+                                       indent=2), "application/json")
 
         def _store(self, bucket: str, name: str, body: bytes) -> None:
             if "/logs/" in name:  # a chunk of the trainer's log (text), next to the events

@@ -33,6 +33,7 @@ def local_context(ctx: ScriptContext, emulator: Emulator, disk: Path, state: Pat
         metadata_url=emulator.metadata_url(ctx.cloud),
         storage_url=emulator.url,
         autoscaling_url=emulator.url,
+        secrets_url=emulator.url,
     )
 
 

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
-from infra.render import NOTICE_S, ScriptContext
+from infra.config import SECRET_PLACEHOLDER
+from infra.render import NOTICE_S, ScriptContext, secret_payload
 
 PROGRESS_RE = re.compile(r"^SPOTCTL_PROGRESS\s+(\d+)(?:\s*/\s*(\d+))?\s*$")
 CHECKPOINT_RE = re.compile(r"^SPOTCTL_CHECKPOINT\s+(\d+)\s*$")
@@ -65,6 +66,8 @@ class Report:
     outputs_identical: bool | None = None
     reason: str = ""
     time_scale: float | None = None  # with --trace: the scale used (picked when not given)
+    # The job's secret env keys: the drill decrypts nothing; each gets SECRET_PLACEHOLDER.
+    secret_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -197,6 +200,15 @@ class DrillSpec:
     verify: bool = False
     attempt_timeout_s: float = 600.0
     cwd: str = field(default_factory=os.getcwd)
+    # Env keys whose values are Pulumi secrets: the emulator serves them as the cloud's secret store
+    # would, each with SECRET_PLACEHOLDER (a drill decrypts nothing), so the scripts' real fetch runs.
+    secret_keys: tuple[str, ...] = ()
+
+    @property
+    def secret_ref(self) -> str:
+        if not self.secret_keys:
+            return ""
+        return f"/spotctl/drill/{self.job_id}/env" if self.cloud == "aws" else f"projects/drill/secrets/drill-{self.job_id}-env"
 
 
 class Drill:
@@ -215,6 +227,7 @@ class Drill:
         ctx = ScriptContext(
             cloud=self.spec.cloud, stack="drill", kind="job", name=self.spec.job_id, command=self.spec.command,
             event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=1, cwd=self.spec.cwd,
+            secret_keys=self.spec.secret_keys, secret_ref=self.spec.secret_ref,
         )
         return local_context(ctx, emu, disk, state)
 
@@ -286,6 +299,9 @@ class Drill:
     def run(self) -> Report:
         started = time.monotonic()
         with Emulator() as emu:
+            placeholders = dict.fromkeys(self.spec.secret_keys, SECRET_PLACEHOLDER)
+            if placeholders:
+                emu.state.secrets[self.spec.secret_ref] = secret_payload(placeholders)
             disk = self.workdir / "disk"
             attempts = self.run_attempts(emu, disk, preempt=True)
             total = time.monotonic() - started
@@ -306,6 +322,7 @@ class Drill:
             preemptions=sum(a.outcome == "preempted" for a in attempts), checkpoint_interval=interval,
             total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, reason=reason,
             time_scale=self.spec.time_scale if self.spec.preempt_after is not None else None,
+            secret_env=placeholders,
         )
 
     def stop(self) -> None:
@@ -330,6 +347,7 @@ def _status_line(rec: Attempt, preempt_in: float | None) -> str:
 
 
 def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str, str] | None = None,
+              secret_keys: tuple[str, ...] = (),
               preempt_every: float | None = None, trace: Path | None = None, time_scale: float | None = None,
               max_attempts: int = 10, verify: bool = False) -> DrillSpec:
     """The drill of ``command``: preempted every ``preempt_every`` seconds (2 s unless a trace is
@@ -348,7 +366,7 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
         preempt_after = [u / time_scale for u in preemptions]
     time_scale = 1.0 if time_scale is None else time_scale
     return DrillSpec(
-        command=command, cloud=cloud, job_id=job_id, env=dict(env or {}),
+        command=command, cloud=cloud, job_id=job_id, env=dict(env or {}), secret_keys=tuple(secret_keys),
         preempt_every=preempt_every if preempt_every is not None else (None if trace else 2.0),
         preempt_after=preempt_after, time_scale=time_scale, max_attempts=max_attempts, verify=verify,
     )
@@ -412,6 +430,9 @@ def render_report(report: Report) -> str:
         ratio = f" ({report.total_s / report.uninterrupted_s:.2f}x)" if report.uninterrupted_s else ""
         lines[-1] += f" vs {report.uninterrupted_s:.2f}s uninterrupted{ratio}"
         lines.append("final outputs: " + ("identical to an uninterrupted run" if report.outputs_identical else "DIFFERENT from an uninterrupted run"))
+    if report.secret_env:
+        lines.append(f"secret env {', '.join(f'{k}={v}' for k, v in report.secret_env.items())}: placeholders (a drill "
+                     "decrypts nothing; the emulator served them as the cloud's secret store would)")
     for a in report.attempts:
         if a.log_tail:
             lines += ["", f"attempt {a.attempt} {a.outcome}; the end of its log:", *(f"  | {line}" for line in a.log_tail)]

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.config import NAMESPACE, StackConfig
+from infra.config import NAMESPACE, SECRET_PLACEHOLDER, StackConfig
 
 PROJECT = "spotctl"
 
@@ -121,6 +122,8 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
             rid = f"projects/{project}/topics/{physical}"
         elif typ == "gcp:logging/projectSink:ProjectSink":
             out["writerIdentity"] = f"serviceAccount:service-{_h(name, n=6)}@gcp-sa-logging.iam.gserviceaccount.com"
+        elif typ == "gcp:secretmanager/secret:Secret":
+            rid = f"projects/{project}/secrets/{inputs['secretId']}"
         elif typ == "gcp:storage/bucket:Bucket":
             out["url"] = f"gs://{physical}"
             rid = physical
@@ -145,8 +148,11 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
             out["privateIp"] = f"172.31.{n % 250 + 1}.{n // 250 % 250 + 4}"
         if typ == "aws:autoscaling/group:Group":
             rid = inputs.get("name", rid)
+        if typ == "aws:ssm/parameter:Parameter":  # the ARN of a name with a leading slash: parameter/<path>
+            rid = inputs["name"]
+            out["arn"] = f"arn:aws:ssm:{region}:123456789012:parameter/{rid.lstrip('/')}"
         service = typ.split(":")[1].split("/")[0]
-        out["arn"] = f"arn:aws:{service}:{region}:123456789012:{typ.split(':')[-1].lower()}/{rid}"
+        out.setdefault("arn", f"arn:aws:{service}:{region}:123456789012:{typ.split(':')[-1].lower()}/{rid}")
         out.setdefault("name", rid if "namePrefix" in inputs else inputs.get("name", rid))
         return rid, out
     return f"{name}-id", out
@@ -204,8 +210,14 @@ def _mock_call(token: str, args: dict[str, Any], cfg: StackConfig, account: Mock
     return {}
 
 
-def run(cfg: StackConfig, stack: str, account: MockAccount | None = None) -> Plan:
-    """Evaluate the Pulumi program for ``cfg`` under mocks; return everything it registered."""
+def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
+        decrypted: Mapping[tuple[int, str], str] | None = None) -> Plan:
+    """Evaluate the Pulumi program for ``cfg`` under mocks; return everything it registered.
+
+    ``decrypted`` (tests): ``{(job index, env key): clear value}`` handed over as the engine hands a
+    stack with secrets to the program (the clear values in ``spotctl:jobs``, that key listed as
+    secret; the program then reads the stack file in the working directory's project to know which
+    values were secrets). Without it the secrets stay ``{secure: ...}`` and become placeholders."""
     import pulumi
     from pulumi.runtime import mocks as pmocks
 
@@ -257,7 +269,15 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None) -> Pla
 
     mocks = PlanMocks()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
-    pulumi.runtime.set_all_config(_config_map(cfg))
+    config = _config_map(cfg)
+    secret_keys: list[str] = []  # always given: the SDK keeps the last list when given None
+    if decrypted:
+        jobs = json.loads(config[f"{NAMESPACE}:jobs"])
+        for (i, key), value in decrypted.items():
+            jobs[i]["env"][key] = value
+        config[f"{NAMESPACE}:jobs"] = json.dumps(jobs)
+        secret_keys = [f"{NAMESPACE}:jobs"]
+    pulumi.runtime.set_all_config(config, secret_keys)
 
     from infra.program import main
 
@@ -276,8 +296,15 @@ def _config_map(cfg: StackConfig) -> dict[str, str]:
     return {f"{NAMESPACE}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in dumped.items()}
 
 
+SECRET = SECRET_PLACEHOLDER  # how plan shows a value Pulumi holds as a secret (never its clear text)
+
+
 def _plain(value: Any) -> Any:
-    """Mock inputs -> JSON-able values (unknowns as None, sorted maps)."""
+    """Mock inputs -> JSON-able values (unknowns as None, sorted maps, secrets as ``[secret]``)."""
+    from pulumi.runtime.rpc import is_rpc_secret
+
+    if is_rpc_secret(value):
+        return SECRET
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in sorted(value.items())}
     if isinstance(value, (list, tuple)):

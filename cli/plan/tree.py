@@ -93,9 +93,22 @@ def _template(r: Resource) -> list[str | None]:
     return [r.inputs.get("machineType"), _gpu(r), {"SPOT": "spot", "STANDARD": "on-demand"}.get(model or "")]
 
 
+def _secret(r: Resource) -> list[str | None]:
+    """A job's secret env store: where, and the value as ``[secret]`` (the plan never holds it)."""
+    value = r.inputs.get("value", r.inputs.get("secretData"))
+    return [r.inputs.get("name") or r.inputs.get("secretId"), r.inputs.get("type"), r.inputs.get("tier"),
+            f"value {value}" if value is not None else None]
+
+
+def _secret_reader(r: Resource) -> list[str | None]:
+    return [r.inputs.get("role"), r.inputs.get("member")]
+
+
 SUMMARIES: list[tuple[str, Callable[[Resource], list[str | None]]]] = [
     (":Instance", _vm), (":Disk", _disk), (":Volume", _disk), (":Group", _group), ("Autoscaler", _group),
     ("InstanceGroupManager", _group), (":InstanceTemplate", _template),
+    ("ssm/parameter:Parameter", _secret), ("secretmanager/secretVersion:", _secret), ("secretmanager/secret:", _secret),
+    ("secretmanager/secretIamMember:", _secret_reader),
 ]
 
 

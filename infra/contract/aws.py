@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -312,3 +313,48 @@ def restored_volume_encrypted(type_: str, props: Mapping[str, Any]) -> str | Non
     if not snapshot or not known(encrypted):
         return None
     return None if encrypted is True else f"restored from {snapshot} with encrypted={encrypted!r}"
+
+
+SSM_PARAMETER = "aws:ssm/parameter:Parameter"
+SSM_PUT_PARAMETER_DOC = "https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html"
+SSM_NAME_RE = re.compile(r"[a-zA-Z0-9_.\-/]+")
+# "The maximum length for a parameter name that you create is 1011 characters", counting the ARN
+# part before the name (arn:aws:ssm:<region>:<12-digit account>:parameter); region at most ~20.
+SSM_ARN_PREFIX_MAX = len("arn:aws:ssm:ap-southeast-5:123456789012:parameter")
+
+
+@rule("aws.ssm-parameter-name", [SSM_PARAMETER],
+      says="An SSM parameter name uses only a-zA-Z0-9_.- and / (hierarchy), at most 15 levels, does not begin "
+           "with 'aws' or 'ssm' (case-insensitive), and is at most 1011 characters including the ARN before it.",
+      fix="name job secrets through infra/naming.py ssm_parameter_name (/spotctl/<stack slug>/<job id>/env)",
+      source=SSM_PUT_PARAMETER_DOC + " (Name: \"Naming Constraints\"; \"The maximum length for a parameter name "
+             "that you create is 1011 characters\")")
+def ssm_name_rule(type_: str, props: Mapping[str, Any]) -> str | None:
+    name = props.get("name")
+    if not isinstance(name, str):
+        return None
+    if not SSM_NAME_RE.fullmatch(name):
+        return f"name {name!r} has characters other than a-zA-Z0-9_.-/"
+    if name.lstrip("/").lower().startswith(("aws", "ssm")):
+        return f"name {name!r} begins with 'aws' or 'ssm'"
+    if name.strip("/").count("/") + 1 > 15:
+        return f"name {name!r} is deeper than 15 levels"
+    if len(name) + SSM_ARN_PREFIX_MAX > 1011:
+        return f"name is {len(name)} characters: too long with its ARN"
+    return None
+
+
+@rule("aws.ssm-parameter-value", [SSM_PARAMETER],
+      says="A Standard-tier SSM parameter value holds at most 4096 characters, an Advanced one 8192.",
+      fix="keep a job's secret env values under 8 KB in all (base64 makes them 4/3 longer); spotctl picks Advanced "
+          "above 4096 characters (infra/aws.py TrainingJob._env_secret)",
+      source="https://docs.aws.amazon.com/systems-manager/latest/userguide/parameter-store-advanced-parameters.html; "
+             "the API's ValidationException: \"Standard tier parameters support a maximum parameter value of 4096 "
+             "characters\"")
+def ssm_value_rule(type_: str, props: Mapping[str, Any]) -> str | None:
+    value, tier = props.get("value"), props.get("tier") or "Standard"
+    if not isinstance(value, str) or not known(tier):
+        return None
+    limit = 8192 if tier == "Advanced" else 4096
+    # Never the value itself in the message: it is a secret.
+    return f"the value is {len(value)} characters; tier {tier} holds {limit}" if len(value) > limit else None

@@ -520,3 +520,35 @@ rule("gcp.zonal-disk-same-zone", (),
      source="https://docs.cloud.google.com/compute/docs/disks/create-snapshots (\"Snapshots are, by default, global "
             "resources, so you can use them to restore data to a new disk or VM within the same project.\"); "
             "https://docs.cloud.google.com/compute/docs/instances/moving-instance-across-zones")(None)
+
+
+SECRET = "gcp:secretmanager/secret:Secret"
+SECRET_VERSION = "gcp:secretmanager/secretVersion:SecretVersion"
+SECRET_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,255}")
+
+
+@rule("gcp.secret-id", [SECRET],
+      says="A Secret Manager secret ID is at most 255 characters of letters, digits, hyphens and underscores.",
+      fix="name job secrets through infra/naming.py secret_id (spotctl-<stack slug>-<job id>-env)",
+      source="https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets/create (secretId: "
+             "\"a string with a maximum length of 255 characters and can contain uppercase and lowercase letters, "
+             "numerals, and the hyphen (-) and underscore (_) characters\")")
+def secret_id_rule(type_: str, props: Mapping[str, Any]) -> str | None:
+    value = props.get("secret_id")
+    if not isinstance(value, str):
+        return None
+    return None if SECRET_ID_RE.fullmatch(value) else f"secret_id {value!r}"
+
+
+@rule("gcp.secret-payload-64k", [SECRET_VERSION],
+      says="A Secret Manager secret version's data must be no larger than 64 KiB.",
+      fix="keep a job's secret env values under 48 KiB in all (base64 makes them 4/3 longer)",
+      source="https://cloud.google.com/secret-manager/docs/reference/rest/v1/SecretPayload (data: \"Must be no larger "
+             "than 64KiB\")")
+def secret_payload_rule(type_: str, props: Mapping[str, Any]) -> str | None:
+    data = props.get("secret_data")
+    if not isinstance(data, str):
+        return None
+    size = len(data.encode())
+    # Never the data itself in the message: it is a secret.
+    return f"the data is {size} bytes; at most 65536" if size > 65536 else None

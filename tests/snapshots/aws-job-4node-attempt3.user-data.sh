@@ -36,6 +36,10 @@ SPOTCTL_STORAGE_URL=https://s3.us-east-1.amazonaws.com
 SPOTCTL_BUCKET=team-a-events-4d8689f7
 SPOTCTL_EVENT_PREFIX=team-a/
 SPOTCTL_REGION=us-east-1
+# The job's secret env values: only their names and where they are kept (README "Secrets in env").
+SPOTCTL_SECRET_KEYS='HF_TOKEN WANDB_API_KEY'
+SPOTCTL_SECRET_REF=/spotctl/team-a/llm/env
+SPOTCTL_SECRETS_URL=https://ssm.us-east-1.amazonaws.com
 SPOTCTL_POLL_S=5
 # At most one `checkpoint` event per this many seconds (a trainer may checkpoint every step).
 SPOTCTL_CHECKPOINT_EVENT_S=60
@@ -68,6 +72,9 @@ spotctl_json_str() {
   s=${s//$'\t'/\\t}
   printf '"%s"' "$s"
 }
+
+# The string value of JSON field $1 on stdin (the first one; a value without quotes or backslashes).
+spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
 # Percent-encode $1 for a URL path or query value (keeps A-Z a-z 0-9 - _ . ~ and, with $2=path, /).
 spotctl_urlencode() {
@@ -136,7 +143,6 @@ spotctl_event_log() {
 
 spotctl_sha256() { openssl dgst -sha256 | sed 's/^.*= *//'; }
 spotctl_hmac() { printf '%s' "$2" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$1" | sed 's/^.*= *//'; }
-spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
 # The instance role's credentials from IMDS into SPOTCTL_AKID, SPOTCTL_SECRET, SPOTCTL_SESSION.
 spotctl_aws_creds() {
@@ -152,18 +158,27 @@ spotctl_aws_creds() {
 
 # One AWS API request signed (SigV4) with the instance role: only curl and openssl, no AWS CLI
 # needed on the image. $1 method, $2 base URL, $3 path (URL-encoded), $4 service, $5 content
-# type, $6 body, $7 max seconds. Prints the answer; fails on an HTTP error.
+# type, $6 body, $7 max seconds, $8 optional X-Amz-Target (JSON APIs such as SSM; signed too).
+# Prints the answer; fails on an HTTP error.
 spotctl_aws_request() {
-  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7
+  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7 target=${8:-}
   spotctl_aws_creds || return 1
-  local amz_date day host payload_hash canonical scope to_sign k signature
+  local amz_date day host payload_hash headers signed canonical scope to_sign k signature
+  local target_header=()
   amz_date=$(date -u +%Y%m%dT%H%M%SZ)
   day=${amz_date%%T*}
   host=${url#*://}
   host=${host%%/*}
   payload_hash=$(printf '%s' "$body" | spotctl_sha256)
-  canonical=$(printf '%s\n%s\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\nhost;x-amz-content-sha256;x-amz-date;x-amz-security-token\n%s' \
-    "$method" "$path" "$host" "$payload_hash" "$amz_date" "$SPOTCTL_SESSION" "$payload_hash")
+  headers=$(printf 'host:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s' \
+    "$host" "$payload_hash" "$amz_date" "$SPOTCTL_SESSION")
+  signed='host;x-amz-content-sha256;x-amz-date;x-amz-security-token'
+  if [ -n "$target" ]; then
+    headers+=$'\n'"x-amz-target:$target"
+    signed+=';x-amz-target'
+    target_header=(-H "X-Amz-Target: $target")
+  fi
+  canonical=$(printf '%s\n%s\n\n%s\n\n%s\n%s' "$method" "$path" "$headers" "$signed" "$payload_hash")
   scope="$day/$SPOTCTL_REGION/$service/aws4_request"
   to_sign=$(printf 'AWS4-HMAC-SHA256\n%s\n%s\n%s' "$amz_date" "$scope" "$(printf '%s' "$canonical" | spotctl_sha256)")
   k=$(printf '%s' "$day" | openssl dgst -sha256 -mac HMAC -macopt "key:AWS4$SPOTCTL_SECRET" | sed 's/^.*= *//')
@@ -173,8 +188,8 @@ spotctl_aws_request() {
   signature=$(spotctl_hmac "$k" "$to_sign")
   curl -sf --connect-timeout 1 --max-time "$max" -X "$method" --data-binary "$body" \
     -H "x-amz-date: $amz_date" -H "x-amz-content-sha256: $payload_hash" -H "x-amz-security-token: $SPOTCTL_SESSION" \
-    -H "Content-Type: $ctype" \
-    -H "Authorization: AWS4-HMAC-SHA256 Credential=$SPOTCTL_AKID/$scope, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=$signature" \
+    -H "Content-Type: $ctype" "${target_header[@]}" \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=$SPOTCTL_AKID/$scope, SignedHeaders=$signed, Signature=$signature" \
     "$url$path"
 }
 
@@ -253,6 +268,51 @@ spotctl_upload_log() {
     offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
     printf '%s' "$offset" >"$SPOTCTL_STATE_DIR/log-offset"
   done
+}
+
+# ---- secret env values -------------------------------------------------------------------------
+# The job's secret payload (infra/render.py secret_payload: KEY=<base64url> ...), read with this
+# VM's own identity, the only one allowed to read it. Printed to the caller, never written to disk.
+spotctl_secret_payload() {
+  local answer
+  answer=$(spotctl_aws_request POST "$SPOTCTL_SECRETS_URL" / ssm 'application/x-amz-json-1.1' \
+    "{\"Name\":$(spotctl_json_str "$SPOTCTL_SECRET_REF"),\"WithDecryption\":true}" 10 AmazonSSM.GetParameter) || return 1
+  printf '%s' "$answer" | tr -d '\n' | spotctl_json_field Value | tr -d '\134'
+}
+
+# Export the job's secret env values into this (the trainer's) shell. Retried for 2 minutes
+# (SPOTCTL_SECRET_WAIT_S): a role or binding made in the same update can take that long to apply.
+spotctl_load_secrets() {
+  local payload="" deadline item key value count=0 want=0
+  deadline=$(($(date +%s) + ${SPOTCTL_SECRET_WAIT_S:-120}))
+  until payload=$(spotctl_secret_payload 2>/dev/null) && [ -n "$payload" ]; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      spotctl_log "could not read the job's secret env values from $SPOTCTL_SECRET_REF: not starting the trainer"
+      return 1
+    fi
+    sleep 2
+  done
+  # Word splitting on purpose: the payload is KEY=<base64url> words (no glob characters); no
+  # here-string, which bash may back with a temporary file.
+  for item in $payload; do
+    key=${item%%=*}
+    case " $SPOTCTL_SECRET_KEYS " in
+      *" $key "*) ;;
+      *) continue ;;  # only the names this job declares (never SPOTCTL_* or another reserved one)
+    esac
+    # base64url -> base64; the trailing x keeps trailing newlines of the value.
+    value=$(printf '%s' "${item#*=}" | tr '_-' '/+' | base64 -d 2>/dev/null && printf x) || {
+      spotctl_log "the secret value of $key in $SPOTCTL_SECRET_REF is not base64"
+      return 1
+    }
+    export "$key=${value%x}"
+    count=$((count + 1))
+  done
+  for key in $SPOTCTL_SECRET_KEYS; do want=$((want + 1)); done
+  if [ "$count" -ne "$want" ]; then
+    spotctl_log "$SPOTCTL_SECRET_REF holds $count of the job's $want secret env values"
+    return 1
+  fi
 }
 
 # ---- the trainer -----------------------------------------------------------------------------
@@ -371,6 +431,8 @@ spotctl_follow_progress() {
 # into this script's (so no env value can change what the script runs, signals or records), and
 # the command comes as $1, which the environment file cannot touch.
 spotctl_exec_trainer() {
+  # Secret values first (in memory only), then the env file, whose spotctl variables come last.
+  spotctl_load_secrets || return 1
   # shellcheck disable=SC1091
   . "$SPOTCTL_STATE_DIR/env" || return 1
   # $2: 1 when the disk shows training already ran here (spotctl_has_progress), after the env file

@@ -70,6 +70,9 @@ spotctl_json_str() {
   printf '"%s"' "$s"
 }
 
+# The string value of JSON field $1 on stdin (the first one; a value without quotes or backslashes).
+spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
+
 # Percent-encode $1 for a URL path or query value (keeps A-Z a-z 0-9 - _ . ~ and, with $2=path, /).
 spotctl_urlencode() {
   local s=$1 keep=${2:-} out="" c i
@@ -137,7 +140,6 @@ spotctl_event_log() {
 
 spotctl_sha256() { openssl dgst -sha256 | sed 's/^.*= *//'; }
 spotctl_hmac() { printf '%s' "$2" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$1" | sed 's/^.*= *//'; }
-spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
 # The instance role's credentials from IMDS into SPOTCTL_AKID, SPOTCTL_SECRET, SPOTCTL_SESSION.
 spotctl_aws_creds() {
@@ -153,18 +155,27 @@ spotctl_aws_creds() {
 
 # One AWS API request signed (SigV4) with the instance role: only curl and openssl, no AWS CLI
 # needed on the image. $1 method, $2 base URL, $3 path (URL-encoded), $4 service, $5 content
-# type, $6 body, $7 max seconds. Prints the answer; fails on an HTTP error.
+# type, $6 body, $7 max seconds, $8 optional X-Amz-Target (JSON APIs such as SSM; signed too).
+# Prints the answer; fails on an HTTP error.
 spotctl_aws_request() {
-  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7
+  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7 target=${8:-}
   spotctl_aws_creds || return 1
-  local amz_date day host payload_hash canonical scope to_sign k signature
+  local amz_date day host payload_hash headers signed canonical scope to_sign k signature
+  local target_header=()
   amz_date=$(date -u +%Y%m%dT%H%M%SZ)
   day=${amz_date%%T*}
   host=${url#*://}
   host=${host%%/*}
   payload_hash=$(printf '%s' "$body" | spotctl_sha256)
-  canonical=$(printf '%s\n%s\n\nhost:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s\n\nhost;x-amz-content-sha256;x-amz-date;x-amz-security-token\n%s' \
-    "$method" "$path" "$host" "$payload_hash" "$amz_date" "$SPOTCTL_SESSION" "$payload_hash")
+  headers=$(printf 'host:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\nx-amz-security-token:%s' \
+    "$host" "$payload_hash" "$amz_date" "$SPOTCTL_SESSION")
+  signed='host;x-amz-content-sha256;x-amz-date;x-amz-security-token'
+  if [ -n "$target" ]; then
+    headers+=$'\n'"x-amz-target:$target"
+    signed+=';x-amz-target'
+    target_header=(-H "X-Amz-Target: $target")
+  fi
+  canonical=$(printf '%s\n%s\n\n%s\n\n%s\n%s' "$method" "$path" "$headers" "$signed" "$payload_hash")
   scope="$day/$SPOTCTL_REGION/$service/aws4_request"
   to_sign=$(printf 'AWS4-HMAC-SHA256\n%s\n%s\n%s' "$amz_date" "$scope" "$(printf '%s' "$canonical" | spotctl_sha256)")
   k=$(printf '%s' "$day" | openssl dgst -sha256 -mac HMAC -macopt "key:AWS4$SPOTCTL_SECRET" | sed 's/^.*= *//')
@@ -174,8 +185,8 @@ spotctl_aws_request() {
   signature=$(spotctl_hmac "$k" "$to_sign")
   curl -sf --connect-timeout 1 --max-time "$max" -X "$method" --data-binary "$body" \
     -H "x-amz-date: $amz_date" -H "x-amz-content-sha256: $payload_hash" -H "x-amz-security-token: $SPOTCTL_SESSION" \
-    -H "Content-Type: $ctype" \
-    -H "Authorization: AWS4-HMAC-SHA256 Credential=$SPOTCTL_AKID/$scope, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, Signature=$signature" \
+    -H "Content-Type: $ctype" "${target_header[@]}" \
+    -H "Authorization: AWS4-HMAC-SHA256 Credential=$SPOTCTL_AKID/$scope, SignedHeaders=$signed, Signature=$signature" \
     "$url$path"
 }
 

@@ -36,6 +36,10 @@ SPOTCTL_STORAGE_URL=https://storage.googleapis.com
 SPOTCTL_BUCKET=team-a-events-4d8689f7
 SPOTCTL_EVENT_PREFIX=team-a/
 SPOTCTL_REGION=us-central1
+# The job's secret env values: only their names and where they are kept (README "Secrets in env").
+SPOTCTL_SECRET_KEYS='HF_TOKEN WANDB_API_KEY'
+SPOTCTL_SECRET_REF=projects/p/secrets/spotctl-team-a-llm-env
+SPOTCTL_SECRETS_URL=https://secretmanager.googleapis.com
 SPOTCTL_POLL_S=5
 # At most one `checkpoint` event per this many seconds (a trainer may checkpoint every step).
 SPOTCTL_CHECKPOINT_EVENT_S=60
@@ -68,6 +72,9 @@ spotctl_json_str() {
   s=${s//$'\t'/\\t}
   printf '"%s"' "$s"
 }
+
+# The string value of JSON field $1 on stdin (the first one; a value without quotes or backslashes).
+spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
 
 # Percent-encode $1 for a URL path or query value (keeps A-Z a-z 0-9 - _ . ~ and, with $2=path, /).
 spotctl_urlencode() {
@@ -118,13 +125,18 @@ spotctl_event_log() {
   fi
 }
 
+# The VM's service account token (within $1 seconds).
+spotctl_gcp_token() {
+  local token
+  token=$(curl -sf --connect-timeout 1 --max-time "$1" -H 'Metadata-Flavor: Google' \
+    "$SPOTCTL_METADATA_URL/instance/service-accounts/default/token" | spotctl_json_field access_token) || return 1
+  [ -n "$token" ] && printf '%s' "$token"
+}
+
 # Upload $2 (JSON) as object $1 to the event bucket with the VM's service account token.
 spotctl_upload_once() {
   local object=$1 body=$2 max=$3 token
-  token=$(curl -sf --connect-timeout 1 --max-time "$max" -H 'Metadata-Flavor: Google' \
-    "$SPOTCTL_METADATA_URL/instance/service-accounts/default/token" |
-    sed -n 's/.*"access_token"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p') || return 1
-  [ -n "$token" ] || return 1
+  token=$(spotctl_gcp_token "$max") || return 1
   curl -sf --connect-timeout 1 --max-time "$max" -X POST \
     -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary "$body" \
     "$SPOTCTL_STORAGE_URL/upload/storage/v1/b/$(spotctl_urlencode "$SPOTCTL_BUCKET")/o?uploadType=media&name=$(spotctl_urlencode "$object")" \
@@ -199,6 +211,53 @@ spotctl_upload_log() {
     offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
     printf '%s' "$offset" >"$SPOTCTL_STATE_DIR/log-offset"
   done
+}
+
+# ---- secret env values -------------------------------------------------------------------------
+# The job's secret payload (infra/render.py secret_payload: KEY=<base64url> ...), read with this
+# VM's own identity, the only one allowed to read it. Printed to the caller, never written to disk.
+spotctl_secret_payload() {
+  local token answer
+  token=$(spotctl_gcp_token 5) || return 1
+  answer=$(curl -sf --connect-timeout 2 --max-time 10 -H "Authorization: Bearer $token" \
+    "$SPOTCTL_SECRETS_URL/v1/$SPOTCTL_SECRET_REF/versions/latest:access") || return 1
+  # Secret Manager answers payload.data in base64 (no backslash is legitimate in it).
+  printf '%s' "$answer" | tr -d '\n' | spotctl_json_field data | tr -d '\134' | base64 -d
+}
+
+# Export the job's secret env values into this (the trainer's) shell. Retried for 2 minutes
+# (SPOTCTL_SECRET_WAIT_S): a role or binding made in the same update can take that long to apply.
+spotctl_load_secrets() {
+  local payload="" deadline item key value count=0 want=0
+  deadline=$(($(date +%s) + ${SPOTCTL_SECRET_WAIT_S:-120}))
+  until payload=$(spotctl_secret_payload 2>/dev/null) && [ -n "$payload" ]; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      spotctl_log "could not read the job's secret env values from $SPOTCTL_SECRET_REF: not starting the trainer"
+      return 1
+    fi
+    sleep 2
+  done
+  # Word splitting on purpose: the payload is KEY=<base64url> words (no glob characters); no
+  # here-string, which bash may back with a temporary file.
+  for item in $payload; do
+    key=${item%%=*}
+    case " $SPOTCTL_SECRET_KEYS " in
+      *" $key "*) ;;
+      *) continue ;;  # only the names this job declares (never SPOTCTL_* or another reserved one)
+    esac
+    # base64url -> base64; the trailing x keeps trailing newlines of the value.
+    value=$(printf '%s' "${item#*=}" | tr '_-' '/+' | base64 -d 2>/dev/null && printf x) || {
+      spotctl_log "the secret value of $key in $SPOTCTL_SECRET_REF is not base64"
+      return 1
+    }
+    export "$key=${value%x}"
+    count=$((count + 1))
+  done
+  for key in $SPOTCTL_SECRET_KEYS; do want=$((want + 1)); done
+  if [ "$count" -ne "$want" ]; then
+    spotctl_log "$SPOTCTL_SECRET_REF holds $count of the job's $want secret env values"
+    return 1
+  fi
 }
 
 # ---- the trainer -----------------------------------------------------------------------------
@@ -317,6 +376,8 @@ spotctl_follow_progress() {
 # into this script's (so no env value can change what the script runs, signals or records), and
 # the command comes as $1, which the environment file cannot touch.
 spotctl_exec_trainer() {
+  # Secret values first (in memory only), then the env file, whose spotctl variables come last.
+  spotctl_load_secrets || return 1
   # shellcheck disable=SC1091
   . "$SPOTCTL_STATE_DIR/env" || return 1
   # $2: 1 when the disk shows training already ran here (spotctl_has_progress), after the env file

@@ -69,6 +69,9 @@ spotctl_json_str() {
   printf '"%s"' "$s"
 }
 
+# The string value of JSON field $1 on stdin (the first one; a value without quotes or backslashes).
+spotctl_json_field() { sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p" | head -n 1; }
+
 # Percent-encode $1 for a URL path or query value (keeps A-Z a-z 0-9 - _ . ~ and, with $2=path, /).
 spotctl_urlencode() {
   local s=$1 keep=${2:-} out="" c i
@@ -118,13 +121,18 @@ spotctl_event_log() {
   fi
 }
 
+# The VM's service account token (within $1 seconds).
+spotctl_gcp_token() {
+  local token
+  token=$(curl -sf --connect-timeout 1 --max-time "$1" -H 'Metadata-Flavor: Google' \
+    "$SPOTCTL_METADATA_URL/instance/service-accounts/default/token" | spotctl_json_field access_token) || return 1
+  [ -n "$token" ] && printf '%s' "$token"
+}
+
 # Upload $2 (JSON) as object $1 to the event bucket with the VM's service account token.
 spotctl_upload_once() {
   local object=$1 body=$2 max=$3 token
-  token=$(curl -sf --connect-timeout 1 --max-time "$max" -H 'Metadata-Flavor: Google' \
-    "$SPOTCTL_METADATA_URL/instance/service-accounts/default/token" |
-    sed -n 's/.*"access_token"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p') || return 1
-  [ -n "$token" ] || return 1
+  token=$(spotctl_gcp_token "$max") || return 1
   curl -sf --connect-timeout 1 --max-time "$max" -X POST \
     -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary "$body" \
     "$SPOTCTL_STORAGE_URL/upload/storage/v1/b/$(spotctl_urlencode "$SPOTCTL_BUCKET")/o?uploadType=media&name=$(spotctl_urlencode "$object")" \
