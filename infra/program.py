@@ -38,7 +38,7 @@ def read_config(stack: str) -> tuple[StackConfig, dict[str, dict[str, str]]]:
             raise ConfigError(source, [f"{NAMESPACE}:jobs holds secrets, but the stack file was not found to tell which "
                                        "env values they are (run from the project directory)"])
         source = str(path)
-        spotctl, clear = secrets.take_secrets(spotctl, secrets.markers(secrets.stack_file_config(path), source), source)
+        spotctl, clear = secrets.take_secrets(spotctl, secrets.stack_file_config(path), source)
     cfg = validate(spotctl, source)
     provider_conflicts(raw, cfg, source)
     return cfg, secrets.by_job(cfg, clear)

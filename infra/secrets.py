@@ -76,19 +76,36 @@ def markers(stack_config: Mapping[str, Any], source: str) -> dict[tuple[int, str
     return found
 
 
-def take_secrets(raw: Mapping[str, Any], found: Mapping[tuple[int, str], str],
+def take_secrets(raw: Mapping[str, Any], file_config: Mapping[str, Any],
                  source: str) -> tuple[dict[str, Any], dict[tuple[int, str], str]]:
     """Split the engine's decrypted ``spotctl:`` config (``raw``, without the namespace) into the same
-    config with the markers ``found`` in the stack file put back, and the clear values.
+    config with the stack file's ``secure:`` markers put back, and the clear values.
+
+    ``file_config`` is the stack file's ``config:`` map. Every env value the engine passed must be
+    a secret there or the same string: a file that does not match (another file, an edit since)
+    cannot say which values are secrets, and guessing could put a secret into a script.
 
     Raises:
-        ConfigError: the engine's config has no string where the stack file has a secret, or a
-            clear value no process could receive (the key is named, never the value).
+        ConfigError: the file holds no secret or does not match, the engine's config has no string
+            where the file has a secret, or a clear value no process could receive (keys are named,
+            never values).
     """
+    found = markers(file_config, source)
     jobs = raw.get("jobs")
     out = dict(raw)
     if not found:
-        return out, {}
+        raise ConfigError(source, [f"{NAMESPACE}:jobs: Pulumi passed it as a secret, but this stack file has no "
+                                   "{secure: ...} env value: cannot tell which env values are secrets"])
+    file_jobs = file_config.get(f"{NAMESPACE}:jobs")
+    file_jobs = file_jobs if isinstance(file_jobs, list) else []
+    for i, job in enumerate(jobs if isinstance(jobs, list) else []):
+        env = job.get("env") if isinstance(job, Mapping) else None
+        file_job = file_jobs[i] if i < len(file_jobs) and isinstance(file_jobs[i], Mapping) else {}
+        file_env = file_job.get("env") if isinstance(file_job.get("env"), Mapping) else {}
+        for key, value in (env.items() if isinstance(env, Mapping) else ()):
+            if (i, str(key)) not in found and file_env.get(key) != value:
+                raise ConfigError(source, [f"{NAMESPACE}:jobs[{i}].env.{key}: this stack file does not match the config "
+                                           "Pulumi passed: cannot tell which env values are secrets"])
     if not isinstance(jobs, list):
         raise ConfigError(source, [f"{NAMESPACE}:jobs: the stack file has secrets in job env, but the config Pulumi passed has no jobs"])
     jobs = [dict(j) if isinstance(j, Mapping) else j for j in jobs]

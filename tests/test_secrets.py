@@ -99,15 +99,25 @@ def test_only_env_values_may_be_secrets():
 
 
 def test_the_engines_clear_values_are_taken_out_and_the_markers_put_back():
+    file = {"spotctl:jobs": [{"id": "a", "env": {"K": SECURE, "P": "x"}}]}
     engine = {"jobs": [{"id": "a", "env": {"K": CLEAR, "P": "x"}}]}
-    raw, clear = secrets.take_secrets(engine, {(0, "K"): CIPHER}, "s.yaml")
+    raw, clear = secrets.take_secrets(engine, file, "s.yaml")
     assert raw["jobs"][0]["env"] == {"K": SECURE, "P": "x"} and clear == {(0, "K"): CLEAR}
     assert engine["jobs"][0]["env"]["K"] == CLEAR  # the engine's map is not edited in place
     with pytest.raises(ConfigError, match="no decrypted string"):
-        secrets.take_secrets({"jobs": [{"id": "a", "env": {}}]}, {(0, "K"): CIPHER}, "s.yaml")
+        secrets.take_secrets({"jobs": [{"id": "a", "env": {"P": "x"}}]}, file, "s.yaml")
     with pytest.raises(ConfigError) as err:
-        secrets.take_secrets({"jobs": [{"id": "a", "env": {"K": "bad\x00" + CLEAR}}]}, {(0, "K"): CIPHER}, "s.yaml")
+        secrets.take_secrets({"jobs": [{"id": "a", "env": {"K": "bad\x00" + CLEAR, "P": "x"}}]}, file, "s.yaml")
     assert "NUL" in str(err.value) and CLEAR not in str(err.value)  # never the value in a message
+
+
+@pytest.mark.parametrize("file_env", [{"P": "x"}, {"K": SECURE, "P": "changed"}, {"K": SECURE}])
+def test_a_stack_file_that_does_not_match_the_engines_config_is_refused(file_env):
+    """Guessing which values are secret could put one into a script: refuse instead."""
+    engine = {"jobs": [{"id": "a", "env": {"K": CLEAR, "P": "x"}}]}
+    with pytest.raises(ConfigError, match="cannot tell which env values are secrets") as err:
+        secrets.take_secrets(engine, {"spotctl:jobs": [{"id": "a", "env": file_env}]}, "s.yaml")
+    assert CLEAR not in str(err.value)
 
 
 # ---- the program under the mocks, fed as the engine feeds it --------------------------------------
