@@ -289,6 +289,32 @@ def test_any_events_give_a_finite_report(raw, now_h):
     assert abs(job["on_demand_cost"] - job["cost"] - job["savings"]) <= 0.011
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), NAMES, st.floats(0, 50, allow_nan=False)), max_size=15),
+       st.lists(st.tuples(st.integers(1, 3), st.one_of(st.none(), st.floats(-5, 60, allow_nan=False))), max_size=3),
+       st.sampled_from([None, "snapshot", "restore", "start"]), st.floats(0, 60, allow_nan=False))
+def test_any_moves_give_a_finite_report(raw, stays, step, now_h):
+    """Whatever the zone history (moves with or without a recorded start, one in progress) and the events."""
+    zones = ["us-east-1a", "us-east-1b"]
+    history = [{"zone": zones[i % 2], "lastAttempt": a} | ({"moveBegan": (T0 + timedelta(hours=b)).isoformat()} if b is not None else {})
+               for i, (a, b) in enumerate(stays)]
+    job = {"id": "j", "instanceType": "g5.2xlarge", "zone": zones[len(history) % 2], "command": "x", "attempt": 4,
+           "state": "stopped" if step in ("snapshot", "restore") else "running", "zoneHistory": history}
+    if step and (step in ("snapshot", "restore") or history):
+        job["move"] = {"from": zones[len(history) % 2] if step in ("snapshot", "restore") else zones[(len(history) - 1) % 2],
+                       "to": zones[(len(history) + 1) % 2] if step in ("snapshot", "restore") else zones[len(history) % 2], "step": step}
+    cfg = validate({"cloud": "aws", "region": "us-east-1", "zones": zones, "prices": {"g5.2xlarge": {"spot": 0.5, "onDemand": 1.25}},
+                    "jobs": [job]}, "f.yaml")
+    events = [event(a, name, h) for a, name, h in raw]
+    data = json.loads(json.dumps(report(cfg, "s", cfg.jobs, {"j": events}, T0 + timedelta(hours=now_h)).json(), allow_nan=False))
+    (j,) = data["jobs"]
+    assert len(j["moves"]) == len(history) + (step in ("snapshot", "restore"))
+    for m in j["moves"]:
+        assert m["changeover_hours"] is None or m["changeover_hours"] >= 0
+        assert m["snapshot_storage_cost"] is None or m["snapshot_storage_cost"] >= 0
+    assert data["total"]["snapshot_storage_cost"] >= 0 and data["total"]["move_changeover_hours"] >= 0
+
+
 # ---- prices -----------------------------------------------------------------------------------
 
 
