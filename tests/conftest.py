@@ -144,9 +144,11 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch):
 
     real = planner.run
 
-    def run(cfg, stack, account=None):
-        if len(monkeypatch._setattr) > 1:  # ours is the first; anything after may change the program
-            return real(cfg, stack, account)
+    def run(cfg, stack, account=None, decrypted=None):
+        # Ours is the first patch; anything after may change the program. Decrypted secrets make the
+        # program read the stack file in the working directory: not a function of the config alone.
+        if decrypted or len(monkeypatch._setattr) > 1:
+            return real(cfg, stack, account, decrypted=decrypted)
         key = (json.dumps(planner._config_map(cfg), sort_keys=True), stack, repr(account))
         if key not in _PLANS:
             _PLANS[key] = real(cfg, stack, account)
