@@ -375,6 +375,9 @@ class StackConfig(_Model):
     def _cross_checks(self) -> Self:
         # Cross-field problems are reported with their own key path, so they are collected here
         # and raised as one _CrossErrors that validate() turns into messages.
+        # Rules across jobs compare only job ids (unique, not a pool's name): one job's edit is validated
+        # with the stack-wide keys and that job alone (the job index in cli/lifecycle/stackfile.py).
+        # A rule comparing other fields of two jobs must also make that path read the whole file.
         problems: list[tuple[str, str]] = []
         gcp = self.cloud == "gcp"
         if gcp and not self.project:

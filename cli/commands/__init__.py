@@ -5,12 +5,69 @@ each parses, calls one function of a part, and prints."""
 from __future__ import annotations
 
 import enum
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from infra.basics import ConfigError
+
+
+class _LighterRichHelp:
+    """Typer imports ``typer.rich_utils`` to print help and errors, and that module imports
+    ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments) at its top although spotctl
+    uses neither (no Markdown markup mode, pretty exceptions off): a third of ``spotctl --help``'s
+    start-up (issue 20). While rich_utils is imported, those two modules are stand-ins whose one
+    name imports the real module on first use; afterwards the real modules import as usual."""
+
+    STAND_INS = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "typer.rich_utils":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_with_stand_ins(module):
+            installed = {m: self._stand_in(m, cls) for m, cls in self.STAND_INS.items() if m not in sys.modules}
+            sys.modules.update(installed)
+            try:
+                exec_module(module)
+            finally:
+                for m, stand_in in installed.items():
+                    if sys.modules.get(m) is stand_in:
+                        del sys.modules[m]
+
+        spec.loader.exec_module = exec_with_stand_ins
+        return spec
+
+    @staticmethod
+    def _stand_in(module: str, name: str):
+        import importlib
+        import types
+
+        stand_in = types.ModuleType(module)
+
+        def real():
+            if sys.modules.get(module) is stand_in:
+                del sys.modules[module]
+            return getattr(importlib.import_module(module), name)
+
+        setattr(stand_in, name, type(name, (), {
+            "__new__": lambda cls, *args, **kwargs: real()(*args, **kwargs),
+            "from_exception": classmethod(lambda cls, *args, **kwargs: real().from_exception(*args, **kwargs)),
+        }))
+        return stand_in
+
+
+if "typer.rich_utils" not in sys.modules:
+    sys.meta_path.insert(0, _LighterRichHelp())
 
 app = typer.Typer(
     name="spotctl",
@@ -85,7 +142,7 @@ def stack_jobs(stack: Optional[str], stack_file: Optional[Path], job: Optional[s
     ref = None
     try:
         ref = stackfile.resolve(stack, stack_file)
-        cfg = stackfile.load(ref)
+        cfg = stackfile.load_job(ref, job) if job else stackfile.load(ref)  # one job: only its lines when indexed
         return ref, cfg, ([cfg.job(job)] if job else list(cfg.jobs))
     except ConfigError as exc:
         raise fail(str(exc)) from None

@@ -22,7 +22,7 @@ from cli.commands import (
     progress,
     recorded_events,
 )
-from infra.config import ConfigError
+from infra.basics import ConfigError
 
 
 @app.command(

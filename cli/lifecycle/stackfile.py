@@ -16,6 +16,7 @@ import contextlib
 import copy
 import hashlib
 import io
+import json
 import os
 import re
 import tempfile
@@ -112,7 +113,7 @@ def _yaml():
 
 BOM = "\ufeff"
 MAX_DEPTH = 32  # nesting of a stack file (jobs > job > env is 5 deep)
-MAX_NODES = 100_000  # nodes after expanding aliases: a stack file has hundreds; a bomb has billions
+MAX_NODES = 1_000_000  # nodes after expanding aliases: a 5,000-job stack has ~150,000; a bomb has billions
 
 
 def _read_text(path: Path) -> str:
@@ -132,23 +133,31 @@ def _read_text(path: Path) -> str:
     return text.removeprefix(BOM).replace("\r\n", "\n")
 
 
-def _check_shape(path: Path, text: str) -> None:
+def _check_shape(path: Path, text: str) -> tuple[int, bool]:
     """Refuse, before anything builds objects from it, YAML nested deeper than MAX_DEPTH or that
-    expands (through aliases) to more than MAX_NODES nodes: streamed events, no recursion."""
+    expands (through aliases) to more than MAX_NODES nodes: streamed events, no recursion.
+
+    Returns:
+        (the nodes it expands to, whether it has anchors or aliases) for the job index.
+    """
     import yaml
 
+    anchored = False
     sizes: dict[str, int] = {}
     frames: list[list[Any]] = [[None, 0]]  # [anchor, nodes so far]
     try:
         for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             if isinstance(event, yaml.AliasEvent):
+                anchored = True
                 frames[-1][1] += sizes.get(event.anchor, 1)
             elif isinstance(event, yaml.ScalarEvent):
                 frames[-1][1] += 1
                 if event.anchor:
+                    anchored = True
                     sizes[event.anchor] = 1
             elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 frames.append([event.anchor, 1])
+                anchored = anchored or bool(event.anchor)
                 if len(frames) > MAX_DEPTH + 1:
                     line = event.start_mark.line + 1
                     raise ConfigError(str(path), [f"line {line}: nested more than {MAX_DEPTH} levels deep"])
@@ -162,6 +171,7 @@ def _check_shape(path: Path, text: str) -> None:
                 raise ConfigError(str(path), [f"line {line}: expands to more than {MAX_NODES} values (aliases of aliases?)"])
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from None
+    return frames[0][1], anchored
 
 
 def _yaml_error(path: Path, exc: Exception) -> ConfigError:
@@ -260,17 +270,29 @@ def _remember(digest: str, **values: Any) -> None:
             _PARSED.popitem(last=False)
 
 
-def _fast_load(path: Path, text: str) -> Any:
-    """The document as plain Python (PyYAML's C loader). Shared with later reads of the same text:
-    callers copy it (``plain``) before changing anything."""
+@dataclass
+class _Parsed:
+    """One fast parse of a stack file: the document, its node tree (where each job's lines are) and
+    its shape (for the job index)."""
+
+    doc: Any
+    root: Any
+    nodes: int
+    anchored: bool
+
+
+def _parse(path: Path, text: str, shared: bool = True) -> _Parsed:
+    """The document (PyYAML's C loader) with its node tree. ``shared``: kept for later reads of the same
+    text, so callers copy the document (``plain``) before changing anything; a job's lines read alone
+    (the job index) are not kept, so they never push a whole file out."""
     import yaml
 
     global _FAST_LOADER
-    digest, cached = _parsed(text)
-    if cached is not None and "doc" in cached:
-        return cached["doc"]
+    digest, cached = _parsed(text) if shared else ("", None)
+    if cached is not None and "parsed" in cached:
+        return cached["parsed"]
     _FAST_LOADER = _FAST_LOADER or _fast_loader()
-    _check_shape(path, text)
+    nodes, anchored = _check_shape(path, text)
     loader = _FAST_LOADER(text)
     try:  # what yaml.load does, keeping the node tree for _jobs_node (splicing reads its marks)
         node = loader.get_single_node()
@@ -279,9 +301,15 @@ def _fast_load(path: Path, text: str) -> Any:
         raise _yaml_error(path, exc) from None
     finally:
         loader.dispose()
-    doc = _check_document(path, doc)
-    _remember(digest, doc=doc, node=node)
-    return doc
+    parsed = _Parsed(_check_document(path, doc), node, nodes, anchored)
+    if shared:
+        _remember(digest, parsed=parsed)
+    return parsed
+
+
+def _fast_load(path: Path, text: str) -> Any:
+    """The document as plain Python, shared with later reads of the same text (see ``_parse``)."""
+    return _parse(path, text).doc
 
 
 def plain(value: Any) -> Any:
@@ -306,17 +334,37 @@ def read_config(path: Path) -> dict[str, Any]:
     return plain(_fast_load(path, _read_text(path)).get("config", {}))
 
 
-def load(ref: StackRef) -> StackConfig:
+def load(ref: StackRef, text: str | None = None) -> StackConfig:
     """Read and validate a stack's config (and that provider settings do not contradict it); a text
-    validated before is not validated again (``StackConfig`` is frozen)."""
-    text = _read_text(ref.path)
+    validated before is not validated again (``StackConfig`` is frozen). A valid file is indexed
+    (see ``load_job``)."""
+    text = _read_text(ref.path) if text is None else text
     digest, cached = _parsed(text)
     if cached is not None and "cfg" in cached:
         return cached["cfg"]
-    config = plain(_fast_load(ref.path, text).get("config", {}))
+    parsed = _parse(ref.path, text)
+    config = plain(parsed.doc.get("config", {}))
     cfg = validate(namespaced(config, str(ref.path)), str(ref.path))
     provider_conflicts(config, cfg, str(ref.path))
     _remember(digest, cfg=cfg)
+    _index(ref.path, text, parsed)
+    return cfg
+
+
+def load_job(ref: StackRef, job_id: str) -> StackConfig:
+    """The stack's config for a command about one job: the stack-wide settings and that job,
+    validated as ``load`` does. When the file is one spotctl already validated whole (its index
+    matches), only those lines are read and validated, so the time does not grow with the number of
+    jobs; the config then holds only that job. Otherwise the whole file is loaded (and indexed)."""
+    text = _read_text(ref.path)
+    cached = _parsed(text)[1]
+    if cached is not None and "cfg" in cached:
+        return cached["cfg"]
+    part = _job_part(ref.path, text, job_id)
+    if part is None:
+        return load(ref, text)
+    cfg = validate(namespaced(part.raw, str(ref.path)), str(ref.path))
+    provider_conflicts(part.raw, cfg, str(ref.path))
     return cfg
 
 
@@ -453,7 +501,14 @@ def _jobs_node(text: str) -> Any:
     # The tree a read of this text composed (construction may have merged `<<` keys into it: a
     # splice that goes wrong through them is caught by the re-read that checks every splice).
     cached = _parsed(text)[1]
-    root = cached["node"] if cached is not None and "node" in cached else yaml.compose(text, Loader=_FAST_LOADER)
+    root = cached["parsed"].root if cached is not None and "parsed" in cached else yaml.compose(text, Loader=_FAST_LOADER)
+    return _jobs_in(root)
+
+
+def _jobs_in(root: Any) -> Any:
+    """The block sequence node of ``spotctl:jobs``, or None (absent, or written in flow style)."""
+    import yaml
+
     if not isinstance(root, yaml.MappingNode):
         return None
     config = next((v for k, v in root.value if k.value == "config"), None)
@@ -601,13 +656,28 @@ def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[s
     """
     with locked(path):
         text = _read_text(path)
-        raw = plain(_fast_load(path, text).get("config", {}))  # plain: a copy of the shared parse
-        cached = _parsed(text)[1] or {}
-        current = cached.get("cfg") or validate(namespaced(raw, str(path)), str(path))
+        part = _job_part(path, text, job_id)
+        if part is not None:
+            raw = part.raw
+            current = validate(namespaced(raw, str(path)), str(path))
+        else:
+            raw = plain(_fast_load(path, text).get("config", {}))  # plain: a copy of the shared parse
+            cached = _parsed(text)[1] or {}
+            current = cached.get("cfg") or validate(namespaced(raw, str(path)), str(path))
         written = next((e for e in raw.get(key("jobs")) or [] if isinstance(e, dict) and e.get("id") == job_id), {})
         fields = dict(decide(current, written))
         if not fields:
             return current, current
+        if part is not None:
+            spliced = _splice_part(path, part, job_id, fields)
+            if spliced is not None:
+                new_text, new, index = spliced
+                atomic_write(path, new_text)
+                _write_index(path, index)
+                return current, new  # (only this job: never kept as the whole file's config)
+            # something unusual: the whole file, with the fields already decided
+            raw = plain(_fast_load(path, text).get("config", {}))
+            current = validate(namespaced(raw, str(path)), str(path))
         expected = raw  # already a copy of its own (plain), and decide is done with `written`
         entry = next(e for e in expected[key("jobs")] if isinstance(e, dict) and e.get("id") == job_id)
         entry.update(fields)
@@ -628,6 +698,7 @@ def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[s
             pass  # the next load reports it
         else:  # the next cycle's load of what was just written is not parsed or validated again
             _remember(_parsed(new_text)[0], cfg=new)
+            _index(path, new_text, _parse(path, new_text))
         return current, new
 
 
@@ -636,3 +707,177 @@ def job_fields(path: Path, job_id: str, names: list[str]) -> dict[str, Any]:
     raw = read_config(path)
     entry = next(e for e in raw.get(key("jobs")) or [] if isinstance(e, dict) and e.get("id") == job_id)
     return {n: entry[n] for n in names if n in entry}
+
+
+# ---- the job index: one job read and edited in a time independent of the stack's size ----------------
+# A stack file spotctl validated whole is recorded by its content hash (and the validation code's),
+# with the lines of every job. While the file still has that hash, a command about one job reads and
+# validates only the stack-wide settings and that job's lines: every cross-job rule of
+# infra/config.py compares only job ids (unique, not a pool's name), and an edit of one job never
+# changes its id. A file with anchors or aliases, or not in plain block layout, is never indexed;
+# anything unexpected falls back to the whole file. The index is a cache: a stale or damaged one
+# only means the whole file is read.
+
+INDEX_VERSION = 1
+_RULES: list[str] = []
+
+
+def index_path(path: Path) -> Path:
+    """Where a stack file's job index lives (beside ``spotctl policy fit``'s learned file)."""
+    return path.parent / ".spotctl" / f"{path.name}.index.json"
+
+
+def _rules() -> str:
+    """A fingerprint of the code that validates stack files: an index written under other rules
+    (another spotctl version) proves nothing."""
+    if not _RULES:
+        import infra.config
+
+        infra_dir = Path(infra.config.__file__).parent
+        digest = hashlib.sha256(str(INDEX_VERSION).encode())
+        for source in (infra_dir / "config.py", infra_dir / "basics.py", infra_dir / "contract" / "gcp.py", Path(__file__)):
+            digest.update(source.read_bytes())
+        _RULES.append(digest.hexdigest())
+    return _RULES[0]
+
+
+def _digest(text: str) -> str:
+    return _parsed(text)[0]  # the in-process parse cache's key: the sha256 of the text
+
+
+def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
+    """``[[id, first line, end line], ...]`` of every job in file order (its own comment lines above
+    it included, as ``_entry_lines``), or None for a file the index does not handle."""
+    import yaml
+
+    jobs = _jobs_in(parsed.root)
+    if parsed.anchored or jobs is None or not jobs.value:
+        return None
+    spans: list[list[Any]] = []
+    previous_end = 0
+    for entry in jobs.value:
+        if not isinstance(entry, yaml.MappingNode) or entry.flow_style:
+            return None
+        ident = next((v.value for k, v in entry.value if k.value == "id" and isinstance(v, yaml.ScalarNode)), None)
+        if not isinstance(ident, str):
+            return None
+        start, end = entry.start_mark.line, _last_line(entry) + 1
+        dash = len(lines[start]) - len(lines[start].lstrip(" "))
+        while start > previous_end and lines[start - 1].strip().startswith("#") and \
+                len(lines[start - 1]) - len(lines[start - 1].lstrip(" ")) == dash:
+            start -= 1
+        spans.append([ident, start, end])
+        previous_end = end
+    return spans
+
+
+def _index(path: Path, text: str, parsed: _Parsed) -> None:
+    """Index ``text``, just validated whole (by ``load`` or a whole-file edit)."""
+    spans = _job_spans(text.split("\n"), parsed)
+    if spans is not None:
+        _write_index(path, {"version": INDEX_VERSION, "rules": _rules(), "sha256": _digest(text),
+                            "nodes": parsed.nodes, "jobs": spans})
+
+
+def _write_index(path: Path, index: dict[str, Any]) -> None:
+    target = index_path(path)
+    tmp = None
+    try:
+        target.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(index, separators=(",", ":")))  # one C-encoded string: json.dump streams in Python
+        os.replace(tmp, target)  # no fsync: a torn index does not parse, and then the whole file is read
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _read_index(path: Path, text: str) -> dict[str, Any] | None:
+    """The index of exactly this text under these rules, or None."""
+    try:
+        index = json.loads(index_path(path).read_text(encoding="utf-8"))
+        ok = (index["version"] == INDEX_VERSION and index["rules"] == _rules() and index["sha256"] == _digest(text)
+              and isinstance(index["nodes"], int) and isinstance(index["jobs"], list) and index["jobs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return index if ok else None
+
+
+@dataclass
+class _Part:
+    """One job's lines of an indexed file, and the config they make with the stack-wide settings."""
+
+    index: dict[str, Any]
+    lines: list[str]  # the whole file
+    at: int  # the job's place in index["jobs"]
+    prefix: list[str]  # the lines before the first job
+    block: list[str]  # the job's lines
+    suffix: list[str]  # the lines after the last job
+    raw: dict[str, Any]  # the config of prefix + block + suffix (this job only)
+    nodes: int  # their nodes
+
+
+def _job_part(path: Path, text: str, job_id: str) -> _Part | None:
+    index = _read_index(path, text)
+    if index is None:
+        return None
+    try:
+        spans = index["jobs"]
+        at = next((i for i, span in enumerate(spans) if span[0] == job_id), None)
+        if at is None:
+            return None  # the whole file names the job's absence (with "did you mean")
+        lines = text.split("\n")
+        first, last = int(spans[0][1]), int(spans[-1][2])
+        start, end = int(spans[at][1]), int(spans[at][2])
+        if not 0 <= first <= start < end <= last <= len(lines):
+            return None
+        prefix, block, suffix = lines[:first], lines[start:end], lines[last:]
+        parsed = _parse(path, "\n".join(prefix + block + suffix), shared=False)
+    except (ConfigError, TypeError, ValueError, IndexError):
+        return None  # a damaged index: read the whole file, whose errors are the ones to show
+    raw = plain(parsed.doc.get("config", {}))
+    jobs = raw.get(key("jobs"))
+    if parsed.anchored or not (isinstance(jobs, list) and len(jobs) == 1 and isinstance(jobs[0], dict)
+                               and jobs[0].get("id") == job_id):
+        return None
+    return _Part(index, lines, at, prefix, block, suffix, raw, parsed.nodes)
+
+
+def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
+                 ) -> tuple[str, StackConfig, dict[str, Any]] | None:
+    """(the new file, its config of this job, its index) with ``fields`` set in the job's lines, or
+    None when the whole file must be edited instead (an id changed, an unusual layout, or a result
+    the one-job check refuses: the whole file then names the problem with the job's real index)."""
+    if "id" in fields:
+        return None
+    new_part = _splice_job_fields("\n".join(part.prefix + part.block + part.suffix), job_id, fields)
+    if new_part is None:
+        return None
+    try:
+        parsed = _parse(path, new_part, shared=False)
+    except ConfigError:
+        return None
+    expected = copy.deepcopy(part.raw)
+    expected[key("jobs")][0].update(fields)
+    if parsed.anchored or plain(parsed.doc.get("config", {})) != expected:
+        return None
+    new_lines = new_part.split("\n")
+    head, tail = len(part.prefix), len(new_lines) - len(part.suffix)
+    if new_lines[:head] != part.prefix or new_lines[tail:] != part.suffix or tail <= head:
+        return None  # the splice reached outside the job's lines
+    nodes = part.index["nodes"] - part.nodes + parsed.nodes
+    if nodes > MAX_NODES:
+        return None
+    try:
+        new = validate(namespaced(expected, str(path)), str(path))
+    except ConfigError:
+        return None
+    block = new_lines[head:tail]
+    spans = part.index["jobs"]
+    _, start, end = spans[part.at]
+    text = "\n".join(part.lines[:start] + block + part.lines[end:])
+    shift = len(block) - (end - start)
+    moved = spans[:part.at] + [[job_id, start, end + shift]] + [[i, a + shift, b + shift] for i, a, b in spans[part.at + 1:]]
+    return text, new, {**part.index, "sha256": _digest(text), "nodes": nodes, "jobs": moved}

@@ -54,6 +54,7 @@ class Rule:
 
 
 _RULES: dict[str, Rule] = {}
+_BY_TYPE: dict[str, tuple[Rule, ...]] = {}  # type token -> the rules checking it (every resource asks)
 
 
 def rule(id: str, types: Iterable[str], says: str, fix: str, source: str):
@@ -63,6 +64,7 @@ def rule(id: str, types: Iterable[str], says: str, fix: str, source: str):
         if id in _RULES:
             raise ValueError(f"contract rule {id} registered twice")
         _RULES[id] = Rule(id, tuple(types), says, fix, source, check)
+        _BY_TYPE.clear()
         return check
 
     return register
@@ -90,14 +92,20 @@ def enforce(id: str, resource: str, problem: str | None) -> None:
         raise error(get(id), resource, problem)
 
 
+def rules_for(type_: str) -> tuple[Rule, ...]:
+    """The rules that check resources of ``type_``, in id order."""
+    if type_ not in _BY_TYPE:
+        _BY_TYPE[type_] = tuple(r for r in rules() if r.check is not None and type_ in r.types)
+    return _BY_TYPE[type_]
+
+
 def violations(type_: str, props: Mapping[str, Any]) -> list[tuple[Rule, str]]:
     """(rule, problem) for every rule of ``type_`` that ``props`` break."""
     found = []
-    for r in rules():
-        if r.check is not None and type_ in r.types:
-            problem = r.check(type_, props)
-            if problem is not None:
-                found.append((r, problem))
+    for r in rules_for(type_):
+        problem = r.check(type_, props)
+        if problem is not None:
+            found.append((r, problem))
     return found
 
 
@@ -167,6 +175,8 @@ def transformation(args) -> None:
     """The Pulumi stack transformation: check what is known now, the rest when it resolves."""
     import pulumi
 
+    if not rules_for(args.type_):
+        return None  # no rule reads this type: nothing to convert, nothing to wait for
     props = _snake(dict(args.props))
     now = _plain_now(props)
     check(args.type_, args.name, now)

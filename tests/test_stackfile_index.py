@@ -1,0 +1,137 @@
+"""Issue 20: the job index. An edit of one job of a file spotctl validated whole reads, validates and
+splices only that job's lines, and gives exactly the file (and errors) the whole-file path gives; a
+stale, damaged or forged index, or a file it does not handle, only means the whole file is read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import infra.config
+from cli.lifecycle import operations, stackfile
+from cli.lifecycle.states import decide_resume
+from infra.config import ConfigError
+
+STACK = "example-gcp"
+
+
+@pytest.fixture
+def ref(project: Path) -> stackfile.StackRef:
+    return stackfile.StackRef(STACK, project / "stacks" / f"Pulumi.{STACK}.yaml")
+
+
+@pytest.fixture
+def validated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many jobs each validation saw."""
+    seen: list[int] = []
+    real = infra.config.validate
+
+    def counting(raw, source):
+        seen.append(len(raw.get("jobs") or []))
+        return real(raw, source)
+
+    monkeypatch.setattr(stackfile, "validate", counting)
+    return seen
+
+
+def set_fields(ref: stackfile.StackRef, job: str, fields: dict) -> tuple:
+    return stackfile.update_job(ref.path, job, lambda current, written: fields)
+
+
+def whole_file_result(ref: stackfile.StackRef, job: str, fields: dict) -> bytes:
+    """The file the whole-file path writes for this edit (no index)."""
+    stackfile.index_path(ref.path).unlink(missing_ok=True)
+    set_fields(ref, job, fields)
+    return ref.path.read_bytes()
+
+
+@pytest.mark.parametrize("crlf", [False, True])
+@pytest.mark.parametrize("fields", [{"state": "preempted"}, {"attempt": 7, "capacity": "on-demand"},
+                                    {"state": "preempted", "deadlineHours": 12}])
+def test_an_indexed_edit_validates_only_the_job_and_writes_what_the_whole_file_path_writes(ref, validated, crlf, fields):
+    if crlf:
+        ref.path.write_bytes(ref.path.read_bytes().replace(b"\n", b"\r\n"))
+    original = ref.path.read_bytes()
+    expected = whole_file_result(ref, "vit-finetune", fields)
+    ref.path.write_bytes(original)
+    stackfile.load(stackfile.StackRef(STACK, ref.path))  # validated whole: indexed
+    stackfile._PARSED.clear()  # as in a new process
+    validated.clear()
+    before, after = set_fields(ref, "vit-finetune", fields)
+    assert ref.path.read_bytes() == expected
+    assert validated and set(validated) == {1}  # never the whole file
+    assert [j.id for j in after.jobs] == ["vit-finetune"] and after.job("vit-finetune").state.value == fields.get("state", "running")
+    # the index follows the edit: the next edit of another job is indexed too, and the file stays valid
+    validated.clear()
+    set_fields(ref, "llm-pretrain", {"state": "preempted"})
+    assert set(validated) == {1}
+    assert stackfile.load(ref).job("llm-pretrain").state.value == "preempted"
+    assert "# Single A100 run that was preempted twice" in ref.path.read_text()
+
+
+def test_load_job_reads_one_job_once_indexed_and_the_whole_file_otherwise(ref, validated):
+    assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["llm-pretrain", "vit-finetune", "bert-eval"]
+    stackfile._PARSED.clear()  # another process: only the index on disk is shared
+    assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["bert-eval"]
+    with pytest.raises(KeyError, match="did you mean 'bert-eval'"):
+        stackfile.load_job(ref, "bert-evl").job("bert-evl")
+
+
+def test_a_hand_edit_after_indexing_is_read_whole(ref):
+    stackfile.load(ref)
+    # a duplicate key in another job: the index's hash no longer matches, so it is seen
+    ref.path.write_text(ref.path.read_text().replace("      state: completed\n", "      state: completed\n      state: running\n"))
+    with pytest.raises(ConfigError, match="duplicate key 'state'"):
+        set_fields(ref, "vit-finetune", {"state": "preempted"})
+    with pytest.raises(ConfigError, match="duplicate key 'state'"):
+        stackfile.load_job(ref, "vit-finetune")
+
+
+@pytest.mark.parametrize("damage", [
+    lambda index: "not json",
+    lambda index: json.dumps({**index, "jobs": [[j, a + 3, b + 3] for j, a, b in index["jobs"]]}),  # forged lines
+    lambda index: json.dumps({**index, "jobs": [[j, 0, 10**6] for j, _, _ in index["jobs"]]}),
+    lambda index: json.dumps({**index, "rules": "another spotctl"}),
+])
+def test_a_damaged_index_only_means_the_whole_file(ref, damage):
+    original = ref.path.read_bytes()
+    expected = whole_file_result(ref, "vit-finetune", {"state": "preempted"})
+    ref.path.write_bytes(original)
+    stackfile.load(ref)
+    path = stackfile.index_path(ref.path)
+    path.write_text(damage(json.loads(path.read_text())))
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert ref.path.read_bytes() == expected
+
+
+def test_an_invalid_result_names_the_jobs_place_in_the_whole_file(ref):
+    stackfile.load(ref)
+    before = ref.path.read_bytes()
+    with pytest.raises(ConfigError, match=r"spotctl:jobs\[1\]\.zone: .*us-west1-a") as err:
+        set_fields(ref, "vit-finetune", {"zone": "us-west1-a"})
+    assert "jobs[0]" not in str(err.value)
+    assert ref.path.read_bytes() == before
+
+
+def test_files_with_anchors_are_not_indexed(ref):
+    text = ref.path.read_text().replace("      zone: us-central1-b\n", "      zone: &z us-central1-b\n", 1)
+    ref.path.write_text(text)
+    stackfile.load(ref)
+    assert not stackfile.index_path(ref.path).exists()
+
+
+def test_a_resume_of_an_indexed_stack_of_many_jobs_keeps_every_other_job(ref):
+    head, jobs = ref.path.read_text().split("  spotctl:jobs:\n")
+    many = "".join(f"    # job {i}\n    - id: job-{i}\n      machineType: g2-standard-8\n      accelerator: {{type: nvidia-l4, count: 1}}\n"
+                   f"      diskGb: 100\n      zone: us-central1-a\n      capacity: spot\n      attempt: 2\n      state: preempted\n"
+                   f"      command: python train.py\n" for i in range(50))
+    ref.path.write_text(head + "  spotctl:jobs:\n" + many)
+    stackfile.load(ref)
+    operations.change_job(ref, "job-17", lambda j: decide_resume(j, []), applier=None)
+    operations.change_job(ref, "job-49", lambda j: decide_resume(j, []), applier=None)
+    cfg = stackfile.load(ref)
+    assert [(j.id, j.attempt, j.state.value) for j in cfg.jobs if j.state.value == "running"] == [("job-17", 3, "running"), ("job-49", 3, "running")]
+    assert all(j.attempt == 2 for j in cfg.jobs if j.id not in ("job-17", "job-49"))
+    assert ref.path.read_text().count("    # job ") == 50
