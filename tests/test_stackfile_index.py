@@ -118,6 +118,7 @@ def test_an_invalid_result_names_the_jobs_place_in_the_whole_file(ref):
 def test_files_with_anchors_are_not_indexed(ref):
     text = ref.path.read_text().replace("      zone: us-central1-b\n", "      zone: &z us-central1-b\n", 1)
     ref.path.write_text(text)
+    stackfile.index_path(ref.path).unlink(missing_ok=True)
     stackfile.load(ref)
     assert not stackfile.index_path(ref.path).exists()
 
