@@ -341,6 +341,8 @@ def load(ref: StackRef, text: str | None = None) -> StackConfig:
     text = _read_text(ref.path) if text is None else text
     digest, cached = _parsed(text)
     if cached is not None and "cfg" in cached:
+        if cached.get("indexed") != str(ref.path):  # the same text validated for another file
+            _index(ref.path, text, _parse(ref.path, text))
         return cached["cfg"]
     parsed = _parse(ref.path, text)
     config = plain(parsed.doc.get("config", {}))
@@ -774,9 +776,11 @@ def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
 def _index(path: Path, text: str, parsed: _Parsed) -> None:
     """Index ``text``, just validated whole (by ``load`` or a whole-file edit)."""
     spans = _job_spans(text.split("\n"), parsed)
+    digest = _digest(text)
     if spans is not None:
-        _write_index(path, {"version": INDEX_VERSION, "rules": _rules(), "sha256": _digest(text),
+        _write_index(path, {"version": INDEX_VERSION, "rules": _rules(), "sha256": digest,
                             "nodes": parsed.nodes, "jobs": spans})
+    _remember(digest, indexed=str(path))  # a later load of this text in this process need not index it again
 
 
 def _write_index(path: Path, index: dict[str, Any]) -> None:
