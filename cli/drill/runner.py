@@ -245,11 +245,13 @@ class Drill:
             self.vm = vm = LocalVM(self._context(emu, number, disk, self.workdir / f"state-{id(attempts)}-{number}"),
                                    self.workdir / f"vm-{id(attempts)}-{number}")
             started = time.monotonic()
-            deadline = started + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
             boot = vm.boot()
             if boot.returncode != 0:
                 rec.outcome = "failed"
                 break
+            # Counted from the end of the boot (the command runs from there): on a loaded machine the
+            # startup script alone can outlast a sub-second interval, and the attempt would run nothing.
+            deadline = time.monotonic() + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
             while True:
                 self._observe(rec, disk)
                 ended = _terminal(vm, number)
