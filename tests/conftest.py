@@ -130,16 +130,28 @@ def moto_server(monkeypatch: pytest.MonkeyPatch):
     boto3.DEFAULT_SESSION = None  # it cached these credentials: later tests see theirs
 
 
-_PLANS: dict[tuple, object] = {}
+_PLANS: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def _plans_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this run's workers leave the plans they made for each other (xdist: the run's base temp)."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "plans"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture(autouse=True)
-def _plans_by_content(monkeypatch: pytest.MonkeyPatch):
+def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
     """Reuse a Pulumi mock run (`cli.plan.mocks.run`, 1-5 s each) for a config the program has already
-    been run on in this process: the plan is a function of the config map the program reads, the
-    stack name and the mock account (`test_plan_json_is_deterministic_across_processes` holds it to
-    that). Each caller gets its own copy. A test that patched anything else through ``monkeypatch``
-    (a component, an invoke) always runs the program afresh."""
+    been run on in this test run (by this worker or another): the plan is a function of the config map
+    the program reads, the stack name and the mock account (`test_plan_json_is_deterministic_across_processes`
+    holds it to that). Each caller gets its own copy. A test that patched anything else through
+    ``monkeypatch`` (a component, an invoke) always runs the program afresh."""
+    import hashlib
+    import pickle
+
     from cli.plan import mocks as planner
 
     real = planner.run
@@ -149,9 +161,16 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch):
         # program read the stack file in the working directory: not a function of the config alone.
         if decrypted or len(monkeypatch._setattr) > 1:
             return real(cfg, stack, account, decrypted=decrypted)
-        key = (json.dumps(planner._config_map(cfg), sort_keys=True), stack, repr(account))
+        key = hashlib.sha256(repr((json.dumps(planner._config_map(cfg), sort_keys=True), stack, repr(account))).encode()).hexdigest()
         if key not in _PLANS:
-            _PLANS[key] = real(cfg, stack, account)
+            shared = _plans_dir / f"{key}.pickle"
+            try:
+                _PLANS[key] = pickle.loads(shared.read_bytes())
+            except FileNotFoundError:
+                _PLANS[key] = real(cfg, stack, account)
+                tmp = shared.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_bytes(pickle.dumps(_PLANS[key]))
+                tmp.replace(shared)
         return copy.deepcopy(_PLANS[key])
 
     monkeypatch.setattr(planner, "run", run)
