@@ -30,7 +30,7 @@ events = []
 for n, (a, b) in enumerate(runs, start=1):
     events += [Event("j", n, 0, "started", t0 + timedelta(hours=a), {{"capacity": "spot"}}),
                Event("j", n, 0, "preempted", t0 + timedelta(hours=b))]
-job = Job.model_validate({{"id": "j", "instanceType": "p3.2xlarge", "zone": "z", "command": "x", "policy": policy,
+job = Job.model_validate({{"id": "j", "instanceType": "p3.2xlarge", "zone": "us-east-1a", "command": "x", "policy": policy,
                           "state": "preempted", "attempt": len(runs), "jobHours": job_h, "deadlineHours": deadline_h}})
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 now = t0 + timedelta(hours=runs[-1][1] + 0.25)
