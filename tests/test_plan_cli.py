@@ -132,3 +132,27 @@ def test_cli_startup_does_not_import_cloud_sdks():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+def test_plan_ends_its_event_loop_and_threads(project):
+    """Issue 22 item 13: the program runs on a loop of its own with one executor thread; when the
+    plan returns nothing is left for the interpreter to tear down at exit (no executor thread, no
+    pending task, every loop closed), and a second plan in the same process still works."""
+    import asyncio
+    import gc
+    import threading
+
+    from cli.lifecycle import stackfile
+    from cli.plan import mocks as planner
+
+    cfg = stackfile.load(stackfile.resolve("example-gcp", None))
+    def loops() -> list[asyncio.AbstractEventLoop]:
+        return [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
+
+    before, old_loops = set(threading.enumerate()), {id(loop) for loop in loops()}  # other tests' are not ours
+    first = planner.run(cfg, "example-gcp")
+    assert [t.name for t in threading.enumerate() if t not in before] == []
+    new = [loop for loop in loops() if id(loop) not in old_loops]
+    assert new and all(loop.is_closed() for loop in new)
+    second = planner.run(cfg, "example-gcp")
+    assert second.to_json() == first.to_json() and len(first.resources) > 10

@@ -11,6 +11,7 @@ provider instead of the stack's explicit one is an error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -268,7 +269,6 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
             return response
 
     mocks = PlanMocks()
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
     config = _config_map(cfg)
     secret_keys: list[str] = []  # always given: the SDK keeps the last list when given None
     if decrypted:
@@ -277,8 +277,6 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
             jobs[i]["env"][key] = value
         config[f"{NAMESPACE}:jobs"] = json.dumps(jobs)
         secret_keys = [f"{NAMESPACE}:jobs"]
-    pulumi.runtime.set_all_config(config, secret_keys)
-
     from infra.program import main
 
     @pulumi.runtime.test
@@ -286,8 +284,56 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         outputs = main()
         return pulumi.Output.from_input(outputs).apply(lambda resolved: plan.outputs.update(_plain(resolved)))
 
-    evaluate()
+    with _own_event_loop():
+        # A new root Stack on this run's loop: set_mocks keeps an existing one, whose futures
+        # belong to the previous run's (closed) loop.
+        pulumi.runtime.settings.set_root_resource(None)
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
+        pulumi.runtime.set_all_config(config, secret_keys)
+        evaluate()
     return plan
+
+
+@contextlib.contextmanager
+def _own_event_loop():
+    """Run the program on an event loop of its own, with ONE executor thread, and end it the way
+    ``asyncio.run`` does, which ``pulumi.runtime.test`` does not.
+
+    The SDK sends every monitor call through the loop's default executor, and the mock monitor
+    answers them on those threads (``MockMonitor.RegisterResource`` even runs an event loop of its
+    own per thread). With the default pool (up to cpu+4 threads) the answers raced: on a loaded
+    machine about 1 run in 15 failed with ``UndefinedError: refusing to shell-quote an undefined
+    value`` raised through ``wait_for_rpcs`` (a script rendered with a resource output still None),
+    the traceback the adversarial runs saw. One thread answers the calls in the order they are made,
+    as the engine's single gRPC connection does. At the end: tasks still pending are awaited, the
+    executor is shut down (its thread joined) and every loop is closed, so nothing is left for the
+    interpreter to tear down at exit."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    thread_loops: list[asyncio.AbstractEventLoop] = []
+
+    def thread_loop() -> None:  # the loop MockMonitor would create on the executor thread, made here to be closed
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        thread_loops.append(loop)
+
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotctl-plan", initializer=thread_loop))
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+        while pending := [t for t in asyncio.all_tasks(loop) if not t.done()]:
+            loop.run_until_complete(asyncio.wait(pending))  # e.g. a RegisterResourceOutputs sent last
+    finally:
+        for task in asyncio.all_tasks(loop):  # only after a failure: what the program left running
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*asyncio.all_tasks(loop), return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+        for other in thread_loops:
+            other.close()
+        asyncio.set_event_loop(None)
 
 
 def _config_map(cfg: StackConfig) -> dict[str, str]:
