@@ -134,7 +134,7 @@ def test_cli_startup_does_not_import_cloud_sdks():
     assert out.strip() == ""
 
 
-def test_plan_ends_its_event_loop_and_threads(project):
+def test_plan_ends_its_event_loop_and_threads(project, monkeypatch):
     """Issue 22 item 13: the program runs on a loop of its own with one executor thread; when the
     plan returns nothing is left for the interpreter to tear down at exit (no executor thread, no
     pending task, every loop closed), and a second plan in the same process still works."""
@@ -145,7 +145,9 @@ def test_plan_ends_its_event_loop_and_threads(project):
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
 
+    monkeypatch.setattr(planner, "PROJECT", planner.PROJECT)  # any patch: conftest's plan cache is bypassed, the runs are real
     cfg = stackfile.load(stackfile.resolve("example-gcp", None))
+
     def loops() -> list[asyncio.AbstractEventLoop]:
         return [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
 

@@ -297,17 +297,17 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
 @contextlib.contextmanager
 def _own_event_loop():
     """Run the program on an event loop of its own, with ONE executor thread, and end it the way
-    ``asyncio.run`` does, which ``pulumi.runtime.test`` does not.
+    ``asyncio.run`` does, which ``pulumi.runtime.test`` does not (issue 22 item 13: an asyncio
+    traceback at exit, seen twice in ~100 loaded runs and not reproduced since).
 
-    The SDK sends every monitor call through the loop's default executor, and the mock monitor
-    answers them on those threads (``MockMonitor.RegisterResource`` even runs an event loop of its
-    own per thread). With the default pool (up to cpu+4 threads) the answers raced: on a loaded
-    machine about 1 run in 15 failed with ``UndefinedError: refusing to shell-quote an undefined
-    value`` raised through ``wait_for_rpcs`` (a script rendered with a resource output still None),
-    the traceback the adversarial runs saw. One thread answers the calls in the order they are made,
-    as the engine's single gRPC connection does. At the end: tasks still pending are awaited, the
-    executor is shut down (its thread joined) and every loop is closed, so nothing is left for the
-    interpreter to tear down at exit."""
+    The SDK sends every monitor call through the loop's default executor and the mock monitor
+    answers on those threads, each creating an event loop of its own (``MockMonitor.RegisterResource``
+    calls ``_ensure_event_loop``). Without this, a plan returned with up to cpu+4 executor threads
+    alive and that many event loops, plus the main one, never closed: all left for the interpreter
+    to tear down at exit, in whatever order finalization reaches them. Now one thread answers the
+    calls in the order they are made (as the engine's single connection does; plans are unchanged),
+    tasks still pending are awaited (e.g. a RegisterResourceOutputs sent last), the executor is
+    shut down (its thread joined) and every loop is closed before the plan is returned."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
