@@ -59,7 +59,11 @@ def _image(cfg_image: str | None, opts: pulumi.InvokeOptions) -> Image:
             aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"]),
         ]
         owners = ["amazon"]
-    ami = aws.ec2.get_ami(most_recent=True, owners=owners, filters=filters, opts=opts)
+    return image_of(aws.ec2.get_ami(most_recent=True, owners=owners, filters=filters, opts=opts))
+
+
+def image_of(ami) -> Image:
+    """An AMI lookup's id, root device and root snapshot size."""
     # block_device_mappings[].ebs values are strings (terraform-provider-aws ami.go flattenAMIBlockDeviceMappings).
     root = next((b for b in ami.block_device_mappings or [] if b.device_name == ami.root_device_name), None)
     root_gb = int((root.ebs or {}).get("volume_size") or 0) if root is not None else 0
@@ -233,6 +237,7 @@ class StackBase(pulumi.ComponentResource):
             opts=child,
         )
         self.egress = cfg.network.egress or "s3-endpoint"
+        self.egress_routes: list[pulumi.Resource] = []  # what a VM needing the NAT waits for (the watcher)
         self._declare_egress(name, args, vpc_id, tags, child)
 
         self.queue = aws.sqs.Queue(
@@ -287,7 +292,8 @@ class StackBase(pulumi.ComponentResource):
                 routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)], tags=tags, opts=child,
             )
             for zone, subnet in self.subnets.items():
-                aws.ec2.RouteTableAssociation(f"{name}-private-routes-{zone}", subnet_id=subnet.id, route_table_id=private.id, opts=child)
+                self.egress_routes.append(aws.ec2.RouteTableAssociation(
+                    f"{name}-private-routes-{zone}", subnet_id=subnet.id, route_table_id=private.id, opts=child))
             route_tables.append(private.id)
         aws.ec2.VpcEndpoint(
             f"{name}-s3-endpoint",
@@ -315,14 +321,21 @@ class StackBase(pulumi.ComponentResource):
             )
 
 
+def job_role_naming(slug: str) -> tuple[str, str]:
+    """(path, name prefix) of every job and pool role and instance profile of a stack (the watcher's
+    role may pass exactly these: infra/aws_watcher.py)."""
+    return "/spotctl/", f"spotctl-{slug}-"[:38]
+
+
 def _instance_profile(name: str, args: StackArgs, owner: str, bucket: aws.s3.Bucket, tags, child):
     """(role, instance profile) per job (or pool) that may only put objects under its own prefix:
     EC2 instance tags are not principal tags, so one shared role could not tell jobs apart."""
     prefix = event_object_prefix(args.stack, owner)  # config refuses a pool named like a job
+    path, name_prefix = job_role_naming(args.slug)
     role = aws.iam.Role(
         f"{name}-role",
-        name_prefix=f"spotctl-{args.slug}-"[:38],
-        path="/spotctl/",
+        name_prefix=name_prefix,
+        path=path,
         assume_role_policy=json.dumps(
             {
                 "Version": "2012-10-17",
@@ -346,7 +359,7 @@ def _instance_profile(name: str, args: StackArgs, owner: str, bucket: aws.s3.Buc
         opts=child,
     )
     return role, aws.iam.InstanceProfile(
-        f"{name}-profile", name_prefix=f"spotctl-{args.slug}-", path="/spotctl/", role=role.name, tags=tags, opts=child
+        f"{name}-profile", name_prefix=f"spotctl-{args.slug}-", path=path, role=role.name, tags=tags, opts=child
     )
 
 
@@ -638,10 +651,15 @@ def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
     """Declare the whole AWS stack through one explicit provider; returns the stack outputs."""
     provider = aws.Provider("aws", region=args.cfg.region)
     opts = pulumi.ResourceOptions(providers=[provider])
-    base, pools, jobs = declare_components(args, plans, StackBase, GpuPool, TrainingJob, opts=opts)
-    return {
+    from infra.aws_watcher import Watcher
+
+    base, pools, jobs = declare_components(args, plans, StackBase, GpuPool, TrainingJob, opts=opts, watcher_cls=Watcher)
+    outputs: dict[str, object] = {
         "eventBucket": base.bucket.bucket,
         "interruptionQueue": base.queue.url,
         "pools": {name: {k: g.name for k, g in p.groups.items()} for name, p in pools.items()},
         "jobs": {jid: j.outputs for jid, j in jobs.items()},
     }
+    if base.watcher is not None:
+        outputs["watcher"] = {"instance": base.watcher.instance.id, "zone": args.cfg.watcher_zone}
+    return outputs

@@ -294,12 +294,16 @@ def job_outputs(plan: JobPlan, *, disks_key: str, disks: Sequence[Any], instance
 
 
 def declare_components(
-    args: StackArgs, plans: Sequence[JobPlan], base_cls: Callable, pool_cls: Callable, job_cls: Callable, opts: Any = None
+    args: StackArgs, plans: Sequence[JobPlan], base_cls: Callable, pool_cls: Callable, job_cls: Callable, opts: Any = None,
+    watcher_cls: Callable | None = None,
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The stack's shared base, one pool component per pool and one job component per job.
+    """The stack's shared base, the watcher (``spotctl:watcher``; as ``base.watcher``, None without
+    one, declared before the jobs, which may grant it access to their identities), one pool
+    component per pool and one job component per job.
 
     ``opts`` (ResourceOptions, e.g. the explicit provider) is given to every component."""
     base = base_cls("stack", args, opts=opts)
+    base.watcher = watcher_cls("watcher", args, base, opts=opts) if watcher_cls and args.cfg.watcher else None
     pools = {pool.name: pool_cls(f"pool-{pool.name}", args, pool, base, opts=opts) for pool in args.cfg.pools}
     jobs = {plan.job.id: job_cls(f"job-{plan.job.id}", args, plan, base, opts=opts) for plan in plans}
     return base, pools, jobs

@@ -357,6 +357,130 @@ class Network(_Model):
     nat_subnet: str | None = None
 
 
+# `spotctl:watcher`: the always-on VM that runs `spotctl watch` for the stack (README "Watching a
+# stack", way 4). Values that reach its startup script are validated to a strict alphabet here and
+# still shell-quoted there. Defaults: the smallest general-purpose on-demand VM of each cloud.
+WATCHER_MACHINE = {"gcp": "e2-small", "aws": "t3.small"}
+PULUMI_VERSION = "3.220.0"  # https://www.pulumi.com/docs/install/ (the Pulumi CLI the watcher VM installs)
+UV_VERSION = "0.13.9"  # the uv this project is developed with (`uv --version`)
+# A DIY Pulumi backend in the stack's own cloud: `s3://bucket[/prefix][?query]` or `gs://bucket[/prefix]`
+# (https://www.pulumi.com/docs/iac/operations/stack-management/using-a-diy-backend/). Pulumi Cloud
+# would need an access token on the VM: not supported here.
+BACKEND_RE = re.compile(r"(?P<scheme>s3|gs)://(?P<bucket>[a-z0-9][a-z0-9._-]{1,61}[a-z0-9])"
+                        r"(?:/(?P<prefix>[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*))?/?(?:\?[A-Za-z0-9=&._-]*)?")
+REPO_RE = re.compile(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?/[A-Za-z0-9._~/-]+")
+GIT_REF_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
+VERSION_RE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+# awskms://<key id or key ARN> (an alias cannot be the resource of an IAM grant on the key),
+# gcpkms://projects/P/locations/L/keyRings/R/cryptoKeys/K (Pulumi's secrets providers:
+# https://www.pulumi.com/docs/iac/concepts/secrets/#available-encryption-providers).
+AWS_KMS_RE = re.compile(r"awskms://(?:arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/)?[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"
+                        r"(?:\?[A-Za-z0-9=&._-]*)?")
+GCP_KMS_RE = re.compile(r"gcpkms://projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/locations/[a-z0-9-]+/keyRings/[A-Za-z0-9_-]{1,63}"
+                        r"/cryptoKeys/[A-Za-z0-9_-]{1,63}")
+# The passphrase of a `passphrase` secrets provider: an SSM parameter name (AWS) or a Secret Manager
+# secret id (GCP), read by the watcher VM at boot, never stored in the stack.
+SSM_PARAMETER_RE = re.compile(r"/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
+GCP_SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,255}")
+
+
+class Watcher(_Model):
+    """``spotctl:watcher``: a small on-demand VM, declared by the stack, that runs ``spotctl watch``
+    with an identity that may read the interruption queue/subscription and the event bucket, read and
+    write the Pulumi backend's prefix, and run targeted updates of this stack's jobs."""
+
+    machine_type: NonEmpty | None = None  # GCP (default e2-small)
+    instance_type: NonEmpty | None = None  # AWS (default t3.small)
+    zone: Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)] | None = None  # default: spotctl:zones[0]
+    backend: Annotated[str, StringConstraints(strict=True, min_length=1)]
+    secrets_provider: Annotated[str, StringConstraints(strict=True, min_length=1)] = "passphrase"
+    passphrase_secret: Annotated[str, StringConstraints(strict=True, min_length=1)] | None = None
+    repo: Annotated[str, StringConstraints(strict=True, min_length=1)]
+    ref: Annotated[str, StringConstraints(strict=True, min_length=1)] = "main"
+    pulumi_version: Annotated[str, StringConstraints(strict=True)] = PULUMI_VERSION
+    uv_version: Annotated[str, StringConstraints(strict=True)] = UV_VERSION
+    disk_gb: Annotated[int, Field(strict=True, ge=10, le=200)] = 20
+    external_ip: bool = False
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        if not BACKEND_RE.fullmatch(v):
+            raise ValueError(f"expected a DIY Pulumi backend URL 's3://BUCKET[/PREFIX]' (AWS) or 'gs://BUCKET[/PREFIX]' "
+                             f"(GCP), got {v!r} (Pulumi Cloud and file:// backends cannot be reached from the watcher VM)")
+        return v
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not REPO_RE.fullmatch(v):
+            raise ValueError(f"expected an https:// git URL without credentials (they would sit in the VM's startup "
+                             f"script), got {v!r}")
+        return v
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        if not GIT_REF_RE.fullmatch(v) or ".." in v:
+            raise ValueError(f"expected a git branch, tag or commit, got {v!r}")
+        return v
+
+    @field_validator("pulumi_version", "uv_version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not VERSION_RE.fullmatch(v):
+            raise ValueError(f"expected a version such as '1.2.3', got {v!r}")
+        return v
+
+    def backend_parts(self) -> tuple[str, str, str]:
+        """(scheme, bucket, prefix) of the backend URL; prefix "" or ending in "/"."""
+        m = BACKEND_RE.fullmatch(self.backend)
+        assert m is not None  # validated
+        prefix = m.group("prefix") or ""
+        return m.group("scheme"), m.group("bucket"), f"{prefix}/" if prefix else ""
+
+    def machine(self, cloud: str) -> str:
+        return (self.machine_type if cloud == "gcp" else self.instance_type) or WATCHER_MACHINE[cloud]
+
+
+def _watcher_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:
+    """The watcher's keys against the cloud and the stack's zones and network."""
+    w = cfg.watcher
+    if w is None:
+        return
+    gcp = cfg.cloud == "gcp"
+    key, other = ("machineType", "instanceType") if gcp else ("instanceType", "machineType")
+    if (w.instance_type if gcp else w.machine_type) is not None:
+        problems.append((f"watcher.{other}", f"not used on {'GCP' if gcp else 'AWS'}; use {key}"))
+    if w.zone is not None and w.zone not in cfg.zones:
+        problems.append(("watcher.zone", _choice_message("zone", w.zone, cfg.zones)))
+    scheme = w.backend_parts()[0]
+    if scheme != ("gs" if gcp else "s3"):
+        problems.append(("watcher.backend", f"a {scheme}:// backend on {'GCP' if gcp else 'AWS'}: the watcher's identity "
+                         f"can be granted only a {'gs' if gcp else 's3'}:// bucket of the stack's own cloud"))
+    provider = w.secrets_provider
+    if provider == "passphrase":
+        secret = w.passphrase_secret
+        if secret is None:
+            problems.append(("watcher.passphraseSecret", "required with secretsProvider 'passphrase': the name of the "
+                             + ("Secret Manager secret" if gcp else "SSM parameter (SecureString)")
+                             + " that holds PULUMI_CONFIG_PASSPHRASE"))
+        elif not (GCP_SECRET_RE if gcp else SSM_PARAMETER_RE).fullmatch(secret):
+            problems.append(("watcher.passphraseSecret", f"{secret!r} is not a valid "
+                             + ("Secret Manager secret id" if gcp else "SSM parameter name")))
+    else:
+        if w.passphrase_secret is not None:
+            problems.append(("watcher.passphraseSecret", f"only used with secretsProvider 'passphrase' (it is {provider!r})"))
+        if not (GCP_KMS_RE if gcp else AWS_KMS_RE).fullmatch(provider):
+            want = ("'gcpkms://projects/P/locations/L/keyRings/R/cryptoKeys/K'" if gcp
+                    else "'awskms://<key id or key ARN>' (not an alias: IAM grants name the key)")
+            problems.append(("watcher.secretsProvider", f"expected 'passphrase' or {want}, got {provider!r}"))
+    if not gcp and cfg.egress == "s3-endpoint" and not w.external_ip:
+        problems.append(("watcher.externalIp", "the watcher needs the internet (git, PyPI, the Pulumi CLI, and the EC2, "
+                         "SQS and IAM APIs) but network.egress 's3-endpoint' reaches only S3: set network.egress to "
+                         "'nat', 'public-ip' or 'existing', or watcher.externalIp: true"))
+
+
 class StackConfig(_Model):
     """Everything under the ``spotctl:`` namespace of one stack file."""
 
@@ -370,6 +494,7 @@ class StackConfig(_Model):
     pools: list[Pool] = Field(default_factory=list)
     jobs: list[Job] = Field(default_factory=list)
     prices: dict[str, MachinePrice] = Field(default_factory=dict)
+    watcher: Watcher | None = None
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Self:
@@ -416,6 +541,7 @@ class StackConfig(_Model):
             if job.zone not in self.zones:
                 problems.append((f"jobs[{i}].zone", _choice_message("zone", job.zone, self.zones)))
             _move_checks(self, i, job, problems)
+        _watcher_checks(self, problems)
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
                 problems.append(
@@ -429,6 +555,11 @@ class StackConfig(_Model):
     def egress(self) -> str:
         """The network's egress choice, with the cloud's default (GCP ``nat``, AWS ``s3-endpoint``)."""
         return self.network.egress or ("nat" if self.cloud == "gcp" else "s3-endpoint")
+
+    @property
+    def watcher_zone(self) -> str:
+        """The watcher VM's zone (``spotctl:watcher.zone``, else the first of ``spotctl:zones``)."""
+        return (self.watcher.zone if self.watcher else None) or self.zones[0]
 
     def job(self, job_id: str) -> Job:
         """Return the job with this id, or raise KeyError naming the ids that exist."""

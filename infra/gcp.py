@@ -395,6 +395,14 @@ class TrainingJob(pulumi.ComponentResource):
             base.bucket.name, cfg.project or "", event_object_prefix(args.stack, job.id), opts=child,
         )
         secret_deps = self._env_secret(name, args, plan, account, labels, child)
+        if getattr(base, "watcher", None) is not None:
+            # The watcher creates this job's VMs, which run as this account: it needs actAs on it
+            # (https://cloud.google.com/compute/docs/access/iam#the_serviceaccountuser_role), on
+            # this account only, never project-wide. Inside the job, so `cleanup` removes it with it.
+            gcp.serviceaccount.IAMMember(
+                f"{name}-sa-watcher-user", service_account_id=account.account.name, role="roles/iam.serviceAccountUser",
+                member=base.watcher.member, opts=child,
+            )
         master_addr: pulumi.Output[str] | None = None
         if plan.needs_master_address:
             # Reserved so MASTER_ADDR is the same for every attempt: workers never chase a new master.
@@ -601,11 +609,17 @@ def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
     def base_cls(name: str, args: StackArgs, opts=None) -> StackBase:
         return StackBase(name, args, plans, opts=opts)
 
-    base, pools, jobs = declare_components(args, plans, base_cls, GpuPool, TrainingJob, opts=opts)
-    return {
+    from infra.gcp_watcher import Watcher
+
+    base, pools, jobs = declare_components(args, plans, base_cls, GpuPool, TrainingJob, opts=opts, watcher_cls=Watcher)
+    outputs: dict[str, object] = {
         "eventBucket": base.bucket.name,
         "preemptionTopic": base.topic.name,
         "preemptionSubscription": base.subscription.name,
         "pools": {name: {"migs": p.mig_names} for name, p in pools.items()},
         "jobs": {jid: j.outputs for jid, j in jobs.items()},
     }
+    if base.watcher is not None:
+        outputs["watcher"] = {"instance": base.watcher.instance.name, "zone": args.cfg.watcher_zone,
+                              "serviceAccount": base.watcher.account.email}
+    return outputs

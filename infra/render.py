@@ -187,3 +187,52 @@ def scripts_for(ctx: ScriptContext) -> Scripts:
     if ctx.cloud == "gcp":
         return Scripts(render("gcp/startup.sh.j2", ctx), render("gcp/shutdown.sh.j2", ctx))
     return Scripts(render("aws/user-data.sh.j2", ctx))
+
+
+# Where the watcher VM gets its tools (templates/watcher/startup.sh.j2): the GitHub release archives
+# of the Pulumi CLI (pulumi-v<V>-linux-x64.tar.gz: pulumi/, with the language hosts next to the CLI)
+# and of uv (uv-x86_64-unknown-linux-gnu/uv, https://github.com/astral-sh/uv/releases).
+PULUMI_RELEASE_URL = "https://github.com/pulumi/pulumi/releases/download/v{v}/pulumi-v{v}-linux-x64.tar.gz"
+UV_RELEASE_URL = "https://github.com/astral-sh/uv/releases/download/{v}/uv-x86_64-unknown-linux-gnu.tar.gz"
+SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
+
+
+@dataclass(frozen=True)
+class WatcherContext:
+    """What the watcher VM's startup script needs (``spotctl:watcher``, validated by infra/config.py).
+    The paths are the shipped unit's (examples/spotctl-watch@.service); tests move them."""
+
+    cloud: Literal["gcp", "aws"]
+    stack: str
+    region: str
+    repo: str
+    ref: str
+    backend: str
+    secrets_provider: str
+    passphrase_secret: str
+    project: str = ""
+    pulumi_version: str = "0.0.0"
+    uv_version: str = "0.0.0"
+    pulumi_url: str = ""
+    uv_url: str = ""
+    metadata_url: str = ""
+    secrets_url: str = SECRET_MANAGER_URL
+    project_dir: str = "/opt/spotctl"
+    pulumi_root: str = "/opt/pulumi"
+    bin_dir: str = "/usr/local/bin"
+    etc_dir: str = "/etc/spotctl"
+    systemd_dir: str = "/etc/systemd/system"
+    user: str = "spotctl"
+    home: str = "/home/spotctl"
+
+    def variables(self) -> dict[str, object]:
+        v = asdict(self)
+        v["pulumi_url"] = self.pulumi_url or PULUMI_RELEASE_URL.format(v=self.pulumi_version)
+        v["uv_url"] = self.uv_url or UV_RELEASE_URL.format(v=self.uv_version)
+        v["metadata_url"] = self.metadata_url or (GCP_METADATA_URL if self.cloud == "gcp" else AWS_METADATA_URL)
+        return v
+
+
+def watcher_script(ctx: WatcherContext) -> str:
+    """The watcher VM's startup script (GCP ``startup-script`` metadata; AWS user data)."""
+    return environment().get_template("watcher/startup.sh.j2").render(**ctx.variables())

@@ -358,3 +358,29 @@ def ssm_value_rule(type_: str, props: Mapping[str, Any]) -> str | None:
     limit = 8192 if tier == "Advanced" else 4096
     # Never the value itself in the message: it is a secret.
     return f"the value is {len(value)} characters; tier {tier} holds {limit}" if len(value) > limit else None
+
+
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+ROLE_POLICY_LIMIT = 10_240
+
+
+@rule("aws.role-inline-policy-10240", [ROLE_POLICY],
+      says="The inline policies of one IAM role total at most 10,240 characters (white space not counted).",
+      fix="split the statements over a managed policy, or shorten the resource lists (infra/aws_watcher.py watcher_policy)",
+      source="https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html (\"Role policy size cannot "
+             "exceed 10,240 characters.\" ... \"IAM does not count white space when calculating the size of a policy\")")
+def role_policy_size(type_: str, props: Mapping[str, Any]) -> str | None:
+    policy = props.get("policy")
+    if not isinstance(policy, str):
+        return None
+    size = sum(1 for c in policy if not c.isspace())
+    return f"the policy is {size:,} characters without white space" if size > ROLE_POLICY_LIMIT else None
+
+
+rule("aws.passrole-covers-job-roles", [],
+     says="Launching an instance with an instance profile needs iam:PassRole on the profile's role: the watcher's "
+          "PassRole statement must match every job role of the stack (and not its own role).",
+     fix="keep infra/aws.py job_role_naming and infra/aws_watcher.py _job_roles in step",
+     source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/permission-to-pass-iam-roles.html (\"must have "
+            "specific permissions to launch an Amazon EC2 instance with an IAM role\": iam:PassRole; \"specify the ARNs "
+            "of specific IAM roles with iam:PassRole\")")(None)

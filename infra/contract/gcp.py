@@ -552,3 +552,12 @@ def secret_payload_rule(type_: str, props: Mapping[str, Any]) -> str | None:
     size = len(data.encode())
     # Never the data itself in the message: it is a secret.
     return f"the data is {size} bytes; at most 65536" if size > 65536 else None
+
+
+rule("gcp.watcher-condition-covers-names", (),
+     says="IAM conditions on Compute Engine see the resource name (projects/P/zones/Z/instances/NAME, "
+          "projects/P/zones/Z/disks/NAME, projects/P/global/snapshots/NAME), never labels: the watcher's compute "
+          "role must name every instance, disk and snapshot a job of the stack gets.",
+     fix="keep infra/gcp_watcher.py name_prefixes in step with infra/naming.py",
+     source="https://cloud.google.com/iam/docs/conditions-resource-attributes (resource service, type and "
+            "\"the format for resource name strings\"; compute.googleapis.com/Instance, Disk listed)")(None)

@@ -1,0 +1,219 @@
+"""The AWS watcher (``spotctl:watcher``): a small on-demand instance that runs ``spotctl watch`` for
+the stack, and the least-privilege role it runs as (README "Watching a stack", way 4).
+
+The role may read the interruption queue and the event bucket, read and write the Pulumi backend's
+prefix, decrypt the stack's secrets, and do what a targeted ``pulumi up --refresh`` of this stack's
+jobs does. That last part is necessarily broad-ish (instances and volumes are created and deleted),
+so it is scoped by the exact ownership tag ``spotctl:owner`` (``infra.naming.owner_value``) where
+EC2 evaluates tag conditions, and by this stack's name prefixes for IAM roles and EventBridge rules.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from infra import contract
+from infra.common import StackArgs
+from infra.config import AWS_KMS_RE
+from infra.naming import aws_tags, owner_value
+from infra.render import WatcherContext, watcher_script
+
+# Debian 12 (bookworm) AMIs are published by the Debian cloud team's account 136693071363
+# (https://wiki.debian.org/Cloud/AmazonEC2Image; the owner every Terraform/Pulumi program selects).
+DEBIAN_OWNER = "136693071363"
+DEBIAN_AMI_NAME = "debian-12-amd64-*"
+# The watcher's own role lives under another path than the jobs' roles (/spotctl/), so the
+# statements on `role/spotctl/spotctl-<slug>-*` can never reach the watcher's own role.
+WATCHER_PATH = "/spotctl-watcher/"
+# EC2 resources a targeted update creates for a job (tagged on create, so aws:RequestTag applies).
+TAGGED_ON_CREATE = ("instance", "volume", "snapshot", "network-interface")
+
+
+def _job_roles(slug: str) -> tuple[str, str]:
+    """ARN patterns of this stack's job and pool roles and instance profiles (infra/aws.py
+    ``_instance_profile``: path /spotctl/, name prefix spotctl-<slug>-)."""
+    return (f"arn:aws:iam::*:role/spotctl/spotctl-{slug}-*", f"arn:aws:iam::*:instance-profile/spotctl/spotctl-{slug}-*")
+
+
+def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
+    """The PassRole and job-identity statements must name the roles infra/aws.py gives jobs (path
+    /spotctl/, name prefix spotctl-<slug>-), and never the watcher's own."""
+    import fnmatch
+
+    from infra.aws import job_role_naming
+
+    path, prefix = job_role_naming(slug)
+    job_role = f"arn:aws:iam::123456789012:role{path}{prefix}abc123"
+    own = f"arn:aws:iam::123456789012:role{WATCHER_PATH}{prefix}watcher-abc123"
+    pattern = _job_roles(slug)[0]
+    problem = None
+    if not fnmatch.fnmatchcase(job_role, pattern):
+        problem = f"{pattern} does not match the job roles ({path}{prefix}...)"
+    elif fnmatch.fnmatchcase(own, pattern):
+        problem = f"{pattern} also matches the watcher's own role"
+    contract.enforce("aws.passrole-covers-job-roles", resource, problem)
+
+
+def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events_bucket_arn: str, backend_bucket: str,
+                   backend_prefix: str, secrets_provider: str, passphrase_secret: str | None) -> dict[str, Any]:
+    """The watcher role's inline policy (pure, so tests read it whole).
+
+    EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
+    create, ``ec2:CreateAction`` on the CreateTags that tagging on create implies, and
+    ``ec2:ResourceTag`` on what already exists (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    supported-iam-actions-tagging.html; ExamplePolicies_EC2.html). Describe* supports no
+    resource-level permissions, so it is granted on ``*`` (ExamplePolicies_EC2.html, "Read-only access").
+    """
+    ec2 = f"arn:aws:ec2:{region}:*"
+    owned = {"StringEquals": {"aws:ResourceTag/spotctl:owner": owner}}
+    roles, profiles = _job_roles(slug)
+    rules = f"arn:aws:events:{region}:*:rule/spotctl-{slug}_*"  # infra/aws.py rule_name
+    state = f"arn:aws:s3:::{backend_bucket}"
+    statements: list[dict[str, Any]] = [
+        {"Sid": "ReadInterruptionQueue", "Effect": "Allow",
+         "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"],
+         "Resource": queue_arn},
+        {"Sid": "ListEvents", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": events_bucket_arn},
+        {"Sid": "ReadEvents", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{events_bucket_arn}/*"},
+        # s3:prefix limits what ListObjects may name (https://docs.aws.amazon.com/AmazonS3/latest/userguide/
+        # amazon-s3-policy-keys.html); Pulumi's DIY backend keeps everything under <prefix>.pulumi/.
+        {"Sid": "ListPulumiState", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": state,
+         "Condition": {"StringLike": {"s3:prefix": [f"{backend_prefix}*"]}}},
+        {"Sid": "ReadWritePulumiState", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+         "Resource": f"{state}/{backend_prefix}*"},
+        {"Sid": "Describe", "Effect": "Allow", "Action": ["ec2:Describe*", "sts:GetCallerIdentity"], "Resource": "*"},
+        {"Sid": "LaunchOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot",
+                                                               "ec2:CreateNetworkInterface"],
+         "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE],
+         "Condition": {"StringEquals": {"aws:RequestTag/spotctl:owner": owner}}},
+        # What a launch only uses (images, subnets, security groups, the master's network interface,
+        # a job's existing volume restored from a snapshot): not created, so no tag on the request.
+        {"Sid": "LaunchUsing", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateNetworkInterface"],
+         "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*", f"{ec2}:key-pair/*",
+                      f"{ec2}:launch-template/*"]},
+        {"Sid": "UseOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot"],
+         "Resource": [f"{ec2}:volume/*", f"{ec2}:snapshot/*", f"{ec2}:network-interface/*"], "Condition": owned},
+        {"Sid": "TagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:*/*",
+         "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateVolume", "CreateSnapshot",
+                                                             "CreateNetworkInterface"]}}},
+        {"Sid": "ManageOwned", "Effect": "Allow",
+         "Action": ["ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute",
+                    "ec2:AttachVolume", "ec2:DetachVolume", "ec2:DeleteVolume", "ec2:ModifyVolume", "ec2:DeleteSnapshot",
+                    "ec2:DeleteNetworkInterface", "ec2:CreateTags", "ec2:DeleteTags"],
+         "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE], "Condition": owned},
+        # A job's own role and profile come and go with its VMs (infra/aws.py TrainingJob); the watcher
+        # passes them to the job's instances only. iam:PutRolePolicy cannot be limited by the policy's
+        # content: whoever may run targeted updates may, in principle, widen a job role (README).
+        {"Sid": "JobIdentities", "Effect": "Allow",
+         "Action": ["iam:GetRole", "iam:GetRolePolicy", "iam:ListRolePolicies", "iam:ListAttachedRolePolicies",
+                    "iam:ListInstanceProfilesForRole", "iam:CreateRole", "iam:DeleteRole", "iam:TagRole", "iam:UntagRole",
+                    "iam:PutRolePolicy", "iam:DeleteRolePolicy", "iam:GetInstanceProfile", "iam:CreateInstanceProfile",
+                    "iam:DeleteInstanceProfile", "iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile",
+                    "iam:TagInstanceProfile", "iam:UntagInstanceProfile"],
+         "Resource": [roles, profiles]},
+        {"Sid": "PassJobRoles", "Effect": "Allow", "Action": "iam:PassRole", "Resource": roles,
+         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
+        {"Sid": "JobInterruptionRules", "Effect": "Allow",
+         "Action": ["events:DescribeRule", "events:PutRule", "events:DeleteRule", "events:PutTargets", "events:RemoveTargets",
+                    "events:ListTargetsByRule", "events:ListTagsForResource", "events:TagResource", "events:UntagResource"],
+         "Resource": rules},
+    ]
+    if secrets_provider == "passphrase":
+        name = (passphrase_secret or "").lstrip("/")
+        statements.append({"Sid": "ReadPassphrase", "Effect": "Allow", "Action": "ssm:GetParameter",
+                           "Resource": f"arn:aws:ssm:{region}:*:parameter/{name}"})
+    else:
+        statements.append({"Sid": "StackSecrets", "Effect": "Allow",
+                           "Action": ["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey"],
+                           "Resource": kms_key_arn(secrets_provider, region)})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def kms_key_arn(provider: str, region: str) -> str:
+    """The key of an ``awskms://`` secrets provider as an IAM resource (config allows a key id or ARN)."""
+    assert AWS_KMS_RE.fullmatch(provider), provider
+    key = provider.removeprefix("awskms://").split("?")[0]
+    return key if key.startswith("arn:") else f"arn:aws:kms:{region}:*:key/{key}"
+
+
+class Watcher(pulumi.ComponentResource):
+    """An on-demand instance (IMDSv2 only, encrypted gp3 root volume, no public IP unless the stack's
+    egress needs one) in the watcher's zone, its own egress-only security group, and its role."""
+
+    def __init__(self, name: str, args: StackArgs, base: Any, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("spotctl:aws:Watcher", name, None, opts)
+        from infra.aws import _metadata_options, image_of, root_volume_gb, user_data_gzip_b64
+
+        cfg = args.cfg
+        w = cfg.watcher
+        assert w is not None
+        child = pulumi.ResourceOptions(parent=self)
+        invoke = pulumi.InvokeOptions(parent=self)
+        zone = cfg.watcher_zone
+        physical = f"{args.slug}-watcher"
+        tags = aws_tags(args.stack, cfg.labels, role="watcher")
+        _, backend_bucket, backend_prefix = w.backend_parts()
+        check_passrole_covers_job_roles(args.slug, f"{name}-policy")
+        role = aws.iam.Role(
+            f"{name}-role",
+            name_prefix=f"spotctl-{args.slug}-watcher-"[:38],
+            path=WATCHER_PATH,
+            assume_role_policy=json.dumps({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}),
+            tags=tags,
+            opts=child,
+        )
+        self.policy = aws.iam.RolePolicy(
+            f"{name}-policy",
+            role=role.id,
+            policy=pulumi.Output.all(base.queue.arn, base.bucket.arn).apply(lambda v: json.dumps(watcher_policy(
+                region=cfg.region, slug=args.slug, owner=owner_value(args.stack), queue_arn=v[0], events_bucket_arn=v[1],
+                backend_bucket=backend_bucket, backend_prefix=backend_prefix, secrets_provider=w.secrets_provider,
+                passphrase_secret=w.passphrase_secret))),
+            opts=child,
+        )
+        profile = aws.iam.InstanceProfile(f"{name}-profile", name_prefix=f"spotctl-{args.slug}-watcher-"[:38],
+                                          path=WATCHER_PATH, role=role.name, tags=tags, opts=child)
+        subnet = base.subnets[zone]
+        # Nothing connects to the watcher: egress only (the stack's node group also admits its nodes).
+        group = aws.ec2.SecurityGroup(f"{name}-sg", description=f"spotctl {args.stack}: the watcher (egress only)",
+                                      vpc_id=subnet.vpc_id, tags=tags, opts=child)
+        aws.vpc.SecurityGroupEgressRule(f"{name}-sg-egress", security_group_id=group.id, ip_protocol="-1",
+                                        cidr_ipv4="0.0.0.0/0", description="outbound: APIs, git, packages", tags=tags,
+                                        opts=child)
+        image = image_of(aws.ec2.get_ami(most_recent=True, owners=[DEBIAN_OWNER], filters=[
+            aws.ec2.GetAmiFilterArgs(name="name", values=[DEBIAN_AMI_NAME]),
+            aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"])], opts=invoke))
+        script = watcher_script(WatcherContext(
+            cloud="aws", stack=args.stack, region=cfg.region, repo=w.repo, ref=w.ref, backend=w.backend,
+            secrets_provider=w.secrets_provider, passphrase_secret=w.passphrase_secret or "",
+            pulumi_version=w.pulumi_version, uv_version=w.uv_version,
+        ))
+        public = w.external_ip or base.egress == "public-ip"
+        self.instance = aws.ec2.Instance(
+            f"{name}-vm",
+            ami=image.id,
+            instance_type=w.machine("aws"),
+            availability_zone=zone,
+            subnet_id=subnet.id,
+            vpc_security_group_ids=[group.id],
+            associate_public_ip_address=public,
+            iam_instance_profile=profile.name,
+            metadata_options=_metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
+            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                volume_size=root_volume_gb(w.disk_gb, image, f"{name}-vm"), volume_type="gp3", encrypted=True,
+                delete_on_termination=True, tags=tags,
+            ),
+            user_data_base64=user_data_gzip_b64(script),
+            # Updated in place (stop, modify, start): the checkout on the root volume, with the watcher's
+            # edits of the stack file, outlives a new script. A new image never replaces the VM.
+            user_data_replace_on_change=False,
+            tags={**tags, "Name": physical},
+            # User data runs once, at first boot (cloud-init): the NAT route must be there by then.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"], depends_on=[self.policy, *base.egress_routes]),
+        )
+        self.register_outputs({"instance": self.instance.id, "role": role.arn})

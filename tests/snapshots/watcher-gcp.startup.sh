@@ -1,0 +1,156 @@
+#!/bin/bash
+# spotctl watcher VM (gcp): at boot (GCP: every boot; AWS: the first, through cloud-init), install what is missing (git, uv, the Pulumi CLI, the
+# project checkout and its environment), then run `spotctl watch` under the shipped systemd unit
+# (examples/spotctl-watch@.service). Rendered by spotctl from templates/watcher/; do not edit on the VM.
+# The checkout is cloned once and never overwritten: the watcher edits its stack file there.
+# (No user value appears in a comment: quoting does not protect a comment from a newline.)
+set -euo pipefail
+umask 022
+
+STACK=team-a
+REGION=us-central1
+REPO=https://github.com/team/infra.git
+REF=main
+BACKEND=gs://team-state/pulumi
+SECRETS_PROVIDER=passphrase
+PASSPHRASE_SECRET=pulumi-passphrase
+GCP_PROJECT=proj-1
+METADATA_URL=http://metadata.google.internal/computeMetadata/v1
+SECRETS_URL=https://secretmanager.googleapis.com
+PULUMI_URL=https://github.com/pulumi/pulumi/releases/download/v3.220.0/pulumi-v3.220.0-linux-x64.tar.gz
+UV_URL=https://github.com/astral-sh/uv/releases/download/0.13.9/uv-x86_64-unknown-linux-gnu.tar.gz
+PROJECT_DIR=/opt/spotctl
+PULUMI_ROOT=/opt/pulumi
+BIN_DIR=/usr/local/bin
+ETC_DIR=/etc/spotctl
+SYSTEMD_DIR=/etc/systemd/system
+WATCH_USER=spotctl
+WATCH_HOME=/home/spotctl
+UNIT="spotctl-watch@$STACK.service"
+
+log() {
+  printf 'spotctl-watcher: %s\n' "$*" >&2
+}
+
+# $1 URL, $2 file: HTTPS only, retried (the NAT or the network may still be coming up at first boot).
+download() {
+  curl --proto '=https' --tlsv1.2 -fsSL --retry 30 --retry-delay 10 --retry-all-errors -o "$2" "$1"
+}
+
+install_packages() {
+  local missing=()
+  command -v git >/dev/null 2>&1 || missing+=(git)
+  command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  fi
+}
+
+# An unprivileged user with a home for uv's cache and ~/.pulumi; the unit runs as it.
+ensure_user() {
+  if ! id -u "$WATCH_USER" >/dev/null 2>&1; then
+    useradd --system --create-home --home-dir "$WATCH_HOME" --shell /usr/sbin/nologin "$WATCH_USER"
+  fi
+}
+
+# $1 URL of a .tar.gz, $2 directory: the archive's files (first path component dropped) land in $2.
+install_tarball() {
+  local tmp
+  tmp=$(mktemp -d)
+  download "$1" "$tmp/archive.tar.gz"
+  mkdir -p "$2"
+  tar -xzf "$tmp/archive.tar.gz" -C "$2" --strip-components=1
+  rm -rf "$tmp"
+}
+
+install_tools() {
+  if [ ! -x "$BIN_DIR/uv" ]; then
+    log "installing uv"
+    install_tarball "$UV_URL" "$BIN_DIR"
+  fi
+  if [ ! -x "$PULUMI_ROOT/bin/pulumi" ]; then
+    log "installing the Pulumi CLI"
+    install_tarball "$PULUMI_URL" "$PULUMI_ROOT/bin"
+  fi
+}
+
+# Clone once into a temporary directory, then rename: a boot interrupted mid-clone starts over.
+checkout() {
+  if [ ! -d "$PROJECT_DIR/.git" ]; then
+    log "cloning the project"
+    rm -rf "$PROJECT_DIR.tmp"
+    git clone --quiet -- "$REPO" "$PROJECT_DIR.tmp"
+    # A branch is origin/REF after a clone; a tag or a commit is REF itself.
+    git -C "$PROJECT_DIR.tmp" checkout --quiet --detach "origin/$REF" -- 2>/dev/null \
+      || git -C "$PROJECT_DIR.tmp" checkout --quiet --detach "$REF" --
+    mv "$PROJECT_DIR.tmp" "$PROJECT_DIR"
+  fi
+  chown -R "$WATCH_USER:" "$PROJECT_DIR"
+  runuser -u "$WATCH_USER" -- env HOME="$WATCH_HOME" "$BIN_DIR/uv" sync --frozen --quiet --project "$PROJECT_DIR"
+}
+
+# PULUMI_CONFIG_PASSPHRASE from the secret named in the stack (passphrase secrets provider only),
+# into a file only the watcher's user reads (Pulumi reads PULUMI_CONFIG_PASSPHRASE_FILE).
+fetch_passphrase() {
+  local file="$ETC_DIR/passphrase-$STACK"
+  [ "$SECRETS_PROVIDER" = passphrase ] || return 0
+  ( umask 077
+    python3 - "$METADATA_URL" "$SECRETS_URL" "$GCP_PROJECT" "$PASSPHRASE_SECRET" >"$file.tmp" <<'PY'
+import base64, json, sys, urllib.parse, urllib.request
+metadata, api, project, secret = sys.argv[1:5]
+req = urllib.request.Request(metadata + "/instance/service-accounts/default/token", headers={"Metadata-Flavor": "Google"})
+token = json.load(urllib.request.urlopen(req, timeout=10))["access_token"]
+url = f"{api}/v1/projects/{urllib.parse.quote(project)}/secrets/{urllib.parse.quote(secret)}/versions/latest:access"
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+sys.stdout.buffer.write(base64.b64decode(json.load(urllib.request.urlopen(req, timeout=30))["payload"]["data"]))
+PY
+  )
+  chown "$WATCH_USER:" "$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+# The unit's EnvironmentFile: every value was validated by spotctl to a strict alphabet.
+write_environment() {
+  local env="$ETC_DIR/watch-$STACK.env"
+  mkdir -p "$ETC_DIR"
+  {
+    printf '%s=%s\n' PULUMI_BACKEND_URL "$BACKEND"
+    printf '%s=%s\n' SPOTCTL_PULUMI_ROOT "$PULUMI_ROOT"
+    printf '%s=%s\n' PULUMI_SKIP_UPDATE_CHECK true
+    printf '%s=%s\n' GOOGLE_CLOUD_PROJECT "$GCP_PROJECT"
+    if [ "$SECRETS_PROVIDER" = passphrase ]; then
+      printf '%s=%s\n' PULUMI_CONFIG_PASSPHRASE_FILE "$ETC_DIR/passphrase-$STACK"
+    fi
+  } >"$env.tmp"
+  mv "$env.tmp" "$env"
+}
+
+# The shipped unit as it is, plus a drop-in for what this VM adds (uv may update the checkout's venv).
+install_unit() {
+  mkdir -p "$SYSTEMD_DIR/spotctl-watch@.service.d"
+  install -m 0644 "$PROJECT_DIR/examples/spotctl-watch@.service" "$SYSTEMD_DIR/spotctl-watch@.service"
+  {
+    printf '%s\n' '[Service]'
+    printf 'WorkingDirectory=%s\n' "$PROJECT_DIR"
+    printf 'ReadWritePaths=%s\n' "$PROJECT_DIR/.venv"
+  } >"$SYSTEMD_DIR/spotctl-watch@.service.d/10-watcher-vm.conf"
+  systemctl daemon-reload
+  systemctl enable --now "$UNIT"
+}
+
+main() {
+  install_packages
+  ensure_user
+  install_tools
+  checkout
+  mkdir -p "$ETC_DIR"
+  fetch_passphrase
+  write_environment
+  install_unit
+  log "watching stack $STACK in $REGION ($UNIT)"
+}
+
+main "$@"
