@@ -80,7 +80,7 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
         {"Sid": "ListEvents", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": events_bucket_arn},
         {"Sid": "ReadEvents", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{events_bucket_arn}/*"},
         # s3:prefix limits what ListObjects may name (https://docs.aws.amazon.com/AmazonS3/latest/userguide/
-        # amazon-s3-policy-keys.html); Pulumi's DIY backend keeps everything under <prefix>.pulumi/.
+        # amazon-s3-policy-keys.html, walkthrough1.html); Pulumi's DIY backend keeps everything under <prefix>.pulumi/.
         {"Sid": "ListPulumiState", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": state,
          "Condition": {"StringLike": {"s3:prefix": [f"{backend_prefix}*"]}}},
         {"Sid": "ReadWritePulumiState", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
