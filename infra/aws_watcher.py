@@ -19,7 +19,7 @@ import pulumi_aws as aws
 from infra import contract
 from infra.common import StackArgs
 from infra.config import AWS_KMS_RE
-from infra.naming import aws_tags, owner_value
+from infra.naming import aws_tags, owner_value, ssm_parameter_name
 from infra.render import WatcherContext, watcher_script
 
 # Debian 12 (bookworm) AMIs are published by the Debian cloud team's account 136693071363
@@ -121,6 +121,13 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Action": ["events:DescribeRule", "events:PutRule", "events:DeleteRule", "events:PutTargets", "events:RemoveTargets",
                     "events:ListTargetsByRule", "events:ListTagsForResource", "events:TagResource", "events:UntagResource"],
          "Resource": rules},
+        # A job's secret env values (infra/aws.py TrainingJob._env_secret): refreshed and, when they
+        # change, rewritten by its targeted update; SecureStrings use the account's aws/ssm key.
+        {"Sid": "JobSecretEnv", "Effect": "Allow",
+         "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:PutParameter", "ssm:DeleteParameter",
+                    "ssm:ListTagsForResource", "ssm:AddTagsToResource", "ssm:RemoveTagsFromResource"],
+         "Resource": f"arn:aws:ssm:{region}:*:parameter{ssm_parameter_name(slug, '*')}"},
+        {"Sid": "DescribeParameters", "Effect": "Allow", "Action": "ssm:DescribeParameters", "Resource": "*"},
     ]
     if secrets_provider == "passphrase":
         name = (passphrase_secret or "").lstrip("/")

@@ -394,7 +394,7 @@ class TrainingJob(pulumi.ComponentResource):
             f"{name}-sa", _account_id(plan.slug, f"job-{job.id}"), f"spotctl job {job.id} of {args.stack}",
             base.bucket.name, cfg.project or "", event_object_prefix(args.stack, job.id), opts=child,
         )
-        secret_deps = self._env_secret(name, args, plan, account, labels, child)
+        secret_deps = self._env_secret(name, args, plan, account, labels, child, getattr(base, "watcher", None))
         if getattr(base, "watcher", None) is not None:
             # The watcher creates this job's VMs, which run as this account: it needs actAs on it
             # (https://cloud.google.com/compute/docs/access/iam#the_serviceaccountuser_role), on
@@ -523,7 +523,8 @@ class TrainingJob(pulumi.ComponentResource):
         self.register_outputs(self.outputs)
 
 
-    def _env_secret(self, name: str, args: StackArgs, plan: JobPlan, account: ServiceAccount, labels, child) -> list[pulumi.Resource]:
+    def _env_secret(self, name: str, args: StackArgs, plan: JobPlan, account: ServiceAccount, labels, child,
+                    watcher=None) -> list[pulumi.Resource]:
         """The job's secret env values (README "Secrets in env"): a Secret Manager secret and its
         version, readable (``roles/secretmanager.secretAccessor`` on this one secret) by the job's
         own service account only. The payload is a secret Output: Pulumi encrypts it in its state."""
@@ -550,6 +551,14 @@ class TrainingJob(pulumi.ComponentResource):
             member=account.email.apply(lambda e: f"serviceAccount:{e}"),
             opts=child,
         )
+        if watcher is not None:
+            # The watcher refreshes this secret with the job's targeted updates: read it and its IAM
+            # policy (viewer), on this one secret only.
+            for role in ("secretAccessor", "viewer"):
+                gcp.secretmanager.SecretIamMember(
+                    f"{name}-env-secret-watcher-{role.lower()}", project=cfg.project, secret_id=secret.secret_id,
+                    role=f"roles/secretmanager.{role}", member=watcher.member, opts=child,
+                )
         return [version, reader]
 
     def _job_disks(self, name: str, cfg: StackConfig, job, node, labels: dict[str, str]) -> gcp.compute.Disk:

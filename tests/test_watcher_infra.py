@@ -176,6 +176,7 @@ def test_aws_watcher_policy_is_scoped():
             assert s["Sid"] == "LaunchUsing", s
             assert not any(r.endswith((":instance/*", ":volume/*", ":snapshot/*")) for r in s["Resource"]), s
         assert s["Resource"] != "*" or actions == ["ec2:Describe*", "sts:GetCallerIdentity"], s
+    assert statements["JobSecretEnv"]["Resource"] == "arn:aws:ssm:us-east-1:*:parameter/spotctl/team-a/*/env"
     passrole = statements["PassJobRoles"]
     assert passrole["Resource"] == "arn:aws:iam::*:role/spotctl/spotctl-team-a-*"
     assert passrole["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
@@ -233,6 +234,7 @@ def test_gcp_watcher_vm_and_identity():
     assert sorted(u.name for u in users) == ["job-other-sa-watcher-user", "job-train-sa-watcher-user"]
     assert all(u.inputs["role"] == "roles/iam.serviceAccountUser" and u.inputs["member"] == member for u in users)
     assert all(u.parent.endswith(u.name.removesuffix("-sa-watcher-user")) for u in users)
+
     assert not [r for r in plan.by_type("gcp:projects/iAMMember:IAMMember")
                 if r.inputs["member"] == member and "iam.serviceAccountUser" in r.inputs["role"]]
 
