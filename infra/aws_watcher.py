@@ -85,7 +85,8 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Condition": {"StringLike": {"s3:prefix": [f"{backend_prefix}*"]}}},
         {"Sid": "ReadWritePulumiState", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
          "Resource": f"{state}/{backend_prefix}*"},
-        {"Sid": "Describe", "Effect": "Allow", "Action": ["ec2:Describe*", "sts:GetCallerIdentity"], "Resource": "*"},
+        {"Sid": "Describe", "Effect": "Allow", "Action": ["ec2:Describe*", "ssm:DescribeParameters", "sts:GetCallerIdentity"],
+         "Resource": "*"},
         {"Sid": "LaunchOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot",
                                                                "ec2:CreateNetworkInterface"],
          "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE],
@@ -127,7 +128,6 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:PutParameter", "ssm:DeleteParameter",
                     "ssm:ListTagsForResource", "ssm:AddTagsToResource", "ssm:RemoveTagsFromResource"],
          "Resource": f"arn:aws:ssm:{region}:*:parameter{ssm_parameter_name(slug, '*')}"},
-        {"Sid": "DescribeParameters", "Effect": "Allow", "Action": "ssm:DescribeParameters", "Resource": "*"},
     ]
     if secrets_provider == "passphrase":
         name = (passphrase_secret or "").lstrip("/")

@@ -175,7 +175,7 @@ def test_aws_watcher_policy_is_scoped():
         if mutating and "Condition" not in s:
             assert s["Sid"] == "LaunchUsing", s
             assert not any(r.endswith((":instance/*", ":volume/*", ":snapshot/*")) for r in s["Resource"]), s
-        assert s["Resource"] != "*" or actions == ["ec2:Describe*", "sts:GetCallerIdentity"], s
+        assert s["Resource"] != "*" or actions == ["ec2:Describe*", "ssm:DescribeParameters", "sts:GetCallerIdentity"], s
     assert statements["JobSecretEnv"]["Resource"] == "arn:aws:ssm:us-east-1:*:parameter/spotctl/team-a/*/env"
     passrole = statements["PassJobRoles"]
     assert passrole["Resource"] == "arn:aws:iam::*:role/spotctl/spotctl-team-a-*"
