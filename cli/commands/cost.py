@@ -17,6 +17,7 @@ from cli.commands import (
     cloud_for,
     fail,
     guard,
+    progress,
     recorded_events,
     stack_jobs,
 )
@@ -53,9 +54,10 @@ def cost(
             raise fail(f"--as-of: expected an ISO 8601 time such as 2026-11-21T18:00:00Z, got {as_of!r}") from None
         now = now if now.tzinfo else now.replace(tzinfo=UTC)
     ref, cfg, selected = stack_jobs(stack, stack_file, job)
-    events = {j.id: recorded_events(ref, cfg, j.id, events_dir, events_bucket) for j in selected}
-    cloud = cloud_for(cfg, ref)
-    rep = guard(lambda: ledger.report(cfg, ref.name, selected, events, now, lookup=cloud.prices))
+    with progress("reading the events and the prices", enabled=not json_out):
+        events = {j.id: recorded_events(ref, cfg, j.id, events_dir, events_bucket) for j in selected}
+        cloud = cloud_for(cfg, ref)
+        rep = guard(lambda: ledger.report(cfg, ref.name, selected, events, now, lookup=cloud.prices))
     if plot is not None:
         from cli.cost.plot import draw
 

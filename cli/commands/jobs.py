@@ -212,7 +212,8 @@ def events(
         raise fail(f"job {job}: where are its events? give --events-dir DIR (a synced bucket or a job disk's .spotctl/) "
                    "or --events-bucket NAME (the stack's eventBucket output)")
     ref, cfg, _ = stack_jobs(stack, stack_file, job)
-    found = recorded_events(ref, cfg, job, events_dir, events_bucket)
+    with progress(f"job {job}: reading its events", enabled=not json_out):
+        found = recorded_events(ref, cfg, job, events_dir, events_bucket)
     if json_out:
         typer.echo(json.dumps([event_json(e) for e in found], indent=2, sort_keys=True))
         return

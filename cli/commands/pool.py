@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, guard
+from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, guard, progress
 
 pool_app = typer.Typer(
     name="pool",
@@ -58,7 +58,8 @@ def demand(
     from cli.pools import demand as pool_demand
 
     ref, cfg = _stack(stack, stack_file)
-    decision = _run(lambda: pool_demand.publish(pool_cloud(cfg, ref.name), cfg, ref.name, pool, vms, datetime.now(UTC)))
+    with progress(f"pool {pool}: publishing its demand", enabled=not json_out):
+        decision = _run(lambda: pool_demand.publish(pool_cloud(cfg, ref.name), cfg, ref.name, pool, vms, datetime.now(UTC)))
     if json_out:
         typer.echo(json.dumps({"pool": pool, **decision.metrics(), "reason": decision.reason}, sort_keys=True))
     else:
@@ -84,7 +85,8 @@ def status(
     from cli.pools.status import status as pool_status
 
     ref, cfg = _stack(stack, stack_file)
-    data = _run(lambda: pool_status(pool_cloud(cfg, ref.name), cfg, ref.name, pool, datetime.now(UTC)))
+    with progress(f"pool {pool}: asking the cloud", enabled=not json_out):
+        data = _run(lambda: pool_status(pool_cloud(cfg, ref.name), cfg, ref.name, pool, datetime.now(UTC)))
     if json_out:
         typer.echo(json.dumps(data, sort_keys=True, default=str))
         return
