@@ -57,6 +57,7 @@ class DiskPlan:
     attached: bool
     restored: bool
     snapshot: str | None  # the declared snapshot it is restored from (physical name), if declared now
+    replica_zones: tuple[str, ...] = ()  # GCP regional disk: its two zones (``zone`` is the job's, where it attaches)
 
     def logical(self, component: str, rank: int, kind: str = "disk") -> str:
         """Pulumi's logical name: ``kind`` 'disk' (GCP) or 'volume' (AWS); gen 0 keeps the names
@@ -123,7 +124,11 @@ def node_disks(slug: str, job: Job, rank: int) -> tuple[tuple[DiskPlan, ...], tu
       the snapshot leaves the program but is kept in the cloud (``retain_on_delete``).
     """
     protect = job.state is not JobState.COMPLETED
-    cur = len(job.zone_history)
+    # A move with a regional disk keeps the disk: only snapshot moves make a new generation.
+    cur = sum(not stay.same_disk for stay in job.zone_history)
+    if job.disk_replica_zones:
+        return (DiskPlan(cur, disk_name(slug, job.id, rank, cur), job.zone, protect, True, False, None,
+                         tuple(job.disk_replica_zones)),), ()
     move = job.move
     step = move.step if move else None
 

@@ -214,6 +214,9 @@ class ZoneStay(_Model):
     last_attempt: PositiveInt
     # When the move that left this zone began (copied from the move record at its start step).
     move_began: AwareDatetime | None = None
+    # The job left with its regional disk (diskReplicaZones): no snapshot, the disk's generation
+    # (and name) did not change.
+    same_disk: bool = False
 
 
 class Job(_Model):
@@ -255,6 +258,9 @@ class Job(_Model):
     # `spotctl watch` may move the job to another zone of the stack when resumes keep being refused
     # for capacity in its zone and a move is cheaper than on-demand (cli/policy/failover.py).
     move_on_capacity: bool = True
+    # GCP: the job disk is a regional persistent disk replicated in these two zones of the stack
+    # (infra/contract/gcp.py gcp.regional-disk-*): a move between them keeps the disk (no snapshot).
+    disk_replica_zones: list[Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]] | None = None
 
     @field_validator("id")
     @classmethod
@@ -541,6 +547,7 @@ class StackConfig(_Model):
             if job.zone not in self.zones:
                 problems.append((f"jobs[{i}].zone", _choice_message("zone", job.zone, self.zones)))
             _move_checks(self, i, job, problems)
+            _replica_checks(self, i, job, problems)
         _watcher_checks(self, problems)
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
@@ -589,6 +596,30 @@ def _move_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, s
         problems.append((f"jobs[{i}].move", "a job with bootDisk 'keep' cannot move yet (only its job disks would follow)"))
     if move.step in ("start", "release") and not job.zone_history:
         problems.append((f"jobs[{i}].zoneHistory", f"step {move.step!r} needs the zone the job left ({move.from_!r})"))
+
+
+def _replica_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, str]]) -> None:
+    """A regional disk (GCP) lives in two distinct zones of the stack, one of them the job's; it
+    moves only between them (``spotctl move`` without a snapshot)."""
+    zones = job.disk_replica_zones
+    if zones is None:
+        return
+    key = f"jobs[{i}].diskReplicaZones"
+    if cfg.cloud != "gcp":
+        problems.append((key, "regional persistent disks are a GCP option (AWS EBS volumes live in one zone)"))
+        return
+    if len(zones) != 2 or len(set(zones)) != 2:
+        problems.append((key, f"needs exactly two different zones (a regional disk is replicated in two), got {zones}"))
+    for zone in zones:
+        if zone not in cfg.zones:
+            problems.append((key, _choice_message("zone", zone, cfg.zones)))
+    if job.zone not in zones:
+        problems.append((f"jobs[{i}].zone", f"is {job.zone!r}, not one of its disk's replica zones {zones}"))
+    if job.move is not None:
+        problems.append((f"jobs[{i}].move", "a job with a regional disk moves between its replica zones in one step, "
+                         "without a move record"))
+    if job.boot_disk == "keep":
+        problems.append((key, "a job with bootDisk 'keep' cannot move, so a regional disk gains it nothing"))
 
 
 def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:

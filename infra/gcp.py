@@ -490,7 +490,8 @@ class TrainingJob(pulumi.ComponentResource):
                 # An attached existing disk is never auto-deleted with the VM (the API's autoDelete is
                 # false for it): the job disk survives preemption, deletion and every new attempt.
                 attached_disks=[
-                    gcp.compute.InstanceAttachedDiskArgs(source=disk.self_link, device_name=DEVICE_NAME, mode="READ_WRITE")
+                    gcp.compute.InstanceAttachedDiskArgs(source=disk.self_link, device_name=DEVICE_NAME, mode="READ_WRITE",
+                                                         force_attach=_force_attach(job, node, name))
                 ],
                 guest_accelerators=_accelerators(machine, job.accelerator, gcp.compute.InstanceGuestAcceleratorArgs),
                 # STOP keeps a preempted VM around (TERMINATED) so status can see what happened;
@@ -569,6 +570,26 @@ class TrainingJob(pulumi.ComponentResource):
         releasing a move never replaces it."""
         by_gen: dict[int, gcp.compute.Disk] = {}
         snaps: dict[int, gcp.compute.Snapshot] = {}
+        regional = node.attached_disk.replica_zones
+        if regional:
+            # A regional persistent disk: one disk, replicated in two zones of the region; the VM of
+            # either zone attaches it (gcp.regional-disk-attach-in-replica-zone), no snapshot moves it.
+            d = node.attached_disk
+            contract.enforce("gcp.regional-disk-attach-in-replica-zone", d.logical(name, node.rank),
+                             f"attached in {job.zone} but replicated in {list(regional)}" if job.zone not in regional else None)
+            disk = gcp.compute.RegionDisk(
+                d.logical(name, node.rank),
+                name=d.name,
+                project=cfg.project,
+                region=cfg.region,
+                replica_zones=list(regional),
+                size=job.disk_gb,
+                type=DISK_TYPE,
+                labels={**labels, "spotctl-node": str(node.rank)},
+                opts=pulumi.ResourceOptions(parent=self, protect=d.protect),
+            )
+            self.disks.append(disk)
+            return disk
         for d in sorted(node.disks, key=lambda d: d.gen):
             snap = None
             if d.snapshot and d.gen - 1 in by_gen:
@@ -608,6 +629,17 @@ class TrainingJob(pulumi.ComponentResource):
             labels={**labels, "spotctl-node": str(node.rank)},
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
+
+
+def _force_attach(job, node, name: str) -> bool | None:
+    """The first attempt after a move between a regional disk's zones attaches it with
+    ``forceAttach``: the old zone's VM may be unreachable and still hold it (repd-failover)."""
+    regional = bool(node.attached_disk.replica_zones)
+    failover = bool(job.zone_history) and job.zone_history[-1].same_disk and job.zone_history[-1].last_attempt == job.attempt - 1
+    contract.enforce("gcp.force-attach-regional-only", f"{name}-n{node.rank}-vm",
+                     "the job failed over with its regional disk but now declares a zonal one (diskReplicaZones removed?)"
+                     if failover and not regional else None)
+    return True if failover else None
 
 
 def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:

@@ -258,11 +258,13 @@ RECENT_REFUSAL_H = 1.0  # a zone that refused capacity this recently is no targe
 
 def move_changeover_h(job: Job, events: list[Event]) -> tuple[float, int]:
     """A move's changeover for ``job``: the median of its past moves (``cli.lifecycle.move``), else
-    ``DEFAULT_MOVE_H``; and how many moves it was measured on."""
+    ``DEFAULT_MOVE_H``; and how many moves it was measured on. A regional disk moves without a
+    snapshot: its moves' own median, else 0 (the launch is the policy's changeover already)."""
     from cli.lifecycle.move import move_changeovers
 
-    seen = move_changeovers(job, events)
-    return (statistics.median(seen), len(seen)) if seen else (DEFAULT_MOVE_H, 0)
+    regional = bool(job.disk_replica_zones)
+    seen = move_changeovers(job, events, same_disk=regional)
+    return (statistics.median(seen), len(seen)) if seen else (0.0 if regional else DEFAULT_MOVE_H, 0)
 
 
 def decide_zone_failover(job: Job, events: list[Event], *, zones: list[str], refused: Mapping[str, datetime],
@@ -277,7 +279,8 @@ def decide_zone_failover(job: Job, events: list[Event], *, zones: list[str], ref
     obs, _ = observation_for(job, events, now, price_ratio=price_ratio)
     move_h, _ = move_changeover_h(job, events)
     recent = {z for z, t in refused.items() if _hours(t, now) < RECENT_REFUSAL_H}
-    candidates = tuple(z for z in zones if z != job.zone and z not in recent)
+    reachable = job.disk_replica_zones or zones  # a regional disk moves only between its two zones
+    candidates = tuple(z for z in reachable if z != job.zone and z not in recent)
     allowed = job.move_on_capacity and job.boot_disk != "keep"
     return make_failover().decide(FailoverObservation(
         refusals=refusals, waited_h=_hours(refused_since, now) if refused_since else 0.0, next_wait_h=next_wait_h,

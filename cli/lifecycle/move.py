@@ -61,6 +61,8 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
             raise LifecycleError(f"job {job.id} is completed; there is nothing to move (spotctl cleanup {job.id} deletes its disks)")
         if job.state is F:
             raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force` first, then move it")
+        if job.disk_replica_zones:
+            return _regional(job, to, now)
         fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot"} | ({"began": _iso(now)} if now else {})}
         reason = REASONS["snapshot"].format(frm=job.zone)
         if job.state is not S:
@@ -74,7 +76,8 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     if move.step == "snapshot":
         return Change(job.id, {"move": _record(job, "restore")}, "move step restore: " + REASONS["restore"].format(**words))
     if move.step == "restore":
-        history = [_stay(z.zone, z.last_attempt, z.move_began) for z in job.zone_history]
+        history = [_stay(z.zone, z.last_attempt, z.move_began) | ({"sameDisk": True} if z.same_disk else {})
+                   for z in job.zone_history]
         fields = {"zone": move.to, "attempt": job.attempt + 1, "state": "running",
                   "zoneHistory": history + [_stay(move.from_, job.attempt, move.began)],
                   "move": _record(job, "start")}
@@ -90,12 +93,29 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
 
 
-def move_changeovers(job: Job, events: list[Event]) -> list[float]:
+def _regional(job: Job, to: str, now: datetime | None) -> Change:
+    """A job with a regional disk moves to its other replica zone in one step: the next attempt
+    starts there on the same disk (force-attached: infra/gcp.py), nothing is snapshotted or deleted."""
+    replicas = job.disk_replica_zones or []
+    if to not in replicas:
+        raise LifecycleError(f"job {job.id}: its regional disk is replicated in {replicas}; it can move only there "
+                             f"(not {to}): drop diskReplicaZones to move it with a snapshot")
+    if job.state is not R:
+        check(job.id, job.state, R)
+    history = [_stay(z.zone, z.last_attempt, z.move_began) | ({"sameDisk": True} if z.same_disk else {}) for z in job.zone_history]
+    fields = {"zone": to, "attempt": job.attempt + 1, "state": R.value,
+              "zoneHistory": history + [_stay(job.zone, job.attempt, now) | {"sameDisk": True}]}
+    return Change(job.id, fields, f"regional disk: attempt {job.attempt + 1} starts in {to} on the same disk "
+                  f"(its replica there, force-attached); no snapshot, nothing deleted")
+
+
+def move_changeovers(job: Job, events: list[Event], same_disk: bool = False) -> list[float]:
     """Hours each of the job's past moves took, from its start (the snapshot step written) to the
-    first ``started`` event of the attempt it started in the new zone: snapshot, restore and boot."""
+    first ``started`` event of the attempt it started in the new zone: snapshot, restore and boot
+    (``same_disk``: the regional disk's moves instead, boot only)."""
     out = []
     for stay in job.zone_history:
-        if stay.move_began is None:
+        if stay.move_began is None or stay.same_disk != same_disk:
             continue
         starts = [e.time for e in events if e.attempt == stay.last_attempt + 1 and e.event == "started"]
         if starts and min(starts) >= stay.move_began:
@@ -156,6 +176,8 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
         seen = events()
         if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now()), applier, out, confirm, result) or applier is None:
             break
+    if not result.finished and result.steps and "move" not in result.steps[-1].fields and stackfile.load(ref).job(job_id).zone == to:
+        result.finished, result.waiting = True, ""  # a regional disk's move: one step, nothing to release
     if result.finished and inventory is not None and applier is not None:
         result.snapshots = _prune(ref, inventory, now())
     return result

@@ -33,7 +33,8 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
         "last_event": event_json(events[-1]) if events else None,
         # `spotctl move`: the move in progress (its last step written) and the zones the job left.
         "move": {"from": job.move.from_, "to": job.move.to, "step": job.move.step} if job.move else None,
-        "zone_history": [{"zone": z.zone, "last_attempt": z.last_attempt} for z in job.zone_history],
+        "zone_history": [{"zone": z.zone, "last_attempt": z.last_attempt, **({"same_disk": True} if z.same_disk else {})}
+                         for z in job.zone_history],
     }
 
 

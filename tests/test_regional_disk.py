@@ -1,0 +1,158 @@
+"""GCP regional persistent disks (a job's ``diskReplicaZones``): the config rules, the program under
+Pulumi's mocks (one RegionDisk in two zones, forceAttach on the failover attempt), the contract
+rules with their sources, and a move to the other replica zone without a snapshot."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from cli.app import app
+from cli.lifecycle import stackfile
+from cli.lifecycle.capacity import decide_zone_failover
+from cli.lifecycle.move import next_step
+from cli.lifecycle.states import LifecycleError
+from cli.plan import mocks as planner
+from infra import contract
+from infra.config import Capacity, ConfigError, Job, validate
+from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, pulumi_calls, stack_config
+
+T0 = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+REPLICAS = ["us-central1-a", "us-central1-b"]
+BASE = GCP_BASE | {"zones": ["us-central1-a", "us-central1-b", "us-central1-c"]}
+
+
+def plan(**fields):
+    cfg = validate(stack_config(BASE, jobs=[gcp_job(diskReplicaZones=REPLICAS, state="running", **fields)]), "test")
+    return planner.run(cfg, "team")
+
+
+def job_resources(p, kind: str):
+    return {r.name: r for r in p.resources if r.type.endswith(kind) and r.name.startswith("job-train")}
+
+
+@pytest.mark.parametrize("base,job,key,message", [
+    (AWS_BASE, aws_job(diskReplicaZones=["us-east-1a", "us-east-1b"]), "jobs[0].diskReplicaZones", "a GCP option"),
+    (BASE, gcp_job(diskReplicaZones=["us-central1-a"]), "jobs[0].diskReplicaZones", "exactly two different zones"),
+    (BASE, gcp_job(diskReplicaZones=["us-central1-a", "us-central1-a"]), "jobs[0].diskReplicaZones", "exactly two different"),
+    (BASE, gcp_job(diskReplicaZones=["us-central1-a", "us-central1-f"]), "jobs[0].diskReplicaZones", "us-central1-f"),
+    (BASE, gcp_job(zone="us-central1-c", diskReplicaZones=REPLICAS), "jobs[0].zone", "not one of its disk's replica zones"),
+])
+def test_bad_replica_zones_are_refused_with_their_key(base, job, key, message):
+    with pytest.raises(ConfigError) as err:
+        validate(stack_config(base, jobs=[job]), "test")
+    assert any(key in p and message in p for p in err.value.problems), err.value.problems
+
+
+def test_the_program_declares_one_regional_disk_in_both_zones():
+    p = plan()
+    assert not job_resources(p, ":Disk")  # no zonal job disk
+    (disk,) = job_resources(p, "RegionDisk").values()
+    assert disk.name == "job-train-n0-disk" and disk.protect
+    assert disk.inputs["replicaZones"] == REPLICAS and disk.inputs["region"] == "us-central1"
+    assert disk.inputs["type"] == "pd-balanced" and disk.inputs["labels"]["spotctl-managed"] == "true"
+    (vm,) = job_resources(p, "Instance").values()
+    attached = vm.inputs["attachedDisks"][0]
+    assert "team-train-n0-disk" in json.dumps(attached) and "forceAttach" not in attached  # first attempt: no force
+
+
+def test_the_failover_attempt_force_attaches_the_same_disk_in_the_other_zone():
+    p = plan(zone="us-central1-b", attempt=2, zoneHistory=[{"zone": "us-central1-a", "lastAttempt": 1, "sameDisk": True}])
+    (disk,) = job_resources(p, "RegionDisk").values()
+    assert disk.inputs["name"] == "team-train-n0-disk"  # the same disk: no new generation
+    (vm,) = job_resources(p, "Instance").values()
+    assert vm.inputs["zone"] == "us-central1-b" and vm.inputs["attachedDisks"][0]["forceAttach"] is True
+    later = plan(zone="us-central1-b", attempt=3, zoneHistory=[{"zone": "us-central1-a", "lastAttempt": 1, "sameDisk": True}])
+    (vm,) = job_resources(later, "Instance").values()
+    assert "forceAttach" not in vm.inputs["attachedDisks"][0]  # only the failover attempt forces
+
+
+# ---- the contract rules -------------------------------------------------------------------------------------
+
+
+REGION_DISK = "gcp:compute/regionDisk:RegionDisk"
+GOOD = {"region": "us-central1", "replica_zones": REPLICAS, "type": "pd-balanced", "size": 200}
+
+
+@pytest.mark.parametrize("props,rule_id", [
+    (GOOD | {"replica_zones": ["us-central1-a"]}, "gcp.regional-disk-replica-zones"),
+    (GOOD | {"replica_zones": ["us-central1-a", "us-east1-b"]}, "gcp.regional-disk-replica-zones"),
+    (GOOD | {"type": "pd-extreme"}, "gcp.regional-disk-type"),
+    (GOOD | {"type": "pd-standard", "size": 100}, "gcp.regional-pd-standard-size"),
+])
+def test_regional_disk_rules(props, rule_id):
+    assert contract.violations(REGION_DISK, GOOD) == []
+    assert [r.id for r, _ in contract.violations(REGION_DISK, props)] == [rule_id]
+    assert contract.get(rule_id).source.startswith("https://cloud.google.com/")
+
+
+def test_a_vm_outside_the_replica_zones_is_refused(monkeypatch):
+    from infra import common
+
+    real = common.node_disks
+
+    def elsewhere(slug, job, rank):
+        disks, snaps = real(slug, job, rank)
+        return tuple(common.DiskPlan(d.gen, d.name, d.zone, d.protect, d.attached, d.restored, d.snapshot,
+                                     ("us-central1-b", "us-central1-c")) for d in disks), snaps
+
+    monkeypatch.setattr(common, "node_disks", elsewhere)
+    with pytest.raises(contract.ContractError, match="gcp.regional-disk-attach-in-replica-zone"):
+        plan()
+
+
+def test_force_attach_is_never_declared_on_a_zonal_disk():
+    cfg = validate(stack_config(BASE, jobs=[gcp_job(zone="us-central1-b", attempt=2, state="running",
+                                                    zoneHistory=[{"zone": "us-central1-a", "lastAttempt": 1, "sameDisk": True}])]),
+                   "test")
+    with pytest.raises(contract.ContractError, match="gcp.force-attach-regional-only"):
+        planner.run(cfg, "team")
+
+
+# ---- moving: one step, no snapshot ------------------------------------------------------------------------
+
+
+def as_job(**fields) -> Job:
+    raw = {"id": "train", "machine_type": "a2-highgpu-1g", "zone": "us-central1-a", "command": "t", "state": "running",
+           "diskReplicaZones": REPLICAS}
+    return Job.model_validate(raw | fields)
+
+
+def test_a_regional_move_is_one_step_to_the_other_replica_zone():
+    change = next_step(as_job(), "us-central1-b", [], T0)
+    assert change.fields == {"zone": "us-central1-b", "attempt": 2, "state": "running",
+                             "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 1, "moveBegan": "2026-11-22T04:00:00Z",
+                                              "sameDisk": True}]}
+    assert "no snapshot" in change.reason
+    with pytest.raises(LifecycleError, match=r"replicated in \['us-central1-a', 'us-central1-b'\]"):
+        next_step(as_job(), "us-central1-c", [], T0)
+
+
+def test_the_watchers_failover_for_a_regional_disk_moves_at_once_and_only_to_its_replica():
+    job = as_job()
+    decision = decide_zone_failover(job, [], zones=["us-central1-a", "us-central1-c", "us-central1-b"], refused={}, refusals=1,
+                                    refused_since=T0, next_wait_h=0.01, in_place=lambda: Capacity.SPOT, now=T0)
+    assert (decision.choice, decision.zone) == ("move", "us-central1-b")  # no snapshot: nothing to wait for
+
+
+def test_spotctl_move_of_a_regional_job_snapshots_nothing_and_deletes_nothing(project, runner, fake_pulumi):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    text = path.read_text()
+    head, sep, rest = text.partition("    - id: llm-pretrain\n")
+    path.write_text(head + sep + "      diskReplicaZones: [us-central1-a, us-central1-b]\n" + rest)
+    before = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert before.zone == "us-central1-a"
+    result = runner.invoke(app, ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes",
+                                 "--events-dir", str(project)])
+    assert result.exit_code == 0, result.output
+    ups = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
+    # The gang's old attempt stops first (as on every new attempt of a gang), then it starts in us-central1-b.
+    assert ups and not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]
+    at_ups = [json.loads(line) for line in open(str(fake_pulumi) + ".stackfiles").read().splitlines()]
+    assert not any("move: {" in text for text in at_ups) and "zone: us-central1-b" in at_ups[-1]  # never a snapshot step
+    after = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (after.zone, after.attempt, after.move) == ("us-central1-b", before.attempt + 1, None)
+    assert after.zone_history[-1].same_disk and after.zone_history[-1].zone == "us-central1-a"
+    assert "waiting" not in result.stdout
