@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -150,7 +151,7 @@ def test_spotctl_move_of_a_regional_job_snapshots_nothing_and_deletes_nothing(pr
     ups = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
     # The gang's old attempt stops first (as on every new attempt of a gang), then it starts in us-central1-b.
     assert ups and not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]
-    at_ups = [json.loads(line) for line in open(str(fake_pulumi) + ".stackfiles").read().splitlines()]
+    at_ups = [json.loads(line) for line in Path(str(fake_pulumi) + ".stackfiles").read_text().splitlines()]
     assert not any("move: {" in text for text in at_ups) and "zone: us-central1-b" in at_ups[-1]  # never a snapshot step
     after = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
     assert (after.zone, after.attempt, after.move) == ("us-central1-b", before.attempt + 1, None)
