@@ -1,6 +1,7 @@
 """`spotctl watch` on a 1,000-job stack: event arrival -> resume decided -> update started.
 
-A preempted event lands in the events dir; the watcher's next cycle reads every source, decides,
+A preempted event lands in the events dir (the watcher's previous cycle has read the stack file, as
+in a running watcher: an unchanged file is not parsed again); the next cycle reads every source, decides,
 edits the stack file under its lock and hands the targeted update to pulumi (the fake pulumi of
 the tests: no cloud). Prints spotctl's own time per phase and end to end, against the issue's
 targets (<= 1 s of spotctl's own work, <= 10 s end to end including the wait for the next cycle
