@@ -253,8 +253,16 @@ _PARSED_MAX = 4
 _PARSED_LOCK = threading.Lock()
 
 
+_LAST_DIGEST: list[tuple[str, str]] = []  # (text, its sha256): a command reads the same text several times
+
+
 def _parsed(text: str) -> tuple[str, dict[str, Any] | None]:
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    last = _LAST_DIGEST[0] if _LAST_DIGEST else None
+    if last is not None and last[0] == text:  # a memcmp, far cheaper than hashing megabytes again
+        digest = last[1]
+    else:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        _LAST_DIGEST[:] = [(text, digest)]
     with _PARSED_LOCK:
         entry = _PARSED.get(digest)
         if entry is not None:
@@ -883,5 +891,6 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     _, start, end = spans[part.at]
     text = "\n".join(part.lines[:start] + block + part.lines[end:])
     shift = len(block) - (end - start)
-    moved = spans[:part.at] + [[job_id, start, end + shift]] + [[i, a + shift, b + shift] for i, a, b in spans[part.at + 1:]]
-    return text, new, {**part.index, "sha256": _digest(text), "nodes": nodes, "jobs": moved}
+    if shift:  # (values replaced in place, the usual edit, move no line)
+        spans = spans[:part.at] + [[job_id, start, end + shift]] + [[i, a + shift, b + shift] for i, a, b in spans[part.at + 1:]]
+    return text, new, {**part.index, "sha256": _digest(text), "nodes": nodes, "jobs": spans}
