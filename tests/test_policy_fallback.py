@@ -76,7 +76,7 @@ def test_outside_the_prior_default_acts_as_uniform_progress_and_says_why():
     assert policy.misfit(), "ten-minute windows fit no shipped regime"
     assert "fits no regime" in policy.reason and "acting as uniform-progress" in policy.reason
     fell_back = [i for i, (_, _, fb) in enumerate(decisions) if fb]
-    assert fell_back and fell_back[0] < 60  # found within ten hours
+    assert fell_back and fell_back[0] < 90  # found within 15 hours (z < -5.5 is a strong test)
     assert all(decisions[i][0] == decisions[i][1] for i in fell_back)  # then UP's decisions
     assert len(fell_back) > 0.8 * (len(decisions) - fell_back[0])  # and it stays found
 
@@ -93,13 +93,15 @@ def test_inside_the_prior_default_keeps_planning():
 
 
 def test_outside_the_prior_the_fallback_brings_default_back_to_uniform_progress():
-    """Flickering spot with short changeovers, where planning on the wrong regimes overpays: the
-    fallback costs less than planning on, and stays within 3 % of the better UP variant (the
-    hours before the misfit is established are planned), with no misses."""
+    """Flickering spot with short changeovers, where planning on the wrong regimes overpays: with an
+    eager test (z < -3) the fallback costs less than planning on and stays within 3 % of the better
+    UP variant (the hours before the misfit is established are planned), with no misses. (The
+    shipped threshold, -5.5, never fires on the development traces and finds this zone ~11 h in,
+    too late to pay here: the trade-off is in the README.)"""
     trace = Trace("flicker", 600, tuple(sample(FLICKER, 900, random.Random(11))))
     job = Job(48.0, 60.0, 0.05)
     starts = starts_for(trace, job, 3, 0)
-    ours = [simulate(make_policy("default"), trace, s, job) for s in starts]
+    ours = [simulate(Default(fit_z=3.0), trace, s, job) for s in starts]
     planned = sum(simulate(Default(fit_z=None), trace, s, job).cost for s in starts)
     better_up = min(sum(simulate(make_policy(n), trace, s, job).cost for s in starts)
                     for n in ("uniform-progress", "uniform-progress-nh"))

@@ -84,7 +84,7 @@ SPOT: Decision = "spot"
 ON_DEMAND: Decision = "on-demand"
 IDLE: Decision = "idle"
 
-FIT_Z = 3.0  # a regime fits unless its goodness-of-fit z is below -FIT_Z (fitcheck.FitCheck)
+FIT_Z = 5.5  # a regime fits unless its z is below -FIT_Z (fitcheck.FitCheck); the lowest on the dev traces: -5.0
 FALLBACK_HYSTERESIS_BELOW = 0.7  # fallback UP with hysteresis for jobs with C/R below this, else without
 FIT_MIN_FLIPS = 3  # run ends seen before a misfit can be declared: one surprise is not a zone
 
