@@ -273,25 +273,12 @@ def cleanup(
         if orphans:
             applier = applier_for(ref, no_apply)
 
-            def report(disk, ok, why, deleting):
-                typer.echo(f"{('deleting' if deleting else 'would delete') if ok else 'keeping'} {disk.id} ({disk.zone}): {why}")
+            def orphan_run(delete, report):
+                return cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=delete, report=report)
 
-            with progress(f"listing the disks of stack {ref.name}"):
-                found = cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=set() if ask else None,
-                                                 report=None if ask else report)
-            if not found:
-                typer.echo(f"stack {ref.name}: no orphaned disks")
-                return
-            if ask is None:
-                return
-            for disk, ok, why in found:
-                report(disk, ok, why, False)
-            deletable = {disk.id for disk, ok, _ in found if ok}
-            if deletable and ask(f"Delete {len(deletable)} orphaned disks of stack {ref.name}?"):
-                with progress("deleting"):
-                    cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=deletable, report=report)
-            elif deletable:
-                typer.echo(_declined("nothing deleted", preview_only))
+            _list_then_delete(orphan_run, lambda disk: f"{disk.id} ({disk.zone})", ask, preview_only,
+                              f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
+                              f"orphaned disks of stack {ref.name}")
             return
         with progress(f"job {job}: planning what its cleanup deletes"):
             result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
@@ -320,24 +307,35 @@ def _prune_snapshots(ref, inventory, ask, preview_only: bool) -> None:
 
     from cli.lifecycle import cleanup as cleanups
 
-    def report(snap, ok, why, deleting):
-        typer.echo(f"{('deleting' if deleting else 'would delete') if ok else 'keeping'} snapshot {snap.id}: {why}")
+    def run(delete, report):
+        return cleanups.prune_snapshots(ref, inventory, datetime.now(UTC), delete=delete, report=report)
 
-    with progress(f"listing the snapshots of stack {ref.name}"):
-        found = cleanups.prune_snapshots(ref, inventory, datetime.now(UTC), delete=set() if ask else None,
-                                         report=None if ask else report)
+    _list_then_delete(run, lambda snap: f"snapshot {snap.id}", ask, preview_only, f"the snapshots of stack {ref.name}",
+                      f"stack {ref.name}: no move snapshots", f"expired snapshots of stack {ref.name}")
+
+
+def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: str, what: str) -> None:
+    """List what may go and why, then delete it: at once with --yes (``ask`` None), else what the
+    user confirms. ``run(delete, report)`` decides and deletes under the stack lock (``delete``:
+    None for every deletable one, else only those ids)."""
+
+    def report(item, ok, why, deleting):
+        typer.echo(f"{('deleting' if deleting else 'would delete') if ok else 'keeping'} {name(item)}: {why}")
+
+    with progress(f"listing {listing}"):
+        found = run(set() if ask else None, None if ask else report)
     if not found:
-        typer.echo(f"stack {ref.name}: no move snapshots")
+        typer.echo(none)
         return
     if ask is None:
         return
-    for snap, ok, why in found:
-        report(snap, ok, why, False)
-    expired = {snap.id for snap, ok, _ in found if ok}
-    if expired and ask(f"Delete {len(expired)} expired snapshots of stack {ref.name}?"):
+    for item, ok, why in found:
+        report(item, ok, why, False)
+    deletable = {item.id for item, ok, _ in found if ok}
+    if deletable and ask(f"Delete {len(deletable)} {what}?"):
         with progress("deleting"):
-            cleanups.prune_snapshots(ref, inventory, datetime.now(UTC), delete=expired, report=report)
-    elif expired:
+            run(deletable, report)
+    elif deletable:
         typer.echo(_declined("nothing deleted", preview_only))
 
 
