@@ -50,6 +50,11 @@ class Applier:
         self.unprotected: list[str] = []
         self.ups: list[list[str]] = []
         self.on_up, self.fail, self.on_unprotect = on_up, fail, on_unprotect
+        self.steps: list[str] = []
+
+    def step(self, text: str) -> None:
+        """The real Applier tells a terminal's spinner each slow step; recorded here."""
+        self.steps.append(text)
 
     def preflight(self) -> None:
         pass
