@@ -610,3 +610,20 @@ def test_a_move_without_a_snapshot_price_is_named_not_guessed():
     assert job["snapshot_storage_cost"] is None and data["snapshot_price"] is None
     assert any(n.startswith("no snapshot storage price for aws us-west-2") for n in data["notes"])
     json.dumps(data, allow_nan=False)
+
+
+def test_a_regional_disk_move_stores_no_snapshot():
+    # A move between a regional disk's replica zones (sameDisk) reattaches the same disk: its
+    # changeover counts, its snapshot storage is zero, not nodes x disk size.
+    cfg = validate({"cloud": "gcp", "project": "p", "region": "us-central1",
+                    "zones": ["us-central1-a", "us-central1-b"],
+                    "jobs": [{"id": "j", "machineType": "a2-highgpu-1g", "zone": "us-central1-b", "attempt": 2,
+                              "state": "running", "diskGb": 300, "command": "x",
+                              "diskReplicaZones": ["us-central1-a", "us-central1-b"],
+                              "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 1, "sameDisk": True,
+                                               "moveBegan": "2026-11-21T09:00:00Z"}]}]}, "f.yaml")
+    events = [event(1, "started", 0), event(1, "preempted", 1), event(2, "started", 1.5)]
+    data = report(cfg, "s", cfg.jobs, {"j": events}, T0 + timedelta(hours=3)).json()
+    (move,) = data["jobs"][0]["moves"]
+    assert move["changeover_hours"] == 0.5 and move["snapshot_gb"] == 0
+    assert move["snapshot_storage_cost"] == 0.0 and data["total"]["snapshot_storage_cost"] == 0.0

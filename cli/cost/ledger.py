@@ -184,19 +184,21 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
 def _moves(job: Job, attempts: list[Attempt], now: datetime) -> list[ZoneMove]:
     """The job's zone moves: one per ``zoneHistory`` entry, plus the move still at its snapshot or
     restore step (the history gains its entry only at step start). A move starts when it was
-    recorded to begin (``move.began`` / ``moveBegan``), else when the last attempt in the old zone ended."""
-    stays = [(z.zone, z.last_attempt, z.move_began) for z in job.zone_history]
+    recorded to begin (``move.began`` / ``moveBegan``), else when the last attempt in the old zone ended.
+    A move between a regional disk's replica zones (``sameDisk``) takes no snapshot: no storage."""
+    stays = [(z.zone, z.last_attempt, z.move_began, z.same_disk) for z in job.zone_history]
     destination = job.zone
     if job.move is not None and job.move.step in ("snapshot", "restore"):
-        stays.append((job.move.from_, job.attempt, job.move.began))
+        stays.append((job.move.from_, job.attempt, job.move.began, False))
         destination = job.move.to
-    targets = [z for z, _, _ in stays[1:]] + [destination]
+    targets = [s[0] for s in stays[1:]] + [destination]
     moves = []
-    for (zone, last, began), to in zip(stays, targets[:len(stays)], strict=True):
+    for (zone, last, began, same_disk), to in zip(stays, targets[:len(stays)], strict=True):
         left = began or next((a.end for a in attempts if a.attempt == last), None)
         arrived = next((a.start for a in attempts if a.attempt > last), None)
-        moving = job.move is not None and job.move.to == to and (zone, last, began) == stays[-1]
-        moves.append(ZoneMove(zone, to, last, left, arrived, moving, job.nodes * job.disk_gb, now))
+        moving = job.move is not None and job.move.to == to and (zone, last, began, same_disk) == stays[-1]
+        snapshot_gb = 0 if same_disk else job.nodes * job.disk_gb
+        moves.append(ZoneMove(zone, to, last, left, arrived, moving, snapshot_gb, now))
     return moves
 
 
