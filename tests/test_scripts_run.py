@@ -247,7 +247,7 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
     parsed = [Event.parse(e) for e in events]
     (attempt,) = job_ledger(cfg.jobs[0], parsed, max(e.time for e in parsed)).attempts
     if command is SAVES_ON_TERM:
-        assert last_ckpt >= progress and checkpoints[-1]["time"] > preempted["time"]  # saved after the preemption
+        assert last_ckpt >= progress  # saved on SIGTERM: every step the preemption saw (its stamp may precede `preempted`'s)
         assert (attempt.lost_steps, attempt.lost_hours) == (0, 0.0)
     else:
         assert 0 <= progress - last_ckpt < 20 + 2  # at most a checkpoint interval (and a line in flight)

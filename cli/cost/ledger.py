@@ -236,15 +236,17 @@ def _work_lost(number: int, evs: list[EventLike], checkpoints: list[Checkpoint],
     if not checkpoints:
         return None, None
     own = [c for c in checkpoints if c.attempt == number]
-    saved_after = any(c.time >= end for c in own)
-    last = max([c.time for c in checkpoints if c.time <= end] or [start])
-    hours = 0.0 if saved_after else (end - max(start, last)).total_seconds() / 3600
     # The step the next attempt resumes from: this attempt's newest checkpoint, else the one it started from.
     resumed = [c for c in checkpoints if c.time <= start and c.attempt < number]
     newest = own[-1] if own else (resumed[-1] if resumed else None)
     progress = next((p for e in reversed(evs) if e.event in ("preempted", "preemption-notice")
                      for p in [_int(next((e.details[k] for k in PROGRESS_KEYS if k in e.details), None))] if p is not None), None)
     steps = max(0, progress - newest.step) if progress is not None and newest is not None and newest.step is not None else None
+    # Saved on SIGTERM: a checkpoint stamped after the preemption, or one holding every step the
+    # preemption saw (its clock may read a moment earlier than the `preempted` event's).
+    saved_after = any(c.time >= end for c in own) or (steps == 0 and bool(own))
+    last = max([c.time for c in checkpoints if c.time <= end] or [start])
+    hours = 0.0 if saved_after else (end - max(start, last)).total_seconds() / 3600
     return hours, steps
 
 
