@@ -24,7 +24,10 @@ from infra.render import WatcherContext, watcher_script
 DEBIAN_IMAGE = "projects/debian-cloud/global/images/family/debian-12"  # Shielded VM capable (UEFI)
 # Compute resource types whose names the condition limits to this stack's; the others the role
 # covers that a targeted job update never needs (groups, templates) are left out altogether.
-NAMED_TYPES = {"Instance": "zones/{zone}/instances/", "Disk": "zones/{zone}/disks/", "Snapshot": "global/snapshots/"}
+# A regional disk (diskReplicaZones) is a Disk named regions/R/disks/NAME, as its selfLink reads
+# (https://cloud.google.com/compute/docs/reference/rest/v1/regionDisks): both paths are listed.
+NAMED_TYPES = {"Instance": ("zones/{zone}/instances/",), "Disk": ("zones/{zone}/disks/", "regions/{region}/disks/"),
+               "Snapshot": ("global/snapshots/",)}
 EXCLUDED_TYPES = ("InstanceTemplate", "InstanceGroup", "InstanceGroupManager", "RegionInstanceGroupManager", "Image",
                   "Firewall", "Network", "Subnetwork", "Route", "Router")
 
@@ -39,8 +42,8 @@ def name_prefixes(project: str, zones: list[str], slug: str) -> dict[str, list[s
     """Resource-name prefixes (IAM's format ``projects/P/zones/Z/instances/NAME``) of this stack's
     instances, disks and snapshots, per resource type."""
     out: dict[str, list[str]] = {}
-    for kind, path in NAMED_TYPES.items():
-        where = sorted({path.format(zone=z) for z in zones})
+    for kind, paths in NAMED_TYPES.items():
+        where = sorted({p.format(zone=z, region=z.rsplit("-", 1)[0]) for p in paths for z in zones})
         out[kind] = [f"projects/{project}/{p}{slug}-" for p in where]
     return out
 
@@ -65,7 +68,8 @@ def check_condition_covers_names(project: str, zones: list[str], slug: str, reso
     prefixes = name_prefixes(project, zones, slug)
     samples = {
         "Instance": [f"projects/{project}/zones/{z}/instances/{instance_name(slug, 'job', 2, 0)}" for z in zones],
-        "Disk": [f"projects/{project}/zones/{z}/disks/{disk_name(slug, 'job', 0, g)}" for z in zones for g in (0, 1)],
+        "Disk": [f"projects/{project}/{where}/disks/{disk_name(slug, 'job', 0, g)}"
+                 for z in zones for where in (f"zones/{z}", f"regions/{z.rsplit('-', 1)[0]}") for g in (0, 1)],
         "Snapshot": [f"projects/{project}/global/snapshots/{snapshot_name(slug, 'job', 0, 1)}"],
     }
     missing = [s for kind, names in samples.items() for s in names if not any(s.startswith(p) for p in prefixes[kind])]

@@ -228,6 +228,8 @@ def test_gcp_watcher_vm_and_identity():
     expr = compute["condition"]["expression"]
     assert compute["role"] == "roles/compute.instanceAdmin.v1" and compute["member"] == member
     assert 'resource.name.startsWith("projects/proj-1/zones/us-central1-a/instances/team-a-")' in expr
+    # a regional job disk (diskReplicaZones) is named under its region, not a zone
+    assert 'resource.name.startsWith("projects/proj-1/regions/us-central1/disks/team-a-")' in expr
     assert 'resource.type != "compute.googleapis.com/InstanceGroupManager"' in expr
     # actAs on exactly the jobs' own accounts, declared inside each job (cleanup removes it with the job)
     users = plan.by_type("gcp:serviceaccount/iAMMember:IAMMember")
