@@ -224,6 +224,8 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
     # GCP: the shutdown script's path (a watcher polling every minute does not see the preemption first).
     vm = make_vm(cloud, command=command, poll_s=60 if cloud == "gcp" else 1, stop_budget_s=5)
     boot_and_train(vm, min_steps=1.5)
+    # the first checkpoint is recorded at once (in the background): let it land before the preemption
+    assert vm.wait_for(lambda: "checkpoint" in names(vm.events()), 15), vm.debug_log()
     if cloud == "gcp":
         emu.preempt_gcp()
         done, _ = vm.shutdown()  # the shutdown script: `preempted` first, then the trainer's checkpoint

@@ -80,6 +80,18 @@ def test_load_job_reads_one_job_once_indexed_and_the_whole_file_otherwise(ref, v
         stackfile.load_job(ref, "bert-evl").job("bert-evl")
 
 
+def test_a_text_validated_for_another_file_still_indexes_this_one(ref, tmp_path):
+    twin = tmp_path / "twin" / ref.path.name
+    twin.parent.mkdir()
+    twin.write_bytes(ref.path.read_bytes())
+    stackfile.load_job(stackfile.StackRef(ref.name, twin), "bert-eval")  # this text is now validated in-process
+    stackfile.index_path(ref.path).unlink(missing_ok=True)
+    stackfile.load_job(ref, "bert-eval")
+    assert stackfile.index_path(ref.path).exists()
+    stackfile._PARSED.clear()  # another process: only the index on disk is shared
+    assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["bert-eval"]
+
+
 def test_a_hand_edit_after_indexing_is_read_whole(ref):
     stackfile.load(ref)
     # a duplicate key in another job: the index's hash no longer matches, so it is seen

@@ -369,7 +369,7 @@ def load_job(ref: StackRef, job_id: str) -> StackConfig:
     text = _read_text(ref.path)
     cached = _parsed(text)[1]
     if cached is not None and "cfg" in cached:
-        return cached["cfg"]
+        return load(ref, text)  # validated already; indexed for this file too if it was another's text
     part = _job_part(ref.path, text, job_id)
     if part is None:
         return load(ref, text)
