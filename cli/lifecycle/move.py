@@ -99,7 +99,8 @@ def _regional(job: Job, to: str, now: datetime | None) -> Change:
     replicas = job.disk_replica_zones or []
     if to not in replicas:
         raise LifecycleError(f"job {job.id}: its regional disk is replicated in {replicas}; it can move only there "
-                             f"(not {to}): drop diskReplicaZones to move it with a snapshot")
+                             f"(not {to}); do not drop diskReplicaZones from a job that has run: "
+                             f"its disk would be declared anew, empty")
     if job.state is not R:
         check(job.id, job.state, R)
     history = [_stay(z.zone, z.last_attempt, z.move_began) | ({"sameDisk": True} if z.same_disk else {}) for z in job.zone_history]
