@@ -31,6 +31,12 @@ def read_config(stack: str) -> tuple[StackConfig, dict[str, dict[str, str]]]:
     source = stack_config_source(stack)
     spotctl = namespaced(raw, source)
     clear: dict[tuple[int, str], str] = {}
+    # The engine hands secrets over decrypted; only spotctl:jobs is searched for them (env values),
+    # so a secret anywhere else would reach a script or a label in clear: refuse it.
+    elsewhere = sorted(k for k in raw if k.startswith(f"{NAMESPACE}:") and k != f"{NAMESPACE}:jobs" and is_config_secret(k))
+    if elsewhere:
+        raise ConfigError(source, [f"{key} holds a secret: only a job's env values may be secrets "
+                                   f"({NAMESPACE}:jobs[i].env.KEY)" for key in elsewhere])
     if is_config_secret(f"{NAMESPACE}:jobs"):
         # The engine decrypted secrets nested in spotctl:jobs; the stack file says which they were.
         path = secrets.find_stack_file(stack, [Path.cwd(), Path(__file__).resolve().parent.parent])

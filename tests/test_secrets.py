@@ -120,6 +120,22 @@ def test_a_stack_file_that_does_not_match_the_engines_config_is_refused(file_env
     assert CLEAR not in str(err.value)
 
 
+def test_a_secret_outside_the_jobs_env_is_refused_as_the_engine_hands_it_over():
+    """The engine decrypts a secret in spotctl:pools too; the program must not use it in clear."""
+    import pulumi
+
+    from infra.program import read_config
+
+    pulumi.runtime.set_all_config({"spotctl:cloud": "gcp", "spotctl:pools": json.dumps([{"agentCommand": CLEAR}])},
+                                  ["spotctl:pools"])
+    try:
+        with pytest.raises(ConfigError, match=r"spotctl:pools holds a secret: only a job's env values") as err:
+            read_config("sec")
+        assert CLEAR not in str(err.value)
+    finally:
+        pulumi.runtime.set_all_config({}, [])
+
+
 # ---- the program under the mocks, fed as the engine feeds it --------------------------------------
 
 
