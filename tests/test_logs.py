@@ -51,6 +51,32 @@ def test_follow_stops_when_the_attempt_ended(project, runner, tmp_path):
     assert result.exit_code == 0 and result.stdout.endswith("Traceback: out of memory\n")
 
 
+def test_only_this_jobs_and_this_stacks_chunks(project, runner, tmp_path):
+    """A synced bucket holds every stack: neither `xdiffusion` nor another stack's `diffusion` is this job."""
+    def put(stack: str, job: str, text: str) -> None:
+        d = tmp_path / "bucket" / stack / job / "attempt-7" / "node-0" / "logs"
+        d.mkdir(parents=True)
+        (d / "000000000000.log").write_text(text)
+
+    put("example-aws", "xdiffusion", "LOG OF xdiffusion\n")
+    put("other-stack", "diffusion", "LOG OF another stack\n")
+    args = ["logs", "diffusion", "--stack", "example-aws", "--events-dir", str(tmp_path / "bucket")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and result.output == f"error: job diffusion: no log found in {tmp_path / 'bucket'}\n"
+    put("example-aws", "diffusion", "LOG OF diffusion\n")
+    result = runner.invoke(app, [*args, "--attempt", "7"])
+    assert result.exit_code == 0 and result.stdout == "LOG OF diffusion\n"
+
+
+def test_follow_stops_when_a_later_attempt_started(project, runner, tmp_path):
+    """An attempt replaced without an end event of its own (its VM never came back to record it)."""
+    src = disk_copy(tmp_path, {"attempt-1-node-0.log": "step 4\n", "attempt-2-node-0.log": "resumed\n"})
+    (src / "events.jsonl").write_text(json.dumps({"stack": "example-aws", "job": "diffusion", "attempt": 2, "node": 0,
+                                                  "event": "started", "time": "2026-11-21T10:00:00Z", "details": {}}) + "\n")
+    result = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws", "--events-dir", str(src), "--attempt", "1", "--follow"])
+    assert result.exit_code == 0 and result.stdout == "step 4\n"
+
+
 def test_logs_need_a_source_and_a_known_job(project, runner, tmp_path):
     none = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws"])  # no pulumi to ask for the eventBucket output
     assert none.exit_code == 1 and none.output.startswith("error: job diffusion: where is its log? give --events-bucket NAME")

@@ -117,3 +117,23 @@ def test_events_from_gcs_as_the_scripts_wrote_them(project, runner, monkeypatch,
         result = runner.invoke(app, ["events", "vit-finetune", "--stack", "example-gcp", "--events-bucket", "example-gcp-events", "--json"])
     assert result.exit_code == 0, result.output
     assert [(e["attempt"], e["event"]) for e in json.loads(result.output)] == [(3, "started"), (3, "completed")]
+
+
+def test_events_of_another_stack_with_the_same_job_id_are_not_this_jobs(tmp_path):
+    """A synced bucket (or a shared events dir) holds every stack; job ids may coincide across them."""
+    from cli.lifecycle.events import load_events
+    from cli.watch.observe import parse_documents
+
+    def doc(stack, attempt):
+        return {"stack": stack, "job": "train", "attempt": attempt, "node": 0, "event": "preempted",
+                "time": "2026-11-21T10:00:00Z", "details": {}}
+
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "e.json").write_text(json.dumps(doc("other", 9)))
+    (tmp_path / "e.json").write_text(json.dumps(doc("team-a", 2)))
+    unstamped = {k: v for k, v in doc("x", 3).items() if k != "stack"}  # older events carry no stack: kept
+    (tmp_path / "u.json").write_text(json.dumps(unstamped))
+    assert sorted(e.attempt for e in load_events(tmp_path, "train", "team-a")) == [2, 3]
+    assert sorted(e.attempt for e in load_events(tmp_path, "train")) == [2, 3, 9]
+    docs = [p.read_bytes() for p in sorted(tmp_path.rglob("*.json"))]
+    assert sorted(e.attempt for e in parse_documents(docs, {"train"}, "team-a")) == [2, 3]

@@ -49,7 +49,7 @@ def logs(
     if events_dir is not None:
         if not events_dir.exists():
             raise fail(f"--events-dir {events_dir}: no such file or directory")
-        source: joblogs.LogSource = joblogs.DirLogs(events_dir, job)
+        source: joblogs.LogSource = joblogs.DirLogs(events_dir, job, ref.name)
     else:
         if events_bucket is None:
             try:

@@ -39,20 +39,27 @@ def _aware(t: datetime) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
-def parse_events(docs: Iterable[Any], job_id: str) -> list[Event]:
-    """The events of ``job_id`` among raw JSON documents (bytes or str); anything else is skipped."""
+def of_stack(doc: dict, stack: str | None) -> bool:
+    """An event document of ``stack`` (the scripts stamp every event with it; one without a stamp is
+    kept). A directory or bucket may hold several stacks whose job ids coincide."""
+    return stack is None or doc.get("stack") in (None, stack)
+
+
+def parse_events(docs: Iterable[Any], job_id: str, stack: str | None = None) -> list[Event]:
+    """The events of ``job_id`` (of ``stack``, when given) among raw JSON documents (bytes or str);
+    anything else is skipped."""
     events = []
     for raw in docs:
         try:
             doc = json.loads(raw)
-            if doc.get("job") == job_id:
+            if doc.get("job") == job_id and of_stack(doc, stack):
                 events.append(Event.parse(doc))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue
     return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
 
 
-def load_events(source: Path | None, job_id: str) -> list[Event]:
+def load_events(source: Path | None, job_id: str, stack: str | None = None) -> list[Event]:
     """Recorded events of a job from a directory (the bucket synced locally, or a job disk's
     ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time."""
     if source is None:
@@ -64,7 +71,7 @@ def load_events(source: Path | None, job_id: str) -> list[Event]:
             lines += path.read_bytes().decode(errors="replace").split("\n")
         except OSError:
             continue  # unreadable (a broken link, no permission): a stray file never fails a resume
-    return parse_events(lines, job_id)
+    return parse_events(lines, job_id, stack)
 
 
 @dataclass(frozen=True)
@@ -112,9 +119,9 @@ def cloud_events(vms, job: Job, now: datetime) -> list[Event]:
 def recorded(cloud, job_id: str, events_dir: Path | None, bucket: str | None) -> list[Event]:
     """A job's events from ``events_dir`` and/or the stack's event bucket (objects ``<stack>/<job>/``),
     sorted by time. ``cloud`` is the stack's ``cli.cloud.Cloud``; its failures raise CloudError."""
-    found = load_events(events_dir, job_id)
+    found = load_events(events_dir, job_id, cloud.stack)
     if bucket:
-        found += parse_events(cloud.bucket_documents(bucket, f"{cloud.stack}/{job_id}/"), job_id)
+        found += parse_events(cloud.bucket_documents(bucket, f"{cloud.stack}/{job_id}/"), job_id, cloud.stack)
     return sorted(found, key=lambda e: (e.time, e.attempt, e.node))
 
 

@@ -46,12 +46,16 @@ def _disk_logs(root: Path) -> dict[LogKey, Path]:
     return found
 
 
-def _chunks(root: Path, job_id: str) -> dict[LogKey, list[tuple[int, Path]]]:
+def _chunks(root: Path, job_id: str, stack: str | None = None) -> dict[LogKey, list[tuple[int, Path]]]:
+    """Uploaded chunks ``[<stack>/]<job>/attempt-N/node-R/logs/OFFSET.log`` below ``root``: the job's
+    own folder by exact name (``xbert-eval`` is not ``bert-eval``), and of ``stack`` when the path
+    names one (a synced bucket holds every stack)."""
     found: dict[LogKey, list[tuple[int, Path]]] = {}
     for path in root.rglob("*.log") if root.is_dir() else []:
         rel = path.relative_to(root).as_posix()
         m = CHUNK_RE.search(rel)
-        if m and f"{job_id}/attempt-" in rel:
+        parts = rel.split("/")
+        if m and len(parts) >= 5 and parts[-5] == job_id and (stack is None or len(parts) < 6 or parts[-6] == stack):
             found.setdefault(LogKey(int(m[1]), int(m[2])), []).append((int(m[3]), path))
     return found
 
@@ -65,11 +69,11 @@ def _join(chunks: list[tuple[int, bytes]]) -> bytes:
     return out
 
 
-def available(root: Path | None, job_id: str, names: list[str] | None = None) -> list[LogKey]:
+def available(root: Path | None, job_id: str, names: list[str] | None = None, stack: str | None = None) -> list[LogKey]:
     """Every (attempt, node) with a log in ``root`` or among the bucket object ``names``."""
     keys = set()
     if root is not None:
-        keys |= set(_disk_logs(root)) | set(_chunks(root, job_id))
+        keys |= set(_disk_logs(root)) | set(_chunks(root, job_id, stack))
     for name in names or []:
         m = CHUNK_RE.search(name)
         if m:
@@ -89,14 +93,15 @@ def pick(keys: list[LogKey], attempt: int | None, node: int) -> LogKey:
     return wanted[-1]
 
 
-def read(root: Path | None, job_id: str, key: LogKey, objects: dict[str, bytes] | None = None) -> bytes:
+def read(root: Path | None, job_id: str, key: LogKey, objects: dict[str, bytes] | None = None,
+         stack: str | None = None) -> bytes:
     """The whole log of ``key``: the job disk's copy when there is one (it is complete), else the
     uploaded chunks, from ``root`` or from the bucket ``objects`` (name -> content)."""
     if root is not None:
         disk = _disk_logs(root).get(key)
         if disk is not None:
             return disk.read_bytes()
-        chunks = _chunks(root, job_id).get(key)
+        chunks = _chunks(root, job_id, stack).get(key)
         if chunks:
             return _join([(offset, path.read_bytes()) for offset, path in chunks])
     pieces = []
@@ -129,17 +134,17 @@ class LogSource(Protocol):
 class DirLogs:
     """Logs and events in a directory: a copy of the job disk's ``.spotctl/`` or of the bucket."""
 
-    def __init__(self, root: Path, job_id: str):
-        self.root, self.job_id, self.where = root, job_id, str(root)
+    def __init__(self, root: Path, job_id: str, stack: str | None = None):
+        self.root, self.job_id, self.stack, self.where = root, job_id, stack, str(root)
 
     def keys(self) -> list[LogKey]:
-        return available(self.root, self.job_id)
+        return available(self.root, self.job_id, stack=self.stack)
 
     def read(self, key: LogKey) -> bytes:
-        return read(self.root, self.job_id, key)
+        return read(self.root, self.job_id, key, stack=self.stack)
 
     def events(self, key: LogKey) -> list[Event]:
-        return load_events(self.root, self.job_id)
+        return load_events(self.root, self.job_id, self.stack)
 
 
 class BucketLogs:
@@ -182,7 +187,10 @@ def show(source: LogSource, attempt: int | None, node: int, write: Callable[[str
     write(tail(decoder.decode(data, final=not follow), lines))
     shown = len(data)
     while follow:
-        ended = any(e.attempt == key.attempt and e.node == key.node and e.event in ENDED for e in source.events(key))
+        # this node's end event, or a later attempt started (an attempt replaced without one: a VM
+        # that never came back to record it)
+        ended = any((e.attempt == key.attempt and e.node == key.node and e.event in ENDED)
+                    or (e.attempt > key.attempt and e.event == "started") for e in source.events(key))
         data = source.read(key)  # after the events: what was uploaded before the end is in
         if len(data) > shown:
             write(decoder.decode(data[shown:], final=ended))

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cli.cloud import CloudError, Message
-from cli.lifecycle.events import Event, cloud_events
+from cli.lifecycle.events import Event, cloud_events, of_stack
 from cli.watch.decide import FACTS, Seen, merge, seen
 from infra.config import JobState, StackConfig
 from infra.naming import stack_slug
@@ -55,15 +55,16 @@ class Observed:
     acks: list[Ack] = field(default_factory=list)
 
 
-def parse_documents(docs, job_ids: set[str]) -> list[Event]:
-    """Recorded events of any of ``job_ids`` among raw JSON / JSON-lines documents (others skipped)."""
+def parse_documents(docs, job_ids: set[str], stack: str | None = None) -> list[Event]:
+    """Recorded events of any of ``job_ids`` (of ``stack``, when given) among raw JSON / JSON-lines
+    documents (others skipped)."""
     out = []
     for raw in docs:
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
         for line in text.split("\n"):
             try:
                 doc = json.loads(line)
-                if isinstance(doc, dict) and doc.get("job") in job_ids:
+                if isinstance(doc, dict) and doc.get("job") in job_ids and of_stack(doc, stack):
                     out.append(Event.parse(doc))
             except (ValueError, KeyError, TypeError):
                 continue
@@ -123,7 +124,7 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
 
     if sources.events_dir is not None:
         attempt(f"events dir {sources.events_dir}", lambda: batches.append(
-            [seen(e, "events-dir") for e in parse_documents(read_dir(sources.events_dir), ids)]))
+            [seen(e, "events-dir") for e in parse_documents(read_dir(sources.events_dir), ids, stack)]))
     if sources.bucket:
         cache = {} if bucket_cache is None else bucket_cache
 
@@ -133,7 +134,7 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
             for k in [k for k in cache if k not in listed]:  # expired by the bucket's lifecycle rule
                 del cache[k]
             cache.update(fresh)
-            batches.append([seen(e, "bucket") for e in parse_documents(cache.values(), ids)])
+            batches.append([seen(e, "bucket") for e in parse_documents(cache.values(), ids, stack)])
 
         attempt(f"event bucket {sources.bucket}", bucket)
     if sources.subscription:
