@@ -323,12 +323,17 @@ class Job(_Model):
         return self.state in (JobState.PENDING, JobState.RUNNING)
 
 
+MAX_PRICE_PER_HOUR = 10_000
+
+
 class MachinePrice(_Model):
     """What one machine (GCP) or instance (AWS) type costs per hour, in USD: ``{spot, onDemand}``.
     Stack prices win over spotctl's shipped table and the clouds' price APIs (``spotctl cost``)."""
 
-    spot: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    on_demand: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    # Bounded: the dearest GPU machines list near $100/h (a3-highgpu-8g $88.49 in cli/cost/prices.json);
+    # $10,000/h is a typo, and sums of unbounded floats overflow the cent rounding of the report.
+    spot: Annotated[float, Field(ge=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False)]
+    on_demand: Annotated[float, Field(ge=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False)]
 
     @field_validator("spot", "on_demand", mode="before")
     @classmethod

@@ -18,7 +18,7 @@ from cli.cost import price_ratio, report
 from cli.cost.ledger import Price, cost_job, job_json, job_ledger, money
 from cli.cost.prices import shipped_table, table_price
 from cli.lifecycle.events import Event
-from infra.config import validate
+from infra.config import ConfigError, validate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -627,3 +627,21 @@ def test_a_regional_disk_move_stores_no_snapshot():
     (move,) = data["jobs"][0]["moves"]
     assert move["changeover_hours"] == 0.5 and move["snapshot_gb"] == 0
     assert move["snapshot_storage_cost"] == 0.0 and data["total"]["snapshot_storage_cost"] == 0.0
+
+
+def test_event_details_are_data_not_trusted():
+    """A `started` event's nodes and capacity come from a VM: out-of-range values fall back to the stack file."""
+    cfg = validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"],
+                    "jobs": [{"id": "j", "instanceType": "g5.2xlarge", "zone": "us-east-1a", "state": "completed",
+                              "nodes": 2, "command": "x"}]}, "f.yaml")
+    events = [event(1, "started", 0, capacity="cheap", nodes="-4"), event(1, "completed", 3)]
+    (job,) = report(cfg, "s", cfg.jobs, {"j": events}, T0 + timedelta(hours=4)).json()["jobs"]
+    assert (job["spot_hours"], job["on_demand_hours"]) == (6.0, 0.0)  # 2 nodes (the file) x 3 h, on spot (the file)
+    assert job["cost"] > 0
+
+
+@pytest.mark.parametrize("price", [1.0e308, 10_000.01, -1])
+def test_prices_are_bounded(price):
+    with pytest.raises(ConfigError, match=r"spotctl:prices"):
+        validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"], "jobs": [],
+                  "prices": {"g5.2xlarge": {"spot": price, "onDemand": 1.0}}}, "f.yaml")

@@ -35,6 +35,7 @@ from infra.config import Capacity, Job
 END_EVENTS = ("preempted", "stopped", "failed", "completed")
 PROGRESS_KEYS = ("progress", "step")
 HOURS_PER_MONTH = 730  # 8,760 h / 12: how a per-GB-month storage price becomes an hourly one
+MAX_NODES = 64  # infra/config.py Job.nodes: a `started` event claiming more is not believed
 
 
 class EventLike(Protocol):
@@ -170,9 +171,10 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
         lost_h, lost_steps = _work_lost(number, evs, checkpoints, start, end) if outcome == "preempted" else (None, None)
         attempts.append(Attempt(
             attempt=number,
-            capacity=details.get("capacity") or job.capacity.value,
+            # an event's details are data from a VM: only known values count, else the stack file's
+            capacity=details.get("capacity") if details.get("capacity") in ("spot", "on-demand") else job.capacity.value,
             machine_type=details.get("machineType") or job.machine_type or job.instance_type or "",
-            nodes=_int(details.get("nodes")) or job.nodes,
+            nodes=n if (n := _int(details.get("nodes"))) is not None and 0 < n <= MAX_NODES else job.nodes,
             start=start, end=end, outcome=outcome, from_events=bool(details),
             lost_hours=lost_h, lost_steps=lost_steps,
         ))
