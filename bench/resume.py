@@ -75,7 +75,7 @@ def main() -> None:
             path = project / "stacks" / "Pulumi.bench.yaml"
             path.write_text(stack_text(n))
 
-            def cli(job: str) -> float:
+            def cli(job: str, project: Path = project) -> float:
                 t0 = time.perf_counter()
                 subprocess.run([sys.executable, "-m", "cli", "resume", job, "--stack", "bench", "--no-apply"],
                                cwd=project, check=True, capture_output=True, env=env)
