@@ -43,6 +43,16 @@ def test_uploaded_chunks_are_joined_in_order_without_repeats(project, runner, tm
     assert result.stdout == "first line\nsecond line\nthird line\n"
 
 
+def test_a_chunk_that_never_arrived_is_said_where_it_is_missing(project, runner, tmp_path):
+    base = tmp_path / "bucket" / "example-aws" / "diffusion" / "attempt-3" / "node-0" / "logs"
+    base.mkdir(parents=True)
+    (base / "000000000000.log").write_text("AAAAAAAAA\n")  # 10 bytes; bytes 10-19 never uploaded
+    (base / "000000000020.log").write_text("CCCC\n")
+    result = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws", "--events-dir", str(tmp_path / "bucket")])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "AAAAAAAAA\n\n[spotctl: 10 bytes of this log never reached the bucket]\nCCCC\n"
+
+
 def test_follow_stops_when_the_attempt_ended(project, runner, tmp_path):
     src = disk_copy(tmp_path, {"attempt-2-node-0.log": "step 9\nTraceback: out of memory\n"})
     (src / "events.jsonl").write_text(json.dumps({"job": "diffusion", "attempt": 2, "node": 0, "event": "failed",
@@ -219,3 +229,33 @@ def test_logs_from_gcs_as_the_scripts_uploaded_them(project, runner, monkeypatch
     assert missing.exit_code == 1
     assert missing.output == ("error: job vit-finetune: no log of attempt 2 node 0 (there are: attempt 3 node 0) "
                               "in bucket example-gcp-events under example-gcp/vit-finetune/\n")
+
+
+def test_follow_after_a_late_chunk_repeats_and_garbles_nothing():
+    """A chunk said missing that arrives later: the terminal keeps what it showed, the rest follows."""
+    from datetime import UTC, datetime
+
+    from cli.lifecycle import logs as joblogs
+    from cli.lifecycle.events import Event
+
+    key = joblogs.LogKey(1, 0)
+    late = [(0, b"AAAA\n"), (5, b"BBBBB"), (10, b"CCCC\n")]
+    views = iter([[(0, b"AAAA\n"), (10, b"CCCC\n")], late, [*late, (15, b"DD\n")]])
+
+    class Source:
+        where = "test"
+        polls = 0
+
+        def keys(self):
+            return [key]
+
+        def read(self, k):
+            return joblogs._join(next(views))
+
+        def events(self, k):
+            self.polls += 1
+            return [Event("j", 1, 0, "completed", datetime(2026, 11, 21, tzinfo=UTC), {})] if self.polls > 1 else []
+
+    out: list[str] = []
+    joblogs.show(Source(), None, 0, out.append, follow=True, sleep=lambda s: None)
+    assert "".join(out) == "AAAA\n\n[spotctl: 5 bytes of this log never reached the bucket]\nCCCC\nDD\n"

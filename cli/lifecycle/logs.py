@@ -61,11 +61,16 @@ def _chunks(root: Path, job_id: str, stack: str | None = None) -> dict[LogKey, l
 
 
 def _join(chunks: list[tuple[int, bytes]]) -> bytes:
-    """Chunks by offset; a chunk uploaded twice (a retry) or overlapping is not repeated."""
-    out = b""
+    """Chunks by offset; a chunk uploaded twice (a retry) or overlapping is not repeated, and a chunk
+    that never arrived (an upload that failed for good) is said where it is missing."""
+    out, end = b"", 0  # ``end``: the log's own offset reached (``out`` may hold gap notes too)
     for offset, data in sorted(chunks, key=lambda c: c[0]):
-        if offset + len(data) > len(out):
-            out += data[max(0, len(out) - offset):]
+        if offset > end:
+            out += f"\n[spotctl: {offset - end} bytes of this log never reached the bucket]\n".encode()
+            end = offset
+        if offset + len(data) > end:
+            out += data[end - offset:]
+            end = offset + len(data)
     return out
 
 
@@ -185,16 +190,20 @@ def show(source: LogSource, attempt: int | None, node: int, write: Callable[[str
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a chunk may end inside a character
     data = source.read(key)
     write(tail(decoder.decode(data, final=not follow), lines))
-    shown = len(data)
+    shown, seen = len(data), data
     while follow:
         # this node's end event, or a later attempt started (an attempt replaced without one: a VM
         # that never came back to record it)
         ended = any((e.attempt == key.attempt and e.node == key.node and e.event in ENDED)
                     or (e.attempt > key.attempt and e.event == "started") for e in source.events(key))
         data = source.read(key)  # after the events: what was uploaded before the end is in
-        if len(data) > shown:
+        if not data.startswith(seen):
+            # a chunk said missing arrived late: what is on the terminal cannot change; go on from here
+            shown = len(data)
+        elif len(data) > shown:
             write(decoder.decode(data[shown:], final=ended))
             shown = len(data)
+        seen = data
         if ended:
             break
         sleep(poll_s)
