@@ -56,6 +56,7 @@ Name = Annotated[str, StringConstraints(strict=True)]
 NonEmpty = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]
 
 MAX_ATTEMPT = 9999
+MAX_JOB_NODES = 64  # nodes of one job (a gang); a `started` event claiming more is not believed either
 MAX_HOURS = 87600.0  # ten years: past that a deadline is a typo (and 1e300 overflowed the planner)
 # A command travels in the VM's startup script: GCE metadata values are limited to 256 KB and AWS
 # user data to 16 KB (the contract checks the rendered script); no real command is longer than this.
@@ -229,7 +230,7 @@ class Job(_Model):
     image: str | None = None
     disk_gb: Annotated[int, Field(strict=True, ge=10, le=65536)] = 200
     command: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_COMMAND)]
-    nodes: Annotated[int, Field(strict=True, ge=1, le=64)] = 1
+    nodes: Annotated[int, Field(strict=True, ge=1, le=MAX_JOB_NODES)] = 1
     capacity: Capacity = Capacity.SPOT
     zone: Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]
     # Bounded so every physical name stays within GCE's 63 characters (slug 16 + id 30 + "-a9999-n63").

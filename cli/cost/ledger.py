@@ -30,12 +30,11 @@ from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Protocol
 
-from infra.config import Capacity, Job
+from infra.config import MAX_JOB_NODES, Capacity, Job
 
 END_EVENTS = ("preempted", "stopped", "failed", "completed")
 PROGRESS_KEYS = ("progress", "step")
 HOURS_PER_MONTH = 730  # 8,760 h / 12: how a per-GB-month storage price becomes an hourly one
-MAX_NODES = 64  # infra/config.py Job.nodes: a `started` event claiming more is not believed
 
 
 class EventLike(Protocol):
@@ -174,7 +173,7 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
             # an event's details are data from a VM: only known values count, else the stack file's
             capacity=details.get("capacity") if details.get("capacity") in ("spot", "on-demand") else job.capacity.value,
             machine_type=details.get("machineType") or job.machine_type or job.instance_type or "",
-            nodes=n if (n := _int(details.get("nodes"))) is not None and 0 < n <= MAX_NODES else job.nodes,
+            nodes=n if (n := _int(details.get("nodes"))) is not None and 0 < n <= MAX_JOB_NODES else job.nodes,
             start=start, end=end, outcome=outcome, from_events=bool(details),
             lost_hours=lost_h, lost_steps=lost_steps,
         ))

@@ -178,13 +178,20 @@ def cleanup_orphans(ref: stackfile.StackRef, inventory: Callable[[StackConfig], 
         held = applier.held() if applier else None
         done = [job for job in sorted(orphan_jobs(disks, cfg)) if completed(cfg, job)]
         found = deletable_orphans(disks, cfg, ref.name, held, done)
-        for disk, ok, why in found:
-            going = ok and (delete is None or disk.id in delete)
-            if report:
-                report(disk, ok, why, going)
-            if going:
-                inv.delete(disk)
+        _delete_listed(found, delete, report, inv.delete)
     return found
+
+
+def _delete_listed(found: list, delete: set[str] | None, report: Callable | None, remove: Callable) -> None:
+    """Delete what may go of ``found`` (``(item, deletable, why)``): all of it with ``delete`` None,
+    only the ids in ``delete`` (what the user was shown and confirmed) otherwise; ``report`` is told
+    about each item first. Called under the stack file's lock."""
+    for item, ok, why in found:
+        going = ok and (delete is None or item.id in delete)
+        if report:
+            report(item, ok, why, going)
+        if going:
+            remove(item)
 
 
 # ---- a move's snapshots follow the event retention -----------------------------------------------------
@@ -236,10 +243,5 @@ def prune_snapshots(ref: stackfile.StackRef, inventory: Callable[[StackConfig], 
         cfg = stackfile.load(ref)
         inv = inventory(cfg)
         found = expired_snapshots(inv.snapshots(), cfg, ref.name, now)
-        for snap, ok, why in found:
-            going = ok and (delete is None or snap.id in delete)
-            if report:
-                report(snap, ok, why, going)
-            if going:
-                inv.delete_snapshot(snap)
+        _delete_listed(found, delete, report, inv.delete_snapshot)
     return found
