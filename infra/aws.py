@@ -162,6 +162,15 @@ class StackBase(pulumi.ComponentResource):
         vpc_id = next(iter(self.subnets.values())).vpc_id
 
         self.bucket = aws.s3.Bucket(f"{name}-events", bucket_prefix=f"spotctl-{args.slug}-events-", force_destroy=False, tags=tags, opts=child)
+        self.boundary = aws.iam.Policy(
+            f"{name}-boundary",
+            name=boundary_name(args.slug),
+            path="/spotctl/",
+            description=f"spotctl {args.stack}: the most any job or pool role may do (permissions boundary)",
+            policy=self.bucket.arn.apply(lambda arn: json.dumps(boundary_document(args.stack, args.slug, cfg.region, arn))),
+            tags=tags,
+            opts=child,
+        )
         public_block = aws.s3.BucketPublicAccessBlock(
             f"{name}-events-public-access",
             bucket=self.bucket.id,
@@ -323,19 +332,57 @@ class StackBase(pulumi.ComponentResource):
 
 def job_role_naming(slug: str) -> tuple[str, str]:
     """(path, name prefix) of every job and pool role and instance profile of a stack (the watcher's
-    role may pass exactly these: infra/aws_watcher.py)."""
+    role may pass exactly these: infra/aws_watcher.py).
+
+    Not a per-stack path (``/spotctl/<slug>/``, which would tell ``team`` from ``team-b`` by name):
+    a role's ``path`` is ForceNew (terraform-provider-aws internal/service/iam/role.go), so every job
+    and pool role and profile would be replaced, and a running pool instance keeps the deleted
+    profile ("Deleting a role or instance profile that is associated with a running instance will
+    break any applications running on the instance", IAM API DeleteInstanceProfile). The watcher's
+    grants are made exact by the ``spotctl:owner`` tag and this stack's boundary instead."""
     return "/spotctl/", f"spotctl-{slug}-"[:38]
 
 
-def _instance_profile(name: str, args: StackArgs, owner: str, bucket: aws.s3.Bucket, tags, child):
+def boundary_name(slug: str) -> str:
+    """The stack's permissions-boundary policy (path ``/spotctl/``): one per stack, attached to every
+    job and pool role (contract aws.role-permissions-boundary)."""
+    return f"spotctl-{slug}-boundary"
+
+
+def boundary_document(stack: str, slug: str, region: str, bucket_arn: str) -> dict:
+    """The most any job or pool role of the stack may do, whatever inline policy it gets (pure).
+
+    A permissions boundary caps identity-based policies: the effective permissions are the
+    intersection (https://docs.aws.amazon.com/IAM/latest/UserGuide/access_policies_boundaries.html).
+    So a job role widened by whoever controls the watcher (``iam:PutRolePolicy`` cannot be limited by
+    content) still cannot leave this list: the union of what ``_instance_profile``, ``_env_secret``
+    and ``protect_policy`` grant, at the stack's level instead of the job's."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "PutStackEvents", "Effect": "Allow", "Action": "s3:PutObject",
+         "Resource": f"{bucket_arn}/{stack}/*"},  # every event_object_prefix(stack, name) of the stack
+        {"Sid": "ReadStackSecretEnv", "Effect": "Allow", "Action": "ssm:GetParameter",
+         "Resource": f"arn:aws:ssm:{region}:*:parameter{ssm_parameter_name(slug, '*')}"},
+        # SecureStrings use the account's aws/ssm key through SSM only; a cap, not a grant.
+        {"Sid": "DecryptSecretEnvThroughSsm", "Effect": "Allow", "Action": "kms:Decrypt", "Resource": "*",
+         "Condition": {"StringEquals": {"kms:ViaService": f"ssm.{region}.amazonaws.com"}}},
+        {"Sid": "ProtectSelfInPool", "Effect": "Allow", "Action": "autoscaling:SetInstanceProtection",
+         "Resource": f"arn:aws:autoscaling:{region}:*:autoScalingGroup:*:autoScalingGroupName/{slug}-*"},
+        {"Sid": "FindOwnGroup", "Effect": "Allow", "Action": "autoscaling:DescribeAutoScalingInstances", "Resource": "*"},
+    ]}
+
+
+def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, tags, child):
     """(role, instance profile) per job (or pool) that may only put objects under its own prefix:
-    EC2 instance tags are not principal tags, so one shared role could not tell jobs apart."""
+    EC2 instance tags are not principal tags, so one shared role could not tell jobs apart. Every
+    role carries the stack's permissions boundary (contract aws.role-permissions-boundary)."""
     prefix = event_object_prefix(args.stack, owner)  # config refuses a pool named like a job
     path, name_prefix = job_role_naming(args.slug)
+    bucket = base.bucket
     role = aws.iam.Role(
         f"{name}-role",
         name_prefix=name_prefix,
         path=path,
+        permissions_boundary=base.boundary.arn,
         assume_role_policy=json.dumps(
             {
                 "Version": "2012-10-17",
@@ -376,7 +423,7 @@ class GpuPool(pulumi.ComponentResource):
         tags = aws_tags(args.stack, cfg.labels, pool=pool.name)
         # A newer image only makes a new launch template version: running instances keep theirs.
         image = _image(pool.image, pulumi.InvokeOptions(parent=self))
-        role, profile = _instance_profile(name, args, pool.name, base.bucket, tags, child)
+        role, profile = _instance_profile(name, args, pool.name, base, tags, child)
         user_data = base.bucket.bucket.apply(
             lambda bucket: user_data_gzip_b64(scripts_for(pool_script_context(cfg, args.stack, pool, bucket=bucket)).user_data)
         )
@@ -467,7 +514,7 @@ class TrainingJob(pulumi.ComponentResource):
             )
             master_addr = master_eni.private_ip
         image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
-        role, profile = _instance_profile(name, args, job.id, base.bucket, tags, child) if runs else (None, None)
+        role, profile = _instance_profile(name, args, job.id, base, tags, child) if runs else (None, None)
         secret_deps = self._env_secret(name, args, plan, role, tags, child)
         public_ip = job.external_ip or base.egress == "public-ip"
         self.volumes: list[aws.ebs.Volume] = []

@@ -4,8 +4,9 @@ the stack, and the least-privilege role it runs as (README "Watching a stack", w
 The role may read the interruption queue and the event bucket, read and write the Pulumi backend's
 prefix, decrypt the stack's secrets, and do what a targeted ``pulumi up --refresh`` of this stack's
 jobs does. That last part is necessarily broad-ish (instances and volumes are created and deleted),
-so it is scoped by the exact ownership tag ``spotctl:owner`` (``infra.naming.owner_value``) where
-EC2 evaluates tag conditions, and by this stack's name prefixes for IAM roles and EventBridge rules.
+so it is scoped by the exact ownership tag ``spotctl:owner`` (``infra.naming.owner_value``) on EC2
+resources and on the jobs' IAM roles and instance profiles, by the stack's permissions boundary on
+what those roles may ever do, and by the unambiguous ``spotctl-<slug>_`` prefix for EventBridge rules.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pulumi_aws as aws
 from infra import contract
 from infra.common import StackArgs
 from infra.config import AWS_KMS_RE
+from infra.contract.aws import WATCHER_ROLE_PATH
 from infra.naming import aws_tags, owner_value, ssm_parameter_name
 from infra.render import WatcherContext, watcher_script
 
@@ -28,7 +30,7 @@ DEBIAN_OWNER = "136693071363"
 DEBIAN_AMI_NAME = "debian-12-amd64-*"
 # The watcher's own role lives under another path than the jobs' roles (/spotctl/), so the
 # statements on `role/spotctl/spotctl-<slug>-*` can never reach the watcher's own role.
-WATCHER_PATH = "/spotctl-watcher/"
+WATCHER_PATH = WATCHER_ROLE_PATH  # exempt from aws.role-permissions-boundary: only `pulumi up` creates it
 # EC2 resources a targeted update creates for a job (tagged on create, so aws:RequestTag applies).
 TAGGED_ON_CREATE = ("instance", "volume", "snapshot", "network-interface")
 
@@ -59,7 +61,8 @@ def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
 
 
 def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events_bucket_arn: str, backend_bucket: str,
-                   backend_prefix: str, secrets_provider: str, passphrase_secret: str | None) -> dict[str, Any]:
+                   backend_prefix: str, secrets_provider: str, passphrase_secret: str | None,
+                   boundary_arn: str) -> dict[str, Any]:
     """The watcher role's inline policy (pure, so tests read it whole).
 
     EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
@@ -106,18 +109,49 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
                     "ec2:AttachVolume", "ec2:DetachVolume", "ec2:DeleteVolume", "ec2:ModifyVolume", "ec2:DeleteSnapshot",
                     "ec2:DeleteNetworkInterface", "ec2:CreateTags", "ec2:DeleteTags"],
          "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE], "Condition": owned},
-        # A job's own role and profile come and go with its VMs (infra/aws.py TrainingJob); the watcher
-        # passes them to the job's instances only. iam:PutRolePolicy cannot be limited by the policy's
-        # content: whoever may run targeted updates may, in principle, widen a job role (README).
-        {"Sid": "JobIdentities", "Effect": "Allow",
+        # A job's own role and profile come and go with its VMs (infra/aws.py TrainingJob). The name
+        # patterns only narrow to spotctl's roles: `spotctl-team-*` also matches stack team-b's. What
+        # makes each grant this stack's exactly is the `spotctl:owner` tag (a hash of the exact stack
+        # name) and this stack's permissions boundary: the IAM role resource type takes
+        # aws:ResourceTag, the instance-profile type too, CreateRole/CreateInstanceProfile/TagRole
+        # aws:RequestTag, and CreateRole, PutRolePolicy, DeleteRolePolicy, PutRolePermissionsBoundary
+        # iam:PermissionsBoundary (Service Authorization Reference, IAM: https://docs.aws.amazon.com/
+        # service-authorization/latest/reference/list_awsidentityandaccessmanagementiam.html). The
+        # provider creates roles and profiles with their tags (tag-on-create: terraform-provider-aws
+        # internal/service/iam/role.go, instance_profile.go), so RequestTag holds on create.
+        {"Sid": "CreateJobRoles", "Effect": "Allow", "Action": "iam:CreateRole", "Resource": roles,
+         "Condition": {"StringEquals": {"iam:PermissionsBoundary": boundary_arn, "aws:RequestTag/spotctl:owner": owner}}},
+        # iam:PutRolePolicy cannot be limited by the policy's content; the boundary caps what any
+        # inline policy of a job role can grant (infra/aws.py boundary_document).
+        {"Sid": "ChangeBoundedJobRoles", "Effect": "Allow",
+         "Action": ["iam:PutRolePolicy", "iam:DeleteRolePolicy", "iam:PutRolePermissionsBoundary"], "Resource": roles,
+         "Condition": {"StringEquals": {"iam:PermissionsBoundary": boundary_arn, "aws:ResourceTag/spotctl:owner": owner}}},
+        {"Sid": "ManageOwnedJobRoles", "Effect": "Allow",
          "Action": ["iam:GetRole", "iam:GetRolePolicy", "iam:ListRolePolicies", "iam:ListAttachedRolePolicies",
-                    "iam:ListInstanceProfilesForRole", "iam:CreateRole", "iam:DeleteRole", "iam:TagRole", "iam:UntagRole",
-                    "iam:PutRolePolicy", "iam:DeleteRolePolicy", "iam:GetInstanceProfile", "iam:CreateInstanceProfile",
-                    "iam:DeleteInstanceProfile", "iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile",
-                    "iam:TagInstanceProfile", "iam:UntagInstanceProfile"],
-         "Resource": [roles, profiles]},
+                    "iam:ListInstanceProfilesForRole", "iam:ListRoleTags", "iam:DeleteRole", "iam:TagRole", "iam:UntagRole"],
+         "Resource": roles,
+         # A tag request may not hand a role to another stack (IfExists: reads carry no request tags).
+         "Condition": {"StringEquals": {"aws:ResourceTag/spotctl:owner": owner},
+                       "StringEqualsIfExists": {"aws:RequestTag/spotctl:owner": owner}}},
+        {"Sid": "CreateJobProfiles", "Effect": "Allow", "Action": "iam:CreateInstanceProfile", "Resource": profiles,
+         "Condition": {"StringEquals": {"aws:RequestTag/spotctl:owner": owner}}},
+        {"Sid": "ManageOwnedJobProfiles", "Effect": "Allow",
+         "Action": ["iam:GetInstanceProfile", "iam:DeleteInstanceProfile", "iam:AddRoleToInstanceProfile",
+                    "iam:RemoveRoleFromInstanceProfile", "iam:ListInstanceProfileTags", "iam:TagInstanceProfile",
+                    "iam:UntagInstanceProfile"],
+         "Resource": profiles,
+         "Condition": {"StringEquals": {"aws:ResourceTag/spotctl:owner": owner},
+                       "StringEqualsIfExists": {"aws:RequestTag/spotctl:owner": owner}}},
         {"Sid": "PassJobRoles", "Effect": "Allow", "Action": "iam:PassRole", "Resource": roles,
-         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
+         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com", "aws:ResourceTag/spotctl:owner": owner}}},
+        # The boundary stays: never removed from a role (a role without it could do anything its
+        # inline policy says), never edited, and the ownership tag is never taken off.
+        {"Sid": "KeepBoundaries", "Effect": "Deny",
+         "Action": ["iam:DeleteRolePermissionsBoundary", "iam:CreatePolicyVersion", "iam:DeletePolicyVersion",
+                    "iam:SetDefaultPolicyVersion", "iam:DeletePolicy"],
+         "Resource": "*"},
+        {"Sid": "KeepOwnerTags", "Effect": "Deny", "Action": ["iam:UntagRole", "iam:UntagInstanceProfile"], "Resource": "*",
+         "Condition": {"ForAnyValue:StringEquals": {"aws:TagKeys": ["spotctl:owner"]}}},
         {"Sid": "JobInterruptionRules", "Effect": "Allow",
          "Action": ["events:DescribeRule", "events:PutRule", "events:DeleteRule", "events:PutTargets", "events:RemoveTargets",
                     "events:ListTargetsByRule", "events:ListTagsForResource", "events:TagResource", "events:UntagResource"],
@@ -177,10 +211,10 @@ class Watcher(pulumi.ComponentResource):
         self.policy = aws.iam.RolePolicy(
             f"{name}-policy",
             role=role.id,
-            policy=pulumi.Output.all(base.queue.arn, base.bucket.arn).apply(lambda v: json.dumps(watcher_policy(
+            policy=pulumi.Output.all(base.queue.arn, base.bucket.arn, base.boundary.arn).apply(lambda v: json.dumps(watcher_policy(
                 region=cfg.region, slug=args.slug, owner=owner_value(args.stack), queue_arn=v[0], events_bucket_arn=v[1],
                 backend_bucket=backend_bucket, backend_prefix=backend_prefix, secrets_provider=w.secrets_provider,
-                passphrase_secret=w.passphrase_secret))),
+                passphrase_secret=w.passphrase_secret, boundary_arn=v[2]))),
             opts=child,
         )
         profile = aws.iam.InstanceProfile(f"{name}-profile", name_prefix=f"spotctl-{args.slug}-watcher-"[:38],

@@ -175,11 +175,13 @@ def test_aws_watcher_policy_is_scoped():
         if mutating and "Condition" not in s:
             assert s["Sid"] == "LaunchUsing", s
             assert not any(r.endswith((":instance/*", ":volume/*", ":snapshot/*")) for r in s["Resource"]), s
-        assert s["Resource"] != "*" or actions == ["ec2:Describe*", "ssm:DescribeParameters", "sts:GetCallerIdentity"], s
+        assert s["Resource"] != "*" or s["Effect"] == "Deny" or actions == [
+            "ec2:Describe*", "ssm:DescribeParameters", "sts:GetCallerIdentity"], s
     assert statements["JobSecretEnv"]["Resource"] == "arn:aws:ssm:us-east-1:*:parameter/spotctl/team-a/*/env"
     passrole = statements["PassJobRoles"]
     assert passrole["Resource"] == "arn:aws:iam::*:role/spotctl/spotctl-team-a-*"
-    assert passrole["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    assert passrole["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com",
+                                                      "aws:ResourceTag/spotctl:owner": owner}}
 
 
 def test_aws_watcher_cannot_pass_or_change_its_own_role():
@@ -189,7 +191,7 @@ def test_aws_watcher_cannot_pass_or_change_its_own_role():
     job_role = only(plan, "aws:iam/role:Role", "job-train-role").inputs
     job = f"arn:aws:iam::123456789012:role{job_role['path']}{job_role['namePrefix']}abc"
     for s in aws_policy(aws_raw())["Statement"]:
-        if s["Sid"] in ("JobIdentities", "PassJobRoles"):
+        if s["Sid"] in ("CreateJobRoles", "ChangeBoundedJobRoles", "ManageOwnedJobRoles", "PassJobRoles"):
             resources = s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]
             assert not any(fnmatch.fnmatchcase(own, r) for r in resources)
             assert any(fnmatch.fnmatchcase(job, r) for r in resources)

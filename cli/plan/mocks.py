@@ -149,9 +149,15 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
             out["privateIp"] = f"172.31.{n % 250 + 1}.{n // 250 % 250 + 4}"
         if typ == "aws:autoscaling/group:Group":
             rid = inputs.get("name", rid)
+            # The ARN as Auto Scaling returns it (https://docs.aws.amazon.com/autoscaling/ec2/userguide/
+            # security_iam_id-based-policy-examples.html: autoScalingGroup:<uuid>:autoScalingGroupName/<name>).
+            out["arn"] = (f"arn:aws:autoscaling:{region}:123456789012:autoScalingGroup:"
+                          f"{_h(rid)}-0000-4000-8000-{_h(rid, 'uuid', n=12)}:autoScalingGroupName/{rid}")
         if typ == "aws:ssm/parameter:Parameter":  # the ARN of a name with a leading slash: parameter/<path>
             rid = inputs["name"]
             out["arn"] = f"arn:aws:ssm:{region}:123456789012:parameter/{rid.lstrip('/')}"
+        if typ == "aws:iam/policy:Policy":  # IAM is global: no region in its ARNs; the path is part of it
+            out["arn"] = f"arn:aws:iam::123456789012:policy{inputs.get('path', '/')}{inputs.get('name', rid)}"
         service = typ.split(":")[1].split("/")[0]
         out.setdefault("arn", f"arn:aws:{service}:{region}:123456789012:{typ.split(':')[-1].lower()}/{rid}")
         out.setdefault("name", rid if "namePrefix" in inputs else inputs.get("name", rid))

@@ -384,3 +384,31 @@ rule("aws.passrole-covers-job-roles", [],
      source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/permission-to-pass-iam-roles.html (\"must have "
             "specific permissions to launch an Amazon EC2 instance with an IAM role\": iam:PassRole; \"specify the ARNs "
             "of specific IAM roles with iam:PassRole\")")(None)
+
+
+BOUNDARY_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:policy/spotctl/spotctl-(?P<slug>[a-z0-9-]+)-boundary$")
+JOB_ROLE_PREFIX = re.compile(r"^spotctl-(?P<slug>[a-z0-9-]+)-$")
+WATCHER_ROLE_PATH = "/spotctl-watcher/"  # infra/aws_watcher.py WATCHER_PATH: created by `pulumi up` only
+
+
+@rule("aws.role-permissions-boundary", [ROLE],
+      says="Every job and pool role carries its stack's permissions boundary (policy /spotctl/spotctl-<slug>-boundary): "
+           "the watcher may create a role, or put or delete its inline policies, only when iam:PermissionsBoundary "
+           "names that policy, so a role without it is refused to the watcher's targeted updates and could "
+           "carry more than the boundary allows.",
+      fix="create job and pool roles through infra/aws.py _instance_profile (permissions_boundary=base.boundary.arn)",
+      source="https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsidentityandaccessmanagementiam.html "
+             "(iam:PermissionsBoundary on CreateRole, PutRolePolicy, DeleteRolePolicy, PutRolePermissionsBoundary); "
+             "https://docs.aws.amazon.com/IAM/latest/UserGuide/access_policies_boundaries.html (\"CreateOrChangeOnlyWithBoundary\")")
+def role_permissions_boundary(type_: str, props: Mapping[str, Any]) -> str | None:
+    path, prefix, boundary = props.get("path"), props.get("name_prefix"), props.get("permissions_boundary")
+    if not known(path, prefix, boundary) or path == WATCHER_ROLE_PATH:
+        return None
+    if not boundary:
+        return "no permissions_boundary"
+    m, own = BOUNDARY_ARN.match(str(boundary)), JOB_ROLE_PREFIX.match(str(prefix or ""))
+    if m is None:
+        return f"permissions_boundary {boundary!r} is not a spotctl stack boundary (policy/spotctl/spotctl-<slug>-boundary)"
+    if own is not None and own["slug"] != m["slug"]:
+        return f"permissions_boundary {boundary!r} is another stack's (role prefix {prefix!r})"
+    return None

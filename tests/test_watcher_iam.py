@@ -1,0 +1,181 @@
+"""The watcher's identity is exact to its stack (a stack named like an extension of this one, `team`
+and `team-b`, gets nothing) and the job and pool roles it may create or change stay inside the
+stack's permissions boundary. Policies are evaluated with tests/iam_eval.py (the IAM logic for one
+identity policy); plans run the real program under Pulumi's mocks."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+
+from cli.plan import mocks as planner
+from infra import contract
+from infra.config import validate
+from infra.contract import ContractError
+from infra.naming import owner_value, ssm_parameter_name, stack_slug
+from tests.conftest import AWS_BASE, aws_job, stack_config
+from tests.iam_eval import allowed
+
+AWS_WATCHER = {"backend": "s3://team-state/pulumi", "repo": "https://github.com/team/infra.git",
+               "passphraseSecret": "/spotctl/team/passphrase"}
+NAT = {"subnets": {"us-east-1a": "subnet-0aaa0001", "us-east-1b": "subnet-0aaa0002"}, "egress": "nat",
+       "natSubnet": "subnet-0aaa0009"}
+POOL = {"name": "g5", "instanceTypes": ["g5.2xlarge"], "accelerator": {"type": "nvidia-a10g", "count": 1},
+        "onDemand": 1, "spotMin": 0, "spotMax": 4}
+ACCOUNT = "123456789012"
+
+
+def aws_raw(**over) -> dict:
+    return {**stack_config(AWS_BASE, network=NAT, jobs=[aws_job(), aws_job(id="b-x")], pools=[POOL]),
+            "watcher": AWS_WATCHER, **over}
+
+
+@cache
+def plan(stack: str) -> planner.Plan:
+    return planner.run(validate(aws_raw(), "test"), stack)
+
+
+def only(p: planner.Plan, type_: str, name: str):
+    found = [r for r in p.by_type(type_) if r.name == name]
+    assert len(found) == 1, [r.name for r in p.by_type(type_)]
+    return found[0]
+
+
+def watcher_policy(stack: str) -> dict:
+    return json.loads(only(plan(stack), "aws:iam/rolePolicy:RolePolicy", "watcher-policy").inputs["policy"])
+
+
+def boundary_arn(stack: str) -> str:
+    return f"arn:aws:iam::{ACCOUNT}:policy/spotctl/spotctl-{stack_slug(stack)}-boundary"
+
+
+def job_role(stack: str, job: str = "train") -> tuple[str, str]:
+    """(role ARN, profile ARN) as IAM names a job's (a made-up suffix for the generated part)."""
+    inputs = only(plan(stack), "aws:iam/role:Role", f"job-{job}-role").inputs
+    profile = only(plan(stack), "aws:iam/instanceProfile:InstanceProfile", f"job-{job}-profile").inputs
+    return (f"arn:aws:iam::{ACCOUNT}:role{inputs['path']}{inputs['namePrefix']}20260101000000000000000001",
+            f"arn:aws:iam::{ACCOUNT}:instance-profile{profile['path']}{profile['namePrefix']}20260101000000000000000002")
+
+
+# What a targeted update of a job does to its role and profile (terraform-provider-aws
+# internal/service/iam/role.go and instance_profile.go create/read/update/delete).
+ROLE_READS = ["iam:GetRole", "iam:ListRolePolicies", "iam:GetRolePolicy", "iam:ListAttachedRolePolicies",
+              "iam:ListInstanceProfilesForRole"]
+ROLE_CHANGES = ["iam:PutRolePolicy", "iam:DeleteRolePolicy"]
+PROFILE_ACTIONS = ["iam:GetInstanceProfile", "iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile",
+                   "iam:DeleteInstanceProfile"]
+
+
+def test_the_watcher_manages_its_own_stacks_job_identities():
+    policy, role, profile = watcher_policy("team"), *job_role("team")
+    own = {"aws:ResourceTag/spotctl:owner": owner_value("team"), "iam:PermissionsBoundary": boundary_arn("team")}
+    for action in ROLE_READS + ["iam:DeleteRole"]:
+        assert allowed(policy, action, role, **{"aws:ResourceTag/spotctl:owner": owner_value("team")}), action
+    for action in ROLE_CHANGES:
+        assert allowed(policy, action, role, **own), action
+    for action in PROFILE_ACTIONS:
+        assert allowed(policy, action, profile, **{"aws:ResourceTag/spotctl:owner": owner_value("team")}), action
+    assert allowed(policy, "iam:CreateRole", role, **{"aws:RequestTag/spotctl:owner": owner_value("team"),
+                                                      "iam:PermissionsBoundary": boundary_arn("team")})
+    assert allowed(policy, "iam:CreateInstanceProfile", profile, **{"aws:RequestTag/spotctl:owner": owner_value("team")})
+    assert allowed(policy, "iam:PassRole", role, **{"iam:PassedToService": "ec2.amazonaws.com",
+                                                    "aws:ResourceTag/spotctl:owner": owner_value("team")})
+
+
+def test_a_stack_whose_name_extends_this_one_gets_nothing():
+    """`team`'s patterns (role/spotctl/spotctl-team-*) also match team-b's roles by name; the owner tag
+    and the boundary refuse every action on them."""
+    policy = watcher_policy("team")
+    role, profile = job_role("team-b")
+    theirs = {"aws:ResourceTag/spotctl:owner": owner_value("team-b"), "iam:PermissionsBoundary": boundary_arn("team-b"),
+              "iam:PassedToService": "ec2.amazonaws.com"}
+    assert role.startswith("arn:aws:iam::123456789012:role/spotctl/spotctl-team-b-")
+    for action in ROLE_READS + ROLE_CHANGES + ["iam:DeleteRole", "iam:PassRole", "iam:TagRole", "iam:UntagRole",
+                                                 "iam:PutRolePermissionsBoundary"]:
+        assert not allowed(policy, action, role, **theirs), action
+    for action in PROFILE_ACTIONS + ["iam:TagInstanceProfile"]:
+        assert not allowed(policy, action, profile, **theirs), action
+    # Nor may it create a role that would pass for team-b's, or hand one of its own roles to team-b.
+    assert not allowed(policy, "iam:CreateRole", role, **{"aws:RequestTag/spotctl:owner": owner_value("team-b"),
+                                                          "iam:PermissionsBoundary": boundary_arn("team-b")})
+    own_role, _ = job_role("team")
+    assert not allowed(policy, "iam:TagRole", own_role, **{"aws:ResourceTag/spotctl:owner": owner_value("team"),
+                                                           "aws:RequestTag/spotctl:owner": owner_value("team-b")})
+
+
+def test_roles_only_with_this_stacks_boundary_and_it_stays():
+    policy, role = watcher_policy("team"), job_role("team")[0]
+    tag = {"aws:ResourceTag/spotctl:owner": owner_value("team")}
+    create = {"aws:RequestTag/spotctl:owner": owner_value("team")}
+    assert not allowed(policy, "iam:CreateRole", role, **create)  # no boundary
+    assert not allowed(policy, "iam:CreateRole", role, **create, **{"iam:PermissionsBoundary": boundary_arn("team-b")})
+    assert not allowed(policy, "iam:PutRolePolicy", role, **tag)  # a role without the boundary: not widened
+    assert allowed(policy, "iam:PutRolePermissionsBoundary", role, **tag, **{"iam:PermissionsBoundary": boundary_arn("team")})
+    assert not allowed(policy, "iam:PutRolePermissionsBoundary", role, **tag,
+                       **{"iam:PermissionsBoundary": "arn:aws:iam::aws:policy/AdministratorAccess"})
+    assert not allowed(policy, "iam:DeleteRolePermissionsBoundary", role, **tag,
+                       **{"iam:PermissionsBoundary": boundary_arn("team")})
+    for action in ("iam:CreatePolicyVersion", "iam:SetDefaultPolicyVersion", "iam:DeletePolicy"):
+        assert not allowed(policy, action, boundary_arn("team"))
+    assert not allowed(policy, "iam:UntagRole", role, **tag, **{"aws:TagKeys": ["spotctl:owner"]})
+    assert allowed(policy, "iam:UntagRole", role, **tag, **{"aws:TagKeys": ["spotctl:job"]})
+
+
+def test_every_job_and_pool_role_carries_the_boundary_and_it_covers_their_policies():
+    p = plan("team")
+    boundary = only(p, "aws:iam/policy:Policy", "stack-boundary")
+    assert boundary.inputs["name"] == "spotctl-team-boundary" and boundary.inputs["path"] == "/spotctl/"
+    document = json.loads(boundary.inputs["policy"])
+    roles = [r for r in p.by_type("aws:iam/role:Role") if r.name != "watcher-role"]
+    assert sorted(r.name for r in roles) == ["job-b-x-role", "job-train-role", "pool-g5-role"]
+    assert all(r.inputs["permissionsBoundary"] == boundary_arn("team") for r in roles)
+    assert "permissionsBoundary" not in only(p, "aws:iam/role:Role", "watcher-role").inputs
+    # Every permission a job or pool role is given lies inside the boundary (else the job breaks).
+    bucket = json.loads(only(p, "aws:iam/rolePolicy:RolePolicy", "job-train-events-policy").inputs["policy"])
+    granted = [s for r in p.by_type("aws:iam/rolePolicy:RolePolicy") if r.name != "watcher-policy"
+               for s in json.loads(r.inputs["policy"])["Statement"]]
+    secret = f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter{ssm_parameter_name('team', 'train')}"
+    granted.append({"Action": "ssm:GetParameter", "Resource": secret})  # infra/aws.py _env_secret's statement
+    assert {a for s in granted for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} >= {
+        "s3:PutObject", "autoscaling:SetInstanceProtection", "autoscaling:DescribeAutoScalingInstances", "ssm:GetParameter"}
+    for s in granted:
+        for action in [s["Action"]] if isinstance(s["Action"], str) else s["Action"]:
+            for resource in [s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"]:
+                resource = resource.replace("*", "x") if not resource == "*" else "*"
+                assert allowed(document, action, resource), (action, resource)
+    # ... and nothing of another stack's: its events, its secrets.
+    events = bucket["Statement"][0]["Resource"].split("/")[0]
+    assert not allowed(document, "s3:PutObject", f"{events}/team-b/train/attempt-1/started.json")
+    assert not allowed(document, "ssm:GetParameter", f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/spotctl/team-b/train/env")
+    assert not allowed(document, "iam:PassRole", "*") and not allowed(document, "ec2:RunInstances", "*")
+
+
+@pytest.mark.parametrize("props, problem", [
+    ({"path": "/spotctl/", "name_prefix": "spotctl-team-"}, "no permissions_boundary"),
+    ({"path": "/spotctl/", "name_prefix": "spotctl-team-", "permissions_boundary": "arn:aws:iam::aws:policy/PowerUserAccess"},
+     "is not a spotctl stack boundary"),
+    ({"path": "/spotctl/", "name_prefix": "spotctl-team-",
+      "permissions_boundary": "arn:aws:iam::123456789012:policy/spotctl/spotctl-team-b-boundary"}, "another stack's"),
+])
+def test_boundary_rule(props, problem):
+    with pytest.raises(ContractError, match="aws.role-permissions-boundary") as err:
+        contract.check("aws:iam/role:Role", "r", props)
+    assert problem in str(err.value)
+    contract.check("aws:iam/role:Role", "r", {**props, "permissions_boundary": boundary_arn("team")})
+    contract.check("aws:iam/role:Role", "r", {"path": "/spotctl-watcher/", "name_prefix": "spotctl-team-watcher-"})
+
+
+def test_a_role_declared_without_the_boundary_is_refused_at_plan(monkeypatch):
+    import pulumi_aws as aws
+
+    real = aws.iam.Role
+
+    def without_boundary(name, **kwargs):
+        kwargs.pop("permissions_boundary", None)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(aws.iam, "Role", without_boundary)
+    with pytest.raises(ContractError, match="aws.role-permissions-boundary"):
+        planner.run(validate(stack_config(AWS_BASE, jobs=[aws_job()]), "x"), "other")
