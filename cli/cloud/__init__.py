@@ -23,6 +23,10 @@ class CloudError(Exception):
     """A cloud API call failed (no credentials, denied, unreachable); ``str()`` is one line."""
 
 
+class PreconditionFailed(CloudError):
+    """A conditional write lost: the object is no longer at the generation the writer last saw."""
+
+
 @dataclass(frozen=True)
 class CloudDisk:
     """A disk (GCP) or volume (AWS) with the labels/tags it carries."""
@@ -94,6 +98,27 @@ def call(fn: Callable[[], T]) -> T:
         return fn()
     except (BotoCoreError, ClientError, GoogleAPIError, GoogleAuthError, RequestException) as exc:
         raise CloudError(f"cannot ask the cloud: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def _conditional(fn: Callable[[], T]) -> T:
+    """``call`` for a conditional write: a lost precondition is PreconditionFailed. S3 answers 412
+    PreconditionFailed, or 409 ConditionalRequestConflict for a concurrent conditional write, and
+    404 NoSuchKey for If-Match on a key that is gone (docs.aws.amazon.com/AmazonS3/latest/userguide/
+    conditional-writes.html); GCS answers 412 (cloud.google.com/storage/docs/request-preconditions)."""
+    from botocore.exceptions import ClientError
+    from requests.exceptions import HTTPError
+
+    try:
+        return call(fn)
+    except CloudError as exc:
+        cause = exc.__context__
+        if isinstance(cause, ClientError) and (
+                cause.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey")
+                or cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412)):
+            raise PreconditionFailed(str(exc)) from None
+        if isinstance(cause, HTTPError) and cause.response is not None and cause.response.status_code == 412:
+            raise PreconditionFailed(str(exc)) from None
+        raise
 
 
 class _Checked:
@@ -176,6 +201,44 @@ class Cloud:
         from cli.cloud.gcp import gcs_names
 
         return call(lambda: gcs_names(bucket, prefix))
+
+    # ---- one object written by several machines (the stack file's shared copy) ----------------------
+    # A "generation" is the S3 ETag or the GCS generation number, as a string: equal means unchanged.
+
+    def object_generation(self, bucket: str, key: str) -> str | None:
+        """The object's current generation, or None when there is no such object."""
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import s3_generation
+
+            return call(lambda: s3_generation(self.cfg.region, bucket, key))
+        from cli.cloud.gcp import gcs_generation
+
+        return call(lambda: gcs_generation(bucket, key))
+
+    def read_object(self, bucket: str, key: str) -> tuple[bytes, str] | None:
+        """(content, generation) of one object, read as one version; None when there is none."""
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import s3_read
+
+            return call(lambda: s3_read(self.cfg.region, bucket, key))
+        from cli.cloud.gcp import gcs_read
+
+        return call(lambda: gcs_read(bucket, key))
+
+    def write_object(self, bucket: str, key: str, data: bytes, expected: str | None) -> str:
+        """Write ``data`` only if the object is still at generation ``expected`` (None: only if there
+        is no such object); returns the new generation.
+
+        Raises:
+            PreconditionFailed: someone else wrote (or deleted) it since.
+        """
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import s3_write_if
+
+            return _conditional(lambda: s3_write_if(self.cfg.region, bucket, key, data, expected))
+        from cli.cloud.gcp import gcs_write_if
+
+        return _conditional(lambda: gcs_write_if(bucket, key, data, expected))
 
     def queue_messages(self, queue_url: str) -> list[Message]:
         """Pending messages of the AWS interruption queue (not deleted until ``queue_delete``)."""

@@ -248,3 +248,46 @@ def instance_vms(region: str, stack: str, instance_ids: list[str]) -> dict[str, 
         for reservation in page["Reservations"]:
             out.update({i["InstanceId"]: _vm(i) for i in reservation["Instances"]})
     return out
+
+
+def _missing(exc) -> bool:
+    return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
+
+
+def s3_generation(region: str, bucket: str, key: str) -> str | None:
+    """The object's ETag (HeadObject), or None when there is no such key."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        return boto3.client("s3", region_name=region).head_object(Bucket=bucket, Key=key)["ETag"]
+    except ClientError as exc:
+        if _missing(exc):
+            return None
+        raise
+
+
+def s3_read(region: str, bucket: str, key: str) -> tuple[bytes, str] | None:
+    """(content, ETag) of one GetObject (the ETag of exactly the bytes returned), or None."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        got = boto3.client("s3", region_name=region).get_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if _missing(exc):
+            return None
+        raise
+    return got["Body"].read(), got["ETag"]
+
+
+def s3_write_if(region: str, bucket: str, key: str, data: bytes, expected: str | None) -> str:
+    """PutObject with ``If-Match: <expected ETag>``, or ``If-None-Match: *`` when ``expected`` is None
+    (S3 conditional writes: docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html,
+    API_PutObject.html; both need only s3:PutObject). Returns the new ETag."""
+    import boto3
+
+    condition = {"IfMatch": expected} if expected is not None else {"IfNoneMatch": "*"}
+    put = boto3.client("s3", region_name=region).put_object(Bucket=bucket, Key=key, Body=data,
+                                                             ContentType="application/yaml", **condition)
+    return put["ETag"]

@@ -110,9 +110,9 @@ def gcs_names(bucket: str, prefix: str) -> list[str]:
     return list(_gcs_list(*_gcs(bucket), prefix))
 
 
-def _gcs(bucket: str) -> tuple[Any, str]:
+def _gcs(bucket: str, write: bool = False) -> tuple[Any, str]:
     """(an HTTP session, the bucket's objects URL): JSON API (google-cloud-storage is not a
-    dependency; the auth library's transport signs the requests)."""
+    dependency; the auth library's transport signs the requests). ``write``: a read-write scope."""
     import os
     import urllib.parse
 
@@ -125,9 +125,52 @@ def _gcs(bucket: str) -> tuple[Any, str]:
         import google.auth
         from google.auth.transport.requests import AuthorizedSession
 
-        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_only"])
+        scope = "read_write" if write else "read_only"
+        credentials, _ = google.auth.default(scopes=[f"https://www.googleapis.com/auth/devstorage.{scope}"])
         session, endpoint = AuthorizedSession(credentials), "https://storage.googleapis.com"
     return session, f"{endpoint}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o"
+
+
+def gcs_generation(bucket: str, name: str) -> str | None:
+    """The object's generation (objects.get, metadata), or None when there is no such object."""
+    import urllib.parse
+
+    session, base = _gcs(bucket)
+    got = session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params={"fields": "generation"}, timeout=30)
+    if got.status_code == 404:
+        return None
+    got.raise_for_status()
+    return str(got.json()["generation"])
+
+
+def gcs_read(bucket: str, name: str) -> tuple[bytes, str] | None:
+    """(content, generation): the generation first, then the content of exactly that generation
+    (objects.get with ``generation``), so the two always belong together; None when there is none."""
+    import urllib.parse
+
+    generation = gcs_generation(bucket, name)
+    if generation is None:
+        return None
+    session, base = _gcs(bucket)
+    got = session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params={"alt": "media", "generation": generation}, timeout=30)
+    if got.status_code == 404:
+        return None  # replaced (without versioning the old generation is gone) or deleted meanwhile
+    got.raise_for_status()
+    return got.content, generation
+
+
+def gcs_write_if(bucket: str, name: str, data: bytes, expected: str | None) -> str:
+    """Upload (objects.insert, uploadType=media) with ``ifGenerationMatch``: the expected generation,
+    or 0 ("only if there are no live versions of the object") when ``expected`` is None; a lost
+    precondition is HTTP 412 (cloud.google.com/storage/docs/request-preconditions; JSON API
+    objects/insert). Replacing an object needs storage.objects.create and storage.objects.delete
+    (cloud.google.com/storage/docs/access-control/iam-permissions). Returns the new generation."""
+    session, base = _gcs(bucket, write=True)
+    upload = base.replace("/storage/v1/b/", "/upload/storage/v1/b/", 1)
+    got = session.post(upload, params={"uploadType": "media", "name": name, "ifGenerationMatch": expected or "0"},
+                       data=data, headers={"Content-Type": "application/yaml"}, timeout=30)
+    got.raise_for_status()
+    return str(got.json()["generation"])
 
 
 def _gcs_list(session: Any, base: str, prefix: str):

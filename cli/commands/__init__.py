@@ -175,6 +175,64 @@ def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
     return guard(lambda: events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket))
 
 
+def warn(line: str) -> None:
+    typer.echo(f"warning: {line}", err=True)
+
+
+def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always: bool = False, keep: Optional[str] = None):
+    """The stack file's sync session (``cli.lifecycle.sync.Shared``), or None when this file is not
+    shared: it is once this machine synced it (``spotctl sync``) or when the stack declares a watcher.
+    The bucket: ``bucket`` (--events-bucket), else the one last synced with, else the stack's
+    eventBucket output (only with an ``applier``); none of them is one warning, and the file is used alone."""
+    from cli.lifecycle import sync
+    from cli.lifecycle.apply import ApplyError
+
+    rec = sync.read_record(ref.path)
+    if not (always or rec is not None or cfg.watcher is not None):
+        return None
+    bucket = bucket or (rec.bucket if rec else None)
+    if bucket is None and applier is not None:
+        try:
+            bucket = applier.outputs().get("eventBucket")
+        except ApplyError as exc:
+            warn(f"{exc}: {ref.path} is used without its shared copy")
+            return None
+    if bucket is None:
+        warn(f"{ref.path}: no event bucket known for its shared copy (give --events-bucket NAME, the stack's "
+             "eventBucket output): the file is used without it")
+        return None
+    return sync.Shared(ref, cloud_for(cfg, ref), bucket, warn, keep=keep)
+
+
+def pull_first(stack, stack_file, job: Optional[str], bucket: Optional[str], no_apply: bool):
+    """For a command that changes the stack file: its sync session (or None), attached, with the shared
+    copy already pulled, so the command reads and decides on the merged file. Use as a context manager."""
+    import contextlib
+
+    from cli.lifecycle import stackfile
+
+    @contextlib.contextmanager
+    def attached():
+        try:
+            ref = stackfile.resolve(stack, stack_file)
+            cfg = stackfile.load_job(ref, job) if job else stackfile.load(ref)
+        except (ConfigError, KeyError):
+            yield None  # the command itself names the problem
+            return
+        session = shared_copy(ref, cfg, bucket, applier_for(ref, no_apply))
+        if session is None:
+            yield None
+            return
+        with stackfile.sharing(ref.path, session):
+            try:
+                stackfile.pull_shared(ref.path)
+            except ConfigError as exc:
+                raise fail(str(exc)) from None
+            yield session
+
+    return attached()
+
+
 def fail(message: str) -> typer.Exit:
     """Print one error (already naming file/key/job) and return the exit to raise."""
     for line in message.splitlines():

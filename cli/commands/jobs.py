@@ -24,9 +24,12 @@ from cli.commands import (
     guard,
     interactive,
     progress,
+    pull_first,
     recorded_events,
     run_change,
+    shared_copy,
     stack_jobs,
+    warn,
 )
 from infra.basics import Capacity, ConfigError
 
@@ -63,17 +66,18 @@ def resume(
     from cli.lifecycle.states import decide_resume
 
     forced = capacity
-    ref, cfg, _ = stack_jobs(stack, stack_file, job)
-    events = recorded_events(ref, cfg, job, events_dir, events_bucket)
-    if observe:
-        from datetime import UTC, datetime
+    with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first
+        ref, cfg, _ = stack_jobs(stack, stack_file, job)
+        events = recorded_events(ref, cfg, job, events_dir, events_bucket)
+        if observe:
+            from datetime import UTC, datetime
 
-        from cli.lifecycle.events import observed
+            from cli.lifecycle.events import observed
 
-        events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
-    choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
-    run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt), no_apply, json_out,
-               yes, preview_only)
+            events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
+        choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
+        run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt), no_apply, json_out,
+                   yes, preview_only)
 
 
 @app.command(
@@ -94,7 +98,8 @@ def failover(
 ) -> None:
     from cli.lifecycle.states import decide_failover
 
-    run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only)
+    with pull_first(stack, stack_file, job, None, no_apply):
+        run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only)
 
 
 @app.command(
@@ -113,7 +118,8 @@ def complete(
 ) -> None:
     from cli.lifecycle.states import decide_complete
 
-    run_change(stack, stack_file, job, decide_complete, no_apply, json_out, yes, preview_only)
+    with pull_first(stack, stack_file, job, None, no_apply):
+        run_change(stack, stack_file, job, decide_complete, no_apply, json_out, yes, preview_only)
 
 
 @app.command(
@@ -145,6 +151,13 @@ def status(
     for row in rows:
         if row["job"] in seen_by_watcher:
             row["watcher"] = seen_by_watcher[row["job"]]
+    from cli.lifecycle.sync import read_record
+
+    if events_bucket or read_record(ref.path):  # a shared stack file: is this copy behind it?
+        session = shared_copy(ref, cfg, events_bucket)
+        behind = session.behind() if session else None
+        if behind:
+            warn(behind)
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
@@ -265,36 +278,37 @@ def cleanup(
         found = events.recorded(cloud_for(cfg, ref), job_id, events_dir, events_bucket)
         return any(e.event == "completed" for e in found)
 
-    try:
-        ref = stackfile.resolve(stack, stack_file)
-        if snapshots:
-            _prune_snapshots(ref, inventory, ask, preview_only)
-            return
-        if orphans:
-            applier = applier_for(ref, no_apply)
-
-            def orphan_run(delete, report):
-                return cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=delete, report=report)
-
-            _list_then_delete(orphan_run, lambda disk: f"{disk.id} ({disk.zone})", ask, preview_only,
-                              f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
-                              f"orphaned disks of stack {ref.name}")
-            return
-        with progress(f"job {job}: planning what its cleanup deletes"):
-            result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
-        if ask is not None:
-            typer.echo(f"job {job}: a targeted update would delete {len(result.disks)} disks (protection lifted first) "
-                       f"and {len(result.urns) - len(result.disks)} other resources, and drop the job from {ref.path}:")
-            for urn in result.urns:
-                typer.echo(f"  - delete {urn}")
-            if not ask(f"Delete job {job}'s disks and resources?"):
-                typer.echo(_declined("nothing changed", preview_only))
+    with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first
+        try:
+            ref = stackfile.resolve(stack, stack_file)
+            if snapshots:
+                _prune_snapshots(ref, inventory, ask, preview_only)
                 return
-        with progress(f"job {job}: deleting its disks and resources") as spinner:
-            result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier_for(ref, no_apply, spinner.step),
-                                          inventory=inventory, out=spinner.echo)
-    except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
-        raise fail(str(exc)) from None
+            if orphans:
+                applier = applier_for(ref, no_apply)
+
+                def orphan_run(delete, report):
+                    return cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=delete, report=report)
+
+                _list_then_delete(orphan_run, lambda disk: f"{disk.id} ({disk.zone})", ask, preview_only,
+                                  f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
+                                  f"orphaned disks of stack {ref.name}")
+                return
+            with progress(f"job {job}: planning what its cleanup deletes"):
+                result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
+            if ask is not None:
+                typer.echo(f"job {job}: a targeted update would delete {len(result.disks)} disks (protection lifted first) "
+                           f"and {len(result.urns) - len(result.disks)} other resources, and drop the job from {ref.path}:")
+                for urn in result.urns:
+                    typer.echo(f"  - delete {urn}")
+                if not ask(f"Delete job {job}'s disks and resources?"):
+                    typer.echo(_declined("nothing changed", preview_only))
+                    return
+            with progress(f"job {job}: deleting its disks and resources") as spinner:
+                result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier_for(ref, no_apply, spinner.step),
+                                              inventory=inventory, out=spinner.echo)
+        except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
+            raise fail(str(exc)) from None
     if no_apply:
         typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
     else:

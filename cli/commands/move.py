@@ -20,6 +20,7 @@ from cli.commands import (
     confirmer,
     fail,
     progress,
+    pull_first,
     recorded_events,
 )
 from infra.basics import ConfigError
@@ -45,6 +46,12 @@ def move(
     yes: YesOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
+    confirm = confirmer(yes, False, no_apply)
+    with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first
+        _move(job, to_zone, stack, stack_file, events_dir, events_bucket, no_apply, json_out, confirm)
+
+
+def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, no_apply: bool, json_out: bool, confirm) -> None:
     import json
 
     from cli.lifecycle import stackfile
@@ -52,7 +59,6 @@ def move(
     from cli.lifecycle.move import move_job
     from cli.lifecycle.states import LifecycleError
 
-    confirm = confirmer(yes, False, no_apply)
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)

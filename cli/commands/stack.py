@@ -1,10 +1,13 @@
-"""Stack commands: ``validate`` and ``plan``."""
+"""Stack commands: ``validate``, ``plan`` and ``sync`` (the stack file's shared copy)."""
 
 from __future__ import annotations
 
+import enum
+from typing import Annotated, Optional
+
 import typer
 
-from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, progress
+from cli.commands import BucketOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, progress
 from infra.basics import ConfigError
 
 
@@ -55,3 +58,65 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     from cli.plan.tree import render
 
     typer.echo(render(result, shutil.get_terminal_size((100, 24)).columns), nl=False)
+
+
+class Side(enum.StrEnum):
+    """Which side wins a conflict in ``spotctl sync --keep``."""
+
+    LOCAL = "local"
+    SHARED = "shared"
+
+
+@app.command(
+    short_help="Pull and push the stack file's shared copy.  Example: spotctl sync --stack team-a",
+    help="Sync the stack file with its shared copy in the stack's event bucket (--events-bucket, else the bucket "
+    "last synced with, else the stack's eventBucket output): merge what others wrote there (the watcher's "
+    "resumes, a teammate's new jobs) into this file, job by job, then write this file's own changes back with a "
+    "conditional write. The same job changed on both sides is an error naming it (nothing is written) unless "
+    "--keep says which side wins. Once synced, every command that changes the file pulls first and pushes after.\n\n"
+    "Example: spotctl sync --stack team-a --events-bucket spotctl-team-a-events-x1y2",
+)
+def sync(
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    events_bucket: BucketOpt = None,
+    keep: Annotated[Optional[Side], typer.Option("--keep", help="On a conflict, keep this side's version of the job.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+
+    from cli.commands import applier_for, shared_copy
+    from cli.lifecycle import stackfile
+    from cli.lifecycle import sync as syncing
+
+    try:
+        ref = stackfile.resolve(stack, stack_file)
+        cfg = stackfile.load(ref)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    rec = syncing.read_record(ref.path)
+    applier = None if events_bucket or rec else applier_for(ref, False)
+    session = shared_copy(ref, cfg, events_bucket, applier, always=True, keep=keep.value if keep else None)
+    if session is None:
+        raise fail(f"{ref.path}: where is its shared copy? give --events-bucket NAME (the stack's eventBucket output)")
+    try:
+        with progress(f"syncing {ref.path} with {session.where()}", enabled=not json_out):
+            report = syncing.sync(session)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if report.offline:
+        raise fail(f"{session.where()} cannot be reached: nothing synced")
+    pulled = report.pulled
+    if json_out:
+        typer.echo(json.dumps({"stack": ref.name, "file": str(ref.path), "bucket": session.bucket, "key": session.key,
+                               "generation": report.generation, "pulled": pulled is not None, "pushed": report.pushed is not None,
+                               "from_shared": pulled.from_shared if pulled else [], "from_local": pulled.from_local if pulled else []},
+                              sort_keys=True))
+        return
+    if pulled is not None:
+        typer.echo(f"{ref.path}: merged {session.where()}" + (f": from there {', '.join(pulled.from_shared)}" if pulled.from_shared else "")
+                   + (f"; kept from here {', '.join(pulled.from_local)}" if pulled.from_local else ""))
+    if report.pushed is not None:
+        typer.echo(f"{ref.path}: written to {session.where(report.pushed)}")
+    if pulled is None and report.pushed is None:
+        typer.echo(f"{ref.path}: in sync with {session.where(report.generation)}")

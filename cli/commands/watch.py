@@ -7,7 +7,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands import BucketOpt, EventsOpt, JsonOpt, NoApplyOpt, StackFileOpt, StackOpt, app, applier_for, cloud_for, fail
+from cli.commands import (
+    BucketOpt,
+    EventsOpt,
+    JsonOpt,
+    NoApplyOpt,
+    StackFileOpt,
+    StackOpt,
+    app,
+    applier_for,
+    cloud_for,
+    fail,
+    shared_copy,
+)
 from infra.basics import ConfigError
 
 
@@ -69,8 +81,14 @@ def watch(
                             warn=warn, out=lambda line: typer.echo(line.rstrip("\n"), err=True))
     if not json_out:
         typer.echo(f"watching stack {ref.name}: " + ", ".join(_describe(sources)), err=True)
+    import contextlib
+
+    # The stack file's shared copy (when it is shared: a watcher stack, or synced here): pulled at the
+    # start of every cycle and under the lock of every action, pushed after every edit.
+    shared = shared_copy(ref, cfg, events_bucket)
     try:
-        ok = watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref))
+        with stackfile.sharing(ref.path, shared) if shared else contextlib.nullcontext():
+            ok = watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref))
     except LeaseHeld as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

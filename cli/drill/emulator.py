@@ -61,6 +61,10 @@ class State:
     uploads: list[Upload] = field(default_factory=list)
     log_chunks: dict[str, bytes] = field(default_factory=dict)  # object name -> a chunk of a trainer log
     chunk_buckets: dict[str, str] = field(default_factory=dict)  # object name -> the bucket of its chunk
+    # Other objects (a stack file's shared copy, ``spotctl sync``) by (bucket, name), and the generation
+    # of every object written through the GCS upload API (for ifGenerationMatch).
+    blobs: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    generations: dict[tuple[str, str], int] = field(default_factory=dict)
     rejected: list[str] = field(default_factory=list)
     requests: list[tuple[str, str]] = field(default_factory=list)
     # Auto Scaling: the group the instance belongs to, and every SetInstanceProtection received
@@ -180,6 +184,11 @@ def _sigv4_ok(method: str, raw_path: str, headers: dict[str, str], body: bytes, 
     return hmac.compare_digest(expected, parts["Signature"])
 
 
+def _is_shared_copy(name: str) -> bool:
+    """``<stack>.spotctl/Pulumi.<stack>.yaml``: a stack file's shared copy (cli/lifecycle/sync.py), not an event."""
+    return name.split("/", 1)[0].endswith(".spotctl")
+
+
 def _make_handler(emu: Emulator):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -268,12 +277,21 @@ def _make_handler(emu: Emulator):
                 return
             if self._fault("sink"):
                 return
-            if self.headers.get("Authorization") != f"Bearer {GCS_TOKEN}":
+            bucket = urllib.parse.unquote(url.path[len("/upload/storage/v1/b/") :].split("/")[0])
+            query = urllib.parse.parse_qs(url.query)
+            name = query.get("name", [""])[0]
+            # A VM's uploads carry its token; spotctl's own client (a shared stack file, ``spotctl sync``)
+            # talks to a private endpoint anonymously (cli/cloud/gcp.py ``_gcs``).
+            if self.headers.get("Authorization") != f"Bearer {GCS_TOKEN}" and not _is_shared_copy(name):
                 emu.state.rejected.append(self.path)
                 self._send(401, "bad token")
                 return
-            bucket = urllib.parse.unquote(url.path[len("/upload/storage/v1/b/") :].split("/")[0])
-            name = urllib.parse.parse_qs(url.query).get("name", [""])[0]
+            with emu._lock:  # ifGenerationMatch: 0 = no live object; else the current generation
+                current = emu.state.generations.get((bucket, name), 0)
+                if "ifGenerationMatch" in query and query["ifGenerationMatch"][0] != str(current):
+                    self._send(412, json.dumps({"error": {"code": 412, "message": "conditionNotMet"}}), "application/json")
+                    return
+                emu.state.generations[(bucket, name)] = int(time.time() * 1e6) if not current else current + 1
             self._store(bucket, name, body)
 
         def _autoscaling(self, body: bytes) -> None:
@@ -340,6 +358,12 @@ def _make_handler(emu: Emulator):
                                        indent=2), "application/json")
 
         def _store(self, bucket: str, name: str, body: bytes) -> None:
+            generation = emu.state.generations.get((bucket, name), 0)
+            if _is_shared_copy(name):
+                with emu._lock:
+                    emu.state.blobs[(bucket, name)] = body
+                self._send(200, json.dumps({"bucket": bucket, "name": name, "generation": str(generation)}), "application/json")
+                return
             if "/logs/" in name:  # a chunk of the trainer's log (text), next to the events
                 with emu._lock:
                     emu.state.log_chunks[name] = body
@@ -362,13 +386,22 @@ def _make_handler(emu: Emulator):
             with emu._lock:  # event objects (JSON) and log chunks (bytes as uploaded)
                 mine = {u.name: json.dumps(u.body).encode() for u in emu.state.uploads if u.bucket == bucket}
                 mine.update({n: c for n, c in emu.state.log_chunks.items() if emu.state.chunk_buckets.get(n) == bucket})
+                mine.update({n: c for (b, n), c in emu.state.blobs.items() if b == bucket})
+                generations = {n: str(g) for (b, n), g in emu.state.generations.items() if b == bucket}
             if rest == "o":
                 prefix = query.get("prefix", [""])[0]
                 items = [{"name": n, "bucket": bucket} for n in sorted(mine) if n.startswith(prefix)]
                 self._send(200, json.dumps({"kind": "storage#objects", "items": items}), "application/json")
-            elif rest.startswith("o/") and query.get("alt") == ["media"]:
+            elif rest.startswith("o/"):
                 name = urllib.parse.unquote(rest[2:])
-                self._send(200, mine[name], "application/octet-stream") if name in mine else self._send(404, "no such object")
+                wanted = query.get("generation", [None])[0]
+                if name not in mine or (wanted is not None and wanted != generations.get(name)):
+                    self._send(404, "no such object")
+                elif query.get("alt") == ["media"]:
+                    self._send(200, mine[name], "application/octet-stream")
+                else:  # the object's metadata
+                    self._send(200, json.dumps({"bucket": bucket, "name": name, "generation": generations.get(name, "1")}),
+                               "application/json")
             else:
                 self._send(404, "not found")
 

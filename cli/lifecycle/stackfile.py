@@ -5,8 +5,8 @@ validated before anything is written, and written atomically (temp file + rename
 lock, so a crash or a concurrent spotctl leaves either the old or the new valid file.
 
 Longer than 420 lines because every way spotctl reads or rewrites a stack file (the one loader with
-its bounds, the lock, the atomic write, splicing, cutting and restoring a job) must agree, so they
-live together.
+its bounds, the lock, the atomic write, splicing, cutting and restoring a job, the hooks that pull and
+push its shared copy: ``cli.lifecycle.sync``) must agree, so they live together.
 """
 
 from __future__ import annotations
@@ -408,10 +408,72 @@ def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         raise ConfigError(str(path), [f"locked by another spotctl for more than {timeout:.0f} s"]) from None
     counts[name] = 1
     try:
+        session = _SHARED.get(_shared_name(path))
+        if session is not None:
+            session.pull()  # the shared copy's news first, so every decision under the lock sees them
         yield
     finally:
         counts.pop(name, None)
         lock.release()
+
+
+# ---- the shared copy (cli.lifecycle.sync): pulled when the lock is taken, pushed after each write ----
+
+SYNC_TRIES = 3
+_SHARED: dict[str, Any] = {}  # the stack file's real path -> its session (``pull()``, ``push()``)
+
+
+class SharedCopyMoved(Exception):
+    """Another machine wrote the shared copy between this one's pull and its push."""
+
+
+def _shared_name(path: Path) -> str:
+    return os.path.realpath(path)
+
+
+@contextlib.contextmanager
+def sharing(path: Path, session: Any) -> Iterator[None]:
+    """While inside, every lock of ``path`` pulls through ``session`` and every write pushes."""
+    name = _shared_name(path)
+    _SHARED[name] = session
+    try:
+        yield
+    finally:
+        _SHARED.pop(name, None)
+
+
+def _commit(path: Path, old_text: str, new_text: str) -> None:
+    """Write the stack file (under the lock), then push it; a lost race puts the old text back,
+    pulls what won, and raises SharedCopyMoved so the edit is decided again (``_synced``)."""
+    atomic_write(path, new_text)
+    session = _SHARED.get(_shared_name(path))
+    if session is None:
+        return
+    try:
+        session.push()
+    except SharedCopyMoved:
+        atomic_write(path, old_text)
+        session.pull()
+        raise
+
+
+def pull_shared(path: Path) -> None:
+    """Pull the shared copy now (when the file is shared): a reader outside the lock sees its news too."""
+    if _SHARED.get(_shared_name(path)) is not None:
+        with locked(path):
+            pass
+
+
+def _synced(path: Path, edit: Callable[[], Any]) -> Any:
+    """Run one locked edit; when its push lost a race, decide and write it again on what won."""
+    with locked(path):
+        for _ in range(SYNC_TRIES):
+            try:
+                return edit()
+            except SharedCopyMoved:
+                continue
+    raise ConfigError(str(path), [f"the shared copy kept changing while this edit was written ({SYNC_TRIES} tries): "
+                                  "run the command again"])
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -450,6 +512,11 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
+    """``_edit`` (below), pushed to the shared copy when the stack file is shared."""
+    return _synced(path, lambda: _edit(path, change))
+
+
+def _edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
     """Apply ``change`` to the stack file's round-trip document, validate, and write it back.
 
     ``change(config_map, current)`` mutates the ruamel ``config:`` map in place (so comments and
@@ -460,7 +527,8 @@ def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
         The validated new config.
     """
     with locked(path):
-        doc = _load_document(path)
+        text = _read_text(path)
+        doc = _load_document(path, text)
         config = doc.setdefault("config", {})
         current = validate(namespaced(plain(config), str(path)), str(path))
         before = plain(config)
@@ -470,7 +538,7 @@ def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
         new = validate(namespaced(plain(config), str(path)), str(path))
         buf = io.StringIO()
         _yaml().dump(doc, buf)
-        atomic_write(path, buf.getvalue())
+        _commit(path, text, buf.getvalue())
         return new
 
 
@@ -549,6 +617,11 @@ def _entry_lines(text: str, index: int) -> tuple[int, int]:
 
 
 def take_job(path: Path, job_id: str) -> tuple[str, int, dict[str, Any]]:
+    """``_take_job`` (below), pushed to the shared copy when the stack file is shared."""
+    return _synced(path, lambda: _take_job(path, job_id))
+
+
+def _take_job(path: Path, job_id: str) -> tuple[str, int, dict[str, Any]]:
     """Remove one job from the stack file (under the lock, validated, atomically) by cutting exactly
     its lines, so the comments of the jobs around it stay. Returns (its text, its index, its keys)
     for ``put_back_job``. Raises KeyError when the file has no such job."""
@@ -575,11 +648,16 @@ def take_job(path: Path, job_id: str) -> tuple[str, int, dict[str, Any]]:
             _yaml().dump(doc, buf)
             new_text, block = buf.getvalue(), ""
         validate(namespaced(plain(_fast_load(path, new_text).get("config", {})), str(path)), str(path))
-        atomic_write(path, new_text)
+        _commit(path, text, new_text)
         return block, index, entry
 
 
 def put_back_job(path: Path, taken: tuple[str, int, dict[str, Any]]) -> bool:
+    """``_put_back_job`` (below), pushed to the shared copy when the stack file is shared."""
+    return _synced(path, lambda: _put_back_job(path, taken))
+
+
+def _put_back_job(path: Path, taken: tuple[str, int, dict[str, Any]]) -> bool:
     """Undo ``take_job``: re-insert the job where it was, only if the file has no job of that id
     (a concurrent edit wins); everything else in the file stays as it is now. Returns whether it did."""
     block, index, entry = taken
@@ -606,7 +684,7 @@ def put_back_job(path: Path, taken: tuple[str, int, dict[str, Any]]) -> bool:
             _yaml().dump(doc, buf)
             new_text = buf.getvalue()
         validate(namespaced(plain(_fast_load(path, new_text).get("config", {})), str(path)), str(path))
-        atomic_write(path, new_text)
+        _commit(path, text, new_text)
         return True
 
 
@@ -656,6 +734,13 @@ def _splice_job_fields(text: str, job_id: str, fields: Mapping[str, Any]) -> str
 
 def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[str, Any]], Mapping[str, Any]]
                ) -> tuple[StackConfig, StackConfig]:
+    """``_update_job`` (below), pushed to the shared copy when the stack file is shared (a lost race
+    calls ``decide`` again, on the file with what won merged in)."""
+    return _synced(path, lambda: _update_job(path, job_id, decide))
+
+
+def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[str, Any]], Mapping[str, Any]]
+                ) -> tuple[StackConfig, StackConfig]:
     """Set fields of one job: ``decide(current, raw_entry)`` (called under the lock, on the validated
     file; ``raw_entry`` is the job's keys as written) returns them. Fast path: splice the values into the text, then re-read and check the result
     is exactly the intended config; anything unusual takes the ruamel round-trip instead. Either
@@ -682,7 +767,7 @@ def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[s
             spliced = _splice_part(path, part, job_id, fields)
             if spliced is not None:
                 new_text, new, index = spliced
-                atomic_write(path, new_text)
+                _commit(path, text, new_text)
                 _write_index(path, index)
                 return current, new  # (only this job: never kept as the whole file's config)
             # something unusual: the whole file, with the fields already decided
@@ -701,7 +786,7 @@ def update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[s
             new_text = buf.getvalue()
             new_raw = plain(_fast_load(path, new_text).get("config", {}))
         new = validate(namespaced(new_raw, str(path)), str(path))
-        atomic_write(path, new_text)
+        _commit(path, text, new_text)
         try:
             provider_conflicts(new_raw, new, str(path))
         except ConfigError:

@@ -77,6 +77,7 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     """One observe -> decide -> act pass over the stack; True when every action succeeded."""
     ref = settings.ref
     try:
+        stackfile.pull_shared(ref.path)  # jobs and edits made elsewhere (a laptop, CI) reach the watcher
         cfg = stackfile.load(ref)
     except ConfigError as exc:
         report.warn(str(exc))

@@ -1,0 +1,386 @@
+"""The stack file's shared copy (`spotctl sync`, cli/lifecycle/sync.py): the per-job three-way merge
+on real texts, conditional writes against moto in server mode (S3) and the drill's emulator (GCS JSON
+API), and two "machines" (two project directories on one shared bucket) through the CLI: the watcher
+acted -> a laptop's resume pulls first; different jobs edited -> merged; the same job -> one error and
+the file untouched; a lost race -> decided again; unreachable -> one warning, today's behaviour."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cli.app import app
+from cli.lifecycle import stackfile, sync
+from infra.config import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STACK = """# team stack: edited by people and by the watcher
+config:
+  aws:region: us-east-1
+  spotctl:cloud: aws
+  spotctl:region: us-east-1
+  spotctl:zones: [us-east-1a, us-east-1b]
+  spotctl:jobs:
+    # the single-node job
+    - id: train
+      instanceType: p4d.24xlarge
+      zone: us-east-1a
+      command: python train.py   # keep this comment
+      attempt: 3
+      state: running
+
+    # a gang
+    - id: gang
+      instanceType: p4d.24xlarge
+      zone: us-east-1a
+      command: torchrun train.py
+      nodes: 2
+      attempt: 1
+      state: running
+"""
+KEY = "team.spotctl/Pulumi.team.yaml"
+PATH = Path("stacks/Pulumi.team.yaml")
+
+
+def set_field(text: str, job: str, name: str, value) -> str:
+    """``text`` with one job's field changed, as a person or spotctl would edit it (line-preserving)."""
+    out = stackfile._splice_job_fields(text, job, {name: value})
+    assert out is not None
+    return out
+
+
+def jobs_of(text: str) -> dict[str, dict]:
+    doc = stackfile.plain(stackfile._parse(PATH, text, shared=False).doc)
+    return {j["id"]: j for j in doc["config"]["spotctl:jobs"]}
+
+
+# ---- the merge (pure) -------------------------------------------------------------------------------------
+
+
+def test_different_jobs_changed_on_each_side_are_merged_keeping_the_local_layout():
+    ours = set_field(STACK, "train", "attempt", 4)
+    theirs = set_field(STACK, "gang", "state", "completed")
+    merged = sync.merge(PATH, STACK, ours, theirs)
+    assert merged.text == set_field(ours, "gang", "state", "completed")  # every comment and blank line kept
+    assert (merged.from_shared, merged.from_local) == (["gang"], ["train"])
+
+
+def test_the_same_job_changed_on_both_sides_is_one_error_naming_it():
+    ours = set_field(STACK, "train", "attempt", 4)
+    theirs = set_field(STACK, "train", "capacity", "on-demand")
+    with pytest.raises(sync.Conflict) as err:
+        sync.merge(PATH, STACK, ours, theirs, where="the shared copy s3://b/k")
+    assert str(err.value) == f"{PATH}: job train changed both here and in the shared copy s3://b/k: nothing was written"
+    # the same change on both sides is no conflict; --keep picks a side
+    assert sync.merge(PATH, STACK, ours, ours).text == ours
+    assert jobs_of(sync.merge(PATH, STACK, ours, theirs, keep="shared").text)["train"]["capacity"] == "on-demand"
+    assert sync.merge(PATH, STACK, ours, theirs, keep="local").text == ours
+
+
+def test_jobs_added_and_removed_on_the_other_side_arrive_in_place():
+    extra = "    - id: extra\n      instanceType: g5.xlarge\n      zone: us-east-1b\n      command: python x.py\n"
+    theirs = STACK.replace("\n    # a gang\n", "\n" + extra + "\n    # a gang\n")
+    merged = sync.merge(PATH, STACK, STACK, theirs)  # nothing changed here: the shared copy as it is
+    assert merged.text == theirs and merged.from_shared == ["extra"]
+    ours = set_field(STACK, "gang", "attempt", 2)
+    merged = sync.merge(PATH, STACK, ours, theirs)
+    assert list(jobs_of(merged.text)) == ["train", "extra", "gang"] and jobs_of(merged.text)["gang"]["attempt"] == 2
+    removed = STACK[:STACK.index("\n    # a gang")] + "\n"
+    assert list(jobs_of(sync.merge(PATH, STACK, set_field(STACK, "train", "attempt", 5), removed).text)) == ["train"]
+
+
+def test_without_a_base_only_what_one_side_lacks_is_taken():
+    extra = "    - id: extra\n      instanceType: g5.xlarge\n      zone: us-east-1b\n      command: python x.py\n"
+    assert list(jobs_of(sync.merge(PATH, None, STACK, STACK + extra).text)) == ["train", "gang", "extra"]
+    with pytest.raises(sync.Conflict, match="job train changed both here"):
+        sync.merge(PATH, None, STACK, set_field(STACK, "train", "attempt", 9))
+
+
+def test_a_merge_that_is_not_a_valid_stack_file_is_refused():
+    theirs = set_field(STACK, "gang", "zone", "us-west-2a")  # not in the region
+    with pytest.raises(ConfigError, match="zone"):
+        sync.merge(PATH, STACK, set_field(STACK, "train", "attempt", 4), theirs)
+
+
+ids = st.sampled_from(["train", "gang"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ours_edits=st.dictionaries(ids, st.integers(1, 50), max_size=2), theirs_edits=st.dictionaries(ids, st.integers(1, 50), max_size=2))
+def test_merge_takes_each_jobs_change_from_the_side_that_made_it(ours_edits, theirs_edits):
+    ours, theirs = STACK, STACK
+    for job, attempt in ours_edits.items():
+        ours = set_field(ours, job, "attempt", attempt)
+    for job, attempt in theirs_edits.items():
+        theirs = set_field(theirs, job, "attempt", attempt)
+    base = jobs_of(STACK)
+    clash = [j for j in ("train", "gang") if jobs_of(ours)[j] != base[j] and jobs_of(theirs)[j] != base[j]
+             and jobs_of(ours)[j] != jobs_of(theirs)[j]]
+    if clash:
+        with pytest.raises(sync.Conflict, match=f"job {clash[0]}"):
+            sync.merge(PATH, STACK, ours, theirs)
+        return
+    merged = jobs_of(sync.merge(PATH, STACK, ours, theirs).text)
+    for job in ("train", "gang"):
+        want = theirs_edits.get(job) if jobs_of(ours)[job] == base[job] else ours_edits.get(job)
+        assert merged[job]["attempt"] == (want if want is not None else base[job]["attempt"])
+
+
+# ---- S3: moto in server mode --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bucket(moto_server):
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="evts")
+    return "evts"
+
+
+def shared_text(bucket_name: str = "evts") -> str:
+    import boto3
+
+    return boto3.client("s3", region_name="us-east-1").get_object(Bucket=bucket_name, Key=KEY)["Body"].read().decode()
+
+
+def cloud():
+    from cli.cloud import Cloud
+    from infra.config import StackConfig
+
+    return Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
+
+
+def test_s3_conditional_writes_never_overwrite_each_other(bucket):
+    from cli.cloud import PreconditionFailed
+
+    c = cloud()
+    assert c.object_generation(bucket, KEY) is None and c.read_object(bucket, KEY) is None
+    first = c.write_object(bucket, KEY, b"one", None)  # If-None-Match: *
+    with pytest.raises(PreconditionFailed):
+        c.write_object(bucket, KEY, b"two", None)  # it exists now
+    second = c.write_object(bucket, KEY, b"two", first)  # If-Match: the ETag seen
+    with pytest.raises(PreconditionFailed):
+        c.write_object(bucket, KEY, b"three", first)  # a writer that saw "one": loses
+    assert c.read_object(bucket, KEY) == (b"two", second) and c.object_generation(bucket, KEY) == second
+
+
+@pytest.fixture
+def machines(tmp_path, monkeypatch, bucket):
+    """Two checkouts of one project (a laptop and the watcher VM) sharing the bucket; ``use(name)``
+    makes one the working directory. Both start synced with the same file."""
+    homes = {}
+    for name in ("laptop", "watcher"):
+        home = tmp_path / name
+        (home / "stacks").mkdir(parents=True)
+        shutil.copy(ROOT / "Pulumi.yaml", home / "Pulumi.yaml")
+        (home / "stacks" / "Pulumi.team.yaml").write_text(STACK)
+        homes[name] = home
+    monkeypatch.delenv("PULUMI_STACK", raising=False)
+
+    def use(name: str) -> Path:
+        monkeypatch.chdir(homes[name])
+        return homes[name] / "stacks" / "Pulumi.team.yaml"
+
+    return use
+
+
+def cli(runner, *args: str):
+    return runner.invoke(app, [*args, "--stack", "team"])
+
+
+def events(path: Path, *docs: tuple) -> Path:
+    with path.open("a") as fh:
+        for job, attempt, event, minute in docs:
+            fh.write(json.dumps({"job": job, "attempt": attempt, "node": 0, "event": event,
+                                 "time": f"2026-11-21T10:{minute:02d}:00+00:00", "details": {}}) + "\n")
+    return path
+
+
+def test_sync_creates_then_pulls_and_pushes(machines, runner):
+    laptop = machines("laptop")
+    first = cli(runner, "sync", "--events-bucket", "evts", "--json")
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.stdout)
+    assert (report["pushed"], report["pulled"], report["key"]) == (True, False, KEY)
+    assert shared_text() == STACK == laptop.read_text()
+    again = cli(runner, "sync")  # the bucket is remembered
+    assert again.exit_code == 0 and again.stdout.startswith(f"{PATH}: in sync with the shared copy s3://evts/{KEY}")
+    laptop.write_text(set_field(STACK, "gang", "capacity", "on-demand"))  # a hand edit
+    pushed = cli(runner, "sync")
+    assert pushed.exit_code == 0 and "written to the shared copy" in pushed.stdout
+    assert jobs_of(shared_text())["gang"]["capacity"] == "on-demand"
+
+
+def test_the_watcher_acted_then_a_laptop_resume_pulls_first_and_uses_the_new_attempt(machines, runner, tmp_path):
+    machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    watcher_file = machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+    acted = cli(runner, "watch", "--once", "--no-poll", "--no-apply", "--json", "--events-dir", str(seen))
+    assert acted.exit_code == 0, acted.output
+    assert jobs_of(watcher_file.read_text())["train"]["attempt"] == 4
+    assert jobs_of(shared_text())["train"]["attempt"] == 4  # pushed right after the edit
+
+    laptop_file = machines("laptop")
+    assert jobs_of(laptop_file.read_text())["train"]["attempt"] == 3  # stale until it pulls
+    status = cli(runner, "status")
+    assert status.exit_code == 0 and f"{PATH} is behind the shared copy s3://evts/{KEY}" in status.stderr
+    # The laptop's resume sees the old attempt's preemption: after the pull that attempt is history.
+    stale = cli(runner, "resume", "train", "--no-apply", "--events-dir", str(seen), "--json")
+    assert stale.exit_code == 0, stale.output
+    assert json.loads(stale.stdout)["changed"] is False
+    assert jobs_of(laptop_file.read_text())["train"]["attempt"] == 4
+    assert laptop_file.read_text() == set_field(STACK, "train", "attempt", 4)  # comments and blank lines kept
+    events(seen, ("train", 4, "preempted", 50))
+    fresh = cli(runner, "resume", "train", "--no-apply", "--events-dir", str(seen), "--json")
+    assert json.loads(fresh.stdout)["fields"] == {"attempt": 5, "state": "running"}
+    assert jobs_of(shared_text())["train"]["attempt"] == 5
+
+
+def test_edits_of_different_jobs_on_two_machines_are_merged(machines, runner):
+    laptop_file = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0  # the watcher's edit, pushed
+    machines("laptop")
+    laptop_file.write_text(set_field(STACK, "train", "capacity", "on-demand"))  # a hand edit, not pushed yet
+    result = cli(runner, "sync", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["from_shared"], report["from_local"], report["pushed"]) == (["gang"], ["train"], True)
+    want = set_field(set_field(STACK, "train", "capacity", "on-demand"), "gang", "state", "completed")
+    assert laptop_file.read_text() == want and shared_text() == want
+
+
+def test_the_same_job_edited_on_two_machines_is_an_error_and_nothing_is_written(machines, runner):
+    laptop_file = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    assert cli(runner, "failover", "train", "--no-apply").exit_code == 0  # pushed: train on on-demand, attempt 4
+    machines("laptop")
+    mine = set_field(STACK, "train", "command", "python train.py --lr 3e-4").replace("\n", "\r\n")  # CRLF, as on Windows
+    laptop_file.write_bytes(mine.encode())
+    result = cli(runner, "complete", "gang", "--no-apply")
+    assert result.exit_code == 1
+    assert result.output == (f"error: {PATH}: job train changed both here and in the shared copy s3://evts/{KEY} "
+                             f"(generation {json.loads(shared_etag())}): nothing was written (keep one side: "
+                             "`spotctl sync --stack team --keep local` or `--keep shared`, or make the job the same in both)\n")
+    assert laptop_file.read_bytes() == mine.encode()  # not even gang's completion
+    kept = cli(runner, "sync", "--keep", "local")
+    assert kept.exit_code == 0, kept.output
+    assert laptop_file.read_bytes() == mine.encode()  # line ends kept; the shared copy now holds this file
+    assert jobs_of(shared_text().replace("\r\n", "\n"))["train"]["command"] == "python train.py --lr 3e-4"
+
+
+def shared_etag() -> str:
+    import boto3
+
+    return json.dumps(boto3.client("s3", region_name="us-east-1").head_object(Bucket="evts", Key=KEY)["ETag"])
+
+
+def test_a_lost_race_rolls_back_pulls_and_decides_again(machines, runner):
+    """Between this machine's pull and its push another writer wins: the conditional write fails, the
+    local edit is undone, what won is merged, and the edit is decided again on it."""
+    from cli.cloud import Cloud
+
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    real = cloud()
+
+    class Racing(Cloud):
+        raced = False
+
+        def write_object(self, bucket, key, data, expected):
+            if not Racing.raced:  # the watcher pushes first
+                Racing.raced = True
+                real.write_object(bucket, key, set_field(STACK, "train", "capacity", "on-demand").encode(), expected)
+            return real.write_object(bucket, key, data, expected)
+
+    session = sync.Shared(stackfile.resolve("team", None), Racing(real.cfg, "team"), "evts", warn=pytest.fail)
+    decided: list[str] = []
+
+    def decide(current, written):
+        decided.append(current.job("train").capacity.value)
+        return {"attempt": written["attempt"] + 1}
+
+    with stackfile.sharing(path, session):
+        stackfile.update_job(path, "train", decide)
+    assert decided == ["spot", "on-demand"]  # decided again, on the file with the watcher's edit
+    want = set_field(set_field(STACK, "train", "capacity", "on-demand"), "train", "attempt", 4)
+    assert path.read_text() == want and shared_text() == want
+
+
+def test_unreachable_bucket_is_one_warning_and_the_command_works_as_today(machines, runner, monkeypatch):
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    result = cli(runner, "complete", "gang", "--no-apply")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"the shared copy s3://evts/{KEY} cannot be reached" in warnings[0]
+    assert result.stdout.startswith("job gang: state=completed (") and result.stdout.endswith(f"— written to {PATH}\n")
+    assert jobs_of(path.read_text())["gang"]["state"] == "completed"
+    monkeypatch.undo()  # reachable again (the fixtures' environment is set up anew below)
+
+
+def test_a_stack_file_never_synced_is_left_alone(project, runner, fake_pulumi):
+    """No record and no watcher: no bucket is asked, no warning, nothing in stacks/.spotctl about sync."""
+    result = runner.invoke(app, ["complete", "bert-eval", "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 0 and "warning" not in result.output
+    assert not sync.record_path(Path("stacks/Pulumi.example-gcp.yaml")).exists()
+
+
+def test_the_watcher_sees_jobs_added_elsewhere(machines, runner, tmp_path):
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    laptop_file = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    added = STACK + "    - id: extra\n      instanceType: g5.xlarge\n      zone: us-east-1b\n      command: python x.py\n" \
+                    "      attempt: 1\n      state: running\n"
+    laptop_file.write_text(added)
+    assert cli(runner, "sync").exit_code == 0
+    machines("watcher")
+    seen = events(tmp_path / "ev.jsonl", ("extra", 1, "preempted", 10))
+    result = cli(runner, "watch", "--once", "--no-poll", "--no-apply", "--json", "--events-dir", str(seen))
+    assert result.exit_code == 0, result.output
+    acted = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(a["job"], a["action"], a["fields"]) for a in acted] == [("extra", "resume", {"attempt": 2, "state": "running"})]
+    assert jobs_of(shared_text())["extra"]["attempt"] == 2
+
+
+# ---- GCS: the drill's emulator (JSON API, ifGenerationMatch) ---------------------------------------------
+
+
+def test_gcs_path_pulls_merges_and_refuses_a_stale_generation(project, runner, monkeypatch):
+    from cli.cloud import Cloud, PreconditionFailed
+    from cli.drill.emulator import Emulator
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    key = "example-gcp.spotctl/Pulumi.example-gcp.yaml"
+    with Emulator() as emu:
+        monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
+        first = runner.invoke(app, ["sync", "--stack", "example-gcp", "--events-bucket", "gcs-evts", "--json"])
+        assert first.exit_code == 0, first.output
+        generation = json.loads(first.stdout)["generation"]
+        c = Cloud(stackfile.load(stackfile.resolve("example-gcp", None)), "example-gcp")
+        assert c.read_object("gcs-evts", key) == (path.read_bytes(), generation)
+        edited = stackfile._splice_job_fields(path.read_text(), "vit-finetune", {"attempt": 4})
+        newer = c.write_object("gcs-evts", key, edited.encode(), generation)  # another machine
+        with pytest.raises(PreconditionFailed):
+            c.write_object("gcs-evts", key, b"stale", generation)
+        with pytest.raises(PreconditionFailed):
+            c.write_object("gcs-evts", key, b"exists", None)
+        result = runner.invoke(app, ["sync", "--stack", "example-gcp", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["from_shared"] == ["vit-finetune"] and json.loads(result.stdout)["generation"] == newer
+        assert path.read_text() == edited
