@@ -122,6 +122,9 @@ def node_disks(slug: str, job: Job, rank: int) -> tuple[tuple[DiskPlan, ...], tu
       protected until the new attempt has started;
     - ``release``: the old disk is no longer declared (deleted; the move unprotects it first) and
       the snapshot leaves the program but is kept in the cloud (``retain_on_delete``).
+
+    A move that moved on (``move.held``: its earlier target refused the new attempt) also declares
+    the disks left in the held zones, protected and unattached, until its release.
     """
     protect = job.state is not JobState.COMPLETED
     # A move with a regional disk keeps the disk: only snapshot moves make a new generation.
@@ -138,13 +141,17 @@ def node_disks(slug: str, job: Job, rank: int) -> tuple[tuple[DiskPlan, ...], tu
 
     if move is None or step == "release":
         return (disk(cur, job.zone, True, False),), ()
+    # Disks an earlier move left (its attempt never started in its target): the generations just
+    # before the one this move leaves, protected until this move's release.
+    source = cur if step in ("snapshot", "restore") else cur - 1
+    held = [disk(source - len(move.held) + i, zone, False, False) for i, zone in enumerate(move.held)]
     if step in ("snapshot", "restore"):
-        disks = [disk(cur, move.from_, True, False)]
+        disks = [*held, disk(cur, move.from_, True, False)]
         if step == "restore":
             disks.append(disk(cur + 1, move.to, False, True))
         return tuple(disks), (SnapshotPlan(cur + 1, snapshot_name(slug, job.id, rank, cur + 1), move.from_),)
     # start: the zone history already lists the zone left.
-    return ((disk(cur - 1, move.from_, False, False), disk(cur, move.to, True, True)),
+    return ((*held, disk(cur - 1, move.from_, False, False), disk(cur, move.to, True, True)),
             (SnapshotPlan(cur, snapshot_name(slug, job.id, rank, cur), move.from_),))
 
 

@@ -206,6 +206,10 @@ class Move(_Model):
     # When the move began (its snapshot step was written): the move's changeover is measured from
     # here to the new attempt's `started` event (``cli.lifecycle.move.move_changeovers``).
     began: AwareDatetime | None = None
+    # Zones whose disks earlier moves left behind, oldest first, still protected: a move whose new
+    # attempt was refused in its target zone (never started) moved on from there to ``to``; those
+    # disks go with this move's release, once its new attempt has started (``infra.common.node_disks``).
+    held: list[Name] = Field(default_factory=list)
 
 
 class ZoneStay(_Model):
@@ -602,6 +606,13 @@ def _move_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, s
         problems.append((f"jobs[{i}].move", "a job with bootDisk 'keep' cannot move yet (only its job disks would follow)"))
     if move.step in ("start", "release") and not job.zone_history:
         problems.append((f"jobs[{i}].zoneHistory", f"step {move.step!r} needs the zone the job left ({move.from_!r})"))
+    for zone in move.held:
+        if zone not in cfg.zones:
+            problems.append((f"jobs[{i}].move.held", _choice_message("zone", zone, cfg.zones)))
+    generations = sum(not stay.same_disk for stay in job.zone_history) - (move.step in ("start", "release"))
+    if len(move.held) > generations:
+        problems.append((f"jobs[{i}].move.held", f"names {len(move.held)} zone(s) whose disks were left, but the zone "
+                         f"history has only {max(generations, 0)} earlier move(s)"))
 
 
 def _replica_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, str]]) -> None:

@@ -90,7 +90,9 @@ def test_zones_that_refused_recently_are_no_target():
     assert decide_zone_failover(j, [], refused={"us-east-1b": now - timedelta(minutes=5)}, **kwargs).zone == "us-east-1c"
     assert decide_zone_failover(j, [], refused={"us-east-1b": now - timedelta(hours=3)}, **kwargs).zone == "us-east-1b"
     gone = decide_zone_failover(j, [], refused={z: now for z in ("us-east-1b", "us-east-1c")}, **kwargs)
-    assert gone.choice == "stay"
+    # Every other zone refused just now: no move, and the choice in place is said (the policy waits for spot).
+    assert gone.choice == "wait" and "us-east-1b: refused capacity 0.00 h ago" in gone.reason, gone
+    assert "the job's policy waits for spot: retry here" in gone.reason
 
 
 # ---- the watcher against the fake pulumi: us-east-1a has no capacity ---------------------------------------
@@ -99,7 +101,7 @@ STACK = """config:
   aws:region: us-east-1
   spotctl:cloud: aws
   spotctl:region: us-east-1
-  spotctl:zones: [us-east-1a, us-east-1b]
+  spotctl:zones: [us-east-1a, us-east-1b, us-east-1c]
   spotctl:jobs:
     - id: train
       instanceType: p4d.24xlarge
@@ -107,7 +109,7 @@ STACK = """config:
       command: python train.py
       attempt: 3
       state: running
-      zoneHistory: [{zone: us-east-1b, lastAttempt: 2, moveBegan: '2026-11-21T08:00:00Z'}]
+      zoneHistory: [{zone: us-east-1c, lastAttempt: 2, moveBegan: '2026-11-21T08:00:00Z'}]
 """
 
 
@@ -194,14 +196,15 @@ def test_watch_waits_then_moves_the_job_once_waiting_cost_a_moves_time(refusing,
     assert [c[2].split("::")[-1] for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]] == ["job-train-n0-m1-volume"]
     j = the_job()
     assert (j.zone, j.attempt, j.move) == ("us-east-1b", 5, None)
-    assert [(z.zone, z.last_attempt) for z in j.zone_history] == [("us-east-1b", 2), ("us-east-1a", 4)]
+    assert [(z.zone, z.last_attempt) for z in j.zone_history] == [("us-east-1c", 2), ("us-east-1a", 4)]
 
 
 def test_watch_takes_on_demand_in_place_when_the_deadline_cannot_absorb_a_move(refusing, project, fake_pulumi):
     path = project / "stacks" / "Pulumi.team.yaml"
     path.write_text(path.read_text().replace("      attempt: 3\n", "      attempt: 3\n      jobHours: 10\n      deadlineHours: 10.5\n")
-                    .replace("zoneHistory: [{zone: us-east-1b, lastAttempt: 2, moveBegan: '2026-11-21T08:00:00Z'}]",
-                             "zoneHistory: []"))  # no past move: the default changeover (1 h)
+                    .replace("zoneHistory: [{zone: us-east-1c, lastAttempt: 2, moveBegan: '2026-11-21T08:00:00Z'}]",
+                             "zoneHistory: []"))
+    assert "zoneHistory: []" in path.read_text()  # no past move: the default changeover (1 h)
     clock, records = [T0 + timedelta(minutes=1)], []
     run_watch(refusing, clock, records)
     clock[0] = datetime.fromisoformat(records[-1]["next_try"])

@@ -111,6 +111,7 @@ def test_aws_move_restores_volumes_in_the_new_az_and_moves_the_master_eni():
     ({"move": MOVE | {"step": "snapshot"}, "state": "completed"}, "jobs[0].move: a completed job cannot move"),
     ({"move": MOVE | {"step": "start"}, "state": "running"}, "jobs[0].zone: is 'us-central1-a' but the move's step 'start'"),
     ({"move": MOVE | {"step": "bogus"}}, "jobs[0].move.step"),
+    ({"move": MOVE | {"step": "snapshot", "held": ["us-central1-c"]}, "state": "stopped"}, "jobs[0].move.held: names 1 zone(s)"),
 ])
 def test_bad_move_records_are_refused_with_their_key(fields, message):
     with pytest.raises(ConfigError) as exc:
@@ -147,6 +148,36 @@ def test_a_gang_releases_only_when_every_node_started():
     assert next_step(job, "us-central1-b", [Event("train", 2, 0, "started", T0)]).noop
     both = [Event("train", 2, r, "started", T0 + timedelta(seconds=r)) for r in (0, 1)]
     assert not next_step(job, "us-central1-b", both).noop
+
+
+def test_a_move_whose_attempt_never_started_moves_on_and_holds_the_disks_it_left():
+    job = as_job(**GCP_STEPS["start"])
+    on = next_step(job, "us-central1-c", [], T0)
+    assert on.fields == {"state": "stopped", "move": {"from": "us-central1-b", "to": "us-central1-c", "step": "snapshot",
+                                                      "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z"}}
+    assert "attempt 2 never started in us-central1-b; moving on to us-central1-c" in on.reason
+    with pytest.raises(LifecycleError, match="its new attempt started there"):
+        next_step(job, "us-central1-c", [Event("train", 2, 0, "started", T0)])
+
+
+def test_the_plan_of_a_move_that_moved_on_keeps_every_left_disk_until_its_release():
+    held = {"from": "us-central1-b", "to": "us-central1-c", "held": ["us-central1-a"]}
+    history = HISTORY + [{"zone": "us-central1-b", "lastAttempt": 2}]
+
+    def plan(fields):
+        cfg = validate(stack_config(GCP_BASE | {"zones": ["us-central1-a", "us-central1-b", "us-central1-c"]},
+                                    jobs=[gcp_job(**fields)]), "test")
+        return job_resources(planner.run(cfg, "team"), "Disk")
+
+    snap = plan({"state": "stopped", "zone": "us-central1-b", "attempt": 2, "zoneHistory": HISTORY, "move": held | {"step": "snapshot"}})
+    assert {n: (d.inputs["zone"], d.protect) for n, d in snap.items()} == {
+        "job-train-n0-disk": ("us-central1-a", True), "job-train-n0-m1-disk": ("us-central1-b", True)}
+    start = plan({"state": "running", "zone": "us-central1-c", "attempt": 3, "zoneHistory": history, "move": held | {"step": "start"}})
+    assert {n: d.inputs["zone"] for n, d in start.items()} == {
+        "job-train-n0-disk": "us-central1-a", "job-train-n0-m1-disk": "us-central1-b", "job-train-n0-m2-disk": "us-central1-c"}
+    assert all(d.protect for d in start.values())
+    release = plan({"state": "running", "zone": "us-central1-c", "attempt": 3, "zoneHistory": history, "move": held | {"step": "release"}})
+    assert list(release) == ["job-train-n0-m2-disk"]
 
 
 def test_what_cannot_move():

@@ -253,7 +253,6 @@ def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC), lea
 # snapshot is a full copy (cloud.google.com/compute/docs/disks/create-snapshots). One hour is
 # deliberately long, so an unmeasured move must earn its place; the job's own moves replace it.
 DEFAULT_MOVE_H = 1.0
-RECENT_REFUSAL_H = 1.0  # a zone that refused capacity this recently is no target for a move
 
 
 def move_changeover_h(job: Job, events: list[Event]) -> tuple[float, int]:
@@ -272,19 +271,24 @@ def decide_zone_failover(job: Job, events: list[Event], *, zones: list[str], ref
                          in_place: Callable[[], Capacity], now: datetime, price_ratio: float = DEFAULT_PRICE_RATIO):
     """The zone failover's decision (``cli.policy.failover``) for a job whose resume was refused for
     capacity ``refusals`` times in its zone: the job's measured changeovers, progress and deadline,
-    and the stack's other zones that did not refuse within ``RECENT_REFUSAL_H`` (in config order).
+    the zones it may move to (``eligible_zones``: refusals from the journal, departures from the
+    zone history) and its moves within the move window (the zone history: durable across watchers).
     ``in_place()`` asks the job's policy for its zone, only when a move is possible at all."""
-    from cli.policy.failover import FailoverObservation, make_failover
+    from cli.policy.failover import MOVE_WINDOW_H, FailoverObservation, eligible_zones, make_failover
 
     obs, _ = observation_for(job, events, now, price_ratio=price_ratio)
     move_h, _ = move_changeover_h(job, events)
-    recent = {z for z, t in refused.items() if _hours(t, now) < RECENT_REFUSAL_H}
     reachable = job.disk_replica_zones or zones  # a regional disk moves only between its two zones
-    candidates = tuple(z for z in reachable if z != job.zone and z not in recent)
+    left: dict[str, float] = {}
+    for stay in job.zone_history:
+        if stay.move_began is not None:
+            left[stay.zone] = min(left.get(stay.zone, math.inf), _hours(stay.move_began, now))
+    candidates, blocked = eligible_zones(job.zone, reachable, {z: _hours(t, now) for z, t in refused.items()}, left)
+    moves = sum(_hours(s.move_began, now) < MOVE_WINDOW_H for s in job.zone_history if s.move_began is not None)
     allowed = job.move_on_capacity and job.boot_disk != "keep"
     return make_failover().decide(FailoverObservation(
         refusals=refusals, waited_h=_hours(refused_since, now) if refused_since else 0.0, next_wait_h=next_wait_h,
         move_h=move_h, changeover_h=obs.changeover_h, price_ratio=obs.price_ratio, work_left_h=obs.work_left_h,
         slack_h=obs.slack_h if math.isfinite(obs.deadline_h) else math.inf,
-        in_place="on-demand" if allowed and candidates and in_place() is Capacity.ON_DEMAND else "spot",
-        candidates=candidates, allowed=allowed, tick_h=obs.tick_h))
+        in_place="on-demand" if allowed and (candidates or blocked) and in_place() is Capacity.ON_DEMAND else "spot",
+        candidates=candidates, allowed=allowed, tick_h=obs.tick_h, blocked=blocked, moves_in_window=moves))

@@ -36,10 +36,11 @@ def _iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _record(job: Job, step: str) -> dict[str, str]:
+def _record(job: Job, step: str) -> dict[str, Any]:
     assert job.move is not None
     began = {"began": _iso(job.move.began)} if job.move.began else {}
-    return {"from": job.move.from_, "to": job.move.to, "step": step} | began
+    held = {"held": list(job.move.held)} if job.move.held else {}
+    return {"from": job.move.from_, "to": job.move.to, "step": step} | began | held
 
 
 def _stay(zone: str, last_attempt: int, began: datetime | None) -> dict[str, Any]:
@@ -70,8 +71,11 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
             fields["state"] = S.value
         return Change(job.id, fields, f"move step snapshot: {reason}")
     if move.to != to:
+        if move.step == "start" and _not_started(job, events):
+            return _move_on(job, to, now)
         raise LifecycleError(f"job {job.id} is moving to {move.to} (step {move.step}); "
-                             f"`spotctl move {job.id} --to-zone {move.to}` finishes that move first")
+                             f"`spotctl move {job.id} --to-zone {move.to}` finishes that move first"
+                             + (" (its new attempt started there)" if move.step == "start" else ""))
     words = {"frm": move.from_, "to": move.to, "attempt": job.attempt}
     if move.step == "snapshot":
         return Change(job.id, {"move": _record(job, "restore")}, "move step restore: " + REASONS["restore"].format(**words))
@@ -91,6 +95,22 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
                           f"`spotctl move {job.id} --to-zone {move.to}` again once it started", noop=True)
         return Change(job.id, {"move": _record(job, "release")}, "move step release: " + REASONS["release"].format(**words))
     return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
+
+
+def _move_on(job: Job, to: str, now: datetime | None) -> Change:
+    """The move's new attempt never started in its target zone (refused for capacity): move on from
+    there to ``to`` as a new move. Its disks there (restored, never used by a whole gang) are
+    snapshotted like any job disk; the disks the job left before stay protected (``held``) until
+    the attempt in ``to`` has started, and go with this move's release."""
+    move = job.move
+    assert move is not None
+    held = [*move.held, move.from_]
+    record = {"from": job.zone, "to": to, "step": "snapshot", "held": held} | ({"began": _iso(now)} if now else {})
+    check(job.id, job.state, S)
+    reason = (f"move step snapshot: attempt {job.attempt} never started in {job.zone}; moving on to {to}: "
+              + REASONS["snapshot"].format(frm=job.zone) + f"; the disks in {', '.join(held)} stay protected until "
+              f"an attempt has started in {to}")
+    return Change(job.id, {"move": record, "state": S.value}, reason)
 
 
 def _regional(job: Job, to: str, now: datetime | None) -> Change:
@@ -167,7 +187,7 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
         job = cfg.job(job_id)
     except KeyError as exc:
         raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
-    if job.zone != to and job.move is None and to not in cfg.zones:
+    if job.zone != to and to not in cfg.zones:
         raise ConfigError(str(ref.path), [f"job {job_id}: --to-zone {to!r} is not in spotctl:zones {cfg.zones}"])
     # The recorded step may not have been applied (a failed or interrupted update): apply it again.
     resuming = job.move is not None and job.move.to == to and applier is not None
@@ -211,9 +231,13 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
         result.applied_steps.append(False)
         result.finished = True
         return False
-    releasing = (change.fields.get("move") or {}).get("step") == "release"
-    outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm,
-                                    release=_releaser(ref, job_id, applier) if releasing else None)
+    record = change.fields.get("move") or {}
+    release = None
+    if record.get("step") == "release":
+        release = _releaser(ref, job_id, applier)
+    elif job.move is not None and record.get("to", job.move.to) != job.move.to:
+        release = _forget_snapshots(ref, job_id, job)
+    outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release)
     result.steps.append(outcome.change)
     result.applied_steps.append(outcome.applied)
     result.applied = result.applied or outcome.applied
@@ -249,6 +273,25 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> 
         if applier is not None and disks:
             applier.unprotect([d.urn for d in disks])
         return gone
+
+    return release
+
+
+def _forget_snapshots(ref: stackfile.StackRef, job_id: str, before: Job) -> operations.Release:
+    """Moving on drops the refused move's snapshots from the program (kept in the cloud:
+    ``retain_on_delete``): target them so Pulumi's state forgets them now, as a release does. No
+    disk may be among what the edit drops (every earlier disk is ``held``)."""
+
+    def release(targets: list[str]) -> list[str]:
+        from cli.plan import mocks as planner
+
+        current = stackfile.load(ref)
+        was = current.model_copy(update={"jobs": [before if j.id == job_id else j for j in current.jobs]})
+        gone = sorted(set(job_urns(planner.run(was, ref.name), job_id)) - set(targets))
+        disks = [u for u in gone if u.endswith("-disk") or u.endswith("-volume")]
+        if disks:
+            raise LifecycleError(f"job {job_id}: moving on would drop disk(s) {', '.join(disks)}: refused")
+        return [u for u in gone if u.endswith("-snapshot")]
 
     return release
 

@@ -142,18 +142,10 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     if waiting and now < memory.next_try and (job.state is JobState.RUNNING or job.move is not None):
         return None, [Note(job.id, "waiting-for-capacity", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1})")]
     if job.move is not None:
-        return _moving(job, [s.event for s in events], waiting), notes
+        return _moving(job, [s.event for s in events], waiting, memory, now, failover), notes
     if waiting and job.state is JobState.RUNNING:
         why = f"try {memory.tries + 1} after a capacity refusal"
-        choice = failover(job, [s.event for s in events], memory, now) if failover else None
-        if choice is None or choice.choice == "stay":
-            detail = f" ({choice.reason})" if choice else ""
-            return Action(job.id, "retry-capacity", job.attempt, f"{why}; the policy is asked again{detail}"), notes
-        if choice.choice == "wait":  # the policy wanted spot in place: try again
-            return Action(job.id, "retry-capacity", job.attempt, f"{why}: {choice.reason}", capacity="spot"), notes
-        if choice.choice == "on-demand":
-            return Action(job.id, "retry-capacity", job.attempt, f"{why}: {choice.reason}", capacity="on-demand"), notes
-        return Action(job.id, "move", job.attempt, f"{why}: {choice.reason}", zone=choice.zone), notes
+        return _after_refusal(job, why, failover(job, [s.event for s in events], memory, now) if failover else None), notes
     fresh = [s for s in events if s.id not in handled]
     stale = [s for s in fresh if s.event.attempt != job.attempt and s.event.event in ENDS]
     if stale:
@@ -197,14 +189,33 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     return None, notes
 
 
-def _moving(job: Job, events: list[Event], retry_due: bool) -> Action | None:
+def _after_refusal(job: Job, why: str, choice: Any) -> Action:
+    """A due retry after capacity refusals, as the zone failover decided it (None: no failover)."""
+    if choice is None or choice.choice == "stay":
+        detail = f" ({choice.reason})" if choice else ""
+        return Action(job.id, "retry-capacity", job.attempt, f"{why}; the policy is asked again{detail}")
+    if choice.choice == "wait":  # spot in place: try again
+        return Action(job.id, "retry-capacity", job.attempt, f"{why}: {choice.reason}", capacity="spot")
+    if choice.choice == "on-demand":
+        return Action(job.id, "retry-capacity", job.attempt, f"{why}: {choice.reason}", capacity="on-demand")
+    return Action(job.id, "move", job.attempt, f"{why}: {choice.reason}", zone=choice.zone)
+
+
+def _moving(job: Job, events: list[Event], retry_due: bool, memory: JobMemory, now: datetime,
+            failover: Failover | None) -> Action | None:
     """A move in progress (``spotctl move`` or an earlier watcher): the next step, once its new
-    attempt started (the old disks wait for that) or its start was refused and the retry is due."""
+    attempt started (the old disks wait for that). When that attempt was refused for capacity in
+    the target zone and the retry is due, the zone failover decides again, as in any zone: retry
+    there (spot or on-demand: the start step applied again with that capacity) or move on to a
+    zone that may move (the refused move's disks stay protected until an attempt started)."""
     move = job.move
     assert move is not None
     started = {e.node for e in events if e.attempt == job.attempt and e.event == "started"}
     if move.step == "start" and not retry_due and not started >= set(range(job.nodes)):
         return None
+    if move.step == "start" and retry_due and not started >= set(range(job.nodes)) and failover is not None:
+        why = f"try {memory.tries + 1} after a capacity refusal in {move.to}, the zone the job is moving to"
+        return _after_refusal(job, why, failover(job, events, memory, now))
     return Action(job.id, "move", job.attempt, f"continuing the move to {move.to} (step {move.step} recorded)", zone=move.to)
 
 
