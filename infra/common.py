@@ -42,6 +42,9 @@ class StackArgs:
     # Job id -> the job's secret env payload (infra.render.secret_payload) as a pulumi.Output marked
     # secret: the only form in which secret values exist in the program (infra.program.declare).
     secrets: Mapping[str, Any] = field(default_factory=dict)
+    # The other stacks of the project (stack files next to this one's): the GCP watcher's grant
+    # excludes those whose names extend this stack's (infra/gcp_watcher.py extending_slugs).
+    siblings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -650,9 +650,12 @@ def declare(args: StackArgs, plans: list[JobPlan]) -> dict[str, object]:
     def base_cls(name: str, args: StackArgs, opts=None) -> StackBase:
         return StackBase(name, args, plans, opts=opts)
 
-    from infra.gcp_watcher import Watcher
+    from infra.gcp_watcher import Watcher, shorter_slugs
 
     base, pools, jobs = declare_components(args, plans, base_cls, GpuPool, TrainingJob, opts=opts, watcher_cls=Watcher)
+    for other in shorter_slugs(args.slug, list(args.siblings)):
+        pulumi.log.warn(f"this stack's names start with {other}-, like stack {other}'s: if {other} declares "
+                        f"spotctl:watcher, run `pulumi up` on it once so its watcher's grant leaves this stack out")
     outputs: dict[str, object] = {
         "eventBucket": base.bucket.name,
         "preemptionTopic": base.topic.name,

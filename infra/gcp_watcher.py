@@ -3,14 +3,37 @@ stack, and the least-privilege service account it runs as (README "Watching a st
 
 The account may pull the preemption subscription, read the event bucket, read and write the Pulumi
 backend's prefix, read the stack's passphrase (or use its KMS key), and do what a targeted
-``pulumi up --refresh`` of this stack's jobs does: ``roles/compute.instanceAdmin.v1`` limited by an
-IAM condition to this stack's instance, disk and snapshot names (IAM conditions see resource names,
-not labels: https://cloud.google.com/iam/docs/conditions-resource-attributes), and acting as each
-job's own service account (a binding on that account, declared by the job: infra/gcp.py).
+``pulumi up --refresh`` of this stack's jobs does: ``roles/compute.instanceAdmin.v1`` limited by IAM
+conditions to this stack's instance, disk and snapshot names (IAM conditions see resource names,
+not labels: https://cloud.google.com/iam/docs/conditions-resource-attributes; ``resource.name``
+takes only startsWith, endsWith, extract, == and !=: conditions-attribute-reference), and acting as
+each job's own service account (a binding on that account, declared by the job: infra/gcp.py).
+
+Exact to the stack: the names are ``<slug>-<job>-...`` and both slugs and job ids contain '-', so
+stack ``team``'s prefix ``team-`` also starts stack ``team-b``'s names, and no prefix (nor endsWith)
+can tell them apart; renaming is no way out (a renamed disk is a new, empty disk) and exact names
+do not fit (an instance's name changes with every attempt the watcher starts, and a condition holds
+at most 12 logic operators). So the condition excludes, by name, the project's other stacks whose
+slug extends this one's (their stack files sit next to this one's; ``extending_slugs``), a job of
+this stack named into such a stack's names is refused at plan (``check_condition_covers_names``),
+and a stack created later is warned at its own plan that the older stack's grant covers it until
+that stack's next ``pulumi up``.
+
+What the role covers, checked against the role's permission list
+(https://cloud.google.com/compute/docs/access/iam#compute.instanceAdmin.v1; iann0036/iam-dataset
+gcp/roles/compute.instanceAdmin.v1.json, 2026-08): a move's compute.disks.createSnapshot,
+compute.snapshots.create/get/delete/setLabels/useReadOnly and compute.disks.create are all in it,
+on names the condition admits. A job's secret env values are refreshed by its targeted update:
+terraform-provider-google reads a secret (secretmanager.secrets.get), its IAM members
+(secrets.getIamPolicy) and its version (versions.get, then ``:access``: versions.access,
+resource_secret_manager_secret_version.go), so the job binds the watcher to
+``roles/secretmanager.viewer`` and ``roles/secretmanager.secretAccessor`` on that one secret
+(infra/gcp.py); writing a new version is not granted (the watcher never changes a secret).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -18,7 +41,8 @@ import pulumi_gcp as gcp
 
 from infra import contract
 from infra.common import StackArgs
-from infra.naming import disk_name, gcp_labels, instance_name, short_hash, snapshot_name
+from infra.contract.gcp import MAX_CONDITIONAL_BINDINGS, MAX_LOGIC_OPERATORS, logic_operators
+from infra.naming import boot_disk_name, gcp_labels, instance_name, short_hash, stack_slug
 from infra.render import WatcherContext, watcher_script
 
 DEBIAN_IMAGE = "projects/debian-cloud/global/images/family/debian-12"  # Shielded VM capable (UEFI)
@@ -38,43 +62,108 @@ def account_id(slug: str) -> str:
     return candidate if len(candidate) <= 30 else f"{candidate[:23].rstrip('-')}-{short_hash(candidate)}"
 
 
-def name_prefixes(project: str, zones: list[str], slug: str) -> dict[str, list[str]]:
-    """Resource-name prefixes (IAM's format ``projects/P/zones/Z/instances/NAME``) of this stack's
-    instances, disks and snapshots, per resource type."""
+def name_locations(project: str, zones: list[str]) -> dict[str, list[str]]:
+    """Where this stack's instances, disks and snapshots are named (IAM's format
+    ``projects/P/zones/Z/instances/NAME``), per resource type: ``{kind: [location prefix, ...]}``."""
     out: dict[str, list[str]] = {}
     for kind, paths in NAMED_TYPES.items():
         where = sorted({p.format(zone=z, region=z.rsplit("-", 1)[0]) for p in paths for z in zones})
-        out[kind] = [f"projects/{project}/{p}{slug}-" for p in where]
+        out[kind] = [f"projects/{project}/{p}" for p in where]
     return out
 
 
-def compute_condition(project: str, zones: list[str], slug: str, subnetwork: str) -> str:
-    """The CEL expression on the watcher's compute role: this stack's names for named types, this
-    stack's subnetwork, nothing of the excluded types, anything else the role covers (machine types,
-    zone operations, addresses)."""
-    clauses = []
-    for kind, prefixes in name_prefixes(project, zones, slug).items():
-        names = " || ".join(f'resource.name.startsWith("{p}")' for p in prefixes)
-        clauses.append(f'(resource.type == "compute.googleapis.com/{kind}" && ({names}))')
-    clauses.append(f'(resource.type == "compute.googleapis.com/Subnetwork" && resource.name == "{subnetwork}")')
-    others = " && ".join(f'resource.type != "compute.googleapis.com/{t}"' for t in (*NAMED_TYPES, *EXCLUDED_TYPES))
-    clauses.append(f"({others})")
-    return " || ".join(clauses)
+def extending_slugs(slug: str, siblings: list[str]) -> list[str]:
+    """The slugs of the project's other stacks whose names start with ``<slug>-``: stack ``team-b``'s
+    ``team-b-x-a1-n0`` starts with stack ``team``'s prefix ``team-``. Slugs and job ids both contain
+    '-', so no prefix of a name tells the two stacks apart, and renaming is no way out (a renamed disk
+    is a new, empty disk): the condition excludes them by name instead."""
+    return sorted({o for o in (stack_slug(s) for s in siblings) if o != slug and o.startswith(f"{slug}-")})
 
 
-def check_condition_covers_names(project: str, zones: list[str], slug: str, resource: str) -> None:
-    """The condition's prefixes must cover the names infra/naming.py gives a job's VMs, disks and
-    move snapshots in every zone of the stack (else a resume is refused with PERMISSION_DENIED)."""
-    prefixes = name_prefixes(project, zones, slug)
-    samples = {
-        "Instance": [f"projects/{project}/zones/{z}/instances/{instance_name(slug, 'job', 2, 0)}" for z in zones],
-        "Disk": [f"projects/{project}/{where}/disks/{disk_name(slug, 'job', 0, g)}"
-                 for z in zones for where in (f"zones/{z}", f"regions/{z.rsplit('-', 1)[0]}") for g in (0, 1)],
-        "Snapshot": [f"projects/{project}/global/snapshots/{snapshot_name(slug, 'job', 0, 1)}"],
-    }
-    missing = [s for kind, names in samples.items() for s in names if not any(s.startswith(p) for p in prefixes[kind])]
-    contract.enforce("gcp.watcher-condition-covers-names", resource,
-                     f"no condition prefix matches {', '.join(missing)}" if missing else None)
+def shorter_slugs(slug: str, siblings: list[str]) -> list[str]:
+    """The other way round: the project's stacks whose watcher's grant covered this stack's names
+    until their next ``pulumi up`` (they were planned before this stack existed)."""
+    return sorted({o for o in (stack_slug(s) for s in siblings) if o != slug and slug.startswith(f"{o}-")})
+
+
+@dataclass(frozen=True)
+class Clause:
+    """Resources of ``kind`` named ``<location><slug>-...`` but not ``<location><other>-...``."""
+
+    kind: str
+    location: str
+    slug: str
+    excluded: tuple[str, ...] = ()
+
+    def covers(self, name: str) -> bool:
+        return name.startswith(f"{self.location}{self.slug}-") and not any(
+            name.startswith(f"{self.location}{o}-") for o in self.excluded)
+
+    @property
+    def expression(self) -> str:
+        parts = [f'resource.type == "compute.googleapis.com/{self.kind}"',
+                 f'resource.name.startsWith("{self.location}{self.slug}-")']
+        parts += [f'!resource.name.startsWith("{self.location}{o}-")' for o in self.excluded]
+        return "(" + " && ".join(parts) + ")"
+
+
+def compute_conditions(project: str, zones: list[str], slug: str, subnetwork: str,
+                       excluded: list[str]) -> list[str]:
+    """The CEL expressions of the watcher's ``roles/compute.instanceAdmin.v1`` bindings (one binding
+    each; the role is granted where any of them holds): this stack's names for the named types, this
+    stack's subnetwork, and anything else the role covers but the excluded types (machine types, zone
+    operations, addresses). Packed so that no expression has more than ``MAX_LOGIC_OPERATORS``."""
+    clauses = [Clause(kind, where, slug, tuple(excluded))
+               for kind, locations in name_locations(project, zones).items() for where in locations]
+    parts = [c.expression for c in clauses]
+    parts.append(f'(resource.type == "compute.googleapis.com/Subnetwork" && resource.name == "{subnetwork}")')
+    out: list[str] = []
+    for part in parts:  # greedy: join with || while the binding stays within the limit
+        joined = f"{out[-1]} || {part}" if out else part
+        if out and logic_operators(joined) <= MAX_LOGIC_OPERATORS:
+            out[-1] = joined
+        else:
+            out.append(part)
+    out.append(" && ".join(f'resource.type != "compute.googleapis.com/{t}"' for t in (*NAMED_TYPES, *EXCLUDED_TYPES)))
+    return out
+
+
+def job_names(project: str, stack: str, slug: str, jobs: list) -> dict[str, list[tuple[str, str]]]:
+    """``{kind: [(job id, full resource name), ...]}`` of what the watcher must reach for each job: its
+    disks and move snapshots as declared now, its boot disk, and its VMs' next attempt (a resume)."""
+    from infra.common import job_plan
+
+    out: dict[str, list[tuple[str, str]]] = {"Instance": [], "Disk": [], "Snapshot": []}
+    for job in jobs:
+        plan = job_plan(stack, job)
+        for node in plan.nodes:
+            vm = instance_name(slug, job.id, job.attempt + 1, node.rank)
+            out["Instance"].append((job.id, f"projects/{project}/zones/{job.zone}/instances/{vm}"))
+            out["Disk"].append((job.id, f"projects/{project}/zones/{job.zone}/disks/{vm}"))  # a boot disk is named so
+            out["Disk"].append((job.id, f"projects/{project}/zones/{job.zone}/disks/{boot_disk_name(slug, job.id, node.rank)}"))
+            for d in node.disks:
+                where = f"regions/{d.zone.rsplit('-', 1)[0]}" if d.replica_zones else f"zones/{d.zone}"
+                out["Disk"].append((job.id, f"projects/{project}/{where}/disks/{d.name}"))
+            out["Snapshot"] += [(job.id, f"projects/{project}/global/snapshots/{s.name}") for s in node.snapshots]
+    return out
+
+
+def check_condition_covers_names(project: str, zones: list[str], slug: str, excluded: list[str], names: dict,
+                                 resource: str) -> None:
+    """Every name a job of this stack gets must be reached by the condition (else a resume is refused
+    with PERMISSION_DENIED): in a zone of the stack, with this stack's prefix, and not taken for a
+    stack excluded by name (this stack's job ``b-x`` is named like stack ``team-b``'s job ``x``)."""
+    clauses = [Clause(kind, where, slug, tuple(excluded))
+               for kind, locations in name_locations(project, zones).items() for where in locations]
+    missing = [f"{name} (job {job})" for kind, found in names.items() for job, name in found
+               if not any(c.kind == kind and c.covers(name) for c in clauses)]
+    clash = [o for o in excluded if any(f"/{o}-" in n for _, found in names.items() for _, n in found)]
+    problem = None
+    if missing:
+        problem = f"no condition reaches {', '.join(missing[:3])}"
+        if clash:
+            problem += f": the names are also stack {'/'.join(clash)}'s (slug {clash[0]}); rename the job"
+    contract.enforce("gcp.watcher-condition-covers-names", resource, problem)
 
 
 class Watcher(pulumi.ComponentResource):
@@ -105,15 +194,21 @@ class Watcher(pulumi.ComponentResource):
         bindings += self._state(name, w, child)
         bindings += self._secrets(name, w, project, child)
         subnetwork = subnetwork_path(cfg)
-        check_condition_covers_names(project, list(cfg.zones), args.slug, f"{name}-compute")
-        bindings.append(gcp.projects.IAMMember(
-            f"{name}-compute", project=project, role="roles/compute.instanceAdmin.v1", member=self.member,
-            condition=gcp.projects.IAMMemberConditionArgs(
-                title="spotctl-stack-resources", description=f"compute resources of stack {args.stack} only",
-                expression=compute_condition(project, list(cfg.zones), args.slug, subnetwork),
-            ),
-            opts=child,
-        ))
+        excluded = extending_slugs(args.slug, list(args.siblings))
+        check_condition_covers_names(project, list(cfg.zones), args.slug, excluded,
+                                     job_names(project, args.stack, args.slug, list(cfg.jobs)), f"{name}-compute")
+        expressions = compute_conditions(project, list(cfg.zones), args.slug, subnetwork, excluded)
+        contract.enforce("gcp.conditional-bindings-20", f"{name}-compute",
+                         f"{len(expressions)} conditional bindings of one role and member" if len(expressions) > MAX_CONDITIONAL_BINDINGS else None)
+        for i, expression in enumerate(expressions):
+            bindings.append(gcp.projects.IAMMember(
+                f"{name}-compute-{i}", project=project, role="roles/compute.instanceAdmin.v1", member=self.member,
+                condition=gcp.projects.IAMMemberConditionArgs(
+                    title=f"spotctl-stack-resources-{i}", description=f"compute resources of stack {args.stack} only",
+                    expression=expression,
+                ),
+                opts=child,
+            ))
         machine = w.machine("gcp")
         script = watcher_script(WatcherContext(
             cloud="gcp", stack=args.stack, region=cfg.region, project=project, repo=w.repo, ref=w.ref, backend=w.backend,

@@ -56,15 +56,16 @@ def declare(cfg: StackConfig, stack: str, env_secrets: Mapping[str, Mapping[str,
     ``env_secrets``: each job's secret env values in clear (``read_config``); they enter the program
     here as ``pulumi.Output.secret`` payloads and nowhere else."""
     plans = [job_plan(stack, job) for job in cfg.jobs]
+    siblings = secrets.sibling_stacks(stack, [Path.cwd(), Path(__file__).resolve().parent.parent])
     payloads = {job_id: pulumi.Output.secret(secret_payload(values)) for job_id, values in (env_secrets or {}).items()}
     if cfg.cloud == "gcp":
         from infra import gcp
 
-        outputs = gcp.declare(gcp.StackArgs(cfg, stack, stack_slug(stack), payloads), plans)
+        outputs = gcp.declare(gcp.StackArgs(cfg, stack, stack_slug(stack), payloads, siblings), plans)
     else:
         from infra import aws
 
-        outputs = aws.declare(aws.StackArgs(cfg, stack, stack_slug(stack), payloads), plans)
+        outputs = aws.declare(aws.StackArgs(cfg, stack, stack_slug(stack), payloads, siblings), plans)
     for key, value in outputs.items():
         pulumi.export(key, value)
     return outputs

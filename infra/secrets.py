@@ -145,6 +145,21 @@ def by_job(cfg: StackConfig, clear: Mapping[tuple[int, str], str]) -> dict[str, 
 def find_stack_file(stack: str, starts: list[Path]) -> Path | None:
     """``Pulumi.<stack>.yaml`` in the ``stackConfigDir`` (Pulumi.yaml) of the first project found at or
     above one of ``starts`` (the program's working directory, then the project the program lives in)."""
+    path = _stack_file_in(stack, starts)
+    return path if path is not None and path.is_file() else None
+
+
+def sibling_stacks(stack: str, starts: list[Path]) -> tuple[str, ...]:
+    """The other stacks of this stack's project: the ``Pulumi.<name>.yaml`` files next to its own
+    (found as ``find_stack_file`` finds it); () when the stack file is not found."""
+    path = find_stack_file(stack, starts)
+    if path is None:
+        return ()
+    own = path.name
+    return tuple(sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml") if p.name != own))
+
+
+def _stack_file_in(stack: str, starts: list[Path]) -> Path | None:
     import yaml
 
     for start in starts:

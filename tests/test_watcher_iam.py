@@ -14,9 +14,10 @@ from cli.plan import mocks as planner
 from infra import contract
 from infra.config import validate
 from infra.contract import ContractError
+from infra.contract.gcp import logic_operators
 from infra.naming import owner_value, ssm_parameter_name, stack_slug
-from tests.conftest import AWS_BASE, aws_job, stack_config
-from tests.iam_eval import allowed
+from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
+from tests.iam_eval import allowed, condition_holds
 
 AWS_WATCHER = {"backend": "s3://team-state/pulumi", "repo": "https://github.com/team/infra.git",
                "passphraseSecret": "/spotctl/team/passphrase"}
@@ -143,7 +144,7 @@ def test_every_job_and_pool_role_carries_the_boundary_and_it_covers_their_polici
     for s in granted:
         for action in [s["Action"]] if isinstance(s["Action"], str) else s["Action"]:
             for resource in [s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"]:
-                resource = resource.replace("*", "x") if not resource == "*" else "*"
+                resource = resource.replace("*", "x") if resource != "*" else "*"
                 assert allowed(document, action, resource), (action, resource)
     # ... and nothing of another stack's: its events, its secrets.
     events = bucket["Statement"][0]["Resource"].split("/")[0]
@@ -179,3 +180,85 @@ def test_a_role_declared_without_the_boundary_is_refused_at_plan(monkeypatch):
     monkeypatch.setattr(aws.iam, "Role", without_boundary)
     with pytest.raises(ContractError, match="aws.role-permissions-boundary"):
         planner.run(validate(stack_config(AWS_BASE, jobs=[aws_job()]), "x"), "other")
+
+
+# ---- GCP: the compute role's conditions -------------------------------------------------------
+
+
+GCP_WATCHER = {"backend": "gs://team-state/pulumi", "repo": "https://github.com/team/infra.git",
+               "passphraseSecret": "pulumi-passphrase"}
+COMPUTE = "compute.googleapis.com/"
+
+
+def gcp_raw(jobs=None) -> dict:
+    jobs = jobs or [gcp_job(), gcp_job(id="other", nodes=2, diskReplicaZones=["us-central1-a", "us-central1-b"])]
+    return {**stack_config(GCP_BASE, jobs=jobs), "watcher": GCP_WATCHER}
+
+
+@pytest.fixture
+def project_of_stacks(tmp_path, monkeypatch):
+    """A project whose stacks/ holds `team` and `team-b` (and `teamx`, which `team-` does not cover)."""
+    (tmp_path / "Pulumi.yaml").write_text("name: spotctl\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks").mkdir()
+    for stack in ("team", "team-b", "teamx"):
+        (tmp_path / "stacks" / f"Pulumi.{stack}.yaml").write_text("config: {}\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def compute_conditions_of(p: planner.Plan) -> list[str]:
+    found = [r.inputs for r in p.by_type("gcp:projects/iAMMember:IAMMember") if r.name.startswith("watcher-compute-")]
+    assert found and all(f["role"] == "roles/compute.instanceAdmin.v1" for f in found)
+    return [f["condition"]["expression"] for f in found]
+
+
+def granted(conditions: list[str], kind: str, name: str) -> bool:
+    return any(condition_holds(c, COMPUTE + kind, name) for c in conditions)
+
+
+def test_gcp_grant_reaches_this_stack_and_not_the_stack_extending_its_name(project_of_stacks):
+    conditions = compute_conditions_of(planner.run(validate(gcp_raw(), "x"), "team"))
+    z, r = "projects/proj-1/zones/us-central1-a", "projects/proj-1/regions/us-central1"
+    ours = [("Instance", f"{z}/instances/team-train-a2-n0"), ("Disk", f"{z}/disks/team-train-n0-disk"),
+            ("Disk", f"{z}/disks/team-train-n0-m1-disk"), ("Disk", f"{r}/disks/team-other-n1-disk"),
+            ("Disk", "projects/proj-1/zones/us-central1-b/disks/team-train-a3-n0"),
+            ("Snapshot", "projects/proj-1/global/snapshots/team-train-n0-m1-snap"),
+            ("Subnetwork", "projects/proj-1/regions/us-central1/subnetworks/default"),
+            ("MachineType", f"{z}/machineTypes/a2-highgpu-1g")]
+    for kind, name in ours:
+        assert granted(conditions, kind, name), (kind, name)
+    theirs = [("Instance", f"{z}/instances/team-b-train-a1-n0"), ("Disk", f"{z}/disks/team-b-train-n0-disk"),
+              ("Disk", f"{r}/disks/team-b-x-n0-disk"), ("Snapshot", "projects/proj-1/global/snapshots/team-b-train-n0-m1-snap"),
+              ("Instance", f"{z}/instances/teamx-train-a1-n0"), ("Instance", "projects/proj-1/zones/europe-west4-a/instances/team-train-a1-n0"),
+              ("Subnetwork", "projects/proj-1/regions/us-central1/subnetworks/other"),
+              ("InstanceTemplate", "projects/proj-1/global/instanceTemplates/team-pool"),
+              ("Firewall", "projects/proj-1/global/firewalls/team-allow-all")]
+    for kind, name in theirs:
+        assert not granted(conditions, kind, name), (kind, name)
+
+
+def test_gcp_every_condition_fits_the_iam_limits(project_of_stacks):
+    conditions = compute_conditions_of(planner.run(validate(gcp_raw(), "x"), "team"))
+    assert all(logic_operators(c) <= 12 for c in conditions) and len(conditions) <= 20
+    four_zones = {**gcp_raw(), "zones": ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"]}
+    conditions = compute_conditions_of(planner.run(validate(four_zones, "x"), "team"))
+    assert all(logic_operators(c) <= 12 for c in conditions) and len(conditions) <= 20
+
+
+def test_logic_operator_rule():
+    too_many = " || ".join(f'resource.name.startsWith("projects/p/zones/z{i}/instances/t-")' for i in range(14))
+    with pytest.raises(ContractError, match="gcp.condition-logic-operators-12") as err:
+        contract.check("gcp:projects/iAMMember:IAMMember", "m", {"condition": {"expression": too_many}})
+    assert "13 logic operators" in str(err.value)
+    assert logic_operators('!resource.name.startsWith("a&&b||!c") && resource.type != "x"') == 2
+    contract.check("gcp:projects/iAMMember:IAMMember", "m", {"condition": {"expression": too_many.rsplit(" || ", 1)[0]}})
+
+
+def test_a_job_named_like_the_extending_stacks_is_refused(project_of_stacks):
+    """Stack team's job b-x and stack team-b's job x get the same names: the grant cannot be exact."""
+    with pytest.raises(ContractError, match="gcp.watcher-condition-covers-names") as err:
+        planner.run(validate(gcp_raw([gcp_job(), gcp_job(id="b-x")]), "x"), "team")
+    assert "job b-x" in str(err.value) and "team-b" in str(err.value)
+    # Without such a sibling stack in the project the same job is fine.
+    (project_of_stacks / "stacks" / "Pulumi.team-b.yaml").unlink()
+    planner.run(validate(gcp_raw([gcp_job(), gcp_job(id="b-x")]), "x"), "team")

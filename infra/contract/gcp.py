@@ -29,6 +29,7 @@ REGION_DISK = "gcp:compute/regionDisk:RegionDisk"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 BUCKET = "gcp:storage/bucket:Bucket"
 BUCKET_IAM_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
+PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
 PROJECT_SINK = "gcp:logging/projectSink:ProjectSink"
 ROUTER_NAT = "gcp:compute/routerNat:RouterNat"
 FIREWALL = "gcp:compute/firewall:Firewall"
@@ -555,11 +556,53 @@ def secret_payload_rule(type_: str, props: Mapping[str, Any]) -> str | None:
     return f"the data is {size} bytes; at most 65536" if size > 65536 else None
 
 
+# https://cloud.google.com/iam/quotas ("Limits", "Policies and bindings").
+MAX_LOGIC_OPERATORS = 12
+MAX_CONDITIONAL_BINDINGS = 20
+CONDITIONED_IAM_MEMBERS = (PROJECT_IAM_MEMBER, BUCKET_IAM_MEMBER)
+
+
+def logic_operators(expression: str) -> int:
+    """&&, || and ! (not !=) in a CEL expression, outside string literals: the operators IAM counts."""
+    count, i, quoted = 0, 0, False
+    while i < len(expression):
+        c = expression[i]
+        if c == '"':
+            quoted = not quoted
+        elif not quoted and expression[i:i + 2] in ("&&", "||"):
+            count, i = count + 1, i + 1
+        elif not quoted and c == "!" and expression[i + 1:i + 2] != "=":
+            count += 1
+        i += 1
+    return count
+
+
+@rule("gcp.condition-logic-operators-12", CONDITIONED_IAM_MEMBERS,
+      says="A role binding's condition expression may hold at most 12 logic operators (&&, ||, !); IAM refuses "
+           "the allow policy otherwise.",
+      fix="split the condition over several bindings of the role (infra/gcp_watcher.py compute_conditions packs them)",
+      source="https://cloud.google.com/iam/quotas (\"Logic operators in a binding's condition expression: 12\")")
+def condition_logic_operators(type_: str, props: Mapping[str, Any]) -> str | None:
+    expression = dig(props, "condition.expression")
+    if not isinstance(expression, str):
+        return None
+    n = logic_operators(expression)
+    return f"the condition has {n} logic operators" if n > MAX_LOGIC_OPERATORS else None
+
+
+rule("gcp.conditional-bindings-20", (),
+     says="An allow policy holds at most 20 role bindings with the same role and member but different conditions.",
+     fix="fewer zones, or fewer stacks whose names extend this one's, per watcher",
+     source="https://cloud.google.com/iam/quotas (\"Role bindings in a policy that include the same role and the same "
+            "member, but different condition expressions: 20\")")(None)
+
+
 rule("gcp.watcher-condition-covers-names", (),
      says="IAM conditions on Compute Engine see the resource name (projects/P/zones/Z/instances/NAME, "
           "projects/P/zones/Z/disks/NAME, projects/P/global/snapshots/NAME), never labels: the watcher's compute "
           "role must name every instance, disk and snapshot a job of the stack gets.",
-     fix="keep infra/gcp_watcher.py name_prefixes in step with infra/naming.py",
+     fix="keep infra/gcp_watcher.py name_locations in step with infra/naming.py; a job named like another stack's "
+         "(job b-x of stack team and job x of stack team-b share their names) must be renamed",
      source="https://cloud.google.com/iam/docs/conditions-resource-attributes (resource service, type and "
             "\"the format for resource name strings\"; compute.googleapis.com/Instance, Disk listed)")(None)
 
