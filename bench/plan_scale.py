@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -33,14 +34,36 @@ def child_plan(stack_file: str, dump: str) -> None:
     plan = planner.run(stackfile.load(ref), ref.name)
     seconds = time.perf_counter() - t0
     Path(dump).write_text(json.dumps({"resources": [
-        {"type": r.type, "name": r.name, "custom": r.custom, "inputs": r.inputs} for r in plan.resources]}))
+        {"urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "inputs": r.inputs, "parent": r.parent,
+         "provider": r.provider.rsplit("::", 1)[0] if r.provider else None, "protect": r.protect,
+         "deleteBeforeReplace": r.delete_before_replace, "dependsOn": list(r.dependencies),
+         "ignoreChanges": list(r.ignore_changes)} for r in plan.resources]}))
     report(seconds, len(plan.resources))
 
 
-def child_raw(dump: str, region: str, project: str) -> None:
+def _snake_keys(value):
+    """Wire (camelCase) keys -> the provider SDK's Python names, nested ``*ArgsDict`` keys included."""
+    if isinstance(value, dict):
+        return {re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", k).lower() if re.fullmatch(r"[a-z][A-Za-z0-9]*", k) else k:
+                _snake_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_snake_keys(v) for v in value]
+    return value
+
+
+def child_raw(dump: str, region: str, project: str, mode: str) -> None:
+    """Register the recorded resources with plain values (no Output chains, no transformation, no recording).
+
+    ``flat``: bare ``CustomResource``/``ComponentResource`` with no parents, options or providers;
+    ``tree``: the same with the same parents, explicit provider, options and dependencies, and
+    ``register_outputs`` on every component (the registrations the engine gets from `plan`);
+    ``typed``: ``tree`` through the provider SDK's own classes (``pulumi_gcp.compute.Instance(...)``),
+    as a hand-written Pulumi program of these resources would declare them."""
+    import importlib
+
     import pulumi
 
-    from cli.plan.mocks import _mock_call, _mock_outputs
+    from cli.plan.mocks import _mock_outputs
 
     resources = json.loads(Path(dump).read_text())["resources"]
     t0 = time.perf_counter()
@@ -50,20 +73,46 @@ def child_raw(dump: str, region: str, project: str) -> None:
             return _mock_outputs(args.typ, args.name, args.inputs, project, region)
 
         def call(self, args):
-            return _mock_call(args.token, dict(args.args), region)
+            return {}  # the GCP bench stack makes no invokes
 
     pulumi.runtime.set_mocks(Mocks(), project="spotctl", stack="bench", preview=False)
 
+    tree, typed = mode in ("tree", "typed"), mode == "typed"
+
+    def typed_class(token: str):
+        package, module, cls = token.split(":")[0], token.split(":")[1].split("/")[0], token.split(":")[-1]
+        return getattr(importlib.import_module(f"pulumi_{package}" + (f".{module}" if module != "index" else "")), cls)
+
     @pulumi.runtime.test
     def register():
+        made: dict[str, pulumi.Resource] = {}
         outs = []
         for r in resources:
             if r["type"].startswith("pulumi:providers:"):
+                if typed:
+                    package = r["type"].split(":")[-1]
+                    made[r["urn"]] = importlib.import_module(f"pulumi_{package}").Provider(r["name"], **_snake_keys(r["inputs"]))
+                elif tree:
+                    made[r["urn"]] = pulumi.ProviderResource(r["type"].split(":")[-1], r["name"], dict(r["inputs"]))
                 continue
-            if r["custom"]:
-                outs.append(pulumi.CustomResource(r["type"], r["name"], dict(r["inputs"])).urn)
+            opts = None
+            if tree:
+                opts = pulumi.ResourceOptions(
+                    parent=made.get(r["parent"]) if r["parent"] else None,
+                    provider=made.get(r["provider"]) if r["provider"] else None,
+                    protect=r["protect"], delete_before_replace=r["deleteBeforeReplace"],
+                    depends_on=[made[u] for u in r["dependsOn"] if u in made],
+                    ignore_changes=r["ignoreChanges"] or None)
+            if r["custom"] and typed:
+                res = typed_class(r["type"])(r["name"], opts=opts, **_snake_keys(r["inputs"]))
+            elif r["custom"]:
+                res = pulumi.CustomResource(r["type"], r["name"], dict(r["inputs"]), opts)
             else:
-                outs.append(pulumi.ComponentResource(r["type"], r["name"]).urn)
+                res = pulumi.ComponentResource(r["type"], r["name"], None, opts)
+                if tree:
+                    res.register_outputs({})
+            made[r["urn"]] = res
+            outs.append(res.urn)
         return pulumi.Output.all(*outs)
 
     register()
@@ -71,8 +120,11 @@ def child_raw(dump: str, region: str, project: str) -> None:
 
 
 def report(seconds: float, count: int) -> None:
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_kb / 1024, "resources": count}))
+    """One JSON line: wall seconds of the timed part, CPU seconds of the whole process (every thread;
+    steadier than wall time on a loaded machine), peak resident memory."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+                      "resources": count}))
 
 
 def run(argv: list[str]) -> dict:
@@ -84,22 +136,30 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child-plan":
         return child_plan(sys.argv[2], sys.argv[3])
     if len(sys.argv) > 1 and sys.argv[1] == "--child-raw":
-        return child_raw(sys.argv[2], sys.argv[3], sys.argv[4])
+        return child_raw(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 5000])
     args = parser.parse_args()
     from bench._stacks import write_stack
 
-    print(f"{'jobs':>6} {'resources':>9} {'plan s':>8} {'raw s':>8} {'x raw':>6} (<= 1.15) {'plan MB':>8} {'raw MB':>7} {'x raw':>6} (<= 2)")
+    print("baselines (the same resources, plain values, one fresh process each): tree = bare SDK classes with the same\n"
+          "parents, provider, options, dependencies and register_outputs (the target's 'raw'); typed = tree through the\n"
+          "provider SDK's classes (a hand-written pulumi_gcp program); flat = bare classes, no parents/options/providers")
+    print(f"{'jobs':>6} {'resources':>9} {'plan s':>7} {'tree s':>7} {'x tree':>6} (<= 1.15) {'typed s':>7} {'x typed':>7}"
+          f" {'flat s':>6} {'x flat':>6} | {'plan MB':>7} {'tree MB':>7} {'x tree':>6} (<= 2) {'typed MB':>8} {'flat MB':>7}")
     for jobs in args.jobs:
         with tempfile.TemporaryDirectory() as tmp:
             stack = write_stack(Path(tmp), jobs)
             dump = str(Path(tmp) / "plan.json")
             plan = run(["--child-plan", str(stack), dump])
-            raw = run(["--child-raw", dump, "us-central1", "bench-project"])
-        print(f"{jobs:>6} {plan['resources']:>9} {plan['seconds']:8.2f} {raw['seconds']:8.2f} {plan['seconds'] / raw['seconds']:6.2f}"
-              f"           {plan['peak_mb']:8.0f} {raw['peak_mb']:7.0f} {plan['peak_mb'] / raw['peak_mb']:6.2f}")
-
+            base = {mode: run(["--child-raw", dump, "us-central1", "bench-project", mode]) for mode in ("tree", "typed", "flat")}
+        tree, typed, flat = base["tree"], base["typed"], base["flat"]
+        print(f"{jobs:>6} {plan['resources']:>9} {plan['seconds']:7.2f} {tree['seconds']:7.2f} {plan['seconds'] / tree['seconds']:6.2f}"
+              f"           {typed['seconds']:7.2f} {plan['seconds'] / typed['seconds']:7.2f} {flat['seconds']:6.2f}"
+              f" {plan['seconds'] / flat['seconds']:6.2f} | {plan['peak_mb']:7.0f} {tree['peak_mb']:7.0f}"
+              f" {plan['peak_mb'] / tree['peak_mb']:6.2f}        {typed['peak_mb']:8.0f} {flat['peak_mb']:7.0f}", flush=True)
+        print(f"{'(cpu s)':>16} {plan['cpu']:7.2f} {tree['cpu']:7.2f} {plan['cpu'] / tree['cpu']:6.2f}           {typed['cpu']:7.2f}"
+              f" {plan['cpu'] / typed['cpu']:7.2f} {flat['cpu']:6.2f} {plan['cpu'] / flat['cpu']:6.2f}", flush=True)
 
 if __name__ == "__main__":
     main()

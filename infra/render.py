@@ -161,6 +161,8 @@ def environment() -> jinja2.Environment:
         # Bash uses "{#" (${#var}); Jinja comments are "{## ... ##}" here.
         comment_start_string="{##",
         comment_end_string="##}",
+        # Templates ship with the code: compiled once per process, never stat()ed again per render.
+        auto_reload=False,
     )
     env.filters["q"] = _quote
     return env

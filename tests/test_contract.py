@@ -60,3 +60,14 @@ def test_a_violation_in_the_program_fails_plan_with_one_clear_error(monkeypatch)
 def test_example_stacks_obey_every_rule(stack):
     result = runner.invoke(app, ["plan", "--stack", stack, "--json"])
     assert result.exit_code == 0, result.output
+
+
+def test_a_violation_known_only_after_registration_fails_plan(monkeypatch):
+    """A value unknown at registration (here the event-writer condition, built from the bucket's name)
+    is checked when it resolves: the rule still stops `spotctl plan` with one clear error."""
+    from infra import gcp
+
+    monkeypatch.setattr(gcp, "event_object_prefix", lambda stack, name: f"{stack}/{name}")  # no trailing slash
+    result = runner.invoke(app, ["plan", "--stack", "example-gcp"])
+    assert result.exit_code == 1
+    assert "rule gcp.event-writer-prefix" in result.output and "Traceback" not in result.output

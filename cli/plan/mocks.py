@@ -233,7 +233,10 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
     plan = Plan(stack=stack)
 
     class PlanMocks(pulumi.runtime.Mocks):
+        inputs: dict[str, Any] = {}  # the inputs of the resource being registered (read by RecordingMonitor)
+
         def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+            self.inputs = args.inputs
             rid, out = _mock_outputs(args.typ, args.name, args.inputs, project, region)
             made_up = [v for k, v in out.items() if isinstance(v, str) and k not in args.inputs]
             plan.mocked.update(made_up + ([rid] if rid not in args.inputs.values() else []))
@@ -255,7 +258,8 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         def RegisterResource(self, request):
             response = super().RegisterResource(request)
             if request.type != "pulumi:pulumi:Stack":
-                inputs = _plain(pulumi.runtime.rpc.deserialize_properties(request.object))
+                # The inputs MockMonitor just deserialized for new_resource: not deserialized twice.
+                inputs = _plain(mocks.inputs)
                 parent = request.parent if request.parent and _qualified_type(request.parent) != ROOT_TYPE else None
                 plan.resources.append(
                     Resource(
