@@ -30,7 +30,7 @@ from infra.common import (
     pool_script_context,
 )
 from infra.config import Job, Pool, StackConfig
-from infra.naming import aws_tags, ssm_parameter_name
+from infra.naming import aws_tags, event_root, ssm_parameter_name
 from infra.render import event_object_prefix, scripts_for
 
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
@@ -212,7 +212,9 @@ class StackBase(pulumi.ComponentResource):
                 aws.s3.BucketLifecycleConfigurationRuleArgs(
                     id="expire-events",
                     status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
+                    # Events and logs only (<stack>/...): the shared stack file beside them never expires
+                    # (a rule's Filter.Prefix: docs.aws.amazon.com/AmazonS3/latest/userguide/intro-lifecycle-rules.html).
+                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=event_root(args.stack)),
                     expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=cfg.event_retention_days),
                 )
             ],

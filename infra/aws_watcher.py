@@ -21,7 +21,7 @@ from infra import contract
 from infra.common import StackArgs
 from infra.config import AWS_KMS_RE
 from infra.contract.aws import WATCHER_ROLE_PATH
-from infra.naming import aws_tags, owner_value, ssm_parameter_name
+from infra.naming import aws_tags, owner_value, shared_stack_file, ssm_parameter_name
 from infra.render import WatcherContext, watcher_script
 
 # Debian 12 (bookworm) AMIs are published by the Debian cloud team's account 136693071363
@@ -62,7 +62,7 @@ def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
 
 def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events_bucket_arn: str, backend_bucket: str,
                    backend_prefix: str, secrets_provider: str, passphrase_secret: str | None,
-                   boundary_arn: str) -> dict[str, Any]:
+                   boundary_arn: str, stack_file_key: str | None = None) -> dict[str, Any]:
     """The watcher role's inline policy (pure, so tests read it whole).
 
     EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
@@ -82,6 +82,11 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Resource": queue_arn},
         {"Sid": "ListEvents", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": events_bucket_arn},
         {"Sid": "ReadEvents", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{events_bucket_arn}/*"},
+        # The stack file's shared copy (cli/lifecycle/sync.py), and only it: conditional PutObject
+        # (If-Match / If-None-Match) needs s3:PutObject alone (docs.aws.amazon.com/AmazonS3/latest/
+        # userguide/conditional-writes.html).
+        *([{"Sid": "WriteSharedStackFile", "Effect": "Allow", "Action": "s3:PutObject",
+            "Resource": f"{events_bucket_arn}/{stack_file_key}"}] if stack_file_key else []),
         # s3:prefix limits what ListObjects may name (https://docs.aws.amazon.com/AmazonS3/latest/userguide/
         # amazon-s3-policy-keys.html, walkthrough1.html); Pulumi's DIY backend keeps everything under <prefix>.pulumi/.
         {"Sid": "ListPulumiState", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": state,
@@ -214,7 +219,7 @@ class Watcher(pulumi.ComponentResource):
             policy=pulumi.Output.all(base.queue.arn, base.bucket.arn, base.boundary.arn).apply(lambda v: json.dumps(watcher_policy(
                 region=cfg.region, slug=args.slug, owner=owner_value(args.stack), queue_arn=v[0], events_bucket_arn=v[1],
                 backend_bucket=backend_bucket, backend_prefix=backend_prefix, secrets_provider=w.secrets_provider,
-                passphrase_secret=w.passphrase_secret, boundary_arn=v[2]))),
+                passphrase_secret=w.passphrase_secret, boundary_arn=v[2], stack_file_key=shared_stack_file(args.stack)))),
             opts=child,
         )
         profile = aws.iam.InstanceProfile(f"{name}-profile", name_prefix=f"spotctl-{args.slug}-watcher-"[:38],

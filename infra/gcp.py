@@ -26,7 +26,7 @@ from infra.common import (
 from infra.config import Accelerator, StackConfig
 from infra.config import Pool as PoolConfig
 from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic
-from infra.naming import boot_disk_name, gcp_labels, pool_metric_filter, pool_metric_type, secret_id, short_hash
+from infra.naming import boot_disk_name, event_root, gcp_labels, pool_metric_filter, pool_metric_type, secret_id, short_hash
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
@@ -203,7 +203,10 @@ class StackBase(pulumi.ComponentResource):
             lifecycle_rules=[
                 gcp.storage.BucketLifecycleRuleArgs(
                     action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
-                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=cfg.event_retention_days),
+                    # Events and logs only (<stack>/...): the shared stack file beside them never expires (an
+                    # object must match every condition: cloud.google.com/storage/docs/lifecycle, matchesPrefix).
+                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=cfg.event_retention_days,
+                                                                           matches_prefixes=[event_root(args.stack)]),
                 )
             ],
             labels=labels,

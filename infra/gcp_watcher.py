@@ -42,7 +42,7 @@ import pulumi_gcp as gcp
 from infra import contract
 from infra.common import StackArgs
 from infra.contract.gcp import MAX_CONDITIONAL_BINDINGS, MAX_LOGIC_OPERATORS, logic_operators
-from infra.naming import boot_disk_name, gcp_labels, instance_name, short_hash, stack_slug
+from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack_file, short_hash, stack_slug
 from infra.render import WatcherContext, watcher_script
 
 DEBIAN_IMAGE = "projects/debian-cloud/global/images/family/debian-12"  # Shielded VM capable (UEFI)
@@ -190,6 +190,17 @@ class Watcher(pulumi.ComponentResource):
                                              role="roles/pubsub.subscriber", member=self.member, opts=child),
             gcp.storage.BucketIAMMember(f"{name}-events-reader", bucket=base.bucket.name, role="roles/storage.objectViewer",
                                         member=self.member, opts=child),
+            # The stack file's shared copy (cli/lifecycle/sync.py), and only that object: replacing an
+            # object needs storage.objects.create and .delete (cloud.google.com/storage/docs/access-control/
+            # iam-permissions); the condition names the one object (resource.name, as for the backend's prefix).
+            gcp.storage.BucketIAMMember(
+                f"{name}-stack-file", bucket=base.bucket.name, role="roles/storage.objectAdmin", member=self.member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title="spotctl-shared-stack-file", description=f"the shared stack file of {args.stack} only",
+                    expression=base.bucket.name.apply(
+                        lambda b: f'resource.name == "projects/_/buckets/{b}/objects/{shared_stack_file(args.stack)}"'),
+                ),
+                opts=child),
         ]
         bindings += self._state(name, w, child)
         bindings += self._secrets(name, w, project, child)

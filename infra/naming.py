@@ -63,6 +63,18 @@ def secret_id(slug: str, job_id: str) -> str:
     return f"spotctl-{slug}-{job_id}-env"
 
 
+def shared_stack_file(stack: str) -> str:
+    """Where the stack file's shared copy lives in the stack's event bucket (cli/lifecycle/sync.py):
+    beside the events' ``<stack>/`` prefix, never under it, so the events' expiry rule never deletes it
+    and no job identity (which may write only ``<stack>/<job>/``) can write it."""
+    return f"{stack}.spotctl/Pulumi.{stack}.yaml"
+
+
+def event_root(stack: str) -> str:
+    """The prefix every event and log object of the stack lives under (``<stack>/<job or pool>/``)."""
+    return f"{stack}/"
+
+
 def owner_value(stack: str) -> str:
     """The ownership label/tag value of a stack: collision-free, unlike ``label_value`` (a lossy
     slug: ``team.a``, ``team-a`` and ``Team-A`` share one). The slug keeps it readable, the hash of

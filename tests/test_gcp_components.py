@@ -229,7 +229,8 @@ def test_event_bucket_sink_and_identities():
     assert bucket["uniformBucketLevelAccess"] is True
     assert bucket["versioning"] == {"enabled": False}
     assert bucket["publicAccessPrevention"] == "enforced"
-    assert bucket["lifecycleRules"] == [{"action": {"type": "Delete"}, "condition": {"age": 30.0}}]
+    # events and logs expire; the stack file's shared copy beside them (team-a.spotctl/...) does not
+    assert bucket["lifecycleRules"] == [{"action": {"type": "Delete"}, "condition": {"age": 30.0, "matchesPrefixes": ["team-a/"]}}]
     writers = plan.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
     assert {w.inputs["role"] for w in writers} == {"roles/storage.objectCreator"}
     assert len(writers) == 2  # the job's own account and the pool's own account

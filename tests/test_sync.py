@@ -384,3 +384,75 @@ def test_gcs_path_pulls_merges_and_refuses_a_stale_generation(project, runner, m
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout)["from_shared"] == ["vit-finetune"] and json.loads(result.stdout)["generation"] == newer
         assert path.read_text() == edited
+
+
+# ---- the stacks: who may write the shared copy, and that it never expires ---------------------------------
+
+WATCHER = {"repo": "https://github.com/team/infra.git"}
+
+
+@pytest.fixture(scope="module")
+def plans():
+    from cli.plan import mocks as planner
+    from infra.config import validate
+    from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
+
+    nat = {"subnets": {"us-east-1a": "subnet-0aaa0001", "us-east-1b": "subnet-0aaa0002"}, "egress": "nat",
+           "natSubnet": "subnet-0aaa0009"}
+    aws_raw = {**stack_config(AWS_BASE, network=nat, jobs=[aws_job()]),
+               "watcher": {**WATCHER, "backend": "s3://team-state/pulumi", "passphraseSecret": "/spotctl/team/passphrase"}}
+    gcp_raw = {**stack_config(GCP_BASE, jobs=[gcp_job()]),
+               "watcher": {**WATCHER, "backend": "gs://team-state/pulumi", "passphraseSecret": "pulumi-passphrase"}}
+    return {"aws": planner.run(validate(aws_raw, "aws"), "team"), "gcp": planner.run(validate(gcp_raw, "gcp"), "team")}
+
+
+def one(plan, type_: str, name: str):
+    (found,) = [r for r in plan.by_type(type_) if r.name == name]
+    return found
+
+
+def test_aws_only_the_watcher_writes_the_shared_copy_and_only_it(plans):
+    from tests.iam_eval import allowed
+
+    plan = plans["aws"]
+    watcher = json.loads(one(plan, "aws:iam/rolePolicy:RolePolicy", "watcher-policy").inputs["policy"])
+    bucket = next(s["Resource"] for s in watcher["Statement"] if s["Sid"] == "ListEvents")  # the bucket's (mocked) ARN
+    shared = f"{bucket}/team.spotctl/Pulumi.team.yaml"
+    assert allowed(watcher, "s3:PutObject", shared) and allowed(watcher, "s3:GetObject", shared)
+    for other in ("team.spotctl/Pulumi.other.yaml", "team/train/attempt-1/node-0/x.json", "team.spotctl/x"):
+        assert not allowed(watcher, "s3:PutObject", f"{bucket}/{other}"), other
+    job = json.loads(one(plan, "aws:iam/rolePolicy:RolePolicy", "job-train-events-policy").inputs["policy"])
+    assert allowed(job, "s3:PutObject", f"{bucket}/team/train/attempt-1/node-0/x.json")
+    assert not allowed(job, "s3:PutObject", shared)  # a job VM cannot rewrite the stack file
+    rule = one(plan, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration", "stack-events-lifecycle").inputs["rules"][0]
+    assert rule["filter"] == {"prefix": "team/"}  # events and logs expire; team.spotctl/... does not
+
+
+def test_gcp_only_the_watcher_writes_the_shared_copy_and_it_never_expires(plans):
+    plan = plans["gcp"]
+    bucket = one(plan, "gcp:storage/bucket:Bucket", "stack-events").inputs
+    grant = one(plan, "gcp:storage/bucketIAMMember:BucketIAMMember", "watcher-stack-file").inputs
+    assert grant["role"] == "roles/storage.objectAdmin" and grant["bucket"] == bucket["name"]
+    assert grant["condition"]["expression"] == (
+        f'resource.name == "projects/_/buckets/{bucket["name"]}/objects/team.spotctl/Pulumi.team.yaml"')
+    job_writer = one(plan, "gcp:storage/bucketIAMMember:BucketIAMMember", "job-train-sa-events-writer").inputs
+    assert job_writer["condition"]["expression"].endswith('/objects/team/train/")')  # not the shared copy
+    assert bucket["lifecycleRules"][0]["condition"]["matchesPrefixes"] == ["team/"]
+
+
+def test_a_watcher_that_never_synced_takes_the_shared_copy_of_a_job_both_changed(machines, runner, tmp_path):
+    """The watcher VM's checkout is a fresh clone: where it and the team's live copy differ, the live copy wins."""
+    declared = STACK.replace("  spotctl:jobs:\n", "  spotctl:network:\n    subnets: {us-east-1a: subnet-0aaa0001, us-east-1b: subnet-0aaa0002}\n"
+                             "    egress: nat\n    natSubnet: subnet-0aaa0009\n  spotctl:watcher:\n"
+                             "    backend: s3://team-state/pulumi\n    repo: https://github.com/team/infra.git\n"
+                             "    passphraseSecret: /spotctl/team/passphrase\n  spotctl:jobs:\n")
+    laptop_file = machines("laptop")
+    laptop_file.write_text(set_field(declared, "train", "attempt", 7))  # resumed since the commit the VM cloned
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    watcher_file = machines("watcher")
+    watcher_file.write_text(set_field(declared, "train", "attempt", 6))  # the clone: another version of train
+    seen = events(tmp_path / "ev.jsonl", ("train", 7, "preempted", 30))
+    result = cli(runner, "watch", "--once", "--no-poll", "--no-apply", "--json", "--events-dir", str(seen), "--events-bucket", "evts")
+    assert result.exit_code == 0, result.output
+    assert [(a["job"], a["fields"]) for a in map(json.loads, result.stdout.splitlines())] == [("train", {"attempt": 8, "state": "running"})]
+    assert jobs_of(shared_text())["train"]["attempt"] == 8

@@ -179,7 +179,8 @@ def warn(line: str) -> None:
     typer.echo(f"warning: {line}", err=True)
 
 
-def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always: bool = False, keep: Optional[str] = None):
+def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always: bool = False, keep: Optional[str] = None,
+                keep_unsynced: Optional[str] = None):
     """The stack file's sync session (``cli.lifecycle.sync.Shared``), or None when this file is not
     shared: it is once this machine synced it (``spotctl sync``) or when the stack declares a watcher.
     The bucket: ``bucket`` (--events-bucket), else the one last synced with, else the stack's
@@ -201,7 +202,7 @@ def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always:
         warn(f"{ref.path}: no event bucket known for its shared copy (give --events-bucket NAME, the stack's "
              "eventBucket output): the file is used without it")
         return None
-    return sync.Shared(ref, cloud_for(cfg, ref), bucket, warn, keep=keep)
+    return sync.Shared(ref, cloud_for(cfg, ref), bucket, warn, keep=keep, keep_unsynced=keep_unsynced)
 
 
 def pull_first(stack, stack_file, job: Optional[str], bucket: Optional[str], no_apply: bool):

@@ -85,7 +85,9 @@ def watch(
 
     # The stack file's shared copy (when it is shared: a watcher stack, or synced here): pulled at the
     # start of every cycle and under the lock of every action, pushed after every edit.
-    shared = shared_copy(ref, cfg, events_bucket)
+    # A watcher that never synced (the watcher VM's fresh clone of the repository) takes the shared
+    # copy's version of a job both changed: the team's live copy is newer than any commit.
+    shared = shared_copy(ref, cfg, events_bucket, keep_unsynced="shared")
     try:
         with stackfile.sharing(ref.path, shared) if shared else contextlib.nullcontext():
             ok = watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref))

@@ -32,6 +32,7 @@ from typing import Any
 from cli.cloud import CloudError, PreconditionFailed
 from cli.lifecycle import stackfile
 from infra.config import ConfigError, namespaced, validate
+from infra.naming import shared_stack_file
 
 RECORD_VERSION = 1
 SIDES = ("local", "shared")
@@ -40,7 +41,7 @@ SETTINGS = "the stack-wide settings (everything but spotctl:jobs)"
 
 def shared_key(stack: str) -> str:
     """The shared copy's object name in the stack's event bucket."""
-    return f"{stack}.spotctl/Pulumi.{stack}.yaml"
+    return shared_stack_file(stack)
 
 
 def record_path(path: Path) -> Path:
@@ -254,6 +255,7 @@ class Shared:
     bucket: str
     warn: Callable[[str], None]
     keep: str | None = None  # resolve conflicts with this side (``spotctl sync --keep``)
+    keep_unsynced: str | None = None  # ... only while this machine never synced (the watcher VM's fresh clone)
     offline: bool = False
     pulled: list[Merged] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)  # the generations this session wrote
@@ -297,8 +299,8 @@ class Shared:
         ours = stackfile._read_text(self.ref.path)
         hint = (f" (keep one side: `spotctl sync --stack {self.ref.name} --keep local` or `--keep shared`, "
                 "or make the job the same in both)")
-        merged = merge(self.ref.path, rec.base if rec else None, ours, theirs, keep=self.keep,
-                       where=self.where(generation), hint=hint)
+        merged = merge(self.ref.path, rec.base if rec else None, ours, theirs,
+                       keep=self.keep or (self.keep_unsynced if rec is None else None), where=self.where(generation), hint=hint)
         if merged.text != ours:
             stackfile.atomic_write(self.ref.path, merged.text)
             with contextlib.suppress(ConfigError):
