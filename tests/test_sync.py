@@ -102,10 +102,12 @@ def test_without_a_base_only_what_one_side_lacks_is_taken():
         sync.merge(PATH, None, STACK, set_field(STACK, "train", "attempt", 9))
 
 
-def test_a_merge_that_is_not_a_valid_stack_file_is_refused():
+def test_a_merge_that_is_not_a_valid_stack_file_is_refused_naming_where_it_came_from():
     theirs = set_field(STACK, "gang", "zone", "us-west-2a")  # not in the region
-    with pytest.raises(ConfigError, match="zone"):
+    with pytest.raises(ConfigError, match=r"^stacks/Pulumi.team.yaml \(merged with the shared copy\): spotctl:jobs\[1\].zone"):
         sync.merge(PATH, STACK, set_field(STACK, "train", "attempt", 4), theirs)
+    with pytest.raises(ConfigError, match=r"^the shared copy: spotctl:jobs\[1\].zone"):
+        sync.merge(PATH, STACK, STACK, theirs)  # nothing changed here: the shared copy alone is refused
 
 
 ids = st.sampled_from(["train", "gang"])
@@ -456,3 +458,17 @@ def test_a_watcher_that_never_synced_takes_the_shared_copy_of_a_job_both_changed
     assert result.exit_code == 0, result.output
     assert [(a["job"], a["fields"]) for a in map(json.loads, result.stdout.splitlines())] == [("train", {"attempt": 8, "state": "running"})]
     assert jobs_of(shared_text())["train"]["attempt"] == 8
+
+
+def test_a_job_added_on_another_machine_can_be_resumed_here_at_once(machines, runner, tmp_path):
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    laptop_file = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    laptop_file.write_text(STACK + "    - id: extra\n      instanceType: g5.xlarge\n      zone: us-east-1b\n"
+                                   "      command: python x.py\n      attempt: 1\n      state: preempted\n")
+    assert cli(runner, "sync").exit_code == 0
+    machines("watcher")  # its file has no job extra yet: the resume pulls it first
+    result = cli(runner, "resume", "extra", "--no-apply", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["fields"] == {"attempt": 2, "state": "running"}

@@ -151,7 +151,7 @@ def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | N
     if theirs == ours or (base is not None and theirs == base):
         return Merged(ours)
     if base is not None and ours == base:  # nothing changed here: the shared copy as it is
-        _validated(path, theirs)
+        _validated(path, theirs, where)
         return Merged(theirs, from_shared=_changed(path, base, theirs, where))
     o_rest, o_jobs, o_order, o_has = _split(path, ours, str(path))
     t_rest, t_jobs, t_order, t_has = _split(path, theirs, where)
@@ -183,14 +183,15 @@ def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | N
     rest, has_jobs = (o_rest, o_has) if host_is_local else (t_rest, t_has)
     entries = [(o_jobs if sides[i] in ("same", "local") else t_jobs)[i] for i in order]
     expected = {**rest, "config": {**rest["config"], **({stackfile.key("jobs"): entries} if entries or has_jobs else {})}}
-    text = _validated(path, _assemble(path, host, other, order, from_host, expected))
+    text = _validated(path, _assemble(path, host, other, order, from_host, expected), f"{path} (merged with {where})")
     return Merged(text, from_shared=([SETTINGS] if settings == "shared" else []) + [i for i, s in sides.items() if s == "shared"],
                   from_local=([SETTINGS] if settings == "local" else []) + [i for i, s in sides.items() if s == "local"])
 
 
-def _validated(path: Path, text: str) -> str:
+def _validated(path: Path, text: str, source: str) -> str:
+    """``text`` if it is a valid stack file; errors name ``source`` (the shared copy, or the merge)."""
     config = stackfile.plain(stackfile._parse(path, text, shared=False).doc.get("config", {}))
-    validate(namespaced(config, str(path)), str(path))
+    validate(namespaced(config, source), source)
     return text
 
 
