@@ -472,3 +472,19 @@ def test_a_job_added_on_another_machine_can_be_resumed_here_at_once(machines, ru
     result = cli(runner, "resume", "extra", "--no-apply", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["fields"] == {"attempt": 2, "state": "running"}
+
+
+def test_a_crlf_file_with_a_byte_order_mark_keeps_both_through_a_merge(machines, runner):
+    laptop_file = machines("laptop")
+    laptop_file.write_bytes(("\ufeff" + STACK.replace("\n", "\r\n")).encode())
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts", "--keep", "shared").exit_code == 0  # takes the laptop's copy
+    assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0  # LF here, pushed
+    machines("laptop")
+    mine = set_field(STACK, "train", "capacity", "on-demand")
+    laptop_file.write_bytes(("\ufeff" + mine.replace("\n", "\r\n")).encode())
+    result = cli(runner, "sync")
+    assert result.exit_code == 0, result.output
+    want = set_field(mine, "gang", "state", "completed")
+    assert laptop_file.read_bytes() == ("\ufeff" + want.replace("\n", "\r\n")).encode()
