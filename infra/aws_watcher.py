@@ -234,11 +234,12 @@ class Watcher(pulumi.ComponentResource):
         image = image_of(aws.ec2.get_ami(most_recent=True, owners=[DEBIAN_OWNER], filters=[
             aws.ec2.GetAmiFilterArgs(name="name", values=[DEBIAN_AMI_NAME]),
             aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"])], opts=invoke))
-        script = watcher_script(WatcherContext(
+        context = WatcherContext(
             cloud="aws", stack=args.stack, region=cfg.region, repo=w.repo, ref=w.ref, backend=w.backend,
             secrets_provider=w.secrets_provider, passphrase_secret=w.passphrase_secret or "",
             pulumi_version=w.pulumi_version, uv_version=w.uv_version,
-        ))
+        )
+        user_data = user_data_gzip_b64(watcher_script(context))
         public = w.external_ip or base.egress == "public-ip"
         self.instance = aws.ec2.Instance(
             f"{name}-vm",
@@ -254,12 +255,20 @@ class Watcher(pulumi.ComponentResource):
                 volume_size=root_volume_gb(w.disk_gb, image, f"{name}-vm"), volume_type="gp3", encrypted=True,
                 delete_on_termination=True, tags=tags,
             ),
-            user_data_base64=user_data_gzip_b64(script),
-            # Updated in place (stop, modify, start): the checkout on the root volume, with the watcher's
-            # edits of the stack file, outlives a new script. A new image never replaces the VM.
-            user_data_replace_on_change=False,
+            user_data_base64=user_data,
+            # User data runs once, at an instance's first boot (cloud-init), so a changed ref, backend or
+            # version would never reach an instance updated in place: a change of the script replaces
+            # the instance (ForceNewIf user_data_base64 when user_data_replace_on_change:
+            # terraform-provider-aws internal/service/ec2/ec2_instance.go). Nothing is lost: the stack
+            # file's live state is its shared copy in the event bucket, which the new VM's watcher takes
+            # (never synced: cli/lifecycle/sync.py), and the journal only de-duplicates events that the
+            # stack file's attempts already make stale. Delete before replace: the lease is a lock on
+            # the VM's own disk, so the old watcher must be gone before the new one starts.
+            user_data_replace_on_change=True,
             tags={**tags, "Name": physical},
-            # User data runs once, at first boot (cloud-init): the NAT route must be there by then.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"], depends_on=[self.policy, *base.egress_routes]),
+            # User data runs at first boot: the NAT route must be there by then. A newer image alone
+            # never replaces the VM.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"], delete_before_replace=True,
+                                        depends_on=[self.policy, *base.egress_routes]),
         )
         self.register_outputs({"instance": self.instance.id, "role": role.arn})

@@ -221,11 +221,12 @@ class Watcher(pulumi.ComponentResource):
                 opts=child,
             ))
         machine = w.machine("gcp")
-        script = watcher_script(WatcherContext(
+        context = WatcherContext(
             cloud="gcp", stack=args.stack, region=cfg.region, project=project, repo=w.repo, ref=w.ref, backend=w.backend,
             secrets_provider=w.secrets_provider, passphrase_secret=w.passphrase_secret or "",
             pulumi_version=w.pulumi_version, uv_version=w.uv_version,
-        ))
+        )
+        script = watcher_script(context)
         self.instance = gcp.compute.Instance(
             f"{name}-vm",
             name=f"{args.slug}-watcher",
@@ -245,13 +246,20 @@ class Watcher(pulumi.ComponentResource):
                 enable_secure_boot=True, enable_vtpm=True, enable_integrity_monitoring=True),
             scheduling=gcp.compute.InstanceSchedulingArgs(
                 provisioning_model="STANDARD", preemptible=False, automatic_restart=True, on_host_maintenance="MIGRATE"),
-            metadata={"startup-script": script, "enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE"},
+            # metadata_startup_script, not metadata["startup-script"]: a changed script (ref, backend,
+            # versions) replaces the VM (customdiff.ForceNewIf("metadata_startup_script"),
+            # terraform-provider-google resource_compute_instance.go; moving an unchanged script over from
+            # metadata["startup-script"] is a graceful switch, no replacement). Edited metadata would only
+            # reach the VM at its next boot, and the checkout it made at its first boot would stay.
+            # Stateless, as on AWS (infra/aws_watcher.py): the new VM takes the shared stack file.
+            metadata_startup_script=script,
+            metadata={"enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE"},
             labels=labels,
-            # A new script or machine type is applied in place: the checkout on the boot disk, with the
-            # watcher's edits of the stack file, stays.
+            # A new machine type is applied in place (stop, change, start).
             allow_stopping_for_update=True,
             deletion_protection=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*base.egress, *bindings]),
+            # Its name is fixed, and the lease is a lock on the VM's own disk: the old VM goes first.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=[*base.egress, *bindings]),
         )
         self.register_outputs({"instance": self.instance.name, "email": self.account.email})
 

@@ -139,7 +139,7 @@ def test_aws_watcher_vm_is_small_on_demand_imdsv2_encrypted_private():
     assert vm["metadataOptions"]["httpTokens"] == "required"
     assert vm["rootBlockDevice"]["encrypted"] is True and vm["rootBlockDevice"]["volumeSize"] >= 20  # grown to the image's snapshot
     assert vm["associatePublicIpAddress"] is False and vm["availabilityZone"] == "us-east-1a"
-    assert vm["subnetId"] == "subnet-0aaa0001" and vm["userDataReplaceOnChange"] is False
+    assert vm["subnetId"] == "subnet-0aaa0001" and vm["userDataReplaceOnChange"] is True
     script = gzip.decompress(base64.b64decode(vm["userDataBase64"])).decode()
     assert "STACK=team-a" in script and "spotctl-watch@" in script
     assert len(vm["vpcSecurityGroupIds"]) == 1  # its own group: egress only, no ingress rule
@@ -212,7 +212,8 @@ def test_gcp_watcher_vm_and_identity():
     assert vm["scheduling"]["provisioningModel"] == "STANDARD" and vm["scheduling"]["preemptible"] is False
     assert vm["shieldedInstanceConfig"] == {"enableIntegrityMonitoring": True, "enableSecureBoot": True, "enableVtpm": True}
     assert not vm["networkInterfaces"][0].get("accessConfigs")
-    assert vm["metadata"]["enable-oslogin"] == "TRUE" and "spotctl-watch@" in vm["metadata"]["startup-script"]
+    assert vm["metadata"] == {"enable-oslogin": "TRUE", "block-project-ssh-keys": "TRUE"}
+    assert "spotctl-watch@" in vm["metadataStartupScript"]
     email = plan.outputs["watcher"]["serviceAccount"]
     member = f"serviceAccount:{email}"
     assert vm["serviceAccount"]["email"] == email
@@ -278,7 +279,7 @@ def scripts() -> dict[str, str]:
     return {
         "watcher-aws.user-data.sh": gzip.decompress(base64.b64decode(
             only(aws, "aws:ec2/instance:Instance", "watcher-vm").inputs["userDataBase64"])).decode(),
-        "watcher-gcp.startup.sh": only(gcp, "gcp:compute/instance:Instance", "watcher-vm").inputs["metadata"]["startup-script"],
+        "watcher-gcp.startup.sh": only(gcp, "gcp:compute/instance:Instance", "watcher-vm").inputs["metadataStartupScript"],
     }
 
 
@@ -305,3 +306,35 @@ def test_template_refuses_a_missing_variable():
 
     with pytest.raises(jinja2.UndefinedError):
         environment().get_template("watcher/startup.sh.j2").render(cloud="aws")
+
+
+# ---- what the watcher runs reaches it -----------------------------------------------------------
+# The providers' rules on the VMs' scripts: AWS replaces an instance whose user_data_base64 changes
+# when user_data_replace_on_change is set (ForceNewIf, terraform-provider-aws
+# internal/service/ec2/ec2_instance.go), else updates it in place, and user data runs only at an
+# instance's first boot; GCP replaces an instance whose metadata_startup_script changes (ForceNewIf,
+# terraform-provider-google resource_compute_instance.go), while metadata["startup-script"] is
+# updated in place and runs only at the next boot.
+
+
+def replaced(before: planner.Resource, after: planner.Resource) -> bool:
+    if before.type == "aws:ec2/instance:Instance":
+        return after.inputs["userDataReplaceOnChange"] is True and before.inputs["userDataBase64"] != after.inputs["userDataBase64"]
+    return before.inputs.get("metadataStartupScript") != after.inputs.get("metadataStartupScript")
+
+
+@pytest.mark.parametrize("cloud, change", [
+    ("aws", {"ref": "v2"}), ("aws", {"backend": "s3://team-state/other"}), ("aws", {"pulumiVersion": "3.230.0"}),
+    ("gcp", {"ref": "v2"}), ("gcp", {"backend": "gs://team-state/other"}), ("gcp", {"uvVersion": "0.14.0"}),
+])
+def test_a_changed_ref_backend_or_version_replaces_the_watcher_vm(cloud, change):
+    raw, watcher, vm_type = ((aws_raw, AWS_WATCHER, "aws:ec2/instance:Instance") if cloud == "aws"
+                             else (gcp_raw, GCP_WATCHER, "gcp:compute/instance:Instance"))
+    before = only(plan_of(raw(watcher)), vm_type, "watcher-vm")
+    after = only(plan_of(raw({**watcher, **change})), vm_type, "watcher-vm")
+    again = only(plan_of(raw(dict(watcher))), vm_type, "watcher-vm")
+    assert replaced(before, after) and not replaced(before, again)  # the same config: no replacement
+    # The old VM goes first (the lease is a lock on its own disk), and an unchanged script keeps the VM.
+    assert after.delete_before_replace is True
+    assert before.inputs == again.inputs
+

@@ -2,7 +2,8 @@
 # spotctl watcher VM (aws): at boot (GCP: every boot; AWS: the first, through cloud-init), install what is missing (git, uv, the Pulumi CLI, the
 # project checkout and its environment), then run `spotctl watch` under the shipped systemd unit
 # (examples/spotctl-watch@.service). Rendered by spotctl from templates/watcher/; do not edit on the VM.
-# The checkout is cloned once and never overwritten: the watcher edits its stack file there.
+# Any change of this script (ref, backend, versions, ...) replaces the VM: a new VM clones the ref, and
+# its watcher takes the stack file's shared copy from the event bucket (cli/lifecycle/sync.py).
 # (No user value appears in a comment: quoting does not protect a comment from a newline.)
 set -euo pipefail
 umask 022
