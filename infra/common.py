@@ -127,23 +127,24 @@ def node_disks(slug: str, job: Job, rank: int) -> tuple[tuple[DiskPlan, ...], tu
       the snapshot leaves the program but is kept in the cloud (``retain_on_delete``).
 
     A move that moved on (``move.held``: its earlier target refused the new attempt) also declares
-    the disks left in the held zones, protected and unattached, until its release.
+    the disks left in the held zones, protected and unattached, until its release. A regional disk
+    (``diskReplicaZones``) is one disk whose generation moves between its zones do not change; a
+    conversion (``move.replicaZones``) restores the next generation as a regional disk.
     """
     protect = job.state is not JobState.COMPLETED
     # A move with a regional disk keeps the disk: only snapshot moves make a new generation.
     cur = sum(not stay.same_disk for stay in job.zone_history)
-    if job.disk_replica_zones:
-        return (DiskPlan(cur, disk_name(slug, job.id, rank, cur), job.zone, protect, True, False, None,
-                         tuple(job.disk_replica_zones)),), ()
     move = job.move
     step = move.step if move else None
+    # A conversion (``move.replicaZones``) restores the next generation as a regional disk.
+    converting = tuple(move.replica_zones or ()) if move else ()
 
-    def disk(gen: int, zone: str, attached: bool, snapshot_declared: bool) -> DiskPlan:
+    def disk(gen: int, zone: str, attached: bool, snapshot_declared: bool, replicas: tuple[str, ...] = ()) -> DiskPlan:
         return DiskPlan(gen, disk_name(slug, job.id, rank, gen), zone, protect, attached, gen > 0,
-                        snapshot_name(slug, job.id, rank, gen) if gen > 0 and snapshot_declared else None)
+                        snapshot_name(slug, job.id, rank, gen) if gen > 0 and snapshot_declared else None, replicas)
 
     if move is None or step == "release":
-        return (disk(cur, job.zone, True, False),), ()
+        return (disk(cur, job.zone, True, False, tuple(job.disk_replica_zones or ())),), ()
     # Disks an earlier move left (its attempt never started in its target): the generations just
     # before the one this move leaves, protected until this move's release.
     source = cur if step in ("snapshot", "restore") else cur - 1
@@ -151,10 +152,10 @@ def node_disks(slug: str, job: Job, rank: int) -> tuple[tuple[DiskPlan, ...], tu
     if step in ("snapshot", "restore"):
         disks = [*held, disk(cur, move.from_, True, False)]
         if step == "restore":
-            disks.append(disk(cur + 1, move.to, False, True))
+            disks.append(disk(cur + 1, move.to, False, True, converting))
         return tuple(disks), (SnapshotPlan(cur + 1, snapshot_name(slug, job.id, rank, cur + 1), move.from_),)
     # start: the zone history already lists the zone left.
-    return ((*held, disk(cur - 1, move.from_, False, False), disk(cur, move.to, True, True)),
+    return ((*held, disk(cur - 1, move.from_, False, False), disk(cur, move.to, True, True, converting)),
             (SnapshotPlan(cur, snapshot_name(slug, job.id, rank, cur), move.from_),))
 
 

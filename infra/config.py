@@ -210,6 +210,10 @@ class Move(_Model):
     # attempt was refused in its target zone (never started) moved on from there to ``to``; those
     # disks go with this move's release, once its new attempt has started (``infra.common.node_disks``).
     held: list[Name] = Field(default_factory=list)
+    # GCP: the disks this move restores are regional persistent disks replicated in these two
+    # zones (``to`` one of them): a zonal job disk converted through a snapshot (``spotctl move
+    # --replica-zones``); the start step writes them as the job's ``diskReplicaZones``.
+    replica_zones: list[Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]] | None = None
 
 
 class ZoneStay(_Model):
@@ -266,6 +270,11 @@ class Job(_Model):
     # GCP: the job disk is a regional persistent disk replicated in these two zones of the stack
     # (infra/contract/gcp.py gcp.regional-disk-*): a move between them keeps the disk (no snapshot).
     disk_replica_zones: list[Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]] | None = None
+    # GCP: the kind of job disk the job has run on, recorded by spotctl after an update it applied
+    # (and by a conversion's start step). A regional and a zonal disk are different resources under
+    # the same name, so adding or dropping diskReplicaZones by hand would give the job a new, empty
+    # disk: validation refuses it (``_disk_kind_checks``).
+    disk_kind: Literal["zonal", "regional"] | None = None
 
     @field_validator("id")
     @classmethod
@@ -558,6 +567,7 @@ class StackConfig(_Model):
                 problems.append((f"jobs[{i}].zone", _choice_message("zone", job.zone, self.zones)))
             _move_checks(self, i, job, problems)
             _replica_checks(self, i, job, problems)
+            _disk_kind_checks(self, i, job, problems)
         _watcher_checks(self, problems)
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
@@ -595,8 +605,10 @@ def _move_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, s
     for name, zone in (("from", move.from_), ("to", move.to)):
         if zone not in cfg.zones:
             problems.append((f"jobs[{i}].move.{name}", _choice_message("zone", zone, cfg.zones)))
-    if move.from_ == move.to:
+    if move.from_ == move.to and not move.replica_zones:  # a conversion may stay in its zone
         problems.append((f"jobs[{i}].move.to", f"is the zone the job moves from ({move.to!r})"))
+    if move.replica_zones is not None:
+        _conversion_checks(cfg, i, job, move, problems)
     at = move.from_ if move.step in ("snapshot", "restore") else move.to
     if job.zone != at:
         problems.append((f"jobs[{i}].zone", f"is {job.zone!r} but the move's step {move.step!r} has the job in {at!r}"))
@@ -632,11 +644,65 @@ def _replica_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str
             problems.append((key, _choice_message("zone", zone, cfg.zones)))
     if job.zone not in zones:
         problems.append((f"jobs[{i}].zone", f"is {job.zone!r}, not one of its disk's replica zones {zones}"))
-    if job.move is not None:
+    converted = job.move is not None and job.move.replica_zones == zones and job.move.step in ("start", "release")
+    if job.move is not None and not converted:
         problems.append((f"jobs[{i}].move", "a job with a regional disk moves between its replica zones in one step, "
                          "without a move record"))
     if job.boot_disk == "keep":
         problems.append((key, "a job with bootDisk 'keep' cannot move, so a regional disk gains it nothing"))
+
+
+def _conversion_checks(cfg: StackConfig, i: int, job: Job, move: Move, problems: list[tuple[str, str]]) -> None:
+    """A move into a regional disk: a GCP job, two distinct zones of the stack, ``to`` one of them,
+    from a zonal disk (until the start step writes ``diskReplicaZones``)."""
+    key, zones = f"jobs[{i}].move.replicaZones", move.replica_zones or []
+    if cfg.cloud != "gcp":
+        problems.append((key, "regional persistent disks are a GCP option"))
+        return
+    if len(zones) != 2 or len(set(zones)) != 2:
+        problems.append((key, f"needs exactly two different zones (a regional disk is replicated in two), got {zones}"))
+    problems.extend((key, _choice_message("zone", z, cfg.zones)) for z in zones if z not in cfg.zones)
+    if move.to not in zones:
+        problems.append((key, f"does not include the zone the job moves to ({move.to!r})"))
+    if move.step in ("snapshot", "restore") and job.disk_replica_zones is not None:
+        problems.append((key, "the job's disk is regional already (diskReplicaZones): nothing to convert"))
+    if move.held:
+        problems.append((f"jobs[{i}].move.held", "a conversion to a regional disk does not move on from a refused zone"))
+
+
+def recorded_disk_kind(job: Job) -> str | None:
+    """The kind of disk the job has run on, as the stack file tells it: ``diskKind``, else its zone
+    history (a move that kept the disk was a regional disk's; disks never turn back into zonal ones),
+    else unknown (a job spotctl never updated)."""
+    if job.disk_kind is not None:
+        return job.disk_kind
+    if any(stay.same_disk for stay in job.zone_history):
+        return "regional"
+    return "zonal" if job.zone_history else None
+
+
+def _disk_kind_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, str]]) -> None:
+    """``diskReplicaZones`` added to or dropped from a GCP job that has run: a RegionDisk and a Disk
+    are different resources under the same name, so the job would start on a new, empty disk (the
+    old one survives only through ``protect``). Refused, saying what to do instead."""
+    ran = recorded_disk_kind(job)
+    if cfg.cloud != "gcp" or ran is None:
+        return
+    now = "regional" if job.disk_replica_zones else "zonal"
+    if ran == now:
+        return
+    disk = f"{job.id}'s disk"
+    if now == "regional":
+        other = next((z for z in cfg.zones if z != job.zone), "ZONE2")
+        problems.append((f"jobs[{i}].diskReplicaZones", f"job {job.id} has run on a zonal disk (diskKind: zonal): adding "
+                         f"diskReplicaZones would declare a new, empty regional disk under the same name and start the job on it. "
+                         f"Remove diskReplicaZones and convert {disk} with a move instead: `spotctl move {job.id} --to-zone "
+                         f"{job.zone} --replica-zones {job.zone},{other}` (snapshot, restore into a regional disk, start, "
+                         f"release the zonal one)"))
+    else:
+        problems.append((f"jobs[{i}].diskReplicaZones", f"job {job.id} has run on a regional disk (diskKind: regional): "
+                         f"removing diskReplicaZones would declare a new, empty zonal disk under the same name and start the job on "
+                         f"it. Put diskReplicaZones back (turning a regional disk back into a zonal one is not supported)"))
 
 
 def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:

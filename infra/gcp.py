@@ -437,7 +437,7 @@ class TrainingJob(pulumi.ComponentResource):
                     opts=child,
                 )
         driver = _wants_driver(machine, job.accelerator, image)
-        self.disks: list[gcp.compute.Disk] = []
+        self.disks: list[gcp.compute.Disk | gcp.compute.RegionDisk] = []
         self.instances: list[gcp.compute.Instance] = []
         for node in plan.nodes:
             disk = self._job_disks(name, cfg, job, node, labels)
@@ -565,58 +565,49 @@ class TrainingJob(pulumi.ComponentResource):
                 )
         return [version, reader]
 
-    def _job_disks(self, name: str, cfg: StackConfig, job, node, labels: dict[str, str]) -> gcp.compute.Disk:
+    def _job_disks(self, name: str, cfg: StackConfig, job, node, labels: dict[str, str]) -> gcp.compute.Disk | gcp.compute.RegionDisk:
         """A node's job disks and move snapshots (``infra.common.node_disks``); returns the attached one.
 
-        A snapshot is global and restores into any zone (gcp.snapshot-restore-any-zone); the restored
-        disk keeps its ``snapshot`` input once the snapshot leaves the program (ignore_changes), so
-        releasing a move never replaces it."""
-        by_gen: dict[int, gcp.compute.Disk] = {}
+        A snapshot is global and restores into any zone (gcp.snapshot-restore-any-zone) or into a
+        regional disk (a conversion: RegionDisk's ``snapshot`` input, "The source snapshot used to
+        create this disk", terraform-provider-google google/services/compute/resource_compute_region_disk.go
+        @0597a694); the restored disk keeps its ``snapshot`` input once the snapshot leaves the
+        program (ignore_changes: it is ForceNew), so releasing a move never replaces it. A regional
+        persistent disk is one disk replicated in two zones of the region; the VM of either zone
+        attaches it (gcp.regional-disk-attach-in-replica-zone), no snapshot moves it."""
+        by_gen: dict[int, gcp.compute.Disk | gcp.compute.RegionDisk] = {}
         snaps: dict[int, gcp.compute.Snapshot] = {}
-        regional = node.attached_disk.replica_zones
-        if regional:
-            # A regional persistent disk: one disk, replicated in two zones of the region; the VM of
-            # either zone attaches it (gcp.regional-disk-attach-in-replica-zone), no snapshot moves it.
-            d = node.attached_disk
-            contract.enforce("gcp.regional-disk-attach-in-replica-zone", d.logical(name, node.rank),
-                             f"attached in {job.zone} but replicated in {list(regional)}" if job.zone not in regional else None)
-            disk = gcp.compute.RegionDisk(
-                d.logical(name, node.rank),
-                name=d.name,
-                project=cfg.project,
-                region=cfg.region,
-                replica_zones=list(regional),
-                size=job.disk_gb,
-                type=DISK_TYPE,
-                labels={**labels, "spotctl-node": str(node.rank)},
-                opts=pulumi.ResourceOptions(parent=self, protect=d.protect),
-            )
-            self.disks.append(disk)
-            return disk
         for d in sorted(node.disks, key=lambda d: d.gen):
             snap = None
             if d.snapshot and d.gen - 1 in by_gen:
                 s = next(s for s in node.snapshots if s.gen == d.gen)
                 snap = snaps[d.gen] = self._snapshot(name, cfg, node, s, by_gen[d.gen - 1], labels)
-            by_gen[d.gen] = gcp.compute.Disk(
+            where = ({"region": cfg.region, "replica_zones": list(d.replica_zones)} if d.replica_zones else {"zone": d.zone})
+            kind = gcp.compute.RegionDisk if d.replica_zones else gcp.compute.Disk
+            by_gen[d.gen] = kind(
                 d.logical(name, node.rank),
                 name=d.name,
                 project=cfg.project,
-                zone=d.zone,
                 size=job.disk_gb,
                 type=DISK_TYPE,
                 snapshot=snap.self_link if snap is not None else None,
                 labels={**labels, "spotctl-node": str(node.rank)},
                 opts=pulumi.ResourceOptions(parent=self, protect=d.protect,
                                             ignore_changes=["snapshot"] if d.restored else None),
+                **where,
             )
             self.disks.append(by_gen[d.gen])
         for s in node.snapshots:
             if s.gen not in snaps:  # step snapshot: the restored disk is not declared yet
                 self._snapshot(name, cfg, node, s, by_gen[s.gen - 1], labels)
         attached = node.attached_disk
-        contract.enforce("gcp.zonal-disk-same-zone", attached.logical(name, node.rank),
-                         f"attached in {job.zone} but in {attached.zone}" if attached.zone != job.zone else None)
+        if attached.replica_zones:
+            contract.enforce("gcp.regional-disk-attach-in-replica-zone", attached.logical(name, node.rank),
+                             f"attached in {job.zone} but replicated in {list(attached.replica_zones)}"
+                             if job.zone not in attached.replica_zones else None)
+        else:
+            contract.enforce("gcp.zonal-disk-same-zone", attached.logical(name, node.rank),
+                             f"attached in {job.zone} but in {attached.zone}" if attached.zone != job.zone else None)
         return by_gen[attached.gen]
 
     def _snapshot(self, name: str, cfg: StackConfig, node, s, source: gcp.compute.Disk,

@@ -104,12 +104,18 @@ def test_a_vm_outside_the_replica_zones_is_refused(monkeypatch):
         plan()
 
 
-def test_force_attach_is_never_declared_on_a_zonal_disk():
-    cfg = validate(stack_config(BASE, jobs=[gcp_job(zone="us-central1-b", attempt=2, state="running",
-                                                    zoneHistory=[{"zone": "us-central1-a", "lastAttempt": 1, "sameDisk": True}])]),
-                   "test")
+def test_force_attach_is_never_declared_on_a_zonal_disk(monkeypatch):
+    raw = stack_config(BASE, jobs=[gcp_job(zone="us-central1-b", attempt=2, state="running",
+                                           zoneHistory=[{"zone": "us-central1-a", "lastAttempt": 1, "sameDisk": True}])])
+    # The config refuses it first (the zone history says the disk is regional) ...
+    with pytest.raises(ConfigError, match=r"jobs\[0\].diskReplicaZones: job train has run on a regional disk"):
+        validate(raw, "test")
+    # ... and the contract still stops a program that would declare it.
+    from infra import config
+
+    monkeypatch.setattr(config, "_disk_kind_checks", lambda *a: None)
     with pytest.raises(contract.ContractError, match="gcp.force-attach-regional-only"):
-        planner.run(cfg, "team")
+        planner.run(validate(raw, "test"), "team")
 
 
 # ---- moving: one step, no snapshot ------------------------------------------------------------------------
@@ -157,3 +163,118 @@ def test_spotctl_move_of_a_regional_job_snapshots_nothing_and_deletes_nothing(pr
     assert (after.zone, after.attempt, after.move) == ("us-central1-b", before.attempt + 1, None)
     assert after.zone_history[-1].same_disk and after.zone_history[-1].zone == "us-central1-a"
     assert "waiting" not in result.stdout
+
+
+# ---- a job that has run never changes disk kind by hand; the conversion is a move ---------------------------
+
+
+@pytest.mark.parametrize("fields,said", [
+    ({"diskKind": "zonal", "diskReplicaZones": REPLICAS}, "has run on a zonal disk (diskKind: zonal): adding diskReplicaZones"),
+    ({"zoneHistory": [{"zone": "us-central1-c", "lastAttempt": 1}], "attempt": 2, "diskReplicaZones": REPLICAS},
+     "has run on a zonal disk"),  # no record: a snapshot move says the disk was zonal
+    ({"diskKind": "regional"}, "has run on a regional disk (diskKind: regional): removing diskReplicaZones"),
+])
+def test_changing_the_disk_kind_of_a_job_that_has_run_is_refused_naming_the_job_and_key(fields, said):
+    with pytest.raises(ConfigError) as err:
+        validate(stack_config(BASE, jobs=[gcp_job(state="running", **fields)]), "Pulumi.t.yaml")
+    (problem,) = err.value.problems
+    assert problem.startswith("spotctl:jobs[0].diskReplicaZones: job train ") and said in problem, problem
+    if "adding" in said:
+        assert "`spotctl move train --to-zone us-central1-a --replica-zones us-central1-a,us-central1-b`" in problem
+    # A job that has not run (no record, no history) may choose either kind.
+    validate(stack_config(BASE, jobs=[gcp_job(state="pending", diskReplicaZones=REPLICAS)]), "t")
+
+
+def add_replicas(path: Path) -> None:
+    text = path.read_text()
+    head, sep, rest = text.partition("    - id: llm-pretrain\n")
+    path.write_text(head + sep + "      diskReplicaZones: [us-central1-a, us-central1-b]\n" + rest)
+
+
+def test_an_applied_update_records_the_disk_kind_and_validate_and_every_apply_then_refuse_a_new_kind(project, runner, fake_pulumi):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain").disk_kind == "zonal"
+    add_replicas(path)
+    edited = path.read_text()
+    for args in (["validate", "--stack", "example-gcp"], ["resume", "llm-pretrain", "--stack", "example-gcp", "--force", "--yes"],
+                 ["plan", "--stack", "example-gcp"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert "spotctl:jobs[0].diskReplicaZones: job llm-pretrain has run on a zonal disk" in result.output
+        assert "spotctl move llm-pretrain --to-zone us-central1-a --replica-zones us-central1-a,us-central1-b" in result.output
+        assert path.read_text() == edited  # nothing written
+    assert len([c for c in pulumi_calls(fake_pulumi) if "up" in c]) == 2  # only the first resume's (a gang: stop, then start)
+
+
+def conversion_plan(step: str, nodes: int = 1):
+    move = {"from": "us-central1-a", "to": "us-central1-a", "step": step, "replicaZones": REPLICAS}
+    history = [{"zone": "us-central1-a", "lastAttempt": 1}]
+    fields = ({"state": "stopped", "move": move} if step in ("snapshot", "restore") else
+              {"state": "running", "attempt": 2, "zoneHistory": history, "move": move, "diskReplicaZones": REPLICAS,
+               "diskKind": "regional"})
+    if step == "done":
+        fields = {"state": "running", "attempt": 2, "zoneHistory": history, "diskReplicaZones": REPLICAS, "diskKind": "regional"}
+    return planner.run(validate(stack_config(BASE, jobs=[gcp_job(nodes=nodes, **{"diskKind": "zonal"} | fields)]), "test"), "team")
+
+
+def test_the_conversion_restores_a_regional_disk_from_the_snapshot_under_the_next_generations_name():
+    restore = conversion_plan("restore")
+    (old,) = job_resources(restore, ":Disk").values()
+    (new,) = job_resources(restore, "RegionDisk").values()
+    assert (old.name, old.inputs["zone"]) == ("job-train-n0-disk", "us-central1-a")
+    assert new.name == "job-train-n0-m1-disk" and new.inputs["name"] == "team-train-n0-m1-disk"  # never the old name
+    assert new.inputs["replicaZones"] == REPLICAS and new.inputs["snapshot"].endswith("/snapshots/team-train-n0-m1-snap")
+    assert any(d.endswith("::job-train-n0-m1-snapshot") for d in new.dependencies) and old.protect and new.protect
+    start = conversion_plan("start")
+    (vm,) = job_resources(start, "Instance").values()
+    assert "team-train-n0-m1-disk" in json.dumps(vm.inputs["attachedDisks"]) and "forceAttach" not in vm.inputs["attachedDisks"][0]
+    assert job_resources(start, ":Disk")["job-train-n0-disk"].protect  # the zonal disk stays until attempt 2 started
+    for step in ("release", "done"):
+        p = conversion_plan(step)
+        assert not job_resources(p, ":Disk")  # the zonal disk is gone from the program
+        (disk,) = job_resources(p, "RegionDisk").values()
+        assert disk.name == "job-train-n0-m1-disk" and "snapshot" not in disk.inputs and disk.protect  # ignore_changes: kept
+
+
+def test_spotctl_move_converts_a_zonal_disk_into_a_regional_one_then_moves_it_without_a_snapshot(project, runner, fake_pulumi):
+    args = ["move", "llm-pretrain", "--to-zone", "us-central1-a", "--replica-zones", "us-central1-a,us-central1-b",
+            "--stack", "example-gcp", "--yes"]
+    (project / "events").mkdir()
+    result = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
+    assert result.exit_code == 0, result.output
+    assert "restored as regional disks replicated in us-central1-a, us-central1-b" in result.stdout
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.move.step, job.disk_replica_zones, job.disk_kind, job.attempt) == ("start", REPLICAS, "regional", 2)
+    assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]
+    events = project / "events" / "a2.jsonl"
+    events.write_text("".join(json.dumps({"job": "llm-pretrain", "attempt": 2, "node": r, "event": "started",
+                                          "time": f"2026-11-22T04:0{r}:00Z"}) + "\n" for r in range(2)))
+    result = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
+    assert result.exit_code == 0, result.output
+    assert "the move is finished" in result.stdout
+    unprotected = sorted(c[2].split("::")[-1] for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"])
+    assert unprotected == ["job-llm-pretrain-n0-disk", "job-llm-pretrain-n1-disk"]  # the zonal disks went
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.move, job.zone, job.disk_replica_zones) == (None, "us-central1-a", REPLICAS)
+    again = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
+    assert again.exit_code == 0 and "runs on a regional disk replicated in us-central1-a, us-central1-b" in again.stdout
+    # Now a regional job: its move to the other replica zone is one step on the same disk.
+    result = runner.invoke(app, ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes",
+                                 "--events-dir", str(project / "events")])
+    assert result.exit_code == 0, result.output
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.zone, job.attempt, job.zone_history[-1].same_disk) == ("us-central1-b", 3, True)
+    p = planner.run(stackfile.load(stackfile.resolve("example-gcp", None)), "example-gcp")
+    assert {r.inputs["name"] for r in p.resources if r.type.endswith("RegionDisk")} == {
+        "example-gcp-llm-pretrain-n0-m1-disk", "example-gcp-llm-pretrain-n1-m1-disk"}
+
+
+def test_a_conversion_is_refused_where_it_cannot_be(project, runner):
+    base = ["move", "llm-pretrain", "--stack", "example-gcp", "--no-apply"]
+    result = runner.invoke(app, [*base, "--to-zone", "us-central1-c", "--replica-zones", "us-central1-a,us-central1-b"])
+    assert result.exit_code == 1 and "--to-zone us-central1-c is not one of --replica-zones" in result.output
+    result = runner.invoke(app, ["move", "diffusion", "--stack", "example-aws", "--no-apply", "--to-zone", "us-east-1b",
+                                 "--replica-zones", "us-east-1a,us-east-1b"])
+    assert result.exit_code == 1 and "regional persistent disks are a GCP option" in result.output

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -32,7 +32,8 @@ from infra.basics import ConfigError
     "node's disk (the job's VMs go), restore new disks from the snapshots in the target zone, start the next "
     "attempt there on them, and once that attempt has started (its `started` events, from --events-dir or "
     "--events-bucket) delete the old disks. The stack file records the step: if the move is interrupted, run "
-    "the same command again and it continues.\n\n"
+    "the same command again and it continues. With --replica-zones (GCP) the disks are restored as regional "
+    "persistent disks replicated in those two zones: a zonal job disk converted (--to-zone may be the job's zone).\n\n"
     "Example: spotctl move llm-pretrain --to-zone us-central1-b --stack team-a --events-dir ./events --yes",
 )
 def move(
@@ -45,13 +46,18 @@ def move(
     no_apply: NoApplyOpt = False,
     yes: YesOpt = False,
     json_out: JsonOpt = False,
+    replica_zones: Annotated[Optional[str], typer.Option(
+        "--replica-zones", metavar="ZONE,ZONE",
+        help="GCP: restore into regional disks replicated in these two zones of spotctl:zones (converts a zonal job disk).")] = None,
 ) -> None:
     confirm = confirmer(yes, False, no_apply)
+    replicas = [z.strip() for z in replica_zones.split(",")] if replica_zones is not None else None
     with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first
-        _move(job, to_zone, stack, stack_file, events_dir, events_bucket, no_apply, json_out, confirm)
+        _move(job, to_zone, stack, stack_file, events_dir, events_bucket, no_apply, json_out, confirm, replicas)
 
 
-def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, no_apply: bool, json_out: bool, confirm) -> None:
+def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, no_apply: bool, json_out: bool, confirm,
+          replicas: list[str] | None = None) -> None:
     import json
 
     from cli.lifecycle import stackfile
@@ -69,6 +75,7 @@ def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, 
                 applier=applier_for(ref, no_apply, spinner.step), out=spinner.echo,
                 confirm=spinner.paused(confirm) if confirm else None,
                 inventory=lambda c: cloud_for(c, ref).inventory(),
+                replicas=replicas,
             )
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None

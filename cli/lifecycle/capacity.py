@@ -284,6 +284,9 @@ def decide_zone_failover(job: Job, events: list[Event], *, zones: list[str], ref
         if stay.move_began is not None:
             left[stay.zone] = min(left.get(stay.zone, math.inf), _hours(stay.move_began, now))
     candidates, blocked = eligible_zones(job.zone, reachable, {z: _hours(t, now) for z, t in refused.items()}, left)
+    if job.move is not None and job.move.replica_zones:  # a conversion to a regional disk does not move on
+        candidates, blocked = (), (f"the job's disk is being converted to a regional one in {job.zone}: it moves only "
+                                   "once that move is released",)
     moves = sum(_hours(s.move_began, now) < MOVE_WINDOW_H for s in job.zone_history if s.move_began is not None)
     allowed = job.move_on_capacity and job.boot_disk != "keep"
     return make_failover().decide(FailoverObservation(

@@ -40,28 +40,31 @@ def _record(job: Job, step: str) -> dict[str, Any]:
     assert job.move is not None
     began = {"began": _iso(job.move.began)} if job.move.began else {}
     held = {"held": list(job.move.held)} if job.move.held else {}
-    return {"from": job.move.from_, "to": job.move.to, "step": step} | began | held
+    replicas = {"replicaZones": list(job.move.replica_zones)} if job.move.replica_zones else {}
+    return {"from": job.move.from_, "to": job.move.to, "step": step} | began | held | replicas
 
 
 def _stay(zone: str, last_attempt: int, began: datetime | None) -> dict[str, Any]:
     return {"zone": zone, "lastAttempt": last_attempt} | ({"moveBegan": _iso(began)} if began else {})
 
 
-def next_step(job: Job, to: str, events: list[Event], now: datetime | None = None) -> Change:
+def next_step(job: Job, to: str, events: list[Event], now: datetime | None = None,
+              replicas: list[str] | None = None) -> Change:
     """The next step of moving ``job`` to zone ``to`` (pure), as the fields to write and why.
 
     A noop Change when there is nothing to do now (already there, or waiting for the new attempt's
     ``started`` event before the old disks may go); LifecycleError when the job cannot move.
-    ``now`` is recorded as the move's start (its changeover is measured from there).
+    ``now`` is recorded as the move's start (its changeover is measured from there). ``replicas``
+    (GCP): the move converts the job's zonal disk into a regional one replicated in those two
+    zones (``to`` one of them, possibly the job's own zone): the same steps, the restored disks regional.
     """
     move = job.move
+    if replicas is not None and (move is None or move.replica_zones != replicas):
+        return _conversion(job, to, replicas, now)
     if move is None:
         if job.zone == to:
             return Change(job.id, {}, f"is already in zone {to}", noop=True)
-        if job.state is C:
-            raise LifecycleError(f"job {job.id} is completed; there is nothing to move (spotctl cleanup {job.id} deletes its disks)")
-        if job.state is F:
-            raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force` first, then move it")
+        _movable(job)
         if job.disk_replica_zones:
             return _regional(job, to, now)
         fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot"} | ({"began": _iso(now)} if now else {})}
@@ -85,6 +88,8 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
         fields = {"zone": move.to, "attempt": job.attempt + 1, "state": "running",
                   "zoneHistory": history + [_stay(move.from_, job.attempt, move.began)],
                   "move": _record(job, "start")}
+        if move.replica_zones:  # from here on the job runs on its regional disk
+            fields |= {"diskReplicaZones": list(move.replica_zones), "diskKind": "regional"}
         check(job.id, S, R)
         return Change(job.id, fields, "move step start: " + REASONS["start"].format(**words | {"attempt": job.attempt + 1}))
     if move.step == "start":
@@ -97,6 +102,35 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
 
 
+def _movable(job: Job) -> None:
+    if job.state is C:
+        raise LifecycleError(f"job {job.id} is completed; there is nothing to move (spotctl cleanup {job.id} deletes its disks)")
+    if job.state is F:
+        raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force` first, then move it")
+
+
+def _conversion(job: Job, to: str, replicas: list[str], now: datetime | None) -> Change:
+    """The snapshot step of a move that restores the job's zonal disks as regional ones (``replicas``)."""
+    if job.move is not None:
+        raise LifecycleError(f"job {job.id} is moving to {job.move.to} (step {job.move.step}); "
+                             f"`spotctl move {job.id} --to-zone {job.move.to}` finishes that move first")
+    _movable(job)
+    if job.disk_replica_zones == replicas and job.zone == to:
+        return Change(job.id, {}, f"runs on a regional disk replicated in {', '.join(replicas)} in zone {to} already", noop=True)
+    if job.disk_replica_zones:
+        raise LifecycleError(f"job {job.id}'s disk is regional already (diskReplicaZones {job.disk_replica_zones}); "
+                             "there is nothing to convert")
+    if to not in replicas:
+        raise LifecycleError(f"job {job.id}: --to-zone {to} is not one of --replica-zones {replicas}")
+    record = {"from": job.zone, "to": to, "step": "snapshot", "replicaZones": list(replicas)} | ({"began": _iso(now)} if now else {})
+    fields: dict[str, Any] = {"move": record}
+    if job.state is not S:
+        check(job.id, job.state, S)
+        fields["state"] = S.value
+    return Change(job.id, fields, f"move step snapshot: {REASONS['snapshot'].format(frm=job.zone)}; its disks are "
+                  f"restored as regional disks replicated in {', '.join(replicas)} (a new generation, a new name)")
+
+
 def _move_on(job: Job, to: str, now: datetime | None) -> Change:
     """The move's new attempt never started in its target zone (refused for capacity): move on from
     there to ``to`` as a new move. Its disks there (restored, never used by a whole gang) are
@@ -104,6 +138,9 @@ def _move_on(job: Job, to: str, now: datetime | None) -> Change:
     the attempt in ``to`` has started, and go with this move's release."""
     move = job.move
     assert move is not None
+    if move.replica_zones:
+        raise LifecycleError(f"job {job.id}: its disk is being converted to a regional one in {move.to}; a conversion "
+                             f"does not move on (retry it there: `spotctl move {job.id} --to-zone {move.to}`)")
     held = [*move.held, move.from_]
     record = {"from": job.zone, "to": to, "step": "snapshot", "held": held} | ({"began": _iso(now)} if now else {})
     check(job.id, job.state, S)
@@ -173,7 +210,8 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
              applier: Applier | None, out: Callable[[str], None] = print,
              confirm: operations.Confirm | None = None,
              now: Callable[[], datetime] = lambda: datetime.now(UTC),
-             inventory: Callable[[StackConfig], Inventory] | None = None) -> MoveOutcome:
+             inventory: Callable[[StackConfig], Inventory] | None = None,
+             replicas: list[str] | None = None) -> MoveOutcome:
     """Move a job to zone ``to``: every step the situation allows now, each written and applied
     as its own targeted update (``--no-apply``: one step is written, nothing else).
 
@@ -189,13 +227,15 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
         raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
     if job.zone != to and to not in cfg.zones:
         raise ConfigError(str(ref.path), [f"job {job_id}: --to-zone {to!r} is not in spotctl:zones {cfg.zones}"])
+    if replicas is not None and cfg.cloud != "gcp":
+        raise ConfigError(str(ref.path), [f"job {job_id}: --replica-zones: regional persistent disks are a GCP option"])
     # The recorded step may not have been applied (a failed or interrupted update): apply it again.
     resuming = job.move is not None and job.move.to == to and applier is not None
     if resuming and not _step(ref, job_id, reapply, applier, out, confirm, result):
         return result
     while True:
         seen = events()
-        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now()), applier, out, confirm, result) or applier is None:
+        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now(), replicas), applier, out, confirm, result) or applier is None:
             break
     if not result.finished and result.steps and "move" not in result.steps[-1].fields and stackfile.load(ref).job(job_id).zone == to:
         result.finished, result.waiting = True, ""  # a regional disk's move: one step, nothing to release

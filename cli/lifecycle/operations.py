@@ -89,7 +89,26 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             if not exc.started:
                 _undo(ref.path, job_id, holder["before"], change.fields)
             raise
+        _record_disk_kind(ref.path, job_id, new_cfg)
         return Outcome(change, new_cfg, applied=True)
+
+
+def _record_disk_kind(path: Path, job_id: str, cfg: StackConfig) -> None:
+    """The job has run on its disk once an update of it was applied: record the disk's kind (GCP),
+    so adding or dropping ``diskReplicaZones`` by hand later is refused (``infra.config._disk_kind_checks``)."""
+    if cfg.cloud != "gcp":
+        return
+
+    def fields(current: StackConfig, written: Any) -> dict[str, Any]:
+        try:
+            job = current.job(job_id)
+        except KeyError:
+            return {}
+        if job.disk_kind is not None or job.state.value == "pending":
+            return {}
+        return {"diskKind": "regional" if job.disk_replica_zones else "zonal"}
+
+    stackfile.update_job(path, job_id, fields)
 
 
 def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, change: Change, old_job: Job, targets: list[str],
