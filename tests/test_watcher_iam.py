@@ -262,3 +262,41 @@ def test_a_job_named_like_the_extending_stacks_is_refused(project_of_stacks):
     # Without such a sibling stack in the project the same job is fine.
     (project_of_stacks / "stacks" / "Pulumi.team-b.yaml").unlink()
     planner.run(validate(gcp_raw([gcp_job(), gcp_job(id="b-x")]), "x"), "team")
+
+
+def test_a_stack_created_later_is_warned_that_an_older_watcher_covers_it(project_of_stacks, monkeypatch):
+    import pulumi
+
+    warnings: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: warnings.append(message))
+    planner.run(validate(stack_config(GCP_BASE, jobs=[gcp_job()]), "x"), "team-b")
+    assert any("start with team-, like stack team's" in w and "pulumi up" in w for w in warnings), warnings
+    warnings.clear()
+    planner.run(validate(stack_config(GCP_BASE, jobs=[gcp_job()]), "x"), "teamx")
+    assert not [w for w in warnings if "like stack" in w]
+
+
+def test_refreshing_a_jobs_secret_env_is_granted_on_this_stacks_parameters_only():
+    """What a targeted update's refresh of an aws.ssm.Parameter calls (terraform-provider-aws
+    internal/service/ssm/parameter.go read: GetParameter WithDecryption, DescribeParameters; tags)."""
+    policy = watcher_policy("team")
+    own = f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter{ssm_parameter_name('team', 'train')}"
+    theirs = f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter{ssm_parameter_name('team-b', 'train')}"
+    for action in ("ssm:GetParameter", "ssm:ListTagsForResource"):
+        assert allowed(policy, action, own) and not allowed(policy, action, theirs), action
+    assert allowed(policy, "ssm:DescribeParameters", "*")  # no resource-level permission for it
+
+
+def test_refreshing_a_jobs_secret_is_granted_on_that_secret_only():
+    """What a refresh of the job's secret reads (terraform-provider-google secretmanager: the secret,
+    its IAM members, the version and its data through ``:access``): viewer and secretAccessor, bound
+    on that one secret; nothing that adds or destroys versions."""
+    secret_env = {"HF_TOKEN": {"secure": "v1:Zm9vYmFy"}, "PLAIN": "x"}
+    p = planner.run(validate(gcp_raw([gcp_job(env=secret_env), gcp_job(id="plain")]), "x"), "team")
+    member = f"serviceAccount:{p.outputs['watcher']['serviceAccount']}"
+    bound = [r.inputs for r in p.by_type("gcp:secretmanager/secretIamMember:SecretIamMember") if r.inputs["member"] == member]
+    on_jobs = sorted((b["secretId"], b["role"]) for b in bound if b["secretId"] != "projects/proj-1/secrets/pulumi-passphrase")
+    assert on_jobs == [("spotctl-team-train-env", "roles/secretmanager.secretAccessor"),
+                       ("spotctl-team-train-env", "roles/secretmanager.viewer")]
+    assert not [r for r in p.resources if r.inputs.get("member") == member and "secretmanager" in str(r.inputs.get("role"))
+                and r.type.startswith("gcp:projects/")]
