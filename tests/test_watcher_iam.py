@@ -300,3 +300,17 @@ def test_refreshing_a_jobs_secret_is_granted_on_that_secret_only():
                        ("spotctl-team-train-env", "roles/secretmanager.viewer")]
     assert not [r for r in p.resources if r.inputs.get("member") == member and "secretmanager" in str(r.inputs.get("role"))
                 and r.type.startswith("gcp:projects/")]
+
+
+def test_more_conditional_bindings_than_iam_takes_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "Pulumi.yaml").write_text("name: spotctl\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks").mkdir()
+    for stack in ("team", "team-a", "team-b", "team-c", "team-d", "team-e"):
+        (tmp_path / "stacks" / f"Pulumi.{stack}.yaml").write_text("config: {}\n")
+    monkeypatch.chdir(tmp_path)
+    raw = {**gcp_raw([gcp_job()]), "zones": [f"us-central1-{z}" for z in "abcdefghi"]}
+    with pytest.raises(ContractError, match="gcp.conditional-bindings-20") as err:
+        planner.run(validate(raw, "x"), "team")
+    assert "22 conditional bindings" in str(err.value)
+    raw["zones"] = raw["zones"][:4]
+    assert len(compute_conditions_of(planner.run(validate(raw, "x"), "team"))) <= 20
