@@ -275,6 +275,9 @@ class Job(_Model):
     # the same name, so adding or dropping diskReplicaZones by hand would give the job a new, empty
     # disk: validation refuses it (``_disk_kind_checks``).
     disk_kind: Literal["zonal", "regional"] | None = None
+    # Why spotctl left the job stopped when it did not finish what it started (a gang's stop that
+    # failed midway); cleared by the next change of state. ``spotctl status`` shows it.
+    stop_reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
 
     @field_validator("id")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import os
 import random
 import signal
@@ -399,3 +400,27 @@ def test_resume_asks_the_jobs_policy():
     assert choose(job(state="preempted", attempt=4), events) is Capacity.SPOT
     change = decide_resume(tight, events, choose=choose)
     assert change.fields == {"attempt": 5, "state": "running", "capacity": "on-demand"}
+
+
+def test_a_gang_stop_that_fails_midway_leaves_the_job_stopped_and_says_why(project, runner, fake_pulumi, monkeypatch):
+    monkeypatch.setenv("FAKE_PULUMI_UP_FAIL_AT", "1")  # the old gang's stop fails after it began
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force", "--yes"])
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "error: job llm-pretrain: left stopped at attempt 1: the stop of every node of attempt 1 (before attempt 2) " \
+           "failed midway: pulumi up failed" in said, said
+    assert "`spotctl resume llm-pretrain` starts attempt 2" in said
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.state.value, job.attempt) == ("stopped", 1) and "failed midway" in job.stop_reason
+    result = runner.invoke(app, ["status", "llm-pretrain", "--stack", "example-gcp", "--json"])
+    (row,) = json.loads(result.stdout)
+    assert row["status"] == "stopped" and row["status_reason"].startswith("stopped by spotctl: the stop of every node of attempt 1")
+    result = runner.invoke(app, ["status", "llm-pretrain", "--stack", "example-gcp"])
+    assert "llm-pretrain: stopped by spotctl: the stop of every node" in " ".join(result.stdout.split())
+
+    monkeypatch.delenv("FAKE_PULUMI_UP_FAIL_AT")
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 0, result.output
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.state.value, job.attempt, job.stop_reason) == ("running", 2, None)  # the reason went with the stop
+    assert re.search(r"\n      stopReason:( null)?\n", (project / "stacks" / "Pulumi.example-gcp.yaml").read_text())

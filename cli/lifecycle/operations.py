@@ -60,9 +60,12 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             except KeyError as exc:
                 raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
             change = decide(job)
-            holder["change"] = change
-            holder["before"] = {k: written.get(k, _MISSING) for k in change.fields}
-            return {} if change.noop else change.fields
+            wrote = dict(change.fields)
+            if job.stop_reason and wrote.get("state", "stopped") != "stopped":
+                wrote["stopReason"] = None  # the job leaves the stop it explained
+            holder["change"], holder["wrote"] = change, wrote
+            holder["before"] = {k: written.get(k, _MISSING) for k in wrote}
+            return {} if change.noop else wrote
 
         old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, fields)
         change: Change = holder["change"]
@@ -76,9 +79,9 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             try:
                 targets = sorted(set(targets) | set(release(targets)))
             except Exception:
-                _undo(ref.path, job_id, holder["before"], change.fields)
+                _undo(ref.path, job_id, holder["before"], holder["wrote"])
                 raise
-        if confirm is not None and not _previewed_and_confirmed(ref, job_id, change, old_job, targets, applier,
+        if confirm is not None and not _previewed_and_confirmed(ref, job_id, change, holder["wrote"], old_job, targets, applier,
                                                                 holder["before"], out, confirm):
             return Outcome(change, old_cfg, applied=False, declined=True)
         if _gang_restart(old_job, change):
@@ -87,7 +90,7 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             applier.up(targets, out)
         except ApplyError as exc:
             if not exc.started:
-                _undo(ref.path, job_id, holder["before"], change.fields)
+                _undo(ref.path, job_id, holder["before"], holder["wrote"])
             raise
         _record_disk_kind(ref.path, job_id, new_cfg)
         return Outcome(change, new_cfg, applied=True)
@@ -111,20 +114,20 @@ def _record_disk_kind(path: Path, job_id: str, cfg: StackConfig) -> None:
     stackfile.update_job(path, job_id, fields)
 
 
-def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, change: Change, old_job: Job, targets: list[str],
-                             applier: Applier, before: dict[str, Any], out: Callable[[str], None],
+def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, change: Change, wrote: dict[str, Any], old_job: Job,
+                             targets: list[str], applier: Applier, before: dict[str, Any], out: Callable[[str], None],
                              confirm: Confirm) -> bool:
     """Pulumi's preview of the targeted update (the file already edited), then the question; on
     no (or a failed preview) the edit is undone."""
     try:
         applier.preview(targets, out)
     except ApplyError:
-        _undo(ref.path, job_id, before, change.fields)
+        _undo(ref.path, job_id, before, wrote)
         raise
     gang = (f" (every node of attempt {old_job.attempt} is stopped first)" if _gang_restart(old_job, change) else "")
     if confirm(f"Do you want to perform this update of job {job_id}{gang}?"):
         return True
-    _undo(ref.path, job_id, before, change.fields)
+    _undo(ref.path, job_id, before, wrote)
     return False
 
 
@@ -143,13 +146,20 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     final = stackfile.job_fields(ref.path, job_id, list(before))
     stopped = {k: before[k] for k in before if before[k] is not _MISSING} | {"state": "stopped"}
     stackfile.update_job(ref.path, job_id, lambda current, written: stopped)
-    out(f"job {job_id}: stopping every node of attempt {old_cfg.job(job_id).attempt} before the new attempt starts")
+    attempt = old_cfg.job(job_id).attempt
+    out(f"job {job_id}: stopping every node of attempt {attempt} before the new attempt starts")
     try:
         applier.up(old_targets, out)
     except ApplyError as exc:
         if not exc.started:
             _undo(ref.path, job_id, before, final | stopped)
-        raise
+            raise
+        # The stop began: some old nodes may be gone, so the file stays stopped. Say so, there and here.
+        why = (f"the stop of every node of attempt {attempt} (before attempt {attempt + 1}) failed midway: {exc}; "
+               f"some of its VMs may still run. `spotctl resume {job_id}` starts attempt {attempt + 1} (its update "
+               f"replaces what is left of attempt {attempt})")
+        stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why})
+        raise ApplyError(f"job {job_id}: left stopped at attempt {attempt}: {why}", started=True, detail=exc.detail) from None
     stackfile.update_job(ref.path, job_id, lambda current, written: final)
 
 

@@ -55,6 +55,8 @@ def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now:
     elif job.state.value == "running" and outcome is not None and outcome.value in ("failed", "completed"):
         status = f"{outcome.value}?"
         reason = f"attempt {job.attempt} {outcome.value} (its events); the stack file still says running"
+    if job.state.value == "stopped" and job.stop_reason and not reason:
+        reason = f"stopped by spotctl: {job.stop_reason}"
     row["status"], row["status_reason"] = status, reason
     row["attempts"] = sorted({e.attempt for e in events if e.event == "started"})
     if vms is not None:
