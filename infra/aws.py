@@ -340,7 +340,9 @@ def job_role_naming(slug: str) -> tuple[str, str]:
     a role's ``path`` is ForceNew (terraform-provider-aws internal/service/iam/role.go), so every job
     and pool role and profile would be replaced, and a running pool instance keeps the deleted
     profile ("Deleting a role or instance profile that is associated with a running instance will
-    break any applications running on the instance", IAM API DeleteInstanceProfile). The watcher's
+    break any applications that are running on the instance",
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_manage_delete.html); a job instance's
+    would be swapped under it (ReplaceIamInstanceProfileAssociation, ec2_instance.go). The watcher's
     grants are made exact by the ``spotctl:owner`` tag and this stack's boundary instead."""
     return "/spotctl/", f"spotctl-{slug}-"[:38]
 
