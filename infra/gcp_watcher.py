@@ -29,6 +29,10 @@ terraform-provider-google reads a secret (secretmanager.secrets.get), its IAM me
 resource_secret_manager_secret_version.go), so the job binds the watcher to
 ``roles/secretmanager.viewer`` and ``roles/secretmanager.secretAccessor`` on that one secret
 (infra/gcp.py); writing a new version is not granted (the watcher never changes a secret).
+
+Not limited (README "Limits"): the role's permissions on resource types the conditions neither
+name nor exclude (compute.projects.setCommonInstanceMetadata, autoscalers, resource policies, ...)
+hold project-wide; only a custom role with exactly a targeted job update's permissions removes them.
 """
 
 from __future__ import annotations
