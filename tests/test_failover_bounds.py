@@ -204,6 +204,12 @@ def test_a_move_refused_in_its_target_zone_moves_on_to_a_third_zone_and_releases
     assert set(ups[3:moved_on]) == {("us-east-1b", "start", 5, ())}  # the start retried in us-east-1b, refused
     assert ups[moved_on:] == [("us-east-1b", "snapshot", 5, ("us-east-1a",)), ("us-east-1b", "restore", 5, ("us-east-1a",)),
                               ("us-east-1c", "start", 6, ("us-east-1a",))]
+    # The update that moved on also targets the refused move's snapshot, which left the program (Pulumi
+    # forgets it; the cloud keeps it: retain_on_delete) — and no disk.
+    ups_calls = [c for c in pulumi_calls(fake_pulumi) if "up" in c]
+    targeted = [[c[i + 1].split("::")[-1] for i, a in enumerate(c) if a == "--target"] for c in ups_calls]
+    on_step = next(t for t in targeted if "job-train-n0-m2-snapshot" in t)
+    assert "job-train-n0-m1-snapshot" in on_step and "job-train-n0-m1-volume" in on_step and "job-train-n0-volume" in on_step
     j = the_job()
     assert (j.attempt, j.move.step, j.move.from_, j.move.held) == (6, "start", "us-east-1b", ["us-east-1a"])
     assert [(z.zone, z.last_attempt) for z in j.zone_history] == [("us-east-1a", 4), ("us-east-1b", 5)]
@@ -242,3 +248,40 @@ def test_three_refusing_zones_spend_the_move_budget_then_wait_and_the_move_stays
     run_watch(stack, now + timedelta(minutes=10), records)
     assert (records[-1]["action"], records[-1]["result"]) == ("move", "moved"), records[-1]
     assert unprotected(fake_pulumi) == ["job-train-n0-m1-volume", "job-train-n0-volume"]
+
+
+# ---- the decide step during a move whose start was refused ---------------------------------------------------
+
+
+def moving_job(**over) -> Job:
+    raw = {"id": "train", "instance_type": "p4d.24xlarge", "zone": "us-east-1b", "command": "t", "state": "running", "attempt": 5,
+           "zoneHistory": [{"zone": "us-east-1a", "lastAttempt": 4, "moveBegan": T0.isoformat()}],
+           "move": {"from": "us-east-1a", "to": "us-east-1b", "step": "start", "began": T0.isoformat()}}
+    return Job.model_validate(raw | over)
+
+
+@pytest.mark.parametrize("choice,kind,capacity,zone", [
+    ("wait", "retry-capacity", "spot", None), ("on-demand", "retry-capacity", "on-demand", None),
+    ("move", "move", None, "us-east-1c"), ("stay", "retry-capacity", None, None),
+])
+def test_a_refused_start_of_a_move_asks_the_failover_again(choice, kind, capacity, zone):
+    from cli.policy.failover import FailoverDecision
+
+    asked = []
+
+    def failover(job, events, memory, now):
+        asked.append(job.zone)
+        return FailoverDecision(choice, f"because {choice}", zone)
+
+    due = JobMemory(5, T0 + timedelta(minutes=5), 2, None, T0, {"us-east-1a": T0, "us-east-1b": T0})
+    action, _ = decide_job(moving_job(), [], due, set(), T0 + timedelta(minutes=6), failover)
+    assert asked == ["us-east-1b"] and (action.kind, action.capacity, action.zone) == (kind, capacity, zone)
+    assert "after a capacity refusal in us-east-1b, the zone the job is moving to" in action.reason
+    # Not due yet: nothing; no refusal, started: the move continues to its release, no failover asked.
+    assert decide_job(moving_job(), [], due, set(), T0 + timedelta(minutes=1), failover)[0] is None
+    from cli.lifecycle.events import Event
+    from cli.watch.decide import seen
+
+    started = [seen(Event("train", 5, 0, "started", T0 + timedelta(minutes=3)), "bucket")]
+    action, _ = decide_job(moving_job(), started, JobMemory(), set(), T0 + timedelta(minutes=6), failover)
+    assert action.kind == "move" and action.zone == "us-east-1b" and asked == ["us-east-1b"]

@@ -110,7 +110,8 @@ def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal:
     from cli.lifecycle.move import move_job
 
     job = stackfile.load(ref).job(action.job)
-    if job.move is None and (job.attempt != action.attempt or job.state.value != "running"):
+    starts = job.move is None or job.move.to != action.zone  # a new move (or moving on), not the one in progress
+    if starts and (job.attempt != action.attempt or job.state.value != "running"):
         return _done(journal, action, memo, now, "noop", {}, f"the stack file is at attempt {job.attempt} "
                      f"({job.state.value}) now: no move")
     assert action.zone is not None
