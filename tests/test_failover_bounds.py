@@ -98,9 +98,9 @@ def test_a_regional_job_between_two_refusing_zones_moves_at_most_the_budget_and_
                            {**memory.refused, job.zone: now})
         now = memory.next_try
     assert [z for _, z in moves] == ["us-central1-b", "us-central1-a", "us-central1-b", "us-central1-a"]
-    for (t, _), (later, _) in zip(moves, moves[MOVE_BUDGET:]):
+    for (t, _), (later, _) in zip(moves, moves[MOVE_BUDGET:], strict=False):
         assert later - t >= timedelta(hours=MOVE_WINDOW_H)  # never more than the budget in a window
-    for (t, _), (back, _) in zip(moves, moves[1:]):
+    for (t, _), (back, _) in zip(moves, moves[1:], strict=False):
         assert back - t >= timedelta(hours=LEFT_QUIET_H)  # back only after the quiet time
     assert any("us-central1-a: left" in r and "back only after 6 h quiet" in r for r in stays)
     assert any("the move budget is spent (2 move(s) in the last 24 h" in r for r in stays)

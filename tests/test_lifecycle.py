@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
