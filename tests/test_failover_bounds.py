@@ -214,6 +214,13 @@ def test_a_move_refused_in_its_target_zone_moves_on_to_a_third_zone_and_releases
     assert (j.attempt, j.move.step, j.move.from_, j.move.held) == (6, "start", "us-east-1b", ["us-east-1a"])
     assert [(z.zone, z.last_attempt) for z in j.zone_history] == [("us-east-1a", 4), ("us-east-1b", 5)]
     assert unprotected(fake_pulumi) == []  # every old disk stays protected until attempt 6 started
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    shown = CliRunner().invoke(app, ["status", "train", "--stack", "team"])
+    assert "train: moving from us-east-1b to us-east-1c, step start written (the disks left in us-east-1a stay protected " \
+           "until it started)" in " ".join(shown.stdout.split()), shown.output
 
     write_events(stack, (6, "started", (now - T0).total_seconds() / 60 + 5))
     run_watch(stack, now + timedelta(minutes=10), records)

@@ -197,7 +197,9 @@ def print_status(rows: list[dict]) -> None:
                 + (f"; last action {w['last_action']}" if w.get("last_action") else ""))
         if r.get("move"):
             m = r["move"]
-            say(f"{r['job']}: moving from {m['from']} to {m['to']}, step {m['step']} written; "
+            held = f" (the disks left in {', '.join(m['held'])} stay protected until it started)" if m.get("held") else ""
+            into = f" into a regional disk in {', '.join(m['replica_zones'])}" if m.get("replica_zones") else ""
+            say(f"{r['job']}: moving from {m['from']} to {m['to']}{into}, step {m['step']} written{held}; "
                 f"`spotctl move {r['job']} --to-zone {m['to']}` continues it")
         for vm in r.get("cloud", []):
             flag = " PREEMPTED" if vm["preempted"] else ""

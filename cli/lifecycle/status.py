@@ -32,7 +32,10 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
         "on_demand_hours": round(ledger.vm_hours(Capacity.ON_DEMAND.value), 3),
         "last_event": event_json(events[-1]) if events else None,
         # `spotctl move`: the move in progress (its last step written) and the zones the job left.
-        "move": {"from": job.move.from_, "to": job.move.to, "step": job.move.step} if job.move else None,
+        "move": ({"from": job.move.from_, "to": job.move.to, "step": job.move.step}
+                 | ({"held": list(job.move.held)} if job.move.held else {})
+                 | ({"replica_zones": list(job.move.replica_zones)} if job.move.replica_zones else {})) if job.move else None,
+        "disk_kind": job.disk_kind,
         "zone_history": [{"zone": z.zone, "last_attempt": z.last_attempt, **({"same_disk": True} if z.same_disk else {})}
                          for z in job.zone_history],
     }
@@ -118,7 +121,7 @@ STATUS_COLUMNS: list[Column] = [
     Column("last_action", "last action", lambda v: plain(v)),
     Column("last_event", "last event", _last),
 ]
-HIDDEN = {"state", "nodes", "status_reason", "attempts", "cloud"}  # shown elsewhere (or only in --json)
+HIDDEN = {"state", "nodes", "status_reason", "attempts", "cloud", "disk_kind"}  # shown elsewhere (or only in --json)
 
 
 def table_columns(rows: list[dict[str, Any]]) -> list[Column]:
