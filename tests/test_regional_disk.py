@@ -278,3 +278,15 @@ def test_a_conversion_is_refused_where_it_cannot_be(project, runner):
     result = runner.invoke(app, ["move", "diffusion", "--stack", "example-aws", "--no-apply", "--to-zone", "us-east-1b",
                                  "--replica-zones", "us-east-1a,us-east-1b"])
     assert result.exit_code == 1 and "regional persistent disks are a GCP option" in result.output
+
+
+def test_a_conversion_whose_start_is_refused_does_not_move_on_and_says_so():
+    job = Job.model_validate({"id": "train", "machine_type": "a2-highgpu-1g", "zone": "us-central1-b", "command": "t",
+                              "state": "running", "attempt": 2, "diskReplicaZones": REPLICAS, "diskKind": "regional",
+                              "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 1, "moveBegan": T0.isoformat()}],
+                              "move": {"from": "us-central1-a", "to": "us-central1-b", "step": "start", "replicaZones": REPLICAS}})
+    decision = decide_zone_failover(job, [], zones=["us-central1-a", "us-central1-b", "us-central1-c"], refused={"us-central1-b": T0},
+                                    refusals=3, refused_since=T0, next_wait_h=0.2, in_place=lambda: Capacity.SPOT, now=T0)
+    assert decision.choice == "wait" and "being converted to a regional one in us-central1-b" in decision.reason
+    with pytest.raises(LifecycleError, match="a conversion does not move on"):
+        next_step(job, "us-central1-a", [], T0)
