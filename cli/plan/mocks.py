@@ -357,14 +357,18 @@ SECRET = SECRET_PLACEHOLDER  # how plan shows a value Pulumi holds as a secret (
 
 def _plain(value: Any) -> Any:
     """Mock inputs -> JSON-able values (unknowns as None, sorted maps, secrets as ``[secret]``)."""
+    if isinstance(value, str | int | float | bool) or value is None:  # most values: first
+        return value
+    if isinstance(value, dict):
+        if _is_rpc_secret(value):
+            return SECRET
+        return {str(k): _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _is_rpc_secret(value: dict) -> bool:
     from pulumi.runtime.rpc import is_rpc_secret
 
-    if is_rpc_secret(value):
-        return SECRET
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in sorted(value.items())}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
+    return is_rpc_secret(value)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 
@@ -134,29 +135,31 @@ def known(*values: Any) -> bool:
     return all(v is not UNKNOWN for v in values)
 
 
-def _snake(value: Any) -> Any:
-    """Nested ``*Args`` objects as dicts with their Python (snake_case) names; Outputs kept."""
+@cache
+def _input_names(cls: type) -> tuple[str, ...] | None:
+    """The Python names of a pulumi ``*Args`` input type's properties; None for any other type."""
     from pulumi import _types
 
-    if _types.is_input_type(type(value)):
-        names = _types.input_type_py_to_pulumi_names(type(value))
-        return {py: _snake(getattr(value, py)) for py in names if getattr(value, py, None) is not None}
-    if isinstance(value, Mapping):
-        return {k: _snake(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_snake(v) for v in value]
-    return value
+    return tuple(_types.input_type_py_to_pulumi_names(cls)) if _types.is_input_type(cls) else None
 
 
-def _plain_now(value: Any, pending: list[tuple[Any, Any, Any]] | None = None) -> Any:
-    """Inputs as plain Python without waiting: Outputs and awaitables become UNKNOWN, each noted in
-    ``pending`` as (container, key, the Output) so the check can wait for just those values."""
+def _plain_now(value: Any, pending: list[tuple[Any, Any, Any]]) -> Any:
+    """Inputs as plain Python without waiting, in one walk: nested ``*Args`` objects become dicts with
+    their Python (snake_case) names; Outputs and awaitables become UNKNOWN, each noted in ``pending``
+    as (container, key, the Output) so the check can wait for just those values."""
     import pulumi
 
-    if isinstance(value, Mapping):
+    names = _input_names(type(value))
+    if names is not None:
+        # An input type keeps its values under their Python names, in __dict__ or, for a dict
+        # subclass, as items (pulumi._types.get / set).
+        values = value if isinstance(value, dict) else vars(value)
         out: Any = {}
+        items: Iterable[tuple[Any, Any]] = ((py, values[py]) for py in names if values.get(py) is not None)
+    elif isinstance(value, Mapping):
+        out = {}
         items = value.items()
-    elif isinstance(value, list):
+    elif isinstance(value, list | tuple):
         out = [None] * len(value)
         items = enumerate(value)
     else:
@@ -164,8 +167,7 @@ def _plain_now(value: Any, pending: list[tuple[Any, Any, Any]] | None = None) ->
     for k, v in items:
         if isinstance(v, pulumi.Output) or hasattr(v, "__await__"):
             out[k] = UNKNOWN
-            if pending is not None:
-                pending.append((out, k, v))
+            pending.append((out, k, v))
         else:
             out[k] = _plain_now(v, pending)
     return out
@@ -180,9 +182,8 @@ def transformation(args) -> None:
 
     if not rules_for(args.type_):
         return None  # no rule reads this type: nothing to convert, nothing to wait for
-    props = _snake(dict(args.props))
     pending: list[tuple[Any, Any, Any]] = []
-    now = _plain_now(props, pending)
+    now = _plain_now(args.props, pending)
     check(args.type_, args.name, now)
     if pending:
         def later(resolved: list[Any]) -> None:
