@@ -694,16 +694,17 @@ def _disk_kind_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[s
     now = "regional" if job.disk_replica_zones else "zonal"
     if ran == now:
         return
-    disk = f"{job.id}'s disk"
+    said = f"diskKind: {ran}" if job.disk_kind else "as its zoneHistory shows"
     if now == "regional":
-        other = next((z for z in cfg.zones if z != job.zone), "ZONE2")
-        problems.append((f"jobs[{i}].diskReplicaZones", f"job {job.id} has run on a zonal disk (diskKind: zonal): adding "
+        wanted = list(job.disk_replica_zones or [])
+        to = job.zone if job.zone in wanted else wanted[0]
+        problems.append((f"jobs[{i}].diskReplicaZones", f"job {job.id} has run on a zonal disk ({said}): adding "
                          f"diskReplicaZones would declare a new, empty regional disk under the same name and start the job on it. "
-                         f"Remove diskReplicaZones and convert {disk} with a move instead: `spotctl move {job.id} --to-zone "
-                         f"{job.zone} --replica-zones {job.zone},{other}` (snapshot, restore into a regional disk, start, "
+                         f"Remove diskReplicaZones and convert {job.id}'s disk with a move instead: `spotctl move {job.id} "
+                         f"--to-zone {to} --replica-zones {','.join(wanted)}` (snapshot, restore into a regional disk, start, "
                          f"release the zonal one)"))
     else:
-        problems.append((f"jobs[{i}].diskReplicaZones", f"job {job.id} has run on a regional disk (diskKind: regional): "
+        problems.append((f"jobs[{i}].diskReplicaZones", f"job {job.id} has run on a regional disk ({said}): "
                          f"removing diskReplicaZones would declare a new, empty zonal disk under the same name and start the job on "
                          f"it. Put diskReplicaZones back (turning a regional disk back into a zonal one is not supported)"))
 

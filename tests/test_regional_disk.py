@@ -171,7 +171,7 @@ def test_spotctl_move_of_a_regional_job_snapshots_nothing_and_deletes_nothing(pr
 @pytest.mark.parametrize("fields,said", [
     ({"diskKind": "zonal", "diskReplicaZones": REPLICAS}, "has run on a zonal disk (diskKind: zonal): adding diskReplicaZones"),
     ({"zoneHistory": [{"zone": "us-central1-c", "lastAttempt": 1}], "attempt": 2, "diskReplicaZones": REPLICAS},
-     "has run on a zonal disk"),  # no record: a snapshot move says the disk was zonal
+     "has run on a zonal disk (as its zoneHistory shows)"),  # no record: a snapshot move says the disk was zonal
     ({"diskKind": "regional"}, "has run on a regional disk (diskKind: regional): removing diskReplicaZones"),
 ])
 def test_changing_the_disk_kind_of_a_job_that_has_run_is_refused_naming_the_job_and_key(fields, said):
