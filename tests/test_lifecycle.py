@@ -424,3 +424,18 @@ def test_a_gang_stop_that_fails_midway_leaves_the_job_stopped_and_says_why(proje
     job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
     assert (job.state.value, job.attempt, job.stop_reason) == ("running", 2, None)  # the reason went with the stop
     assert re.search(r"\n      stopReason:( null)?\n", (project / "stacks" / "Pulumi.example-gcp.yaml").read_text())
+
+
+def test_a_gang_stopped_whose_new_attempt_cannot_start_is_left_stopped_not_running(project, runner, fake_pulumi, monkeypatch):
+    monkeypatch.setenv("FAKE_PULUMI_LOCKED_AT", "2")  # the old gang stopped; then another update holds the stack
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force", "--yes"])
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "job llm-pretrain: left stopped at attempt 1: every node of attempt 1 was stopped, then attempt 2 could not start" in said
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.state.value, job.attempt) == ("stopped", 1) and "could not start" in job.stop_reason  # not `running`: no VM runs
+    monkeypatch.delenv("FAKE_PULUMI_LOCKED_AT")
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 0, result.output
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.state.value, job.attempt, job.stop_reason) == ("running", 2, None)

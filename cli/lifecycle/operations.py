@@ -84,13 +84,19 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
         if confirm is not None and not _previewed_and_confirmed(ref, job_id, change, holder["wrote"], old_job, targets, applier,
                                                                 holder["before"], out, confirm):
             return Outcome(change, old_cfg, applied=False, declined=True)
-        if _gang_restart(old_job, change):
+        gang = _gang_restart(old_job, change)
+        if gang:
             _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out)
         try:
             applier.up(targets, out)
         except ApplyError as exc:
             if not exc.started:
                 _undo(ref.path, job_id, holder["before"], holder["wrote"])
+                if gang:  # the old gang is gone: the file must not say it runs
+                    why = (f"every node of attempt {old_job.attempt} was stopped, then attempt {old_job.attempt + 1} could not "
+                           f"start: {exc}. `spotctl resume {job_id}` starts it")
+                    stackfile.update_job(ref.path, job_id, lambda current, written: {"state": "stopped", "stopReason": why})
+                    raise ApplyError(f"job {job_id}: left stopped at attempt {old_job.attempt}: {why}", detail=exc.detail) from None
             raise
         _record_disk_kind(ref.path, job_id, new_cfg)
         return Outcome(change, new_cfg, applied=True)
