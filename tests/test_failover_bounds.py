@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from cli.lifecycle import stackfile
@@ -64,6 +66,19 @@ def test_every_other_zone_excluded_goes_on_demand_when_a_wait_would_eat_the_dead
     loose = make_failover().decide(obs(candidates=(), blocked=blocked, slack_h=5.0, work_left_h=3.0))
     assert loose.choice == "wait"
     assert make_failover().decide(obs(candidates=(), blocked=())).choice == "stay"  # no other zone at all
+
+
+@given(moves=st.integers(0, 5), waited=st.floats(0, 10), slack=st.floats(0, 50), blocked=st.booleans(),
+       in_place=st.sampled_from(["spot", "on-demand"]), candidates=st.booleans())
+def test_no_move_past_the_budget_or_to_an_excluded_zone_and_every_stay_says_which(moves, waited, slack, blocked, in_place, candidates):
+    o = obs(moves_in_window=moves, waited_h=waited, slack_h=slack, work_left_h=2.0, in_place=in_place,
+            candidates=("us-east-1c",) if candidates else (), blocked=("us-east-1a: left 1.00 h ago",) if blocked else ())
+    d = make_failover().decide(o)
+    assert d.reason
+    if d.choice == "move":
+        assert moves < MOVE_BUDGET and d.zone == "us-east-1c"
+    if moves >= MOVE_BUDGET and (candidates or blocked):
+        assert d.choice in ("wait", "on-demand") and "the move budget is spent" in d.reason
 
 
 # ---- (c) a regional job whose two replica zones both refuse, over two days ---------------------------------
