@@ -145,3 +145,35 @@ def test_shipped_regimes_are_the_fit_of_the_development_traces():
         if r.up_rate[0] > 0:
             assert r.up_rate[-1] < r.up_rate[0], r.name
     assert not math.isnan(sum(sum(r.up_rate) for r in planning.shipped_regimes()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([0.8, 0.92, 0.97]), st.sampled_from([0.05, 0.2]),
+       st.sampled_from([320, 340, 600]))
+def test_default_never_misses_when_it_plans_on_a_grid_coarser_than_its_decisions(seed, ratio, d, gap_s):
+    """A plan coarser than the decision tick (long jobs, odd ticks) cannot see the slack one move
+    spends: the moves themselves are checked (``unsafe_moves``); bench/policy.py once found a miss."""
+    rng = random.Random(seed)
+    regime = Regime("r", tuple(rng.uniform(0.05, 3) for _ in range(planning.B)),
+                    tuple(rng.uniform(0.05, 3) for _ in range(planning.B)))
+    trace = Trace("r", gap_s, tuple(sample(regime, 300, rng)))
+    job = Job(10.0, round(10.0 / ratio, 3), d)
+    policy = Default(regimes=[regime], online=False, fit_z=None, budget=3_000)
+    assert not simulate(policy, trace, 0, job).missed
+
+
+def test_a_move_that_could_leave_on_demand_too_little_slack_is_never_taken():
+    reliable = Regime("reliable", (1e-3,) * planning.B, (5.0,) * planning.B)
+    # on on-demand with 0.3 h of slack, ticks of 10 min, changeovers of 0.2 h: spot would cost 0.2 h
+    # now and 0.2 h more to come back; waiting would cost the tick and a changeover
+    obs = Observation(20.0, 17.0, 20.0, 23.3, 0.2, 3.0, "on-demand", True, 0, TICK)
+    assert planning_unsafe(obs) == {"spot", "idle"}
+    assert Default(regimes=[reliable], online=False, fit_z=None, budget=3_000).decide(obs) == "on-demand"
+    roomy = Observation(20.0, 17.0, 20.0, 23.7, 0.2, 3.0, "on-demand", True, 0, TICK)
+    assert planning_unsafe(roomy) == set()
+
+
+def planning_unsafe(obs: Observation) -> set[str]:
+    from cli.policy.policies import unsafe_moves
+
+    return set(unsafe_moves(obs))

@@ -29,7 +29,8 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    short spot windows another launch looks as expensive as it is.
 4. Deadlines are never at risk: on-demand is deterministic and every regime gives a preemption a
    positive probability, so a plan never takes a step from which on-demand could no longer
-   finish; the same safety net as the other policies sits in front of it anyway.
+   finish; the same safety net as the other policies sits in front of it anyway, and every move
+   is checked on the decision tick (``unsafe_moves``): a plan on a coarser grid cannot see it.
 
 5. It learns: a regime fitted online from this job's own ticks joins the mixture, scored
    prequentially (each tick predicted before it is learned from), so when the zone fits none of the
@@ -52,6 +53,9 @@ of UP's gap to the optimum; it never costs more than the better UP there.
 Plans are solved per (regime, job shape) and cached (``SPOTCTL_PLAN_CACHE`` plans, ~67 MB each at
 most: long jobs are planned on a coarser grid, ``Units.fit``); a one-off decision (``resume``) plans
 on one regime, on a coarser grid, keeping one layer of the plan.
+
+Longer than 420 lines because every registered policy lives here next to what they share (the
+``Observation``, the safety net, the registry), and ``default`` is most of it.
 """
 
 from __future__ import annotations
@@ -138,7 +142,27 @@ def must_go_on_demand(obs: Observation, margin_h: float = 0.0) -> bool:
     Leaving on-demand, or waiting one more tick, could then make the deadline unreachable.
     """
     launch = 0.0 if obs.current == ON_DEMAND else obs.changeover_h
-    return obs.slack_h - launch <= obs.tick_h + margin_h
+    return obs.slack_h - launch <= obs.tick_h + margin_h + SLACK_EPS_H
+
+
+SLACK_EPS_H = 1e-6  # hours are sums of floats: a slack of exactly one tick must count as one tick
+
+
+def unsafe_moves(obs: Observation) -> set[Decision]:
+    """Moves after which on-demand might no longer finish in time, were spot lost at the next tick.
+
+    ``must_go_on_demand`` covers staying put; a *move* spends slack first: waiting a tick costs the
+    tick (and on-demand then needs a changeover), launching spot costs a changeover (its part in this
+    tick, the rest while running) and leaves one more changeover to pay to get back on on-demand.
+    A plan on a grid coarser than the decision tick cannot see these (bench/policy.py found a miss).
+    """
+    d, tick = obs.changeover_h, obs.tick_h
+    out: set[Decision] = set()
+    if obs.current != SPOT and obs.slack_h - min(d, tick) < d + SLACK_EPS_H:
+        out.add(SPOT)
+    if obs.slack_h - tick < d + SLACK_EPS_H:
+        out.add(IDLE)
+    return out
 
 
 class OnDemand(Policy):
@@ -325,6 +349,8 @@ class Default(Policy):
                             keep_from=step + 1 if self.one_layer else 0)
             for action, value in plan.q_values(step, mode, obs.spot_available, bucket, work_left).items():
                 q[action] = q.get(action, 0.0) + weight * value
+        for unsafe in unsafe_moves(obs):
+            q.pop(_MODE[unsafe], None)  # on-demand is always allowed: q is never empty
         least = min(q.values())
         near = {a for a, v in q.items() if v <= least + 1e-4 * abs(least) + 1e-6}
         # Among (near) ties: keep running where we run (no changeover for nothing), else take spot
