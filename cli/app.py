@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 
 from cli.commands import app
+from cli.commands.startup import one_command
 
 # Importing a module registers its commands; this order is the order of `spotctl --help`.
 COMMAND_MODULES = ("stack", "drill", "policy", "jobs", "move", "logs", "pool", "cost", "watch")
@@ -17,4 +18,6 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    app()
+    import sys
+
+    one_command(app, sys.argv[1:])()

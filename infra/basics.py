@@ -8,6 +8,7 @@ import enum
 from collections.abc import Sequence
 
 NAMESPACE = "spotctl"
+MAX_JOB_NODES = 64  # nodes of one job (a gang); a `started` event claiming more is not believed either
 
 
 class JobState(enum.StrEnum):

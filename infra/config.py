@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from infra.basics import NAMESPACE, Capacity, ConfigError, JobState  # noqa: F401  (re-exported)
+from infra.basics import MAX_JOB_NODES, NAMESPACE, Capacity, ConfigError, JobState  # noqa: F401  (re-exported)
 
 # Job ids and pool names become parts of cloud resource names (GCE: RFC 1035, 63 chars; we append
 # suffixes such as "-a12-n3-disk"), so they are kept short and in the strictest common alphabet.
@@ -56,7 +56,6 @@ Name = Annotated[str, StringConstraints(strict=True)]
 NonEmpty = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$")]
 
 MAX_ATTEMPT = 9999
-MAX_JOB_NODES = 64  # nodes of one job (a gang); a `started` event claiming more is not believed either
 MAX_HOURS = 87600.0  # ten years: past that a deadline is a typo (and 1e300 overflowed the planner)
 # A command travels in the VM's startup script: GCE metadata values are limited to 256 KB and AWS
 # user data to 16 KB (the contract checks the rendered script); no real command is longer than this.

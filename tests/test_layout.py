@@ -25,6 +25,11 @@ ALLOWED = {
     "cli.cost": {"cli.cloud", "infra.config"},
     "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "infra.config", "infra.naming"},
 }
+# infra.basics is the part of the config model without pydantic (states, capacities, ConfigError):
+# whatever may import infra.config may import it.
+for _allowed in ALLOWED.values():
+    if "infra.config" in _allowed:
+        _allowed.add("infra.basics")
 
 
 def modules() -> list[tuple[str, Path]]:

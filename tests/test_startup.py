@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
@@ -35,3 +39,83 @@ def test_a_usage_error_still_prints_typers_rich_error_box():
                             env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 2
     assert "Missing argument 'job'" in result.stderr and "╭─ Error" in result.stderr
+
+
+def _params():
+    """Every parameter of every spotctl command, with a context to convert its values in."""
+    import typer.main
+
+    from cli.app import app
+
+    group = typer.main.get_command(app)
+    out = []
+    for cmd in [group, *group.commands.values()]:
+        for sub in [cmd, *getattr(cmd, "commands", {}).values()]:
+            out += [(sub, p) for p in sub.params]
+    return out
+
+
+def _convert(build, command, param, value):
+    """(value, None) or (None, the error message) of converting ``value`` as ``build``'s RuntimeParam does."""
+    import typer._click as click
+
+    ctx = click.Context(command)
+    try:
+        result = build(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
+        return (type(result), repr(result)), None  # repr: nan == nan
+    except click.exceptions.BadParameter as exc:
+        return None, exc.format_message()
+
+
+VALUES = ["0", "1", "-3", "007", "+4", " 5", "1.5", "-0.25", "1e3", "inf", "nan", "1_000", "99999999999999999999",
+          "spot", "on-demand", "SPOT", "gcp", "x", "", "a/b", "/nonexistent/dir", ".", "ünïcode"]
+
+
+def test_plain_conversion_is_typers_for_every_option_and_value():
+    """The pydantic-free conversion of plain options (cli/commands/startup.py plain_coercion) gives what Typer's
+    adapter gives, value or error, for every parameter spotctl has."""
+    from typer import _coercion, core
+
+    import cli.commands  # noqa: F401  (installs it)
+
+    assert core.build_runtime_param is not _coercion.build_runtime_param
+    checked = 0
+    for command, param in _params():
+        for value in VALUES:
+            mine = _convert(core.build_runtime_param, command, param, value)
+            typers = _convert(_coercion.build_runtime_param, command, param, value)
+            assert mine == typers, (command.name, param.name, value)
+            checked += 1
+    assert checked > 1000
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(max_size=12) | st.from_regex(r"-?[0-9]{1,20}(\.[0-9]{0,17})?", fullmatch=True))
+def test_plain_conversion_is_typers_for_any_text(value):
+    from typer import _coercion, core
+
+    import cli.commands  # noqa: F401
+
+    for command, param in _params():
+        if param.type_descriptor.annotation in (int, float, str):
+            assert _convert(core.build_runtime_param, command, param, value) == \
+                _convert(_coercion.build_runtime_param, command, param, value), (param.name, value)
+
+
+@pytest.mark.parametrize("args", [["status", "--help"], ["resume"], ["-C", ".", "resume", "--capacity", "x", "j"],
+                                  ["policy", "--help"], ["policy", "show", "--help"], ["statu"], ["--help"], ["--version"]])
+def test_the_app_for_one_command_says_what_the_whole_app_says(args):
+    """`spotctl CMD ...` builds only CMD (one_command); its help, errors and exit codes are the whole app's."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+    from cli.commands.startup import one_command
+
+    lean = one_command(app, args)
+    if args[0] in ("--help", "--version", "statu"):
+        assert lean is app  # the group's own help and errors list every command
+    else:
+        assert [c.callback.__name__ for c in lean.registered_commands] + [g.name for g in lean.registered_groups] == \
+            [args[2] if args[0] == "-C" else args[0]]
+    mine, whole = CliRunner().invoke(lean, args, terminal_width=100), CliRunner().invoke(app, args, terminal_width=100)
+    assert (mine.exit_code, mine.output) == (whole.exit_code, whole.output)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cli.app import app
 from cli.commands.jobs import print_status
 
@@ -58,3 +60,139 @@ def test_fields_other_parts_add_slot_into_the_table(capsys, monkeypatch):
     for title in ("spot VM-h", "on-demand VM-h", "waiting", "last action", "budget left", "last event"):
         assert title in header
     assert "3.2" in line and "yes" in line and "failover" in line and " 12" in line and "None" not in line
+
+
+def _rich_table(columns, rows, width: int) -> str:
+    """What rich.table.Table prints for these columns and rows (the layout StatusTable reproduces)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    for col in columns:
+        table.add_column(col.header, justify=col.justify, no_wrap=True)
+    for r in rows:
+        table.add_row(*(Text(col.text(r)) for col in columns))
+    out = io.StringIO()
+    Console(file=out, width=width, soft_wrap=False, highlight=False).print(table)
+    return out.getvalue()
+
+
+def _mine(columns, rows, width: int) -> str:
+    import io
+
+    from rich.console import Console
+
+    from cli.commands.jobs import StatusTable
+
+    out = io.StringIO()
+    Console(file=out, width=width, soft_wrap=False, highlight=False).print(StatusTable(columns, rows))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("width", [40, 80, 200])
+def test_the_status_table_is_laid_out_as_richs_table(width):
+    """StatusTable (ready lines, issue 20: a Table measures every cell) prints what rich.table.Table
+    prints for the columns fit_columns chose, wide characters and bracket text included."""
+    from cli.lifecycle.status import fit_columns
+
+    rows = [{"job": "llm-pretrain", "status": "needs-resume", "capacity": "spot", "attempt": 12, "zone": "us-central1-a",
+             "preemptions": 3, "hours_running": 10.25, "spot_hours": 41.0, "on_demand_hours": 0.0,
+             "last_event": {"event": "[red]preempted", "attempt": 12, "time": "2026-11-21T11:00:20+00:00"}},
+            {"job": "vit", "status": "running", "capacity": "on-demand", "attempt": 1, "zone": "us-central1-b",
+             "preemptions": 0, "hours_running": 1.0, "spot_hours": 0.0, "on_demand_hours": 2.0, "note": "日本語 :smile:",
+             "last_event": None}]
+    shown, _ = fit_columns(rows, width)
+    assert _mine(shown, rows, width) == _rich_table(shown, rows, width)
+
+
+# ---- status of a file validated before: the per-job cache (issue 20) ----------------------------------
+
+PROBE = """
+import sys
+from cli.app import main
+sys.argv = ["spotctl", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("LOADED", *sorted(m for m in ("pydantic", "infra.config", "yaml", "rich.table") if m in sys.modules))
+"""
+
+
+def status_run(project, *args: str) -> tuple[str, list[str]]:
+    """`spotctl status ARGS` in a new process: (its output, which heavy modules it loaded)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", PROBE, "status", *args], cwd=project, capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "150", "PYTHONPATH": str(root)}, check=True).stdout
+    body, loaded = out.rsplit("LOADED", 1)
+    return body, loaded.split()
+
+
+def test_a_file_validated_before_is_shown_without_validating_it_and_any_change_is_seen(project, runner):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    first, loaded = status_run(project, "--stack", "example-gcp")
+    assert "pydantic" in loaded and "vit-finetune" in first  # validated whole, then cached per job
+    again, loaded = status_run(project, "--stack", "example-gcp")
+    assert again == first and loaded == ["yaml"]  # (Pulumi.yaml names the stack dir) no pydantic, no Rich Table
+    assert status_run(project, "--stack-file", str(path))[1] == []  # and no YAML parse at all
+    assert status_run(project, "--stack", "example-gcp", "--json")[0] == \
+        runner.invoke(app, ["status", "--stack", "example-gcp", "--json"]).stdout
+    # a hand edit (same length, the same second) is seen: the file's hash no longer matches its index
+    path.write_text(path.read_text().replace("state: running", "state: stopped", 1))
+    edited, loaded = status_run(project, "--stack", "example-gcp")
+    assert "pydantic" in loaded and edited != first and "stopped" in edited
+    # an edit by spotctl (the index follows it): only the changed job is validated again
+    assert runner.invoke(app, ["resume", "vit-finetune", "--stack", "example-gcp", "--no-apply", "--force"]).exit_code == 0
+    resumed, _ = status_run(project, "--stack", "example-gcp", "--json")
+    for cache in (project / "stacks" / ".spotctl").glob("*.status.json"):
+        cache.unlink()
+    assert json.loads(resumed) == json.loads(status_run(project, "--stack", "example-gcp", "--json")[0])
+
+
+def test_a_damaged_or_foreign_status_cache_only_means_the_file_is_read(project, runner):
+    from cli.lifecycle.status import status_cache_path
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    expected = runner.invoke(app, ["status", "--stack", "example-gcp", "--json"]).stdout
+    cache = status_cache_path(path)
+    good = json.loads(cache.read_text())
+    wrong = {**good, "jobs": {k: [d, {**facts, "attempt": 99}] for k, (d, facts) in good["jobs"].items()}}
+    broken = {**good, "jobs": {k: [d, {"id": k}] for k, (d, _) in good["jobs"].items()}}
+    for damage in ("{not json", json.dumps({**wrong, "fingerprint": "another spotctl"}), json.dumps(broken),
+                   json.dumps({**good, "jobs": []})):
+        cache.write_text(damage)
+        assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
+    # a cached job whose lines differ (same id) is never taken for it
+    cache.write_text(json.dumps({**wrong, "jobs": {k: ["0" * 64, f] for k, (_, f) in wrong["jobs"].items()}}))
+    assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
+
+
+def test_the_cached_view_of_a_job_reads_as_the_validated_job():
+    from cli.lifecycle.status import JobView, job_facts
+    from infra.config import Job
+
+    job = Job.model_validate({
+        "id": "llm", "machineType": "a2-highgpu-1g", "zone": "us-central1-b", "command": "python t.py", "nodes": 2,
+        "attempt": 4, "state": "stopped", "capacity": "on-demand", "diskGb": 300,
+        "move": {"from": "us-central1-b", "to": "us-central1-c", "step": "restore", "began": "2026-11-21T10:00:00Z"},
+        "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 2, "moveBegan": "2026-11-20T09:30:00.5+01:00"},
+                        {"zone": "us-central1-c", "lastAttempt": 3, "sameDisk": True}]})
+    view = JobView(json.loads(json.dumps(job_facts(job))))
+    for name in JobView.__slots__:
+        if name == "move":
+            assert (view.move.from_, view.move.to, view.move.step, view.move.began) == \
+                (job.move.from_, job.move.to, job.move.step, job.move.began)
+        elif name == "zone_history":
+            assert [(z.zone, z.last_attempt, z.move_began, z.same_disk) for z in view.zone_history] == \
+                [(z.zone, z.last_attempt, z.move_began, z.same_disk) for z in job.zone_history]
+        else:
+            assert getattr(view, name) == getattr(job, name) and type(getattr(view, name)) is type(getattr(job, name))
+    assert view.active == job.active

@@ -1,8 +1,8 @@
 """What every command shares: the Typer app, the common options, and turning the parts' errors
 into one ``error:`` line with a non-zero exit. Commands live in the sibling modules, one per area;
-each parses, calls one function of a part, and prints."""
-
-from __future__ import annotations
+each parses, calls one function of a part, and prints. The command modules evaluate their
+annotations when they are defined (no ``from __future__ import annotations``): Typer would otherwise
+evaluate every annotation string twice per command each time it builds the app (issue 20)."""
 
 import enum
 import sys
@@ -11,63 +11,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from cli.commands.startup import faster_start
 from infra.basics import ConfigError
 
-
-class _LighterRichHelp:
-    """Typer imports ``typer.rich_utils`` to print help and errors, and that module imports
-    ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments) at its top although spotctl
-    uses neither (no Markdown markup mode, pretty exceptions off): a third of ``spotctl --help``'s
-    start-up (issue 20). While rich_utils is imported, those two modules are stand-ins whose one
-    name imports the real module on first use; afterwards the real modules import as usual."""
-
-    STAND_INS = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "typer.rich_utils":
-            return None
-        import importlib.util
-
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_with_stand_ins(module):
-            installed = {m: self._stand_in(m, cls) for m, cls in self.STAND_INS.items() if m not in sys.modules}
-            sys.modules.update(installed)
-            try:
-                exec_module(module)
-            finally:
-                for m, stand_in in installed.items():
-                    if sys.modules.get(m) is stand_in:
-                        del sys.modules[m]
-
-        spec.loader.exec_module = exec_with_stand_ins
-        return spec
-
-    @staticmethod
-    def _stand_in(module: str, name: str):
-        import importlib
-        import types
-
-        stand_in = types.ModuleType(module)
-
-        def real():
-            if sys.modules.get(module) is stand_in:
-                del sys.modules[module]
-            return getattr(importlib.import_module(module), name)
-
-        setattr(stand_in, name, type(name, (), {
-            "__new__": lambda cls, *args, **kwargs: real()(*args, **kwargs),
-            "from_exception": classmethod(lambda cls, *args, **kwargs: real().from_exception(*args, **kwargs)),
-        }))
-        return stand_in
-
-
-if "typer.rich_utils" not in sys.modules:
-    sys.meta_path.insert(0, _LighterRichHelp())
+faster_start()
 
 app = typer.Typer(
     name="spotctl",
@@ -135,13 +82,19 @@ EventsOpt = Annotated[
 ]
 
 
-def stack_jobs(stack: Optional[str], stack_file: Optional[Path], job: Optional[str]):
-    """(ref, config, jobs): the stack's jobs, or only ``job``; errors name the file (and the job)."""
+def stack_jobs(stack: Optional[str], stack_file: Optional[Path], job: Optional[str], for_status: bool = False,
+               whole: bool = False):
+    """(ref, config, jobs): the stack's jobs, or only ``job``; errors name the file (and the job).
+    ``for_status``: the jobs as ``status`` reads them (``status_jobs``: config None unless ``whole``)."""
     from cli.lifecycle import stackfile
 
     ref = None
     try:
         ref = stackfile.resolve(stack, stack_file)
+        if for_status:
+            from cli.lifecycle.status import status_jobs
+
+            return ref, *status_jobs(ref, job, whole)
         cfg = stackfile.load_job(ref, job) if job else stackfile.load(ref)  # one job: only its lines when indexed
         return ref, cfg, ([cfg.job(job)] if job else list(cfg.jobs))
     except ConfigError as exc:
@@ -171,6 +124,8 @@ def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
 
     if events_dir is not None and not events_dir.exists():
         raise fail(f"--events-dir {events_dir}: no such file or directory")
+    if not bucket:  # what events.recorded reads without a bucket; no cloud object (status: cfg may be None)
+        return events.load_events(events_dir, job_id, ref.name)
 
     return guard(lambda: events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket))
 
@@ -258,7 +213,6 @@ def applier_for(ref, no_apply: bool, step=None):
 
 def interactive() -> bool:
     """Whether a person can answer a question (stdin is a terminal)."""
-    import sys
 
     return sys.stdin.isatty()
 
@@ -313,7 +267,6 @@ class Spinner:
     stays plain. Lines printed with ``echo`` go above it; ``ask`` stops it for a question."""
 
     def __init__(self, step: str, enabled: bool = True):
-        import sys
 
         self.base, self.status, self.console = step, None, None
         if enabled and sys.stderr.isatty():
@@ -328,7 +281,7 @@ class Spinner:
 
         return Text(text, no_wrap=True, overflow="ellipsis")
 
-    def __enter__(self) -> Spinner:
+    def __enter__(self) -> "Spinner":
         if self.status is not None:
             self.status.start()
         return self

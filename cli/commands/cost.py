@@ -1,7 +1,5 @@
 """``spotctl cost``: what each job (and the stack) cost, and what spot saved against on-demand."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Optional
 

@@ -1,7 +1,5 @@
 """``spotctl drill``: preempt a training command locally under the real VM scripts."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Optional
 

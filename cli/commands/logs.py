@@ -1,7 +1,5 @@
 """``spotctl logs``: a job's trainer log, per attempt and node."""
 
-from __future__ import annotations
-
 from typing import Annotated, Optional
 
 import typer

@@ -1,7 +1,5 @@
 """``spotctl move``: a job and its disks to another zone of the stack (snapshot, restore, start, release)."""
 
-from __future__ import annotations
-
 from typing import Annotated, Optional
 
 import typer

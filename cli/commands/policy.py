@@ -1,8 +1,6 @@
 """``spotctl simulate`` (replay spot traces against the policies) and ``spotctl policy fit`` (learn from the
 stack's history)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Optional
 

@@ -1,7 +1,5 @@
 """``spotctl pool``: publish a shared pool's demand, and see the pool as the cloud does."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

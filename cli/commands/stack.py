@@ -1,7 +1,5 @@
 """Stack commands: ``validate``, ``plan`` and ``sync`` (the stack file's shared copy)."""
 
-from __future__ import annotations
-
 import enum
 from typing import Annotated, Optional
 

@@ -1,7 +1,5 @@
 """``spotctl watch``: jobs resume, fail over and complete on their own."""
 
-from __future__ import annotations
-
 import json
 from typing import Annotated, Optional
 

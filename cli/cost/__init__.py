@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.cost.ledger import Costed, SnapshotPrice, cost_job, job_json, job_ledger, total_json
 from cli.cost.prices import Lookup, price_ratio, resolve, snapshot_price
-from infra.config import Job, StackConfig
+
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+    from infra.config import Job, StackConfig
 
 __all__ = ["report", "price_ratio", "Report"]
 

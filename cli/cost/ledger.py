@@ -27,10 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from infra.config import MAX_JOB_NODES, Capacity, Job
+from infra.basics import MAX_JOB_NODES, Capacity
+
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+    from infra.config import Job
 
 END_EVENTS = ("preempted", "stopped", "failed", "completed")
 PROGRESS_KEYS = ("progress", "step")
@@ -256,6 +258,8 @@ def _work_lost(number: int, evs: list[EventLike], checkpoints: list[Checkpoint],
 
 def money(x: float) -> float:
     """Dollars rounded to the cent, half up (what a bill shows)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
     return float(Decimal(repr(x)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 

@@ -16,9 +16,12 @@ import json
 from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cli.cost.ledger import Price, SnapshotPrice
-from infra.config import StackConfig
+
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+    from infra.config import StackConfig
 
 TABLE = Path(__file__).with_name("prices.json")
 

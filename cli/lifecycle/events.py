@@ -8,9 +8,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.config import Job
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+    from infra.config import Job
 
 
 @dataclass(frozen=True)

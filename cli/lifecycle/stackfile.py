@@ -14,19 +14,40 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
-import hashlib
 import io
 import json
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from infra.config import NAMESPACE, ConfigError, StackConfig, namespaced, provider_conflicts, validate
+from infra.basics import NAMESPACE, ConfigError
+
+if TYPE_CHECKING:
+    from infra.config import StackConfig
+
+
+# infra.config (pydantic's models) is imported on the first validation, not with this module: a
+# command that validates nothing (`status` of a file validated before) never pays for it (issue 20).
+def validate(raw: Mapping[str, Any], source: str) -> StackConfig:
+    from infra.config import validate
+
+    return validate(raw, source)
+
+
+def namespaced(config: Mapping[str, Any], source: str) -> dict[str, Any]:
+    from infra.config import namespaced
+
+    return namespaced(config, source)
+
+
+def provider_conflicts(config: Mapping[str, Any], cfg: StackConfig, source: str) -> None:
+    from infra.config import provider_conflicts
+
+    provider_conflicts(config, cfg, source)
 
 STACK_FILE_RE = re.compile(r"Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml")  # fullmatch: `$` would allow a trailing newline
 LOCK_TIMEOUT_S = 30.0
@@ -253,6 +274,21 @@ _PARSED_MAX = 4
 _PARSED_LOCK = threading.Lock()
 
 
+def sha256(data: bytes):
+    """A sha256 hash object of ``data``: OpenSSL's (hashlib) for large data or once it is loaded, else
+    Python's built-in module (the same digest): loading OpenSSL is ~2 ms of a short command (issue 20)."""
+    import sys
+
+    if len(data) < 1 << 18 and "hashlib" not in sys.modules:
+        with contextlib.suppress(ImportError):
+            from _sha256 import sha256 as small
+
+            return small(data)
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
 _LAST_DIGEST: list[tuple[str, str]] = []  # (text, its sha256): a command reads the same text several times
 
 
@@ -261,7 +297,7 @@ def _parsed(text: str) -> tuple[str, dict[str, Any] | None]:
     if last is not None and last[0] == text:  # a memcmp, far cheaper than hashing megabytes again
         digest = last[1]
     else:
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        digest = sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         _LAST_DIGEST[:] = [(text, digest)]
     with _PARSED_LOCK:
         entry = _PARSED.get(digest)
@@ -361,12 +397,13 @@ def load(ref: StackRef, text: str | None = None) -> StackConfig:
     return cfg
 
 
-def load_job(ref: StackRef, job_id: str) -> StackConfig:
+def load_job(ref: StackRef, job_id: str, text: str | None = None) -> StackConfig:
     """The stack's config for a command about one job: the stack-wide settings and that job,
     validated as ``load`` does. When the file is one spotctl already validated whole (its index
     matches), only those lines are read and validated, so the time does not grow with the number of
-    jobs; the config then holds only that job. Otherwise the whole file is loaded (and indexed)."""
-    text = _read_text(ref.path)
+    jobs; the config then holds only that job. Otherwise the whole file is loaded (and indexed).
+    ``text``: the file's text, already read."""
+    text = _read_text(ref.path) if text is None else text
     cached = _parsed(text)[1]
     if cached is not None and "cfg" in cached:
         return load(ref, text)  # validated already; indexed for this file too if it was another's text
@@ -491,6 +528,8 @@ def atomic_write(path: Path, text: str) -> None:
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
     if old.startswith(BOM.encode()):
         text = BOM + text
+    import tempfile
+
     mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -826,14 +865,24 @@ def _rules() -> str:
     """A fingerprint of the code that validates stack files: an index written under other rules
     (another spotctl version) proves nothing."""
     if not _RULES:
-        import infra.config
+        import importlib.util
 
-        infra_dir = Path(infra.config.__file__).parent
-        digest = hashlib.sha256(str(INDEX_VERSION).encode())
-        for source in (infra_dir / "config.py", infra_dir / "basics.py", infra_dir / "contract" / "gcp.py", Path(__file__)):
-            digest.update(source.read_bytes())
-        _RULES.append(digest.hexdigest())
+        infra_dir = Path(importlib.util.find_spec("infra").origin).parent  # (not imported: no pydantic for a reader)
+        _RULES.append(code_fingerprint(INDEX_VERSION, infra_dir / "config.py", infra_dir / "basics.py",
+                                       infra_dir / "contract" / "gcp.py", Path(__file__)))
     return _RULES[0]
+
+
+def code_fingerprint(version: int, *sources: Path) -> str:
+    """Which code this is, for a cache that code produced: each source file's size and CRC-32 (a
+    version check, not a guard against forgery: ~30x cheaper than hashing it, issue 20)."""
+    import zlib
+
+    parts = [str(version)]
+    for source in sources:
+        data = source.read_bytes()
+        parts.append(f"{len(data)}:{zlib.crc32(data):08x}")
+    return "/".join(parts)
 
 
 def _digest(text: str) -> str:
@@ -877,14 +926,20 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
 
 
 def _write_index(path: Path, index: dict[str, Any]) -> None:
-    target = index_path(path)
+    write_cache(index_path(path), index)
+
+
+def write_cache(target: Path, value: Any) -> None:
+    """Write a cache file (the job index, status's per-job cache) whole or not at all, never failing."""
+    import tempfile
+
     tmp = None
     try:
         target.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(index, separators=(",", ":")))  # one C-encoded string: json.dump streams in Python
-        os.replace(tmp, target)  # no fsync: a torn index does not parse, and then the whole file is read
+            fh.write(json.dumps(value, separators=(",", ":")))  # one C-encoded string: json.dump streams in Python
+        os.replace(tmp, target)  # no fsync: a torn cache does not parse, and then the whole file is read
     except OSError:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -900,6 +955,31 @@ def _read_index(path: Path, text: str) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return index if ok else None
+
+
+def read_text(path: Path) -> str:
+    """The stack file's text as every reader here sees it (UTF-8, LF, no byte-order mark).
+
+    Raises:
+        ConfigError: missing, unreadable or not UTF-8.
+    """
+    return _read_text(path)
+
+
+def job_digests(ref: StackRef, text: str) -> list[tuple[str, str]] | None:
+    """``(id, sha256 of its lines)`` of every job in file order when ``text`` (the file's) is exactly
+    one spotctl validated whole under these rules (its index matches), else None. What a reader
+    derived from one job's validated config stays true while that job's lines do, so it can be kept
+    per job and used without parsing or validating anything (``status``)."""
+    index = _read_index(ref.path, text)
+    if index is None:
+        return None
+    lines = text.split("\n")
+    try:
+        return [(str(ident), sha256("\n".join(lines[int(start):int(end)]).encode("utf-8", "surrogatepass")).hexdigest())
+                for ident, start, end in index["jobs"]]
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
-from infra.config import Capacity, Job, JobState
+from infra.basics import Capacity, JobState
+
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+    from infra.config import Job
 
 P, R, PR, S, C, F = (
     JobState.PENDING,
@@ -88,7 +91,7 @@ def attempt_outcome(events: Iterable[Event], attempt: int) -> JobState | None:
 
 # ---- decisions --------------------------------------------------------------------------------------------
 
-CapacityChooser = Callable[[Job, list[Event]], Capacity]
+CapacityChooser = Callable[["Job", list[Event]], Capacity]
 
 
 def keep_spot(job: Job, events: list[Event]) -> Capacity:

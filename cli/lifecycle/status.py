@@ -2,14 +2,144 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cli.cost.ledger import job_ledger
 from cli.lifecycle.events import Event, Timeline, cloud_events, event_json
-from infra.config import Capacity, Job
+from infra.basics import Capacity, JobState
+
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+    from cli.lifecycle.stackfile import StackRef
+    from infra.config import Job, StackConfig
+
+
+# ---- the jobs status shows, without validating a file validated before -----------------------------
+# Importing the pydantic models and validating a stack file is most of a short `spotctl status`
+# (issue 20). What status reads of a job (JobView) is kept per job in .spotctl/<file>.status.json,
+# with the sha256 of the job's lines (stackfile.job_digests): while the file is exactly one spotctl
+# validated whole (its job index matches) and a job's lines are the ones cached, the cached view is
+# that job's validated config. A job whose lines changed (an edit by resume) is validated alone;
+# anything else reads and validates the whole file, as before. The cache is only a cache.
+
+STATUS_CACHE_VERSION = 1
+_FINGERPRINT: list[str] = []
+
+
+class JobView:
+    """What status, the cost ledger and the watcher's view read of a job (``infra.config.Job``'s
+    names and types), from ``job_facts`` of the validated job. A plain class: a dataclass costs
+    more to define than status spends using it."""
+
+    __slots__ = ("id", "state", "capacity", "attempt", "zone", "nodes", "machine_type", "instance_type", "disk_gb",
+                 "move", "zone_history")
+
+    def __init__(self, facts: dict[str, Any]):
+        from types import SimpleNamespace
+
+        self.id, self.attempt, self.zone, self.nodes = facts["id"], facts["attempt"], facts["zone"], facts["nodes"]
+        self.state, self.capacity = JobState(facts["state"]), Capacity(facts["capacity"])
+        self.machine_type, self.instance_type, self.disk_gb = facts["machine_type"], facts["instance_type"], facts["disk_gb"]
+        move = facts["move"]
+        self.move = SimpleNamespace(from_=move["from"], to=move["to"], step=move["step"], began=_time(move["began"])) \
+            if move else None
+        self.zone_history = [SimpleNamespace(zone=z["zone"], last_attempt=z["last_attempt"], same_disk=z["same_disk"],
+                                             move_began=_time(z["move_began"])) for z in facts["zone_history"]]
+
+    @property
+    def active(self) -> bool:
+        return self.state in (JobState.PENDING, JobState.RUNNING)
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
+
+def job_facts(job: Job) -> dict[str, Any]:
+    """A validated job as JSON, for ``JobView``."""
+    move = job.move
+    return {"id": job.id, "state": job.state.value, "capacity": job.capacity.value, "attempt": job.attempt,
+            "zone": job.zone, "nodes": job.nodes, "machine_type": job.machine_type, "instance_type": job.instance_type,
+            "disk_gb": job.disk_gb,
+            "move": {"from": move.from_, "to": move.to, "step": move.step,
+                     "began": move.began.isoformat() if move.began else None} if move else None,
+            "zone_history": [{"zone": z.zone, "last_attempt": z.last_attempt, "same_disk": z.same_disk,
+                              "move_began": z.move_began.isoformat() if z.move_began else None} for z in job.zone_history]}
+
+
+def status_cache_path(path: Path) -> Path:
+    return path.parent / ".spotctl" / f"{path.name}.status.json"
+
+
+def _fingerprint() -> str:
+    """The validation rules (the job index's) and this module's code: a cache made by another
+    spotctl version proves nothing."""
+    if not _FINGERPRINT:
+        from cli.lifecycle.stackfile import _rules, code_fingerprint
+
+        _FINGERPRINT.append(f"{_rules()}+{code_fingerprint(STATUS_CACHE_VERSION, Path(__file__))}")
+    return _FINGERPRINT[0]
+
+
+def _read_cache(path: Path) -> dict[str, list[Any]]:
+    try:
+        cache = json.loads(status_cache_path(path).read_text(encoding="utf-8"))
+        if cache["fingerprint"] == _fingerprint() and isinstance(cache["jobs"], dict):
+            return cache["jobs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return {}
+
+
+# At most this many jobs whose lines changed are validated one by one; more: the whole file once.
+ALONE_MAX = 8
+
+
+def status_jobs(ref: StackRef, job_id: str | None = None, whole: bool = False) -> tuple[StackConfig | None, list[Any]]:
+    """The jobs ``status`` shows (all, or ``job_id``) and the stack's validated config, or None when
+    the jobs came from the cache (``whole``: the config is needed, so the whole file is read).
+
+    Raises:
+        ConfigError: the stack file is not valid (named as ``stackfile.load`` names it).
+        KeyError: no job ``job_id`` ("did you mean").
+    """
+    from cli.lifecycle import stackfile
+
+    text = stackfile.read_text(ref.path)  # every step below reads this one text
+    digests = None if whole else stackfile.job_digests(ref, text)
+    if digests is not None and (job_id is None or any(i == job_id for i, _ in digests)):
+        cache = _read_cache(ref.path)
+        wanted = [(i, d) for i, d in digests if job_id in (None, i)]
+        changed = [i for i, d in wanted if not (isinstance(cache.get(i), list) and cache[i][0] == d)]
+        if len(changed) <= ALONE_MAX:
+            fresh = {i: job_facts(stackfile.load_job(ref, i, text).job(i)) for i in changed}
+            try:
+                views = [JobView(fresh[i] if i in fresh else cache[i][1]) for i, _ in wanted]
+            except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+                views = None  # a damaged cache entry: the whole file below
+            if views is not None:
+                if fresh:
+                    _write_cache(ref.path, digests, {**cache, **{i: [d, fresh[i]] for i, d in wanted if i in fresh}})
+                return None, views
+    cfg = stackfile.load(ref, text)
+    jobs = [cfg.job(job_id)] if job_id else list(cfg.jobs)
+    digests = stackfile.job_digests(ref, text)  # load indexed it (when the index handles the file)
+    if digests is not None:
+        known = {j.id: j for j in cfg.jobs}
+        _write_cache(ref.path, digests, {i: [d, job_facts(known[i])] for i, d in digests if i in known})
+    return cfg, jobs
+
+
+def _write_cache(path: Path, digests: list[tuple[str, str]], jobs: dict[str, list[Any]]) -> None:
+    from cli.lifecycle.stackfile import write_cache
+
+    current = {i for i, _ in digests}
+    write_cache(status_cache_path(path), {"fingerprint": _fingerprint(),
+                                          "jobs": {i: v for i, v in jobs.items() if i in current}})
 
 
 def job_status(job: Job, events: list[Event], now: datetime | None = None) -> dict[str, Any]:

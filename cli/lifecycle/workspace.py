@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from infra.config import ConfigError
+from infra.basics import ConfigError
 
 
 def project_settings(root: Path) -> dict[str, Any]:

@@ -10,22 +10,26 @@ look at the job's VMs, never act. Events of another attempt are stale and only n
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, check
-from infra.config import Job, JobState
+from infra.basics import JobState
+
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+    import random
+
+    from infra.config import Job
 
 FACTS = ("started", "preempted", "stopped", "failed", "completed")
 ENDS = ("preempted", "stopped", "failed", "completed")
 
 # What a due retry after capacity refusals does: a ``cli.policy.failover.FailoverDecision`` (or None).
-Failover = Callable[[Job, list[Event], "JobMemory", datetime], Any]
+Failover = Callable[["Job", list[Event], "JobMemory", datetime], Any]
 
 BACKOFF_BASE_S = 30.0
 BACKOFF_CAP_S = 30 * 60.0

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.stackfile import atomic_write
-from cli.watch.decide import JobMemory
+
+if TYPE_CHECKING:
+    from cli.watch.decide import JobMemory
 
 KEEP_HANDLED = timedelta(days=14)
 
@@ -59,6 +60,8 @@ class Journal:
         atomic_write(self.path, json.dumps({"handled": self.handled, "jobs": self.jobs}, indent=1, sort_keys=True) + "\n")
 
     def memory(self) -> dict[str, JobMemory]:
+        from cli.watch.decide import JobMemory  # (not for `status`, which reads only the jobs' rows)
+
         out = {}
         for job, doc in self.jobs.items():
             nxt, since = doc.get("next_try"), doc.get("refused_since")
@@ -139,6 +142,8 @@ class Lease:
                 if time.monotonic() >= deadline:
                     raise LeaseHeld(f"stack {self.stack_file.name}: watched by {self.holder()}") from None
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        import socket
+
         doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
                "host": socket.gethostname(), "since": self.now().isoformat()}
         atomic_write(holder_path(self.stack_file), json.dumps(doc) + "\n")
