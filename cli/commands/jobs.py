@@ -149,9 +149,7 @@ def status(
     for row in rows:
         if row["job"] in seen_by_watcher:
             row["watcher"] = seen_by_watcher[row["job"]]
-    from cli.lifecycle.sync import read_record
-
-    if events_bucket or read_record(ref.path):  # a shared stack file: is this copy behind it?
+    if cfg is not None and (events_bucket or synced(ref.path)):  # a shared stack file: is this copy behind it?
         session = shared_copy(ref, cfg, events_bucket)
         behind = session.behind() if session else None
         if behind:
@@ -160,6 +158,17 @@ def status(
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
     print_status(rows)
+
+
+def synced(path) -> bool:
+    """Whether this machine synced the stack file (status_jobs then reads it whole: its config is needed)."""
+    from cli.lifecycle.stackfile import sync_record_path
+
+    if not sync_record_path(path).exists():
+        return False  # (without importing the sync part)
+    from cli.lifecycle.sync import read_record
+
+    return read_record(path) is not None
 
 
 def print_status(rows: list[dict]) -> None:

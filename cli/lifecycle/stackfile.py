@@ -385,7 +385,7 @@ def load(ref: StackRef, text: str | None = None) -> StackConfig:
     text = _read_text(ref.path) if text is None else text
     digest, cached = _parsed(text)
     if cached is not None and "cfg" in cached:
-        if cached.get("indexed") != str(ref.path):  # the same text validated for another file
+        if cached.get("indexed") != os.path.abspath(ref.path):  # the same text validated for another file
             _index(ref.path, text, _parse(ref.path, text))
         return cached["cfg"]
     parsed = _parse(ref.path, text)
@@ -861,6 +861,11 @@ def index_path(path: Path) -> Path:
     return path.parent / ".spotctl" / f"{path.name}.index.json"
 
 
+def sync_record_path(path: Path) -> Path:
+    """Where ``spotctl sync`` records the shared copy this file was last synced with (``cli.lifecycle.sync``)."""
+    return index_path(path).with_name(f"{path.name}.sync.json")
+
+
 def _rules() -> str:
     """A fingerprint of the code that validates stack files: an index written under other rules
     (another spotctl version) proves nothing."""
@@ -922,7 +927,9 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
     if spans is not None:
         _write_index(path, {"version": INDEX_VERSION, "rules": _rules(), "sha256": digest,
                             "nodes": parsed.nodes, "jobs": spans})
-    _remember(digest, indexed=str(path))  # a later load of this text in this process need not index it again
+    # a later load of this text in this process need not index it again (absolute: a relative path
+    # names another file once the working directory changes)
+    _remember(digest, indexed=os.path.abspath(path))
 
 
 def _write_index(path: Path, index: dict[str, Any]) -> None:

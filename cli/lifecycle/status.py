@@ -110,6 +110,7 @@ def status_jobs(ref: StackRef, job_id: str | None = None, whole: bool = False) -
     from cli.lifecycle import stackfile
 
     text = stackfile.read_text(ref.path)  # every step below reads this one text
+    whole = whole or stackfile.sync_record_path(ref.path).exists()  # a shared file: status asks about its shared copy
     digests = None if whole else stackfile.job_digests(ref, text)
     if digests is not None and (job_id is None or any(i == job_id for i, _ in digests)):
         cache = _read_cache(ref.path)

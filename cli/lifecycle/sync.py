@@ -45,7 +45,7 @@ def shared_key(stack: str) -> str:
 
 
 def record_path(path: Path) -> Path:
-    return stackfile.index_path(path).with_name(f"{path.name}.sync.json")
+    return stackfile.sync_record_path(path)
 
 
 def base_path(path: Path) -> Path:
