@@ -7,8 +7,6 @@ watch` against the fake pulumi refusing two and then three zones."""
 from __future__ import annotations
 
 import json
-import math
-import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,14 +22,14 @@ from cli.watch.decide import JobMemory, decide_job, mean_backoff
 from cli.watch.watcher import zone_failover
 from infra.config import Capacity, Job
 from tests.conftest import pulumi_calls
+from tests.test_failover import obs as failover_obs
+from tests.test_failover import run_watch, write_events
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
 def obs(**over) -> FailoverObservation:
-    base = dict(refusals=3, waited_h=2.0, next_wait_h=0.5, move_h=0.25, changeover_h=0.2, price_ratio=3.0,
-                work_left_h=math.inf, slack_h=math.inf, in_place="spot", candidates=("us-east-1c",))
-    return FailoverObservation(**(base | over))
+    return failover_obs(**{"waited_h": 2.0, "next_wait_h": 0.5, "candidates": ("us-east-1c",)} | over)
 
 
 # ---- the pure rules -----------------------------------------------------------------------------------------
@@ -154,28 +152,11 @@ def stack(project: Path, fake_pulumi: Path, monkeypatch, tmp_path):
         yield events
 
 
-def write_events(path: Path, *docs: tuple) -> None:
-    with path.open("a") as fh:
-        for attempt, event, minute in docs:
-            fh.write(json.dumps({"job": "train", "attempt": attempt, "node": 0, "event": event,
-                                 "time": (T0 + timedelta(minutes=minute)).isoformat(), "details": {}}) + "\n")
-
-
-def run_watch(events: Path, now: datetime, records: list[dict]) -> None:
-    from cli.commands import applier_for, cloud_for
-    from cli.watch import observe, watcher
-
-    ref = stackfile.resolve("team", None)
-    report = watcher.Report(emit=records.append, warn=lambda w: records.append({"warning": w}), out=lambda line: None)
-    settings = watcher.Settings(ref, observe.Sources(events_dir=events, poll=False), applier_for(ref, False), once=True)
-    watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref), now=lambda: now, rng=random.Random(1))
-
-
 def drive(events: Path, records: list[dict], until, cycles: int = 40) -> datetime:
     """Run the watcher at each next try until ``until(records)``; returns the clock."""
     now = T0 + timedelta(minutes=1)
     for _ in range(cycles):
-        run_watch(events, now, records)
+        run_watch(events, [now], records)
         if until(records):
             return now
         now = datetime.fromisoformat(records[-1]["next_try"]) if records[-1].get("next_try") else now + timedelta(minutes=1)
@@ -238,7 +219,7 @@ def test_a_move_refused_in_its_target_zone_moves_on_to_a_third_zone_and_releases
            "until it started)" in " ".join(shown.stdout.split()), shown.output
 
     write_events(stack, (6, "started", (now - T0).total_seconds() / 60 + 5))
-    run_watch(stack, now + timedelta(minutes=10), records)
+    run_watch(stack, [now + timedelta(minutes=10)], records)
     assert (records[-1]["action"], records[-1]["result"]) == ("move", "moved"), records[-1]
     assert unprotected(fake_pulumi) == ["job-train-n0-m1-volume", "job-train-n0-volume"]  # both left disks go
     j = the_job()
@@ -253,7 +234,7 @@ def test_three_refusing_zones_spend_the_move_budget_then_wait_and_the_move_stays
     assert (spent["action"], spent["result"]) == ("retry-capacity", "waiting-for-capacity")
     assert "the move budget is spent (2 move(s) in the last 24 h, at most 2); the job's policy waits for spot" in spent["reason"]
     for _ in range(3):  # it keeps waiting in us-east-1c: no third move
-        run_watch(stack, datetime.fromisoformat(records[-1]["next_try"]), records)
+        run_watch(stack, [datetime.fromisoformat(records[-1]["next_try"])], records)
         assert records[-1]["action"] == "retry-capacity" and "the move budget is spent" in records[-1]["reason"]
     moves = [u for u in at_ups(fake_pulumi, project) if u[1] == "snapshot"]
     assert [(z, held) for z, _, _, held in moves] == [("us-east-1a", ()), ("us-east-1b", ("us-east-1a",))]
@@ -264,10 +245,10 @@ def test_three_refusing_zones_spend_the_move_budget_then_wait_and_the_move_stays
     # Capacity comes back in us-east-1c: the next retry starts there, then the move is released.
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_ZONE", "us-east-1a,us-east-1b")
     now = datetime.fromisoformat(records[-1]["next_try"])
-    run_watch(stack, now, records)
+    run_watch(stack, [now], records)
     assert (records[-1]["action"], records[-1]["result"]) == ("retry-capacity", "applied"), records[-1]
     write_events(stack, (j.attempt, "started", (now - T0).total_seconds() / 60 + 5))
-    run_watch(stack, now + timedelta(minutes=10), records)
+    run_watch(stack, [now + timedelta(minutes=10)], records)
     assert (records[-1]["action"], records[-1]["result"]) == ("move", "moved"), records[-1]
     assert unprotected(fake_pulumi) == ["job-train-n0-m1-volume", "job-train-n0-volume"]
 
