@@ -3,11 +3,31 @@ stack, and the least-privilege service account it runs as (README "Watching a st
 
 The account may pull the preemption subscription, read the event bucket, read and write the Pulumi
 backend's prefix, read the stack's passphrase (or use its KMS key), and do what a targeted
-``pulumi up --refresh`` of this stack's jobs does: ``roles/compute.instanceAdmin.v1`` limited by IAM
-conditions to this stack's instance, disk and snapshot names (IAM conditions see resource names,
-not labels: https://cloud.google.com/iam/docs/conditions-resource-attributes; ``resource.name``
-takes only startsWith, endsWith, extract, == and !=: conditions-attribute-reference), and acting as
-each job's own service account (a binding on that account, declared by the job: infra/gcp.py).
+``pulumi up --refresh`` of this stack's jobs does (cli/lifecycle/apply.py ``job_targets``: a job's
+component and its children, never pools), through two custom roles the stack declares
+(:data:`NAMED_PERMISSIONS`, :data:`PROJECT_PERMISSIONS`), never ``roles/compute.instanceAdmin.v1``.
+
+Why two, and why no predefined role. IAM conditions see a resource's type and name only for the
+types listed in https://cloud.google.com/iam/docs/conditions-resource-attributes ("Other services
+and resource types do not recognize resource attributes"; for Compute Engine: instances, disks
+zonal and regional, snapshots, images, instance templates, firewalls, backend services, forwarding
+rules, target proxies). Subnetworks, addresses, operations, autoscalers and the project itself are
+not listed, and "If part of a condition uses an attribute that isn't available for a resource, then
+that part of the condition is never interpreted as granting access" (conditions-attribute-reference,
+"Support for inherited conditions"). The old grant (instanceAdmin.v1 with name clauses plus a
+catch-all ``resource.type != ...`` binding for everything else) was therefore either too wide or
+too narrow, and the docs do not say which: if IAM supplies a type for the project, autoscalers and
+resource policies, the catch-all granted ``compute.projects.setCommonInstanceMetadata`` (every VM's
+metadata, ssh keys included), autoscalers and resource policies project-wide (all in the role:
+iann0036/iam-dataset gcp/roles/compute.instanceAdmin.v1.json); if not, it never granted the
+operations, subnetwork and list permissions a job's update needs. Now:
+
+- ``spotctl_<slug>_watcher`` holds only permissions on instances, disks and snapshots (and the
+  subnetwork's use), bound at the project with conditions naming this stack's resources (below)
+  and, unconditioned, on the stack's subnetwork alone (IAM on a subnetwork: "compute.subnetworks.use
+  on the project or on the chosen subnet", compute/docs/instances/create-start-instance);
+- ``spotctl_<slug>_watcher_project`` holds what no condition can name and changes nothing: reads,
+  lists, operations and the master address's use, bound unconditioned.
 
 Exact to the stack: the names are ``<slug>-<job>-...`` and both slugs and job ids contain '-', so
 stack ``team``'s prefix ``team-`` also starts stack ``team-b``'s names, and no prefix (nor endsWith)
@@ -19,20 +39,12 @@ this stack named into such a stack's names is refused at plan (``check_condition
 and a stack created later is warned at its own plan that the older stack's grant covers it until
 that stack's next ``pulumi up``.
 
-What the role covers, checked against the role's permission list
-(https://cloud.google.com/compute/docs/access/iam#compute.instanceAdmin.v1; iann0036/iam-dataset
-gcp/roles/compute.instanceAdmin.v1.json, 2026-08): a move's compute.disks.createSnapshot,
-compute.snapshots.create/get/delete/setLabels/useReadOnly and compute.disks.create are all in it,
-on names the condition admits. A job's secret env values are refreshed by its targeted update:
-terraform-provider-google reads a secret (secretmanager.secrets.get), its IAM members
-(secrets.getIamPolicy) and its version (versions.get, then ``:access``: versions.access,
-resource_secret_manager_secret_version.go), so the job binds the watcher to
-``roles/secretmanager.viewer`` and ``roles/secretmanager.secretAccessor`` on that one secret
-(infra/gcp.py); writing a new version is not granted (the watcher never changes a secret).
-
-Not limited (README "Limits"): the role's permissions on resource types the conditions neither
-name nor exclude (compute.projects.setCommonInstanceMetadata, autoscalers, resource policies, ...)
-hold project-wide; only a custom role with exactly a targeted job update's permissions removes them.
+A job's secret env values are refreshed by its targeted update: terraform-provider-google reads a
+secret (secretmanager.secrets.get), its IAM members (secrets.getIamPolicy) and its version
+(versions.get, then ``:access``: versions.access, resource_secret_manager_secret_version.go), so the
+job binds the watcher to ``roles/secretmanager.viewer`` and ``roles/secretmanager.secretAccessor`` on
+that one secret (infra/gcp.py); writing a new version is not granted (the watcher never changes a
+secret). ``iam.serviceAccounts.actAs`` is granted by each job on its own service account only.
 """
 
 from __future__ import annotations
@@ -50,14 +62,99 @@ from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack
 from infra.render import WatcherContext, watcher_script
 
 DEBIAN_IMAGE = "projects/debian-cloud/global/images/family/debian-12"  # Shielded VM capable (UEFI)
-# Compute resource types whose names the condition limits to this stack's; the others the role
-# covers that a targeted job update never needs (groups, templates) are left out altogether.
-# A regional disk (diskReplicaZones) is a Disk named regions/R/disks/NAME, as its selfLink reads
-# (https://cloud.google.com/compute/docs/reference/rest/v1/regionDisks): both paths are listed.
+# Compute resource types whose names the condition limits to this stack's (the only ones of a job's
+# update that IAM conditions can name: conditions-resource-attributes). A regional disk
+# (diskReplicaZones) is a Disk named regions/R/disks/NAME ("Compute Engine regional persistent
+# disks: projects/P/regions/R/disks/D", same page): both paths are listed.
 NAMED_TYPES = {"Instance": ("zones/{zone}/instances/",), "Disk": ("zones/{zone}/disks/", "regions/{region}/disks/"),
                "Snapshot": ("global/snapshots/",)}
-EXCLUDED_TYPES = ("InstanceTemplate", "InstanceGroup", "InstanceGroupManager", "RegionInstanceGroupManager", "Image",
-                  "Firewall", "Network", "Subnetwork", "Route", "Router")
+
+# ---- what a job's targeted `pulumi up --refresh` and the watcher's own reads call ----------------
+# Per group: the Compute Engine docs' required permissions of the method, and the provider code that
+# calls it (terraform-provider-google google/services/compute/...; pulumi-gcp wraps it).
+NAMED_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    # Creating a VM: "compute.instances.create ... compute.instances.setMetadata ... setLabels ...
+    # setServiceAccount on the VM; compute.disks.create (its boot disk); compute.disks.use on the disk
+    # (the job disk, attached read-write)" (https://cloud.google.com/compute/docs/instances/create-start-instance,
+    # "Required permissions"). resource_compute_instance.go: Read is instances.get (and disks.get of the
+    # boot disk, named like the VM); Delete instances.delete; Update in place (allow_stopping_for_update)
+    # stop/start around setMachineType, setMachineResources (guest accelerators), setServiceAccount,
+    # setScheduling, setMetadata, setLabels, setDeletionProtection, updateShieldedInstanceConfig,
+    # attachDisk/detachDisk (attached_disk changes).
+    "instances": ("compute.instances.create", "compute.instances.get", "compute.instances.delete",
+                  "compute.instances.setMetadata", "compute.instances.setLabels", "compute.instances.setServiceAccount",
+                  "compute.instances.setScheduling", "compute.instances.setMachineType",
+                  "compute.instances.setMachineResources", "compute.instances.setDeletionProtection",
+                  "compute.instances.updateShieldedInstanceConfig", "compute.instances.attachDisk",
+                  "compute.instances.detachDisk", "compute.instances.start", "compute.instances.stop"),
+    # Job disks, kept boot disks, a move's restored disks, zonal and regional (regionDisks methods
+    # take the compute.disks.* permissions): resource_compute_disk.go / resource_compute_region_disk.go
+    # Create disks.insert (from a snapshot: compute.snapshots.useReadOnly, create-start-instance),
+    # Read disks.get, Update setLabels and resize, Delete disks.delete after detaching the disk from
+    # its users (instances.detachDisk, above); a move's snapshot of a disk needs
+    # compute.disks.createSnapshot on the disk (https://cloud.google.com/compute/docs/disks/create-snapshots).
+    "disks": ("compute.disks.create", "compute.disks.get", "compute.disks.delete", "compute.disks.use",
+              "compute.disks.setLabels", "compute.disks.resize", "compute.disks.createSnapshot"),
+    # A move's snapshots: resource_compute_snapshot.go Create (snapshots.create on the snapshot),
+    # Read snapshots.get, Update setLabels; restoring reads it (useReadOnly); an expired one is deleted
+    # by the watcher itself (cli/cloud/gcp.py GcpInventory.delete_snapshot).
+    "snapshots": ("compute.snapshots.create", "compute.snapshots.get", "compute.snapshots.delete",
+                  "compute.snapshots.setLabels", "compute.snapshots.useReadOnly"),
+    # "To specify a subnet for your VM: compute.subnetworks.use on the project or on the chosen subnet;
+    # To assign an external IP address ...: compute.subnetworks.useExternalIp" (create-start-instance).
+    # Granted on the stack's subnetwork only (a subnetwork's own IAM policy); useExternalIp only when
+    # a job asks for an external IP (:func:`named_permissions`).
+    "subnetwork": ("compute.subnetworks.use",),
+}
+PROJECT_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    # Every Compute call returns an operation the provider polls (tpgresource ComputeOperationWaiter:
+    # zoneOperations / regionOperations / globalOperations get) and the watcher's SDK waits on
+    # (cli/cloud/gcp.py); the preemption poll lists a zone's operations (GcpObserver.vms).
+    "operations": ("compute.zoneOperations.get", "compute.zoneOperations.list", "compute.regionOperations.get",
+                   "compute.globalOperations.get"),
+    # The watcher's own observation (cli/cloud/gcp.py): instances.list per zone, disks.aggregatedList
+    # and snapshots.list filtered on the stack's label. A list is checked on the project or zone,
+    # which no condition names.
+    "lists": ("compute.instances.list", "compute.disks.list", "compute.snapshots.list"),
+    # The refresh of a job's other children (a targeted update refreshes every target): its gang
+    # firewall rule (resource_compute_firewall.go Read: firewalls.get), its service account and the
+    # IAM members it holds (resource_google_service_account.go: serviceAccounts.get;
+    # iam_service_account.go, iam_project.go, iam_storage_bucket.go: getIamPolicy of the account,
+    # the project and the event bucket). Reads only.
+    "refresh": ("compute.firewalls.get", "iam.serviceAccounts.get", "iam.serviceAccounts.getIamPolicy",
+                "resourcemanager.projects.getIamPolicy", "storage.buckets.getIamPolicy"),
+}
+# A multi-node job's reserved internal master address (resource_compute_address.go Read:
+# addresses.get); every attempt's master VM takes it: "To specify a static IP address for the VM:
+# compute.addresses.use on the project" (create-start-instance); useInternal is the internal
+# address's variant (both in instanceAdmin.v1; which one an INTERNAL address checks is [UNVERIFIED]).
+MASTER_ADDRESS_PERMISSIONS = ("compute.addresses.get", "compute.addresses.use", "compute.addresses.useInternal")
+# A custom image in this project: "To use a custom image to create the VM: compute.images.useReadOnly
+# on the image" (create-start-instance). Public images (debian-cloud, deeplearning-platform-release)
+# are readable by everyone already.
+IMAGE_PERMISSIONS = ("compute.images.useReadOnly",)
+
+
+def named_permissions(jobs: list) -> list[str]:
+    """The permissions of ``spotctl_<slug>_watcher`` (bound on this stack's names and subnetwork)."""
+    extra = ["compute.subnetworks.useExternalIp"] if any(j.external_ip for j in jobs) else []
+    return sorted({p for group in NAMED_PERMISSIONS.values() for p in group} | set(extra))
+
+
+def project_permissions(project: str, jobs: list) -> list[str]:
+    """The permissions of ``spotctl_<slug>_watcher_project`` (unconditioned: reads, lists, uses)."""
+    out = {p for group in PROJECT_PERMISSIONS.values() for p in group}
+    if any(j.nodes > 1 for j in jobs):
+        out |= set(MASTER_ADDRESS_PERMISSIONS)
+    if any(f"projects/{project}/" in (j.image or "") for j in jobs):
+        out |= set(IMAGE_PERMISSIONS)
+    return sorted(out)
+
+
+def role_id(slug: str, suffix: str = "") -> str:
+    """A custom role id of the stack: ``spotctl_<slug>_watcher[_suffix]`` ('-' is not allowed in a
+    role id, '_' occurs in no slug: contract rule gcp.custom-role-id)."""
+    return "_".join(["spotctl", slug.replace("-", "_"), "watcher", *([suffix] if suffix else [])])
 
 
 def account_id(slug: str) -> str:
@@ -111,24 +208,20 @@ class Clause:
         return "(" + " && ".join(parts) + ")"
 
 
-def compute_conditions(project: str, zones: list[str], slug: str, subnetwork: str,
-                       excluded: list[str]) -> list[str]:
-    """The CEL expressions of the watcher's ``roles/compute.instanceAdmin.v1`` bindings (one binding
-    each; the role is granted where any of them holds): this stack's names for the named types, this
-    stack's subnetwork, and anything else the role covers but the excluded types (machine types, zone
-    operations, addresses). Packed so that no expression has more than ``MAX_LOGIC_OPERATORS``."""
+def compute_conditions(project: str, zones: list[str], slug: str, excluded: list[str]) -> list[str]:
+    """The CEL expressions of the bindings of ``spotctl_<slug>_watcher`` at the project (one binding
+    each; the role is granted where any of them holds): this stack's names for the named types, and
+    nothing else (the role holds no permission on another type but the subnetwork's, granted on the
+    subnetwork itself). Packed so that no expression has more than ``MAX_LOGIC_OPERATORS``."""
     clauses = [Clause(kind, where, slug, tuple(excluded))
                for kind, locations in name_locations(project, zones).items() for where in locations]
-    parts = [c.expression for c in clauses]
-    parts.append(f'(resource.type == "compute.googleapis.com/Subnetwork" && resource.name == "{subnetwork}")')
     out: list[str] = []
-    for part in parts:  # greedy: join with || while the binding stays within the limit
+    for part in (c.expression for c in clauses):  # greedy: join with || while the binding stays within the limit
         joined = f"{out[-1]} || {part}" if out else part
         if out and logic_operators(joined) <= MAX_LOGIC_OPERATORS:
             out[-1] = joined
         else:
             out.append(part)
-    out.append(" && ".join(f'resource.type != "compute.googleapis.com/{t}"' for t in (*NAMED_TYPES, *EXCLUDED_TYPES)))
     return out
 
 
@@ -176,7 +269,7 @@ class Watcher(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: StackArgs, base: Any, opts: pulumi.ResourceOptions | None = None):
         super().__init__("spotctl:gcp:Watcher", name, None, opts)
-        from infra.gcp import SCOPES, _network, subnetwork_path
+        from infra.gcp import SCOPES, _network
 
         cfg = args.cfg
         w = cfg.watcher
@@ -208,22 +301,7 @@ class Watcher(pulumi.ComponentResource):
         ]
         bindings += self._state(name, w, child)
         bindings += self._secrets(name, w, project, child)
-        subnetwork = subnetwork_path(cfg)
-        excluded = extending_slugs(args.slug, list(args.siblings))
-        check_condition_covers_names(project, list(cfg.zones), args.slug, excluded,
-                                     job_names(project, args.stack, args.slug, list(cfg.jobs)), f"{name}-compute")
-        expressions = compute_conditions(project, list(cfg.zones), args.slug, subnetwork, excluded)
-        contract.enforce("gcp.conditional-bindings-20", f"{name}-compute",
-                         f"{len(expressions)} conditional bindings of one role and member" if len(expressions) > MAX_CONDITIONAL_BINDINGS else None)
-        for i, expression in enumerate(expressions):
-            bindings.append(gcp.projects.IAMMember(
-                f"{name}-compute-{i}", project=project, role="roles/compute.instanceAdmin.v1", member=self.member,
-                condition=gcp.projects.IAMMemberConditionArgs(
-                    title=f"spotctl-stack-resources-{i}", description=f"compute resources of stack {args.stack} only",
-                    expression=expression,
-                ),
-                opts=child,
-            ))
+        bindings += self._compute(name, args, project, child)
         machine = w.machine("gcp")
         context = WatcherContext(
             cloud="gcp", stack=args.stack, region=cfg.region, project=project, repo=w.repo, ref=w.ref, backend=w.backend,
@@ -266,6 +344,46 @@ class Watcher(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=[*base.egress, *bindings]),
         )
         self.register_outputs({"instance": self.instance.name, "email": self.account.email})
+
+    def _compute(self, name: str, args: StackArgs, project: str, child) -> list[pulumi.Resource]:
+        """The stack's two custom roles and their bindings (module docstring): the named role on this
+        stack's names (conditions) and on its subnetwork, the project role unconditioned."""
+        from infra.gcp import subnetwork_path
+
+        cfg, jobs = args.cfg, list(args.cfg.jobs)
+        excluded = extending_slugs(args.slug, list(args.siblings))
+        check_condition_covers_names(project, list(cfg.zones), args.slug, excluded,
+                                     job_names(project, args.stack, args.slug, jobs), f"{name}-compute")
+        expressions = compute_conditions(project, list(cfg.zones), args.slug, excluded)
+        contract.enforce("gcp.conditional-bindings-20", f"{name}-compute",
+                         f"{len(expressions)} conditional bindings of one role and member" if len(expressions) > MAX_CONDITIONAL_BINDINGS else None)
+        self.named_role = gcp.projects.IAMCustomRole(
+            f"{name}-role", project=project, role_id=role_id(args.slug), title=f"spotctl watcher of {args.stack}"[:100],
+            description=f"A targeted update of stack {args.stack}'s jobs: its instances, disks and snapshots (bound on "
+                        "their names) and its subnetwork's use",
+            permissions=named_permissions(jobs), opts=child)
+        self.project_role = gcp.projects.IAMCustomRole(
+            f"{name}-project-role", project=project, role_id=role_id(args.slug, "project"),
+            title=f"spotctl watcher of {args.stack}: reads"[:100],
+            description=f"What stack {args.stack}'s watcher reads, lists and uses where IAM conditions see no name",
+            permissions=project_permissions(project, jobs), opts=child)
+        out: list[pulumi.Resource] = [self.named_role, self.project_role]
+        for i, expression in enumerate(expressions):
+            out.append(gcp.projects.IAMMember(
+                f"{name}-compute-{i}", project=project, role=self.named_role.name, member=self.member,
+                condition=gcp.projects.IAMMemberConditionArgs(
+                    title=f"spotctl-stack-resources-{i}", description=f"compute resources of stack {args.stack} only",
+                    expression=expression,
+                ),
+                opts=child,
+            ))
+        region, subnetwork = subnetwork_path(cfg).split("/regions/", 1)[1].split("/subnetworks/")
+        out.append(gcp.compute.SubnetworkIAMMember(
+            f"{name}-subnetwork", project=project, region=region, subnetwork=subnetwork, role=self.named_role.name,
+            member=self.member, opts=child))
+        out.append(gcp.projects.IAMMember(
+            f"{name}-project", project=project, role=self.project_role.name, member=self.member, opts=child))
+        return out
 
     def _state(self, name: str, w, child) -> list[pulumi.Resource]:
         """Read and write the backend's prefix (a condition on object names; the bucket needs uniform

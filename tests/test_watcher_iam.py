@@ -208,7 +208,7 @@ def project_of_stacks(tmp_path, monkeypatch):
 
 def compute_conditions_of(p: planner.Plan) -> list[str]:
     found = [r.inputs for r in p.by_type("gcp:projects/iAMMember:IAMMember") if r.name.startswith("watcher-compute-")]
-    assert found and all(f["role"] == "roles/compute.instanceAdmin.v1" for f in found)
+    assert found and all(f["role"] == "projects/proj-1/roles/spotctl_team_watcher" for f in found)
     return [f["condition"]["expression"] for f in found]
 
 
@@ -222,9 +222,7 @@ def test_gcp_grant_reaches_this_stack_and_not_the_stack_extending_its_name(proje
     ours = [("Instance", f"{z}/instances/team-train-a2-n0"), ("Disk", f"{z}/disks/team-train-n0-disk"),
             ("Disk", f"{z}/disks/team-train-n0-m1-disk"), ("Disk", f"{r}/disks/team-other-n1-disk"),
             ("Disk", "projects/proj-1/zones/us-central1-b/disks/team-train-a3-n0"),
-            ("Snapshot", "projects/proj-1/global/snapshots/team-train-n0-m1-snap"),
-            ("Subnetwork", "projects/proj-1/regions/us-central1/subnetworks/default"),
-            ("MachineType", f"{z}/machineTypes/a2-highgpu-1g")]
+            ("Snapshot", "projects/proj-1/global/snapshots/team-train-n0-m1-snap")]
     for kind, name in ours:
         assert granted(conditions, kind, name), (kind, name)
     theirs = [("Instance", f"{z}/instances/team-b-train-a1-n0"), ("Disk", f"{z}/disks/team-b-train-n0-disk"),
@@ -308,9 +306,173 @@ def test_more_conditional_bindings_than_iam_takes_is_refused(tmp_path, monkeypat
     for stack in ("team", "team-a", "team-b", "team-c", "team-d", "team-e"):
         (tmp_path / "stacks" / f"Pulumi.{stack}.yaml").write_text("config: {}\n")
     monkeypatch.chdir(tmp_path)
-    raw = {**gcp_raw([gcp_job()]), "zones": [f"us-central1-{z}" for z in "abcdefghi"]}
+    raw = {**gcp_raw([gcp_job()]), "zones": [f"us-central1-{z}" for z in "abcdefghij"]}
     with pytest.raises(ContractError, match="gcp.conditional-bindings-20") as err:
         planner.run(validate(raw, "x"), "team")
     assert "22 conditional bindings" in str(err.value)
     raw["zones"] = raw["zones"][:4]
     assert len(compute_conditions_of(planner.run(validate(raw, "x"), "team"))) <= 20
+
+
+# ---- GCP: the custom roles hold what a job's targeted update calls, and nothing project-wide ------
+
+# What a targeted `pulumi up --refresh` of a job calls per resource type, derived independently of
+# the roles (infra/gcp_watcher.py): refresh (every target is read), create/replace/delete of what a
+# resume, completion or move changes, and the operations the provider waits on
+# (terraform-provider-google google/services/compute/resource_compute_{instance,disk,region_disk,
+# snapshot,address,firewall}.go; iam_{service_account,project,storage_bucket}.go; required
+# permissions of instances.insert: https://cloud.google.com/compute/docs/instances/create-start-instance).
+# A type missing here fails the coverage test: add what it calls.
+NEEDS = {
+    "gcp:compute/instance:Instance": (
+        "compute.instances.create", "compute.instances.get", "compute.instances.delete", "compute.instances.setMetadata",
+        "compute.instances.setLabels", "compute.instances.setServiceAccount", "compute.disks.create",  # its boot disk
+        "compute.disks.get", "compute.disks.use", "compute.subnetworks.use", "compute.zoneOperations.get"),
+    "gcp:compute/disk:Disk": ("compute.disks.create", "compute.disks.get", "compute.disks.delete", "compute.disks.setLabels",
+                              "compute.instances.detachDisk", "compute.snapshots.useReadOnly", "compute.zoneOperations.get"),
+    "gcp:compute/regionDisk:RegionDisk": ("compute.disks.create", "compute.disks.get", "compute.disks.delete",
+                                          "compute.disks.setLabels", "compute.snapshots.useReadOnly",
+                                          "compute.regionOperations.get"),
+    "gcp:compute/snapshot:Snapshot": ("compute.snapshots.create", "compute.snapshots.get", "compute.snapshots.setLabels",
+                                      "compute.disks.createSnapshot", "compute.globalOperations.get"),
+    "gcp:compute/address:Address": ("compute.addresses.get", "compute.addresses.useInternal"),
+    "gcp:compute/firewall:Firewall": ("compute.firewalls.get",),
+    "gcp:serviceaccount/account:Account": ("iam.serviceAccounts.get",),
+    "gcp:serviceaccount/iAMMember:IAMMember": ("iam.serviceAccounts.getIamPolicy",),
+    "gcp:storage/bucketIAMMember:BucketIAMMember": ("storage.buckets.getIamPolicy",),
+    "gcp:projects/iAMMember:IAMMember": ("resourcemanager.projects.getIamPolicy",),
+    # Granted on the job's own secret (roles/secretmanager.viewer and secretAccessor: the test above).
+    "gcp:secretmanager/secret:Secret": ("secretmanager.secrets.get",),
+    "gcp:secretmanager/secretVersion:SecretVersion": ("secretmanager.versions.get", "secretmanager.versions.access"),
+    "gcp:secretmanager/secretIamMember:SecretIamMember": ("secretmanager.secrets.getIamPolicy",),
+    "spotctl:gcp:TrainingJob": (), "spotctl:gcp:ServiceAccount": (),
+}
+# The watcher's own SDK calls (cli/cloud/gcp.py GcpObserver, GcpInventory).
+OWN_CALLS = ("compute.instances.list", "compute.zoneOperations.list", "compute.disks.list", "compute.snapshots.list",
+             "compute.snapshots.delete", "compute.globalOperations.get")
+PER_SECRET = {"secretmanager.secrets.get", "secretmanager.secrets.getIamPolicy", "secretmanager.versions.get",
+              "secretmanager.versions.access"}
+NAMED_KINDS = ("compute.instances.", "compute.disks.", "compute.snapshots.")
+MOVE = {"from": "us-central1-a", "to": "us-central1-b"}
+HISTORY = [{"zone": "us-central1-a", "lastAttempt": 1}]
+
+
+def example_plans() -> list[planner.Plan]:
+    """Stacks exercising every kind of job resource: secrets, a gang with regional disks, a kept boot
+    disk, an external IP, a gang on a custom network (its firewall rule), a move's snapshot and its
+    restored disk."""
+    secret_env = {"HF_TOKEN": {"secure": "v1:Zm9vYmFy"}}
+    first = gcp_raw([gcp_job(env=secret_env), gcp_job(id="other", nodes=2, diskReplicaZones=["us-central1-a", "us-central1-b"]),
+                     gcp_job(id="kb", bootDisk="keep"), gcp_job(id="pub", externalIp=True)])
+    custom = {**gcp_raw([gcp_job(id="gang", nodes=2)]), "network": {"network": "vpc-1", "subnetwork": "sub-1"}}
+    moving = gcp_raw([gcp_job(state="stopped", move=MOVE | {"step": "restore"})])
+    released = gcp_raw([gcp_job(state="running", zone="us-central1-b", attempt=2, zoneHistory=HISTORY,
+                                move=MOVE | {"step": "release"})])
+    return [planner.run(validate(raw, "x"), "team") for raw in (first, custom, moving, released)]
+
+
+def roles_of(p: planner.Plan) -> dict[str, set[str]]:
+    return {f"projects/{r.inputs['project']}/roles/{r.inputs['roleId']}": set(r.inputs["permissions"])
+            for r in p.by_type("gcp:projects/iAMCustomRole:IAMCustomRole")}
+
+
+def missing(p: planner.Plan) -> list[str]:
+    """Every permission the job targets (and the watcher's own calls) need that no grant gives."""
+    from cli.lifecycle.apply import job_urns
+
+    roles = roles_of(p)
+    granted = set().union(*roles.values()) | PER_SECRET
+    out = []
+    for job in p.outputs["jobs"]:
+        urns = set(job_urns(p, job))
+        for r in (r for r in p.resources if r.urn in urns):
+            assert r.type in NEEDS, f"{r.type} ({r.name}) is in a job's targets: add what its update calls to NEEDS"
+            out += [f"{perm} ({r.type})" for perm in NEEDS[r.type] if perm not in granted]
+    return sorted(set(out) | {f"{perm} (the watcher's own calls)" for perm in OWN_CALLS if perm not in granted})
+
+
+@pytest.fixture(scope="module")
+def plans() -> list[planner.Plan]:
+    return example_plans()
+
+
+def test_gcp_custom_roles_cover_every_call_of_a_jobs_targeted_update(plans):
+    types = {r.type for p in plans for r in p.resources}
+    assert {"gcp:compute/snapshot:Snapshot", "gcp:compute/firewall:Firewall", "gcp:compute/regionDisk:RegionDisk",
+            "gcp:compute/address:Address", "gcp:secretmanager/secret:Secret"} <= types  # the examples reach every kind
+    for p in plans:
+        assert missing(p) == []
+        assert not [r for r in p.resources if r.inputs.get("role") == "roles/compute.instanceAdmin.v1"]
+
+
+def test_a_permission_missing_from_a_role_fails_coverage(monkeypatch):
+    from infra import gcp_watcher
+
+    monkeypatch.setitem(gcp_watcher.NAMED_PERMISSIONS, "snapshots",
+                        tuple(x for x in gcp_watcher.NAMED_PERMISSIONS["snapshots"] if x != "compute.snapshots.useReadOnly"))
+    p = example_plans()[2]
+    assert missing(p) == ["compute.snapshots.useReadOnly (gcp:compute/disk:Disk)"]
+
+
+def test_gcp_roles_hold_nothing_project_wide(plans):
+    """Permissions on instances, disks and snapshots are in the named role only (bound on names), the
+    project role only reads, lists and uses, and neither holds what instanceAdmin.v1 adds beyond a
+    job's update (project metadata, autoscalers, groups, templates, resource policies, images)."""
+    for p in plans:
+        named = roles_of(p)["projects/proj-1/roles/spotctl_team_watcher"]
+        project = roles_of(p)["projects/proj-1/roles/spotctl_team_watcher_project"]
+        assert not {x for x in project if x.startswith(NAMED_KINDS) and not x.endswith(".list")}
+        verbs = {x.rsplit(".", 1)[1] for x in project}
+        assert verbs <= {"get", "list", "getIamPolicy", "use", "useInternal", "useReadOnly"}, verbs
+        for perm in named | project:
+            assert not perm.startswith(("compute.projects.", "compute.autoscalers.", "compute.instanceGroupManagers.",
+                                        "compute.instanceTemplates.", "compute.resourcePolicies.", "compute.images.create",
+                                        "compute.firewalls.create", "compute.networks.")), perm
+            assert not perm.endswith(("setIamPolicy", "setCommonInstanceMetadata", "osAdminLogin", "osLogin")), perm
+        # The project role is bound without a condition; the named role on names and on the stack's
+        # subnetwork only (useExternalIp only because job `pub` asks for an external IP).
+        bound = [r.inputs for r in p.by_type("gcp:projects/iAMMember:IAMMember")
+                 if r.inputs["role"].startswith("projects/proj-1/roles/")]
+        assert [b for b in bound if "condition" not in b] == [
+            {"project": "proj-1", "role": "projects/proj-1/roles/spotctl_team_watcher_project",
+             "member": bound[0]["member"]}]
+        subnet = [r.inputs for r in p.by_type("gcp:compute/subnetworkIAMMember:SubnetworkIAMMember")]
+        assert [(s["region"], s["subnetwork"], s["role"]) for s in subnet] == [
+            ("us-central1", "sub-1" if "vpc-1" in str(p.resources) else "default", "projects/proj-1/roles/spotctl_team_watcher")]
+    assert "compute.subnetworks.useExternalIp" in roles_of(plans[0])["projects/proj-1/roles/spotctl_team_watcher"]
+    assert "compute.subnetworks.useExternalIp" not in roles_of(plans[1])["projects/proj-1/roles/spotctl_team_watcher"]
+
+
+def test_act_as_stays_on_each_jobs_own_account(plans):
+    for p in plans:
+        member = f"serviceAccount:{p.outputs['watcher']['serviceAccount']}"
+        acting = [r for r in p.resources if r.inputs.get("member") == member and "serviceAccountUser" in str(r.inputs.get("role"))]
+        assert acting and all(r.type == "gcp:serviceaccount/iAMMember:IAMMember" for r in acting)
+        # Bound on the jobs' accounts (their `name` output: the mock's is the logical name), one each.
+        jobs = {r.name for r in p.by_type("gcp:serviceaccount/account:Account") if r.name.startswith("job-")}
+        assert sorted(r.inputs["serviceAccountId"] for r in acting) == sorted(jobs)
+        for perms in roles_of(p).values():
+            assert not {x for x in perms if x.startswith("iam.serviceAccounts.") and x.rsplit(".", 1)[1] not in ("get", "getIamPolicy")}
+
+
+@pytest.mark.parametrize("role_id, permissions, problem", [
+    ("spotctl_team-b_watcher", ["compute.instances.get"], "role_id 'spotctl_team-b_watcher'"),
+    ("ab", ["compute.instances.get"], "role_id 'ab'"),
+    ("x" * 65, ["compute.instances.get"], "role_id"),
+    ("spotctl_team_watcher", [], "no permissions"),
+])
+def test_custom_role_id_rule(role_id, permissions, problem):
+    with pytest.raises(ContractError, match="gcp.custom-role-id") as err:
+        contract.check("gcp:projects/iAMCustomRole:IAMCustomRole", "r", {"role_id": role_id, "permissions": permissions})
+    assert problem in str(err.value)
+    contract.check("gcp:projects/iAMCustomRole:IAMCustomRole", "r",
+                   {"role_id": "spotctl_team_b.watcher_project", "permissions": ["compute.instances.get"]})
+
+
+def test_role_ids_follow_the_slug_and_the_rule():
+    from infra.gcp_watcher import role_id
+
+    assert role_id("team-b") == "spotctl_team_b_watcher" and role_id("team", "project") == "spotctl_team_watcher_project"
+    longest = role_id(stack_slug("a-very-long-stack-name-that-is-hashed"), "project")
+    assert len(longest) <= 64
+    contract.check("gcp:projects/iAMCustomRole:IAMCustomRole", "r", {"role_id": longest, "permissions": ["x.y.z"]})

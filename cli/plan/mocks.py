@@ -128,6 +128,10 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
         elif typ == "gcp:storage/bucket:Bucket":
             out["url"] = f"gs://{physical}"
             rid = physical
+        elif typ == "gcp:projects/iAMCustomRole:IAMCustomRole":
+            # "The name of the role in the format projects/{{project}}/roles/{{role_id}}"
+            # (terraform-provider-google resource_google_project_iam_custom_role.go).
+            rid = out["name"] = f"projects/{inputs.get('project') or project}/roles/{inputs['roleId']}"
         return rid, out
     if typ.startswith("aws:"):
         prefixes = {

@@ -28,6 +28,7 @@ ADDRESS = "gcp:compute/address:Address"
 REGION_DISK = "gcp:compute/regionDisk:RegionDisk"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 BUCKET = "gcp:storage/bucket:Bucket"
+CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
 BUCKET_IAM_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
 PROJECT_SINK = "gcp:logging/projectSink:ProjectSink"
@@ -357,6 +358,24 @@ def service_account_id(type_: str, props: Mapping[str, Any]) -> str | None:
         return None
     if not (6 <= len(aid) <= 30 and ACCOUNT_ID.match(aid)):
         return f"account_id {aid!r}"
+    return None
+
+
+CUSTOM_ROLE_ID = re.compile(r"^[a-zA-Z0-9_.]{3,64}$")
+
+
+@rule("gcp.custom-role-id", (CUSTOM_ROLE,),
+      says="A custom role id is 3-64 letters, digits, '_' and '.' (no '-'), and the role holds at least one permission.",
+      fix="derive the id with infra/gcp_watcher.py role_id (spotctl_<slug with '_' for '-'>_watcher)",
+      source="terraform-provider-google google/verify/validation.go IAMCustomRoleIDRegex \"^[a-zA-Z0-9_\\.]{3,64}$\" "
+             "(https://cloud.google.com/iam/docs/understanding-custom-roles#naming_the_role); "
+             "resource_google_project_iam_custom_role.go role_id \"Cannot contain - characters\", permissions MinItems 1")
+def custom_role_id(type_: str, props: Mapping[str, Any]) -> str | None:
+    rid, perms = props.get("role_id"), props.get("permissions")
+    if known(rid) and isinstance(rid, str) and not CUSTOM_ROLE_ID.match(rid):
+        return f"role_id {rid!r}"
+    if known(perms) and isinstance(perms, list) and not perms:
+        return "no permissions"
     return None
 
 
