@@ -20,7 +20,10 @@ too narrow, and the docs do not say which: if IAM supplies a type for the projec
 resource policies, the catch-all granted ``compute.projects.setCommonInstanceMetadata`` (every VM's
 metadata, ssh keys included), autoscalers and resource policies project-wide (all in the role:
 iann0036/iam-dataset gcp/roles/compute.instanceAdmin.v1.json); if not, it never granted the
-operations, subnetwork and list permissions a job's update needs. Now:
+operations and list permissions a job's update needs. Either way its subnetwork clause
+(``resource.type == ".../Subnetwork" && resource.name == ...``) could never hold (a subnetwork
+provides no name), and the catch-all excluded Subnetwork: ``compute.subnetworks.use``, which every
+VM creation needs, was never granted. Now:
 
 - ``spotctl_<slug>_watcher`` holds only permissions on instances, disks and snapshots (and the
   subnetwork's use), bound at the project with conditions naming this stack's resources (below)
