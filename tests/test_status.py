@@ -176,23 +176,38 @@ def test_a_damaged_or_foreign_status_cache_only_means_the_file_is_read(project, 
 
 
 def test_the_cached_view_of_a_job_reads_as_the_validated_job():
-    from cli.lifecycle.status import JobView, job_facts
+    """Every field, nested ones included, with its type: a field added to the model is cached too."""
+    from cli.lifecycle.status import Record, job_facts, job_view
     from infra.config import Job
 
     job = Job.model_validate({
         "id": "llm", "machineType": "a2-highgpu-1g", "zone": "us-central1-b", "command": "python t.py", "nodes": 2,
-        "attempt": 4, "state": "stopped", "capacity": "on-demand", "diskGb": 300,
+        "attempt": 4, "state": "stopped", "capacity": "on-demand", "diskGb": 300, "env": {"A": "1", "B": {"secure": "x"}},
+        "diskReplicaZones": ["us-central1-b", "us-central1-c"], "diskKind": "regional", "stopReason": "a node failed",
         "move": {"from": "us-central1-b", "to": "us-central1-c", "step": "restore", "began": "2026-11-21T10:00:00Z"},
         "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 2, "moveBegan": "2026-11-20T09:30:00.5+01:00"},
                         {"zone": "us-central1-c", "lastAttempt": 3, "sameDisk": True}]})
-    view = JobView(json.loads(json.dumps(job_facts(job))))
-    for name in JobView.__slots__:
-        if name == "move":
-            assert (view.move.from_, view.move.to, view.move.step, view.move.began) == \
-                (job.move.from_, job.move.to, job.move.step, job.move.began)
-        elif name == "zone_history":
-            assert [(z.zone, z.last_attempt, z.move_began, z.same_disk) for z in view.zone_history] == \
-                [(z.zone, z.last_attempt, z.move_began, z.same_disk) for z in job.zone_history]
-        else:
-            assert getattr(view, name) == getattr(job, name) and type(getattr(view, name)) is type(getattr(job, name))
-    assert view.active == job.active
+
+    def same(model, view) -> None:
+        assert isinstance(view, Record) and set(view.__dict__) == set(type(model).model_fields)
+        for name in type(model).model_fields:
+            mine, theirs = getattr(view, name), getattr(model, name)
+            if hasattr(theirs, "model_fields"):
+                same(theirs, mine)
+            elif isinstance(theirs, (list, tuple)) and theirs and hasattr(theirs[0], "model_fields"):
+                assert type(mine) is type(theirs) and len(mine) == len(theirs)
+                for a, b in zip(theirs, mine, strict=True):
+                    same(a, b)
+            elif isinstance(theirs, dict):
+                assert mine.keys() == theirs.keys()
+                for k in theirs:
+                    if hasattr(theirs[k], "model_fields"):
+                        same(theirs[k], mine[k])
+                    else:
+                        assert mine[k] == theirs[k]
+            else:
+                assert mine == theirs and type(mine) is type(theirs), name
+
+    view = job_view(json.loads(json.dumps(job_facts(job))))
+    same(job, view)
+    assert view.active == job.active and view.move.began.tzinfo is not None

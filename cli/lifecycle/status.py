@@ -26,49 +26,75 @@ if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is va
 # that job's validated config. A job whose lines changed (an edit by resume) is validated alone;
 # anything else reads and validates the whole file, as before. The cache is only a cache.
 
-STATUS_CACHE_VERSION = 1
+STATUS_CACHE_VERSION = 2
 _FINGERPRINT: list[str] = []
 
 
-class JobView:
-    """What status, the cost ledger and the watcher's view read of a job (``infra.config.Job``'s
-    names and types), from ``job_facts`` of the validated job. A plain class: a dataclass costs
-    more to define than status spends using it."""
+class Record:
+    """A validated model's fields as attributes (its names, its values' types), rebuilt from
+    ``job_facts``: what status, the cost ledger and the watcher's view read of a job, without the
+    pydantic model. Only ``Job``'s properties that status uses are provided (``active``)."""
 
-    __slots__ = ("id", "state", "capacity", "attempt", "zone", "nodes", "machine_type", "instance_type", "disk_gb",
-                 "move", "zone_history")
+    def __init__(self, fields: dict[str, Any]):
+        self.__dict__.update(fields)
 
-    def __init__(self, facts: dict[str, Any]):
-        from types import SimpleNamespace
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and self.__dict__ == other.__dict__
 
-        self.id, self.attempt, self.zone, self.nodes = facts["id"], facts["attempt"], facts["zone"], facts["nodes"]
-        self.state, self.capacity = JobState(facts["state"]), Capacity(facts["capacity"])
-        self.machine_type, self.instance_type, self.disk_gb = facts["machine_type"], facts["instance_type"], facts["disk_gb"]
-        move = facts["move"]
-        self.move = SimpleNamespace(from_=move["from"], to=move["to"], step=move["step"], began=_time(move["began"])) \
-            if move else None
-        self.zone_history = [SimpleNamespace(zone=z["zone"], last_attempt=z["last_attempt"], same_disk=z["same_disk"],
-                                             move_began=_time(z["move_began"])) for z in facts["zone_history"]]
+    __hash__ = None  # type: ignore[assignment]
 
+
+class JobView(Record):
     @property
     def active(self) -> bool:
         return self.state in (JobState.PENDING, JobState.RUNNING)
 
 
-def _time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value is not None else None
+_ENUMS = {"JobState": JobState, "Capacity": Capacity}
 
 
 def job_facts(job: Job) -> dict[str, Any]:
-    """A validated job as JSON, for ``JobView``."""
-    move = job.move
-    return {"id": job.id, "state": job.state.value, "capacity": job.capacity.value, "attempt": job.attempt,
-            "zone": job.zone, "nodes": job.nodes, "machine_type": job.machine_type, "instance_type": job.instance_type,
-            "disk_gb": job.disk_gb,
-            "move": {"from": move.from_, "to": move.to, "step": move.step,
-                     "began": move.began.isoformat() if move.began else None} if move else None,
-            "zone_history": [{"zone": z.zone, "last_attempt": z.last_attempt, "same_disk": z.same_disk,
-                              "move_began": z.move_began.isoformat() if z.move_began else None} for z in job.zone_history]}
+    """Every field of a validated job as JSON, tagged so ``job_view`` gives back the same values
+    and types (datetimes, the config's enums, nested models, tuples); a value of another type is
+    refused (ValueError), so it can never be read back as something else."""
+    from pydantic import BaseModel
+
+    def encode(value: Any) -> Any:
+        if value is None or type(value) in (str, int, float, bool):
+            return value
+        if isinstance(value, BaseModel):
+            return {"model": {name: encode(getattr(value, name)) for name in type(value).model_fields}}
+        if isinstance(value, datetime):
+            return {"datetime": value.isoformat()}
+        if type(value).__name__ in _ENUMS and isinstance(value, _ENUMS[type(value).__name__]):
+            return {"enum": type(value).__name__, "value": value.value}
+        if type(value) in (list, tuple):
+            return {type(value).__name__: [encode(v) for v in value]}
+        if type(value) is dict:
+            return {"dict": [[encode(k), encode(v)] for k, v in value.items()]}
+        raise ValueError(f"cannot cache a {type(value).__name__}")
+
+    return encode(job)
+
+
+def job_view(facts: Any, top: bool = True) -> Any:
+    """The value ``job_facts`` encoded (a JobView for the job itself)."""
+    if not isinstance(facts, dict):
+        return facts
+    if len(facts) == 2 and "enum" in facts:
+        return _ENUMS[facts["enum"]](facts["value"])
+    ((kind, value),) = facts.items()
+    if kind == "model":
+        fields = {name: job_view(v, False) for name, v in value.items()}
+        return JobView(fields) if top else Record(fields)
+    if kind == "datetime":
+        return datetime.fromisoformat(value)
+    if kind in ("list", "tuple"):
+        items = [job_view(v, False) for v in value]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {job_view(k, False): job_view(v, False) for k, v in value}
+    raise ValueError(f"not a cached value: {kind!r}")
 
 
 def status_cache_path(path: Path) -> Path:
@@ -119,7 +145,7 @@ def status_jobs(ref: StackRef, job_id: str | None = None, whole: bool = False) -
         if len(changed) <= ALONE_MAX:
             fresh = {i: job_facts(stackfile.load_job(ref, i, text).job(i)) for i in changed}
             try:
-                views = [JobView(fresh[i] if i in fresh else cache[i][1]) for i, _ in wanted]
+                views = [job_view(fresh[i] if i in fresh else cache[i][1]) for i, _ in wanted]
             except (ValueError, KeyError, TypeError, IndexError, AttributeError):
                 views = None  # a damaged cache entry: the whole file below
             if views is not None:
