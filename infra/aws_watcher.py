@@ -21,7 +21,7 @@ from infra import contract
 from infra.common import StackArgs
 from infra.config import AWS_KMS_RE
 from infra.contract.aws import WATCHER_ROLE_PATH
-from infra.naming import aws_tags, owner_value, shared_stack_file, ssm_parameter_name
+from infra.naming import aws_tags, owner_value, shared_stack_file, ssm_parameter_name, watch_lease
 from infra.render import WatcherContext, watcher_script
 
 # Debian 12 (bookworm) AMIs are published by the Debian cloud team's account 136693071363
@@ -62,7 +62,7 @@ def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
 
 def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events_bucket_arn: str, backend_bucket: str,
                    backend_prefix: str, secrets_provider: str, passphrase_secret: str | None,
-                   boundary_arn: str, stack_file_key: str | None = None) -> dict[str, Any]:
+                   boundary_arn: str, stack_file_key: str | None = None, lease_key: str | None = None) -> dict[str, Any]:
     """The watcher role's inline policy (pure, so tests read it whole).
 
     EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
@@ -82,11 +82,12 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Resource": queue_arn},
         {"Sid": "ListEvents", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": events_bucket_arn},
         {"Sid": "ReadEvents", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{events_bucket_arn}/*"},
-        # The stack file's shared copy (cli/lifecycle/sync.py), and only it: conditional PutObject
-        # (If-Match / If-None-Match) needs s3:PutObject alone (docs.aws.amazon.com/AmazonS3/latest/
-        # userguide/conditional-writes.html).
+        # The stack file's shared copy (cli/lifecycle/sync.py) and the watch lease (cli/watch/lease.py),
+        # and only those two objects: conditional PutObject (If-Match / If-None-Match) needs s3:PutObject
+        # alone (docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html); the lease is
+        # released by a write, never deleted.
         *([{"Sid": "WriteSharedStackFile", "Effect": "Allow", "Action": "s3:PutObject",
-            "Resource": f"{events_bucket_arn}/{stack_file_key}"}] if stack_file_key else []),
+            "Resource": [f"{events_bucket_arn}/{k}" for k in (stack_file_key, lease_key) if k]}] if stack_file_key or lease_key else []),
         # s3:prefix limits what ListObjects may name (https://docs.aws.amazon.com/AmazonS3/latest/userguide/
         # amazon-s3-policy-keys.html, walkthrough1.html); Pulumi's DIY backend keeps everything under <prefix>.pulumi/.
         {"Sid": "ListPulumiState", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": state,
@@ -219,7 +220,8 @@ class Watcher(pulumi.ComponentResource):
             policy=pulumi.Output.all(base.queue.arn, base.bucket.arn, base.boundary.arn).apply(lambda v: json.dumps(watcher_policy(
                 region=cfg.region, slug=args.slug, owner=owner_value(args.stack), queue_arn=v[0], events_bucket_arn=v[1],
                 backend_bucket=backend_bucket, backend_prefix=backend_prefix, secrets_provider=w.secrets_provider,
-                passphrase_secret=w.passphrase_secret, boundary_arn=v[2], stack_file_key=shared_stack_file(args.stack)))),
+                passphrase_secret=w.passphrase_secret, boundary_arn=v[2], stack_file_key=shared_stack_file(args.stack),
+                lease_key=watch_lease(args.stack)))),
             opts=child,
         )
         profile = aws.iam.InstanceProfile(f"{name}-profile", name_prefix=f"spotctl-{args.slug}-watcher-"[:38],
@@ -262,8 +264,9 @@ class Watcher(pulumi.ComponentResource):
             # terraform-provider-aws internal/service/ec2/ec2_instance.go). Nothing is lost: the stack
             # file's live state is its shared copy in the event bucket, which the new VM's watcher takes
             # (never synced: cli/lifecycle/sync.py), and the journal only de-duplicates events that the
-            # stack file's attempts already make stale. Delete before replace: the lease is a lock on
-            # the VM's own disk, so the old watcher must be gone before the new one starts.
+            # stack file's attempts already make stale. Delete before replace: the old watcher stops
+            # (and releases the stack's lease in the event bucket, cli/watch/lease.py) before the new one
+            # starts; one killed outright holds it until it expires, while the new VM still boots.
             user_data_replace_on_change=True,
             tags={**tags, "Name": physical},
             # User data runs at first boot: the NAT route must be there by then. A newer image alone

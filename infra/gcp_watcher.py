@@ -61,7 +61,7 @@ import pulumi_gcp as gcp
 from infra import contract
 from infra.common import StackArgs
 from infra.contract.gcp import MAX_CONDITIONAL_BINDINGS, MAX_LOGIC_OPERATORS, logic_operators
-from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack_file, short_hash, stack_slug
+from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack_file, short_hash, stack_slug, watch_lease
 from infra.render import WatcherContext, watcher_script
 
 DEBIAN_IMAGE = "projects/debian-cloud/global/images/family/debian-12"  # Shielded VM capable (UEFI)
@@ -266,6 +266,13 @@ def check_condition_covers_names(project: str, zones: list[str], slug: str, excl
     contract.enforce("gcp.watcher-condition-covers-names", resource, problem)
 
 
+def shared_objects_condition(bucket: str, stack: str) -> str:
+    """The IAM condition naming exactly the objects several machines write: the shared stack file and the
+    watch lease (``resource.name`` of an object: ``projects/_/buckets/<bucket>/objects/<name>``)."""
+    return " || ".join(f'resource.name == "projects/_/buckets/{bucket}/objects/{key}"'
+                       for key in (shared_stack_file(stack), watch_lease(stack)))
+
+
 class Watcher(pulumi.ComponentResource):
     """An on-demand e2-small (by default) Shielded VM without an external IP (unless asked) on the
     stack's subnetwork, behind the stack's NAT, and its service account with the bindings above."""
@@ -290,15 +297,15 @@ class Watcher(pulumi.ComponentResource):
                                              role="roles/pubsub.subscriber", member=self.member, opts=child),
             gcp.storage.BucketIAMMember(f"{name}-events-reader", bucket=base.bucket.name, role="roles/storage.objectViewer",
                                         member=self.member, opts=child),
-            # The stack file's shared copy (cli/lifecycle/sync.py), and only that object: replacing an
-            # object needs storage.objects.create and .delete (cloud.google.com/storage/docs/access-control/
-            # iam-permissions); the condition names the one object (resource.name, as for the backend's prefix).
+            # The stack file's shared copy (cli/lifecycle/sync.py) and the watch lease (cli/watch/lease.py),
+            # and only those two objects: replacing an object needs storage.objects.create and .delete
+            # (cloud.google.com/storage/docs/access-control/iam-permissions); the condition names each
+            # object (resource.name, as for the backend's prefix).
             gcp.storage.BucketIAMMember(
                 f"{name}-stack-file", bucket=base.bucket.name, role="roles/storage.objectAdmin", member=self.member,
                 condition=gcp.storage.BucketIAMMemberConditionArgs(
-                    title="spotctl-shared-stack-file", description=f"the shared stack file of {args.stack} only",
-                    expression=base.bucket.name.apply(
-                        lambda b: f'resource.name == "projects/_/buckets/{b}/objects/{shared_stack_file(args.stack)}"'),
+                    title="spotctl-shared-stack-file", description=f"the shared stack file and watch lease of {args.stack} only",
+                    expression=base.bucket.name.apply(lambda b: shared_objects_condition(b, args.stack)),
                 ),
                 opts=child),
         ]
@@ -343,7 +350,8 @@ class Watcher(pulumi.ComponentResource):
             # A new machine type is applied in place (stop, change, start).
             allow_stopping_for_update=True,
             deletion_protection=False,
-            # Its name is fixed, and the lease is a lock on the VM's own disk: the old VM goes first.
+            # Its name is fixed: the old VM goes first (its watcher releases the stack's lease in the
+            # event bucket when stopped, cli/watch/lease.py).
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=[*base.egress, *bindings]),
         )
         self.register_outputs({"instance": self.instance.name, "email": self.account.email})

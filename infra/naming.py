@@ -70,6 +70,12 @@ def shared_stack_file(stack: str) -> str:
     return f"{stack}.spotctl/Pulumi.{stack}.yaml"
 
 
+def watch_lease(stack: str) -> str:
+    """The one-watcher-per-stack lease in the stack's event bucket (cli/watch/lease.py): beside the shared
+    stack file, never under the expiring ``<stack>/`` prefix, and writable by no job identity."""
+    return f"{stack}.spotctl/watch.lease"
+
+
 def event_root(stack: str) -> str:
     """The prefix every event and log object of the stack lives under (``<stack>/<job or pool>/``)."""
     return f"{stack}/"

@@ -436,7 +436,8 @@ def test_gcp_only_the_watcher_writes_the_shared_copy_and_it_never_expires(plans)
     grant = one(plan, "gcp:storage/bucketIAMMember:BucketIAMMember", "watcher-stack-file").inputs
     assert grant["role"] == "roles/storage.objectAdmin" and grant["bucket"] == bucket["name"]
     assert grant["condition"]["expression"] == (
-        f'resource.name == "projects/_/buckets/{bucket["name"]}/objects/team.spotctl/Pulumi.team.yaml"')
+        f'resource.name == "projects/_/buckets/{bucket["name"]}/objects/team.spotctl/Pulumi.team.yaml" || '
+        f'resource.name == "projects/_/buckets/{bucket["name"]}/objects/team.spotctl/watch.lease"')  # and the watch lease
     job_writer = one(plan, "gcp:storage/bucketIAMMember:BucketIAMMember", "job-train-sa-events-writer").inputs
     assert job_writer["condition"]["expression"].endswith('/objects/team/train/")')  # not the shared copy
     assert bucket["lifecycleRules"][0]["condition"]["matchesPrefixes"] == ["team/"]

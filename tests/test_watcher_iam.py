@@ -476,3 +476,40 @@ def test_role_ids_follow_the_slug_and_the_rule():
     longest = role_id(stack_slug("a-very-long-stack-name-that-is-hashed"), "project")
     assert len(longest) <= 64
     contract.check("gcp:projects/iAMCustomRole:IAMCustomRole", "r", {"role_id": longest, "permissions": ["x.y.z"]})
+
+
+# ---- the objects several machines write: the shared stack file and the watch lease ----------------------
+
+SHARED_OBJECTS = ("team.spotctl/Pulumi.team.yaml", "team.spotctl/watch.lease")  # cli/lifecycle/sync.py, cli/watch/lease.py
+NOT_THEIRS = ("team.spotctl/watch.lease.tmp", "team.spotctl/x", "team-b.spotctl/watch.lease", "team/watch.lease",
+              "team/train/attempt-1/node-0/x.json", "team.spotctl/Pulumi.team-b.yaml")
+
+
+def test_aws_the_watcher_writes_the_lease_and_the_shared_copy_and_nothing_else_there():
+    policy = watcher_policy("team")
+    bucket = next(s["Resource"] for s in policy["Statement"] if s["Sid"] == "ListEvents")
+    for key in SHARED_OBJECTS:
+        assert allowed(policy, "s3:PutObject", f"{bucket}/{key}") and allowed(policy, "s3:GetObject", f"{bucket}/{key}"), key
+        assert not allowed(policy, "s3:DeleteObject", f"{bucket}/{key}"), key  # a lease is released by a write
+    for key in NOT_THEIRS:
+        assert not allowed(policy, "s3:PutObject", f"{bucket}/{key}"), key
+    job = json.loads(only(plan("team"), "aws:iam/rolePolicy:RolePolicy", "job-train-events-policy").inputs["policy"])
+    assert not any(allowed(job, "s3:PutObject", f"{bucket}/{key}") for key in SHARED_OBJECTS)  # no job VM takes the lease
+
+
+def test_gcp_the_watcher_writes_the_lease_and_the_shared_copy_and_nothing_else_there(project_of_stacks):
+    p = planner.run(validate(gcp_raw([gcp_job()]), "x"), "team")
+    (grant,) = [r.inputs for r in p.by_type("gcp:storage/bucketIAMMember:BucketIAMMember") if r.name == "watcher-stack-file"]
+    bucket = grant["bucket"]
+    expression = grant["condition"]["expression"]
+
+    def may_write(key: str) -> bool:
+        return condition_holds(expression, "storage.googleapis.com/Object", f"projects/_/buckets/{bucket}/objects/{key}")
+
+    assert grant["role"] == "roles/storage.objectAdmin" and logic_operators(expression) <= 12
+    assert all(may_write(k) for k in SHARED_OBJECTS)
+    assert not any(may_write(k) for k in NOT_THEIRS)
+    assert not condition_holds(expression, "storage.googleapis.com/Object",
+                               f"projects/_/buckets/other-bucket/objects/{SHARED_OBJECTS[1]}")
+    (rule,) = p.by_type("gcp:storage/bucket:Bucket")[0].inputs["lifecycleRules"]
+    assert rule["condition"]["matchesPrefixes"] == ["team/"]  # the lease never expires by the bucket's rule

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 
 from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, VmState
@@ -254,13 +255,29 @@ def _missing(exc) -> bool:
     return exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
 
 
+_THREAD = threading.local()
+
+
+def _s3(region: str):
+    """An S3 client for this thread: the default session's on the main thread, else a session of the
+    thread's own. Sessions (the default one too, behind ``boto3.client``) are not thread safe and
+    should not be shared across threads (boto3 user guide, "Session": multithreading); the watcher's
+    lease keeper (cli/watch/lease.py) renews from a thread while the main thread pushes the stack file."""
+    import boto3
+
+    if threading.current_thread() is threading.main_thread():
+        return boto3.client("s3", region_name=region)
+    if getattr(_THREAD, "session", None) is None:
+        _THREAD.session = boto3.session.Session()
+    return _THREAD.session.client("s3", region_name=region)
+
+
 def s3_generation(region: str, bucket: str, key: str) -> str | None:
     """The object's ETag (HeadObject), or None when there is no such key."""
-    import boto3
     from botocore.exceptions import ClientError
 
     try:
-        return boto3.client("s3", region_name=region).head_object(Bucket=bucket, Key=key)["ETag"]
+        return _s3(region).head_object(Bucket=bucket, Key=key)["ETag"]
     except ClientError as exc:
         if _missing(exc):
             return None
@@ -269,11 +286,10 @@ def s3_generation(region: str, bucket: str, key: str) -> str | None:
 
 def s3_read(region: str, bucket: str, key: str) -> tuple[bytes, str] | None:
     """(content, ETag) of one GetObject (the ETag of exactly the bytes returned), or None."""
-    import boto3
     from botocore.exceptions import ClientError
 
     try:
-        got = boto3.client("s3", region_name=region).get_object(Bucket=bucket, Key=key)
+        got = _s3(region).get_object(Bucket=bucket, Key=key)
     except ClientError as exc:
         if _missing(exc):
             return None
@@ -285,9 +301,6 @@ def s3_write_if(region: str, bucket: str, key: str, data: bytes, expected: str |
     """PutObject with ``If-Match: <expected ETag>``, or ``If-None-Match: *`` when ``expected`` is None
     (S3 conditional writes: docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html,
     API_PutObject.html; both need only s3:PutObject). Returns the new ETag."""
-    import boto3
-
     condition = {"IfMatch": expected} if expected is not None else {"IfNoneMatch": "*"}
-    put = boto3.client("s3", region_name=region).put_object(Bucket=bucket, Key=key, Body=data,
-                                                             ContentType="application/yaml", **condition)
+    put = _s3(region).put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/yaml", **condition)
     return put["ETag"]

@@ -28,7 +28,8 @@ from infra.basics import ConfigError
     "-> marked failed (retried only while the job's maxFailures allows). Notices (interruption warning, rebalance) are "
     "recorded, not acted on. A capacity refusal is retried with exponential backoff (status shows "
     "waiting-for-capacity). Events come from the event bucket, --events-dir, the AWS interruption queue, the GCP "
-    "preemption subscription and a poll of the cloud. One watcher per stack; it acts without asking.\n\n"
+    "preemption subscription and a poll of the cloud. One watcher per stack (a lease in the event bucket when the "
+    "stack file is shared, else a lock on this machine); it acts without asking.\n\n"
     "Example: spotctl watch --stack team-a --interval 30          (or --once from cron)",
 )
 def watch(
@@ -46,14 +47,15 @@ def watch(
     subscription: Annotated[Optional[str], typer.Option("--subscription", metavar="NAME",
                                                         help="GCP preemption subscription (default: the stack's preemptionSubscription output).")] = None,
     wait: Annotated[float, typer.Option("--wait", metavar="SECONDS", min=0.0,
-                                        help="If another watcher holds the stack, wait this long for it to stop (default: exit).")] = 0.0,
+                                        help="If another watcher holds the stack (here, or anywhere through the lease in the event bucket), "
+                                             "wait this long for it to stop or its lease to expire (default: exit).")] = 0.0,
     no_apply: NoApplyOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.lifecycle import stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.watch import observe, watcher
-    from cli.watch.journal import LeaseHeld
+    from cli.watch.lease import LeaseHeld
 
     def warn(line: str) -> None:
         typer.echo(f"warning: {line}", err=True)
@@ -74,7 +76,6 @@ def watch(
         queue_url = queue_url or (outputs.get("interruptionQueue") if cfg.cloud == "aws" else None)
         subscription = subscription or (outputs.get("preemptionSubscription") if cfg.cloud == "gcp" else None)
     sources = observe.Sources(events_dir, events_bucket, queue_url, subscription, poll=not no_poll)
-    settings = watcher.Settings(ref, sources, applier, interval, poll_every, once, wait)
     report = watcher.Report(emit=lambda rec: typer.echo(json.dumps(rec, sort_keys=True) if json_out else _text(rec)),
                             warn=warn, out=lambda line: typer.echo(line.rstrip("\n"), err=True))
     if not json_out:
@@ -86,6 +87,8 @@ def watch(
     # A watcher that never synced (the watcher VM's fresh clone of the repository) takes the shared
     # copy's version of a job both changed: the team's live copy is newer than any commit.
     shared = shared_copy(ref, cfg, events_bucket, keep_unsynced="shared")
+    # Its bucket also holds the stack's watch lease, so watchers on other machines are kept apart too.
+    settings = watcher.Settings(ref, sources, applier, interval, poll_every, once, wait, shared=shared)
     try:
         with stackfile.sharing(ref.path, shared) if shared else contextlib.nullcontext():
             ok = watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref))

@@ -6,9 +6,11 @@ atomically (temp file + rename) before an action starts (its intent) and after i
 ``kill -9`` at any point leaves a journal that says either "not started" or "started": the next
 watcher re-applies a started action whose stack edit is in the file, and redoes nothing else.
 
-``.Pulumi.<stack>.yaml.watch.lock`` (the lease): an OS file lock held for the watcher's whole life
-(the kernel releases it when the process dies, even by ``kill -9``), with the holder written beside
-it so a second watcher can say who holds it.
+``.Pulumi.<stack>.yaml.watch.lock`` (the local lease): an OS file lock held for the watcher's whole
+life (the kernel releases it when the process dies, even by ``kill -9``), with the holder written beside
+it so a second watcher can say who holds it. It keeps the watchers of this checkout apart; watchers on
+other machines are kept apart by the lease in the event bucket (``cli.watch.lease``), whose id the
+holder file also records (a restart on this checkout takes its dead predecessor's lease at once).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from cli.lifecycle.stackfile import atomic_write
 
 if TYPE_CHECKING:
     from cli.watch.decide import JobMemory
+    from cli.watch.lease import Predecessor
 
 KEEP_HANDLED = timedelta(days=14)
 
@@ -102,10 +105,6 @@ def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
 # ---- the lease -------------------------------------------------------------------------------------------
 
 
-class LeaseHeld(Exception):
-    """Another watcher holds the stack; ``str()`` names it."""
-
-
 def lease_path(stack_file: Path) -> Path:
     return stack_file.with_name(f".{stack_file.name}.watch.lock")
 
@@ -122,6 +121,7 @@ class Lease:
 
         self.stack_file, self.now = stack_file, now
         self.lock = FileLock(str(lease_path(stack_file)))
+        self.previous: dict[str, Any] = {}  # the holder file as the previous watcher of this checkout left it
 
     def holder(self) -> str:
         try:
@@ -140,13 +140,34 @@ class Lease:
                 break
             except Timeout:
                 if time.monotonic() >= deadline:
+                    from cli.watch.lease import LeaseHeld
+
                     raise LeaseHeld(f"stack {self.stack_file.name}: watched by {self.holder()}") from None
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         import socket
 
-        doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
-               "host": socket.gethostname(), "since": self.now().isoformat()}
-        atomic_write(holder_path(self.stack_file), json.dumps(doc) + "\n")
+        try:
+            previous = json.loads(holder_path(self.stack_file).read_text())
+            self.previous = previous if isinstance(previous, dict) else {}
+        except (OSError, ValueError):
+            self.previous = {}
+        self.doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
+                    "host": socket.gethostname(), "since": self.now().isoformat()}
+        atomic_write(holder_path(self.stack_file), json.dumps(self.doc) + "\n")
+
+    def predecessor(self) -> Predecessor | None:
+        """The bucket lease the previous watcher of this checkout held (it no longer holds this lock)."""
+        from cli.watch.lease import Predecessor
+
+        p = self.previous
+        try:
+            return Predecessor(str(p["lease"]), str(p["host"]), int(p["pid"])) if p.get("lease") else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def record(self, lease_id: str) -> None:
+        """Note the bucket lease this watcher holds (read by the next watcher of this checkout)."""
+        atomic_write(holder_path(self.stack_file), json.dumps({**self.doc, "lease": lease_id}) + "\n")
 
     def release(self) -> None:
         if self.lock.is_locked:

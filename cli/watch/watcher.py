@@ -3,6 +3,7 @@ at a time, and acknowledge queue/subscription messages only once what they said 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from cli.lifecycle.apply import Applier
 from cli.lifecycle.events import Event
 from cli.watch import act as acting
 from cli.watch import decide as deciding
+from cli.watch import lease as leasing
 from cli.watch import observe as observing
 from cli.watch.journal import Journal, Lease
 from infra.config import ConfigError
@@ -29,6 +31,7 @@ class Settings:
     poll_every_s: float = 300.0
     once: bool = False
     lease_wait_s: float = 0.0
+    shared: Any = None  # the stack file's sync session (cli.lifecycle.sync.Shared): its bucket holds the lease
 
 
 @dataclass
@@ -47,34 +50,72 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
     """Watch until interrupted (or one cycle with ``once``); True when every action succeeded.
 
     Raises:
-        LeaseHeld: another watcher holds the stack (after ``lease_wait_s``).
+        LeaseHeld: another watcher holds the stack (after ``lease_wait_s``), on this machine (the local
+            lock) or, when the stack file is shared, anywhere (the lease in the event bucket).
+        LeaseLost: the bucket lease was taken or could not be renewed in time; nothing more was done.
     """
     from cli.lifecycle.capacity import policy_capacity
 
     rng = rng or random.Random()
     lease = Lease(settings.ref.path, now)
     lease.acquire(settings.lease_wait_s)
+    fence: leasing.BucketLease | None = None
     ok = True
     last_poll: datetime | None = None
     bucket_cache: dict[str, bytes] = {}
     try:
+        fence = bucket_lease(settings, lease, report, now, sleep)
         n = 0
         while True:
+            if fence is not None:
+                fence.check()  # renewed every cycle; a lost lease stops the watcher before it decides
             t = now()
             poll_due = last_poll is None or (t - last_poll).total_seconds() >= settings.poll_every_s
-            ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now), bucket_cache) and ok
+            ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now), bucket_cache, fence) and ok
             last_poll = t if poll_due else last_poll
             n += 1
             if settings.once or (cycles is not None and n >= cycles):
                 return ok
             sleep(settings.interval_s)
     finally:
+        if fence is not None:
+            fence.release()
         lease.release()
 
 
+def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable[[], datetime],
+                 sleep: Callable[[float], None]) -> leasing.BucketLease | None:
+    """Take the stack's lease in the shared copy's bucket (``cli.watch.lease``), or None when the stack
+    file is not shared or the bucket cannot be reached (one warning: the local lock alone, as before)."""
+    from cli.cloud import CloudError
+
+    shared = settings.shared
+    if shared is None or shared.offline:
+        return None
+    scheme = "s3" if getattr(shared.cloud.cfg, "cloud", "aws") == "aws" else "gs"
+    where = f"{scheme}://{shared.bucket}/{leasing.watch_lease(settings.ref.name)}"
+    fence = leasing.BucketLease(shared.cloud, shared.bucket, settings.ref.name, settings.ref.path.name, now,
+                                leasing.term_for(settings.interval_s), where, local.predecessor())
+    local.record(fence.me.id)  # before the bucket is written: a kill -9 right after still leaves the id here
+    try:
+        fence.acquire(settings.lease_wait_s, sleep, report.out)
+    except CloudError as exc:
+        shared.offline = True  # the shared copy is in the same bucket: one warning for both
+        report.warn(f"{shared.where()} and the watch lease {where} cannot be reached ({exc}): {settings.ref.path} is "
+                    "used as it is here, and only this machine's lock keeps watchers apart")
+        return None
+    return fence
+
+
 def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: random.Random, poll_due: bool,
-          choose, bucket_cache: dict[str, bytes] | None = None) -> bool:
-    """One observe -> decide -> act pass over the stack; True when every action succeeded."""
+          choose, bucket_cache: dict[str, bytes] | None = None, fence: leasing.BucketLease | None = None) -> bool:
+    """One observe -> decide -> act pass over the stack; True when every action succeeded. With a
+    ``fence`` (the bucket lease) every action first checks the lease is still this watcher's, and it is
+    kept renewed while the action runs.
+
+    Raises:
+        LeaseLost: the lease is no longer this watcher's: the remaining actions are not taken.
+    """
     ref = settings.ref
     try:
         stackfile.pull_shared(ref.path)  # jobs and edits made elsewhere (a laptop, CI) reach the watcher
@@ -97,8 +138,11 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     ok = True
     for action in decisions.actions:
         events: list[Event] = [s.event for s in seen.events.get(action.job, [])]
-        result = acting.act(ref, action, events, journal, applier=settings.applier, choose=choose, now=now, rng=rng,
-                            out=report.out, inventory=lambda c: cloud.inventory())
+        if fence is not None:
+            fence.check()
+        with fence.kept() if fence is not None else contextlib.nullcontext():
+            result = acting.act(ref, action, events, journal, applier=settings.applier, choose=choose, now=now, rng=rng,
+                                out=report.out, inventory=lambda c: cloud.inventory())
         report.results.append(result)
         ok = ok and result.ok
         record = {"job": action.job, "action": action.kind, "attempt": action.attempt, "reason": action.reason,

@@ -1,0 +1,280 @@
+"""The stack's watch lease in its event bucket: one watcher per stack across machines.
+
+The local lease (``journal.Lease``, an OS lock beside the stack file) keeps two watchers of one checkout
+apart; a laptop's ``spotctl watch`` and the watcher VM's have different checkouts. So when the stack
+file is shared (``cli.lifecycle.sync``) the watcher also holds ``<stack>.spotctl/watch.lease``
+(``infra.naming.watch_lease``) in the same bucket: beside the shared copy, never under the expiring
+``<stack>/`` prefix. The object is a small JSON document naming the holder (a random id, host, pid,
+since when) and until when it holds the stack (``expires``).
+
+- **Taken** when there is none, or it expired, or it was released: a conditional write (S3 ``If-Match``
+  / ``If-None-Match``, GCS ``ifGenerationMatch``, through ``cli.cloud.Cloud.write_object``) on the
+  version read, so of two watchers racing for an expired lease exactly one wins.
+- **Renewed** at every cycle, before every action and every ``term / 3`` while an action runs
+  (``kept``), by a conditional write on the holder's own last version: it succeeds only if nobody took
+  the lease since, so a successful renewal proves the lease is still this watcher's.
+- **Fencing**: a holder acts only while its lease is valid by its own clock with a ``SKEW`` margin (the
+  next holder judges expiry by its clock); one that lost it or could not renew in time stops acting
+  (``LeaseLost``). The action's stack-file push is a conditional write anyway (``sync.Shared.push``).
+- **Term** (``term_for``): 3 x the cycle interval, at least 60 s. Renewed every cycle, so two missed
+  renewals (a slow bucket, a slow cycle) are survived; 60 s keeps a crashed holder's lease short
+  (takeover within a minute) while being far above a bucket round trip and typical clock skew.
+- A watcher restarted on the same checkout and host after its predecessor died (the local OS lock
+  proves no process of this checkout holds it any more; the predecessor's pid is gone) takes the lease
+  at once instead of waiting for it to expire: the id is kept in the local holder file.
+- Unreachable at the start (offline, no credentials): the caller warns once and the local lock alone
+  keeps watchers apart, as without sharing.
+
+The decision (``decide``) is pure; the I/O is ``cli.cloud.Cloud``'s; the clock is injected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from cli.cloud import CloudError, PreconditionFailed
+from infra.naming import watch_lease
+
+VERSION = 1
+TERM_MIN = timedelta(seconds=60)
+TERM_CYCLES = 3
+# A holder stops acting this long before its lease expires by its own clock: the next holder judges
+# expiry by another machine's clock (NTP keeps them within a fraction of a second; 10 s is ample).
+SKEW = timedelta(seconds=10)
+TAKE_TRIES = 3
+
+
+def term_for(interval_s: float) -> timedelta:
+    """How long one renewal holds the stack: ``TERM_CYCLES`` cycles, at least ``TERM_MIN``."""
+    return max(TERM_MIN, timedelta(seconds=TERM_CYCLES * interval_s))
+
+
+class LeaseHeld(Exception):
+    """Another watcher holds the stack; ``str()`` names it."""
+
+
+class LeaseLost(LeaseHeld):
+    """This watcher's lease was taken or could not be renewed before it expired: it stopped acting."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The lease document: who holds the stack and until when."""
+
+    id: str
+    host: str
+    pid: int
+    started: datetime
+    expires: datetime
+    released: bool = False
+
+    def dump(self) -> bytes:
+        doc = {**asdict(self), "started": self.started.isoformat(), "expires": self.expires.isoformat(), "version": VERSION,
+               "holder": f"spotctl watch {self.pid}@{self.host}"}
+        return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def parse(cls, data: bytes) -> Holder | None:
+        """The document, or None when it is not one (then it can be taken, as if there were none)."""
+        try:
+            doc = json.loads(data)
+            return cls(str(doc["id"]), str(doc["host"]), int(doc["pid"]), datetime.fromisoformat(doc["started"]),
+                       datetime.fromisoformat(doc["expires"]), bool(doc.get("released", False)))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def describe(self) -> str:
+        return f"spotctl watch {self.pid}@{self.host} (pid {self.pid} on {self.host}, since {self.started.isoformat()})"
+
+
+@dataclass(frozen=True)
+class Predecessor:
+    """The lease this checkout's previous watcher held (from the local holder file), and whether its
+    process is gone; only then may its lease be taken before it expires."""
+
+    id: str
+    host: str
+    pid: int
+
+
+def decide(current: Holder | None, me: Holder, predecessor: Predecessor | None, now: datetime,
+           alive: Callable[[int], bool]) -> str:
+    """What to do with the lease as read: "renew" (it is mine), "take" (none, expired, released, or
+    this checkout's dead predecessor's) or "held" (another watcher's, valid)."""
+    if current is None:
+        return "take"
+    if current.id == me.id:
+        return "renew"
+    if current.released or current.expires <= now:
+        return "take"
+    if (predecessor is not None and (current.id, current.host, current.pid) == (predecessor.id, predecessor.host, predecessor.pid)
+            and current.host == me.host and not alive(current.pid)):
+        return "take"
+    return "held"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+class BucketLease:
+    """This watcher's hold on ``<stack>.spotctl/watch.lease`` in ``bucket`` (see the module docstring)."""
+
+    def __init__(self, cloud: Any, bucket: str, stack: str, stack_file: str, now: Callable[[], datetime], term: timedelta,
+                 where: str, predecessor: Predecessor | None = None, host: str | None = None, pid: int | None = None,
+                 alive: Callable[[int], bool] = pid_alive):
+        self.cloud, self.bucket, self.key = cloud, bucket, watch_lease(stack)
+        self.stack_file, self.now, self.term, self.where = stack_file, now, term, where
+        self.predecessor, self.alive = predecessor, alive
+        import secrets
+        import socket
+
+        t = now()
+        self.me = Holder(secrets.token_hex(8), host or socket.gethostname(), os.getpid() if pid is None else pid, t, t)
+        self.generation: str | None = None
+        self.held = False
+        self._mutex = threading.Lock()
+
+    def _read(self) -> tuple[Holder | None, str | None]:
+        got = self.cloud.read_object(self.bucket, self.key)
+        return (None, None) if got is None else (Holder.parse(got[0]), got[1])
+
+    def _write(self, expected: str | None, doc: Holder) -> None:
+        self.generation = self.cloud.write_object(self.bucket, self.key, doc.dump(), expected)
+        self.me, self.held = doc, not doc.released
+
+    def message(self, other: Holder) -> str:
+        return (f"stack {self.stack_file}: watched by {other.describe()} until {other.expires.isoformat()} "
+                f"(lease {self.where})")
+
+    def try_take(self) -> Holder | None:
+        """Take (or renew) the lease; None when it is now this watcher's, else the holder.
+
+        Raises:
+            CloudError: the bucket cannot be reached.
+        """
+        with self._mutex:
+            for _ in range(TAKE_TRIES):
+                current, generation = self._read()
+                now = self.now()
+                verdict = decide(current, self.me, self.predecessor, now, self.alive)
+                if verdict == "held":
+                    assert current is not None
+                    return current
+                try:
+                    self._write(generation, replace(self.me, expires=now + self.term, released=False))
+                    return None
+                except PreconditionFailed:
+                    continue  # another watcher wrote it meanwhile: read again
+            current, _ = self._read()
+            if current is None:
+                raise CloudError(f"{self.where} kept changing ({TAKE_TRIES} tries)")
+            return current
+
+    def acquire(self, wait_s: float, sleep: Callable[[float], None], say: Callable[[str], None]) -> None:
+        """Take the lease, waiting up to ``wait_s`` (0: not at all) for its holder to stop or lapse.
+
+        Raises:
+            LeaseHeld: another watcher still holds it (the message names it and until when).
+            CloudError: the bucket cannot be reached.
+        """
+        deadline = self.now() + timedelta(seconds=wait_s)
+        told = None
+        while True:
+            other = self.try_take()
+            if other is None:
+                return
+            now = self.now()
+            if now >= deadline:
+                raise LeaseHeld(self.message(other))
+            if told != other.id:
+                say(f"{self.message(other)}: waiting up to {wait_s:.0f} s")
+                told = other.id
+            # Look again when it expires (sooner if it is released), never past the deadline.
+            sleep(max(0.05, min((other.expires - now).total_seconds(), (deadline - now).total_seconds(), 5.0)))
+
+    def valid(self) -> bool:
+        """Whether this watcher may act now: it holds the lease and it is not about to expire."""
+        return self.held and self.now() < self.me.expires - SKEW
+
+    def renew(self) -> None:
+        """Renew the lease (a conditional write on this watcher's last version); an unreachable bucket is
+        tolerated while the lease is still valid.
+
+        Raises:
+            LeaseLost: another watcher took it, or it could not be renewed before it (nearly) expired.
+        """
+        with self._mutex:
+            if not self.held:
+                raise LeaseLost(f"stack {self.stack_file}: this watcher no longer holds {self.where}: stopped acting")
+            try:
+                self._write(self.generation, replace(self.me, expires=self.now() + self.term))
+                return
+            except PreconditionFailed:
+                self.held = False
+                other = None
+                with contextlib.suppress(CloudError):
+                    other = self._read()[0]
+                who = f"watched by {other.describe()} until {other.expires.isoformat()}" if other else "taken or removed"
+                raise LeaseLost(f"stack {self.stack_file}: lease {self.where} lost ({who}): stopped acting") from None
+            except CloudError as exc:
+                if self.now() < self.me.expires - SKEW:
+                    return  # the next renewal may reach it; until then the lease is still this watcher's
+                self.held = False
+                raise LeaseLost(f"stack {self.stack_file}: lease {self.where} could not be renewed before "
+                                f"{self.me.expires.isoformat()} ({exc}): stopped acting") from None
+
+    def check(self) -> None:
+        """Before an action: renew, and refuse to act on a lease that is not (still) valid.
+
+        Raises:
+            LeaseLost: see ``renew``.
+        """
+        self.renew()
+        if not self.valid():
+            self.held = False
+            raise LeaseLost(f"stack {self.stack_file}: lease {self.where} expired at {self.me.expires.isoformat()} "
+                            "before it could be renewed: stopped acting")
+
+    @contextlib.contextmanager
+    def kept(self, every_s: float | None = None) -> Iterator[None]:
+        """Renew every ``every_s`` (default: a third of the term) while the block runs (a pulumi update
+        can outlast the term); a failed renewal is left for the next ``check`` to report."""
+        every = self.term.total_seconds() / 3 if every_s is None else every_s
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(every):
+                with contextlib.suppress(LeaseLost):
+                    self.renew()
+
+        keeper = threading.Thread(target=loop, name="spotctl-lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            keeper.join()
+
+    def release(self) -> None:
+        """Mark the lease released (so the next watcher takes it at once), only if it is still this
+        watcher's; nothing is deleted (the watcher's identity may only write the object)."""
+        with self._mutex:
+            if not self.held:
+                return
+            with contextlib.suppress(CloudError):  # a lost race or no bucket: it expires on its own
+                self._write(self.generation, replace(self.me, expires=self.now(), released=True))
+            self.held = False

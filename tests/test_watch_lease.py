@@ -1,0 +1,441 @@
+"""One watcher per stack across machines: the lease in the event bucket (cli/watch/lease.py).
+
+The pure decision, then the lease itself against moto in server mode (S3 If-Match/If-None-Match) and
+the drill emulator's GCS (ifGenerationMatch) with an injected clock, then two watchers in two project
+directories (a laptop and the watcher VM) on one bucket through the CLI and the watcher loop: the second
+exits (or waits) naming the holder and until when; a holder killed with -9 is taken over once its lease
+expired (at once by a restart on its own checkout); a watcher whose lease was taken acts no more."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.app import app
+from cli.cloud import Cloud, CloudError, PreconditionFailed
+from cli.watch import lease as leasing
+from cli.watch.lease import BucketLease, Holder, LeaseHeld, LeaseLost, Predecessor
+from infra.config import StackConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+TERM = timedelta(seconds=60)
+KEY = "team.spotctl/Pulumi.team.yaml"
+LEASE = "team.spotctl/watch.lease"
+
+STACK = """config:
+  aws:region: us-east-1
+  spotctl:cloud: aws
+  spotctl:region: us-east-1
+  spotctl:zones: [us-east-1a, us-east-1b]
+  spotctl:jobs:
+    - id: train
+      instanceType: p4d.24xlarge
+      zone: us-east-1a
+      command: python train.py
+      attempt: 3
+      state: running
+"""
+
+
+class Clock:
+    """The injected clock; ``sleep`` advances it (no real waiting)."""
+
+    def __init__(self, t: datetime = T0):
+        self.t = t
+
+    def __call__(self) -> datetime:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += timedelta(seconds=seconds)
+
+
+# ---- the decision (pure) ---------------------------------------------------------------------------------
+
+
+def holder(ident: str = "a", host: str = "laptop", pid: int = 100, expires: datetime = T0 + TERM, **over) -> Holder:
+    return Holder(ident, host, pid, T0, expires, **over)
+
+
+@pytest.mark.parametrize(("current", "predecessor", "alive", "want"), [
+    (None, None, True, "take"),                                       # nobody holds it
+    (holder(), None, True, "held"),                                   # another watcher's, valid
+    (holder(expires=T0), None, True, "take"),                         # expired (expiry is exclusive)
+    (holder(released=True), None, True, "take"),                      # released by a watcher that stopped
+    (holder("me", host="vm"), None, True, "renew"),                   # my own
+    (holder(host="vm"), Predecessor("a", "vm", 100), False, "take"),  # this checkout's predecessor, dead
+    (holder(host="vm"), Predecessor("a", "vm", 100), True, "held"),   # ... still running (a pid reused)
+    (holder(host="laptop"), Predecessor("a", "laptop", 100), False, "held"),  # same id, another host
+    (holder("b", host="vm"), Predecessor("a", "vm", 100), False, "held"),  # not the predecessor's lease
+])
+def test_the_lease_is_taken_only_when_nobody_else_validly_holds_it(current, predecessor, alive, want):
+    me = Holder("me", "vm", 200, T0, T0)
+    assert leasing.decide(current, me, predecessor, T0, lambda pid: alive) == want
+
+
+def test_the_term_is_three_cycles_and_at_least_a_minute():
+    assert leasing.term_for(5) == timedelta(seconds=60) and leasing.term_for(0) == timedelta(seconds=60)
+    assert leasing.term_for(30) == timedelta(seconds=90)
+
+
+def test_a_document_that_is_not_a_lease_counts_as_none():
+    assert Holder.parse(b"not json") is None and Holder.parse(b'{"id": "x"}') is None
+    doc = holder(pid=7)
+    assert Holder.parse(doc.dump()) == doc
+    assert json.loads(doc.dump())["holder"] == "spotctl watch 7@laptop"
+
+
+# ---- the lease on S3 (moto server) and GCS (the drill emulator), clock injected ---------------------------
+
+
+@pytest.fixture
+def s3(moto_server):
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="evts")
+    cloud = Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
+    return cloud, "evts"
+
+
+@pytest.fixture
+def gcs(monkeypatch):
+    from cli.drill.emulator import Emulator
+
+    with Emulator() as emu:
+        monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
+        yield Cloud(StackConfig.model_validate({"cloud": "gcp", "project": "p", "region": "us-central1",
+                                                "zones": ["us-central1-a"]}), "team"), "gcs-evts"
+
+
+@pytest.fixture(params=["s3", "gcs"])
+def bucket(request):
+    return request.getfixturevalue(request.param)
+
+
+def lease(bucket, clock, host: str, pid: int, **kw) -> BucketLease:
+    cloud, name = bucket
+    return BucketLease(cloud, name, "team", "Pulumi.team.yaml", clock, TERM, f"x://{name}/{LEASE}", host=host, pid=pid, **kw)
+
+
+def stored(bucket) -> Holder | None:
+    cloud, name = bucket
+    got = cloud.read_object(name, LEASE)
+    return None if got is None else Holder.parse(got[0])
+
+
+def test_a_second_watcher_is_refused_naming_the_holder_until_the_lease_expires(bucket):
+    clock = Clock()
+    vm, laptop = lease(bucket, clock, "vm", 11), lease(bucket, clock, "laptop", 22)
+    assert vm.try_take() is None and stored(bucket) == vm.me and vm.valid()
+    with pytest.raises(LeaseHeld) as err:
+        laptop.acquire(0, clock.sleep, pytest.fail)
+    until = (T0 + TERM).isoformat()
+    assert str(err.value) == (f"stack Pulumi.team.yaml: watched by spotctl watch 11@vm (pid 11 on vm, since {T0.isoformat()}) "
+                              f"until {until} (lease x://{bucket[1]}/{LEASE})")
+    clock.sleep(30)
+    vm.check()  # renewed: now until T0 + 90 s
+    clock.sleep(59)
+    assert laptop.try_take() == vm.me  # still held: the renewal moved the expiry
+    clock.sleep(1)  # the holder died without renewing (or was cut off): its lease lapses
+    assert laptop.try_take() is None and stored(bucket).host == "laptop"
+    with pytest.raises(LeaseLost, match=r"lost \(watched by spotctl watch 22@laptop .*\): stopped acting"):
+        vm.check()  # the old holder finds out at its next renewal, before it acts
+    assert not vm.valid()
+    vm.release()  # not its lease any more: nothing is written
+    assert stored(bucket).host == "laptop"
+
+
+def test_released_leases_are_taken_at_once_and_a_race_has_one_winner(bucket):
+    clock = Clock()
+    first, second, third = (lease(bucket, clock, "h", pid) for pid in (1, 2, 3))
+    assert first.try_take() is None
+    first.release()
+    assert stored(bucket).released
+    assert second.try_take() is None  # no waiting for the expiry
+    clock.sleep(120)  # second's lease expired: first and third both see it expired; one write wins
+    _, name = bucket
+    seen = bucket[0].read_object(name, LEASE)
+    assert third.try_take() is None
+    with pytest.raises(PreconditionFailed):
+        bucket[0].write_object(name, LEASE, b"{}", seen[1])  # the loser's write on the version it read
+    assert first.try_take() == third.me
+
+
+def test_waiting_says_who_holds_it_once_then_takes_it_when_it_lapses(bucket):
+    clock = Clock()
+    holder_ = lease(bucket, clock, "vm", 11)
+    assert holder_.try_take() is None
+    said: list[str] = []
+    waiter = lease(bucket, clock, "laptop", 22)
+    waiter.acquire(600, clock.sleep, said.append)
+    assert len(said) == 1 and said[0].startswith("stack Pulumi.team.yaml: watched by spotctl watch 11@vm")
+    assert said[0].endswith(": waiting up to 600 s")
+    assert clock.t >= T0 + TERM and stored(bucket).host == "laptop"
+    short = lease(bucket, clock, "ci", 33)
+    with pytest.raises(LeaseHeld, match="watched by spotctl watch 22@laptop"):
+        short.acquire(20, clock.sleep, said.append)  # gives up at its deadline
+
+
+class Offline(Cloud):
+    """The bucket cut off (after ``after`` calls)."""
+
+    def __init__(self, inner: Cloud, after: int = 0):
+        super().__init__(inner.cfg, inner.stack)
+        self.inner, self.calls, self.after = inner, 0, after
+
+    def _gate(self):
+        self.calls += 1
+        if self.calls > self.after:
+            raise CloudError("cannot ask the cloud: EndpointConnectionError")
+
+    def read_object(self, bucket, key):
+        self._gate()
+        return self.inner.read_object(bucket, key)
+
+    def write_object(self, bucket, key, data, expected):
+        self._gate()
+        return self.inner.write_object(bucket, key, data, expected)
+
+
+def test_a_holder_that_cannot_renew_stops_acting_before_its_lease_expires(s3):
+    clock = Clock()
+    cloud, name = s3
+    cut = Offline(cloud, after=2)  # the take's read and write reach it; nothing after
+    fence = BucketLease(cut, name, "team", "Pulumi.team.yaml", clock, TERM, "w", host="vm", pid=1)
+    assert fence.try_take() is None
+    clock.sleep(40)
+    fence.check()  # unreachable, but still 20 s to go (more than the skew margin): it may act
+    clock.sleep(10)  # 10 s left: inside the margin another machine's clock may already call it expired
+    with pytest.raises(LeaseLost, match="could not be renewed before"):
+        fence.check()
+    with pytest.raises(LeaseLost):
+        fence.check()  # and it stays lost
+
+
+def test_the_keeper_renews_while_a_long_action_runs(s3):
+    clock = Clock()
+    fence = lease(s3, clock, "vm", 1)
+    assert fence.try_take() is None
+    renewed = threading.Event()
+    real = fence._write
+
+    def spy(expected, doc):
+        real(expected, doc)
+        renewed.set()
+
+    fence._write = spy
+    clock.sleep(50)  # the action runs long (the clock has moved on when the keeper renews)
+    with fence.kept(every_s=0.01):
+        assert renewed.wait(30), "the keeper never renewed"
+    assert stored(s3).expires == fence.me.expires >= T0 + timedelta(seconds=110)
+
+
+# ---- two watchers, two checkouts, one bucket ---------------------------------------------------------------
+
+
+@pytest.fixture
+def machines(tmp_path, monkeypatch, s3):
+    """Two checkouts of one project (the watcher VM and a laptop) sharing bucket ``evts``."""
+    homes = {}
+    for name in ("vm", "laptop"):
+        home = tmp_path / name
+        (home / "stacks").mkdir(parents=True)
+        shutil.copy(ROOT / "Pulumi.yaml", home / "Pulumi.yaml")
+        (home / "stacks" / "Pulumi.team.yaml").write_text(STACK)
+        homes[name] = home
+    monkeypatch.delenv("PULUMI_STACK", raising=False)
+
+    def use(name: str) -> Path:
+        monkeypatch.chdir(homes[name])
+        return homes[name]
+
+    return use
+
+
+def spawn_watch(home: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cli", "watch", "--stack", "team", "--no-poll", "--no-apply",
+                             "--events-bucket", "evts", *args], cwd=home, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(predicate, what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def kill_9(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+
+
+def the_lease() -> Holder | None:
+    import boto3
+
+    try:
+        return Holder.parse(boto3.client("s3", region_name="us-east-1").get_object(Bucket="evts", Key=LEASE)["Body"].read())
+    except Exception:
+        return None
+
+
+def events(path: Path, *docs: tuple) -> Path:
+    with path.open("a") as fh:
+        for job, attempt, event, minute in docs:
+            fh.write(json.dumps({"job": job, "attempt": attempt, "node": 0, "event": event,
+                                 "time": (T0 + timedelta(minutes=minute)).isoformat(), "details": {}}) + "\n")
+    return path
+
+
+def attempt_of(home: Path) -> int:
+    from cli.lifecycle import stackfile
+
+    return stackfile.load(stackfile.StackRef("team", home / "stacks" / "Pulumi.team.yaml")).job("train").attempt
+
+
+def synced(machines, name: str) -> Path:
+    home = machines(name)
+    assert CliRunner().invoke(app, ["sync", "--stack", "team", "--events-bucket", "evts"]).exit_code == 0
+    return home
+
+
+def test_a_watcher_on_another_machine_is_refused_then_takes_over_after_a_kill_9(machines, runner, tmp_path):
+    laptop = synced(machines, "laptop")
+    vm = synced(machines, "vm")
+    first = spawn_watch(vm, "--interval", "3600")
+    try:
+        wait_for(lambda: (the_lease() or holder(pid=-1)).pid == first.pid, "the VM watcher's lease")
+        machines("laptop")
+        seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+        result = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply", "--json",
+                                     "--events-bucket", "evts", "--events-dir", str(seen)])
+        assert result.exit_code == 1, result.output
+        taken = the_lease()
+        assert result.stderr.endswith(
+            f"error: stack Pulumi.team.yaml: watched by spotctl watch {first.pid}@{taken.host} (pid {first.pid} on "
+            f"{taken.host}, since {taken.started.isoformat()}) until {taken.expires.isoformat()} (lease s3://evts/{LEASE})\n")
+        assert result.stdout == "" and attempt_of(laptop) == 3  # refused before anything was decided
+    finally:
+        kill_9(first)
+    # Killed: its lease is still valid (another machine cannot know it died) ...
+    again = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply", "--events-bucket", "evts"])
+    assert again.exit_code == 1 and f"watched by spotctl watch {first.pid}@" in again.stderr
+    # ... until it expires: the laptop's watcher then takes it and acts.
+    from cli.watch import observe, watcher
+
+    later = Clock(the_lease().expires + timedelta(seconds=1))
+    acted: list[dict] = []
+    report = watcher.Report(emit=acted.append, warn=pytest.fail, out=lambda line: None)
+    assert run_watcher(laptop, report, later, observe.Sources(seen, None, None, None, poll=False))
+    assert [(a["job"], a["action"], a["result"]) for a in acted] == [("train", "resume", "written")]
+    assert the_lease().released  # it stopped: the next watcher need not wait
+    assert attempt_of(laptop) == 4
+
+
+def run_watcher(home: Path, report, clock: Clock, sources, sleep=None, **kw) -> bool:
+    """The laptop's watcher loop, in process with the injected clock (as ``spotctl watch --once``)."""
+    from cli.commands import cloud_for
+    from cli.lifecycle import stackfile, sync
+    from cli.watch import watcher
+
+    ref = stackfile.StackRef("team", home / "stacks" / "Pulumi.team.yaml")
+    cfg = stackfile.load(ref)
+    shared = sync.Shared(ref, cloud_for(cfg, ref), "evts", report.warn)
+    settings = watcher.Settings(ref, sources, None, 5.0, 300.0, once=kw.pop("once", True), shared=shared)
+    with stackfile.sharing(ref.path, shared):
+        return watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref), now=clock, sleep=sleep or clock.sleep, **kw)
+
+
+def test_a_restart_on_the_same_checkout_takes_its_dead_predecessors_lease_at_once(machines, runner):
+    vm = synced(machines, "vm")
+    first = spawn_watch(vm, "--interval", "3600")
+    try:
+        wait_for(lambda: (the_lease() or holder(pid=-1)).pid == first.pid, "the watcher's lease")
+    finally:
+        kill_9(first)
+    result = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply", "--events-bucket", "evts"])
+    assert result.exit_code == 0, result.output  # no waiting for the killed watcher's lease to expire
+    assert the_lease().released and the_lease().pid == os.getpid()
+
+
+def test_a_watcher_whose_lease_was_taken_acts_no_more(machines, runner, tmp_path):
+    from cli.watch import observe, watcher
+
+    laptop = synced(machines, "laptop")
+    seen = tmp_path / "ev.jsonl"
+    seen.write_text("")
+    clock = Clock(datetime.now(UTC))
+    acted: list[dict] = []
+    report = watcher.Report(emit=acted.append, warn=pytest.fail, out=lambda line: None)
+
+    def stalled(seconds: float) -> None:
+        """Between two cycles the laptop stalls (suspended) past its lease; the VM takes the stack, and
+        a preemption arrives that the VM, not the laptop, must handle."""
+        clock.sleep(TERM.total_seconds() + 1)
+        cloud = Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
+        assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "vm", host="vm", pid=9).try_take() is None
+        events(seen, ("train", 3, "preempted", 30))
+
+    with pytest.raises(LeaseLost) as err:
+        run_watcher(laptop, report, clock, observe.Sources(seen, None, None, None, poll=False), once=False,
+                    cycles=2, sleep=stalled)
+    assert "lost (watched by spotctl watch 9@vm" in str(err.value)
+    assert acted == [] and attempt_of(laptop) == 3  # the laptop decided nothing on the new event
+    assert the_lease().host == "vm"  # and its release did not touch the VM's lease
+
+
+def test_not_shared_or_unreachable_is_todays_local_lock(machines, runner, monkeypatch):
+    machines("laptop")
+    plain = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply"])
+    assert plain.exit_code == 0 and "warning" not in plain.output and the_lease() is None  # never synced: no bucket
+    synced(machines, "laptop")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    cut = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply"])  # the bucket is remembered
+    assert cut.exit_code == 0, cut.output
+    warnings = [line for line in cut.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and f"the watch lease s3://evts/{LEASE} cannot be reached" in warnings[0]
+    assert "only this machine's lock keeps watchers apart" in warnings[0]
+
+
+def test_a_lease_lost_after_deciding_stops_before_the_action(machines, tmp_path):
+    """The check before each action: decided on a preemption, then the lease is gone: no edit, no push."""
+    import random
+
+    from cli.commands import cloud_for
+    from cli.lifecycle import stackfile, sync
+    from cli.lifecycle.capacity import policy_capacity
+    from cli.watch import observe, watcher
+
+    home = synced(machines, "laptop")
+    ref = stackfile.StackRef("team", home / "stacks" / "Pulumi.team.yaml")
+    before = ref.path.read_text()
+    clock = Clock(datetime.now(UTC))
+    cloud = Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
+    mine = BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "laptop", host="laptop", pid=1)
+    assert mine.try_take() is None
+    clock.sleep(61)
+    assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "vm", host="vm", pid=9).try_take() is None
+    seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+    shared = sync.Shared(ref, cloud_for(stackfile.load(ref), ref), "evts", pytest.fail)
+    settings = watcher.Settings(ref, observe.Sources(seen, None, None, None, poll=False), None, once=True, shared=shared)
+    acted: list[dict] = []
+    report = watcher.Report(emit=acted.append, warn=pytest.fail, out=lambda line: None)
+    with stackfile.sharing(ref.path, shared), pytest.raises(LeaseLost):
+        watcher.cycle(settings, report, lambda c: cloud_for(c, ref), clock(), random.Random(1), False,
+                      policy_capacity(clock), {}, mine)
+    assert acted == [] and ref.path.read_text() == before
+    assert sync.read_record(ref.path).generation == cloud.object_generation("evts", KEY)  # nothing pushed
