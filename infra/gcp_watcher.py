@@ -266,13 +266,6 @@ def check_condition_covers_names(project: str, zones: list[str], slug: str, excl
     contract.enforce("gcp.watcher-condition-covers-names", resource, problem)
 
 
-def shared_objects_condition(bucket: str, stack: str) -> str:
-    """The IAM condition naming exactly the objects several machines write: the shared stack file and the
-    watch lease (``resource.name`` of an object: ``projects/_/buckets/<bucket>/objects/<name>``)."""
-    return " || ".join(f'resource.name == "projects/_/buckets/{bucket}/objects/{key}"'
-                       for key in (shared_stack_file(stack), watch_lease(stack)))
-
-
 class Watcher(pulumi.ComponentResource):
     """An on-demand e2-small (by default) Shielded VM without an external IP (unless asked) on the
     stack's subnetwork, behind the stack's NAT, and its service account with the bindings above."""
@@ -297,15 +290,15 @@ class Watcher(pulumi.ComponentResource):
                                              role="roles/pubsub.subscriber", member=self.member, opts=child),
             gcp.storage.BucketIAMMember(f"{name}-events-reader", bucket=base.bucket.name, role="roles/storage.objectViewer",
                                         member=self.member, opts=child),
-            # The stack file's shared copy (cli/lifecycle/sync.py) and the watch lease (cli/watch/lease.py),
-            # and only those two objects: replacing an object needs storage.objects.create and .delete
-            # (cloud.google.com/storage/docs/access-control/iam-permissions); the condition names each
-            # object (resource.name, as for the backend's prefix).
+            # The stack file's shared copy (cli/lifecycle/sync.py) and the watch lease (cli/watch/lease.py), only:
+            # replacing an object needs storage.objects.create and .delete (cloud.google.com/storage/docs/
+            # access-control/iam-permissions); the condition names each object (resource.name).
             gcp.storage.BucketIAMMember(
                 f"{name}-stack-file", bucket=base.bucket.name, role="roles/storage.objectAdmin", member=self.member,
                 condition=gcp.storage.BucketIAMMemberConditionArgs(
                     title="spotctl-shared-stack-file", description=f"the shared stack file and watch lease of {args.stack} only",
-                    expression=base.bucket.name.apply(lambda b: shared_objects_condition(b, args.stack)),
+                    expression=base.bucket.name.apply(lambda b: " || ".join(
+                        f'resource.name == "projects/_/buckets/{b}/objects/{k}"' for k in (shared_stack_file(args.stack), watch_lease(args.stack)))),
                 ),
                 opts=child),
         ]
