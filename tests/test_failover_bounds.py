@@ -7,13 +7,13 @@ watch` against the fake pulumi refusing two and then three zones."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from moto import mock_aws
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.move import next_step
@@ -23,6 +23,7 @@ from cli.watch.watcher import zone_failover
 from infra.config import Capacity, Job
 from tests.conftest import pulumi_calls
 from tests.test_failover import obs as failover_obs
+from tests.test_failover import refusing as _refusing
 from tests.test_failover import run_watch, write_events
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
@@ -122,34 +123,18 @@ def test_a_regional_job_between_two_refusing_zones_moves_at_most_the_budget_and_
 
 # ---- (a) with the fake pulumi: the move's target zone refuses too --------------------------------------------
 
-STACK = """config:
-  aws:region: us-east-1
-  spotctl:cloud: aws
-  spotctl:region: us-east-1
-  spotctl:zones: [us-east-1a, us-east-1b, us-east-1c]
-  spotctl:jobs:
-    - id: train
-      instanceType: p4d.24xlarge
-      zone: us-east-1a
-      command: python train.py
-      attempt: 3
-      state: running
-"""
+refusing = _refusing  # test_failover's fixture, here too
 
 
 @pytest.fixture
-def stack(project: Path, fake_pulumi: Path, monkeypatch, tmp_path):
-    """A job whose attempt 3 was preempted, a policy that always wants spot, and mocked AWS for the
-    snapshot pruning once a move finishes."""
-    from cli.lifecycle import capacity
-
-    (project / "stacks" / "Pulumi.team.yaml").write_text(STACK)
-    events = tmp_path / "ev.jsonl"
-    write_events(events, (3, "started", -114), (3, "preempted", 0))
-    monkeypatch.setattr(capacity, "policy_capacity", lambda now: lambda j, ev: Capacity.SPOT)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
-        yield events
+def stack(request, project: Path):
+    """``test_failover``'s stack (attempt 3 preempted, a policy that always wants spot, mocked AWS for
+    the snapshot pruning) without its past move: three zones, none left yet."""
+    events = request.getfixturevalue("refusing")
+    path = project / "stacks" / "Pulumi.team.yaml"
+    path.write_text(re.sub(r"      zoneHistory: .*\n", "", path.read_text()))
+    assert "zoneHistory" not in path.read_text() and "us-east-1c]" in path.read_text()
+    return events
 
 
 def drive(events: Path, records: list[dict], until, cycles: int = 40) -> datetime:
@@ -216,7 +201,7 @@ def test_a_move_refused_in_its_target_zone_moves_on_to_a_third_zone_and_releases
 
     shown = CliRunner().invoke(app, ["status", "train", "--stack", "team"])
     assert "train: moving from us-east-1b to us-east-1c, step start written (the disks left in us-east-1a stay protected " \
-           "until it started)" in " ".join(shown.stdout.split()), shown.output
+           "until it started)" in " ".join(shown.stdout.split()), (shown.output, shown.exception)
 
     write_events(stack, (6, "started", (now - T0).total_seconds() / 60 + 5))
     run_watch(stack, [now + timedelta(minutes=10)], records)
