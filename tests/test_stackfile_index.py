@@ -102,6 +102,29 @@ def test_a_hand_edit_after_indexing_is_read_whole(ref):
         stackfile.load_job(ref, "vit-finetune")
 
 
+def test_a_hand_edit_of_the_same_size_and_time_is_seen(ref, validated):
+    """The guard is the whole text's sha256, never size + mtime + inode: an edit in place within the
+    file system's timestamp granularity (here: the mtime put back) is still seen, and the whole
+    file is validated (the edit made another job invalid)."""
+    import os
+
+    stackfile.load(ref)
+    before = os.stat(ref.path)
+    text = ref.path.read_text()
+    edited = text.replace("zone: us-central1-c", "zone: us-central9-c", 1)
+    assert len(edited) == len(text) and edited != text
+    with open(ref.path, "r+", encoding="utf-8") as fh:  # in place: the same inode and size
+        fh.write(edited)
+    os.utime(ref.path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(ref.path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    stackfile._PARSED.clear()  # as in a new process
+    validated.clear()
+    with pytest.raises(ConfigError, match=r"jobs\[2\]\.zone"):
+        set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert validated == [3] and ref.path.read_text() == edited  # the whole file, and nothing written
+
+
 @pytest.mark.parametrize("damage", [
     lambda index: "not json",
     lambda index: json.dumps({**index, "jobs": [[j, a + 3, b + 3] for j, a, b in index["jobs"]]}),  # forged lines

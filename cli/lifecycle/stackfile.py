@@ -151,7 +151,8 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise ConfigError(str(path), [f"line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"]) from None
-    return text.removeprefix(BOM).replace("\r\n", "\n")
+    text = text.removeprefix(BOM)
+    return text.replace("\r\n", "\n") if b"\r" in data else text  # (a scan of the bytes, not a copy)
 
 
 def _check_shape(path: Path, text: str) -> tuple[int, bool]:
@@ -852,7 +853,7 @@ def job_fields(path: Path, job_id: str, names: list[str]) -> dict[str, Any]:
 # anything unexpected falls back to the whole file. The index is a cache: a stale or damaged one
 # only means the whole file is read.
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: jobs by character offsets (1: by lines)
 _RULES: list[str] = []
 
 
@@ -921,12 +922,19 @@ def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
 
 
 def _index(path: Path, text: str, parsed: _Parsed) -> None:
-    """Index ``text``, just validated whole (by ``load`` or a whole-file edit)."""
-    spans = _job_spans(text.split("\n"), parsed)
+    """Index ``text``, just validated whole (by ``load`` or a whole-file edit): each job's place as
+    character offsets into the text (whole lines), so reading or splicing one job slices the text
+    instead of splitting it into lines (what grew with the stack, bench/resume.py)."""
+    import itertools
+
+    lines = text.split("\n")
+    spans = _job_spans(lines, parsed)
     digest = _digest(text)
     if spans is not None:
+        starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))  # of each line
+        chars = [[ident, starts[a], min(starts[b], len(text))] for ident, a, b in spans]
         _write_index(path, {"version": INDEX_VERSION, "rules": _rules(), "sha256": digest,
-                            "nodes": parsed.nodes, "jobs": spans})
+                            "nodes": parsed.nodes, "jobs": chars})
     # a later load of this text in this process need not index it again (absolute: a relative path
     # names another file once the working directory changes)
     _remember(digest, indexed=os.path.abspath(path))
@@ -981,9 +989,8 @@ def job_digests(ref: StackRef, text: str) -> list[tuple[str, str]] | None:
     index = _read_index(ref.path, text)
     if index is None:
         return None
-    lines = text.split("\n")
     try:
-        return [(str(ident), sha256("\n".join(lines[int(start):int(end)]).encode("utf-8", "surrogatepass")).hexdigest())
+        return [(str(ident), sha256(text[int(start):int(end)].encode("utf-8", "surrogatepass")).hexdigest())
                 for ident, start, end in index["jobs"]]
     except (TypeError, ValueError):
         return None
@@ -994,16 +1001,27 @@ class _Part:
     """One job's lines of an indexed file, and the config they make with the stack-wide settings."""
 
     index: dict[str, Any]
-    lines: list[str]  # the whole file
+    text: str  # the whole file
     at: int  # the job's place in index["jobs"]
-    prefix: list[str]  # the lines before the first job
-    block: list[str]  # the job's lines
-    suffix: list[str]  # the lines after the last job
+    prefix: str  # the lines before the first job
+    block: str  # the job's lines
+    suffix: str  # the lines after the last job
     raw: dict[str, Any]  # the config of prefix + block + suffix (this job only)
     nodes: int  # their nodes
 
 
+_LAST_PART: list[tuple[str, str, _Part]] = []  # a command reads its job, then edits it under the lock: one read of the index
+
+
 def _job_part(path: Path, text: str, job_id: str) -> _Part | None:
+    if _LAST_PART and _LAST_PART[0][:2] == (os.path.abspath(path), job_id) and _LAST_PART[0][2].text == text:
+        return _LAST_PART.pop()[2]  # the same text (compared whole) of the same file: the same part
+    part = _read_part(path, text, job_id)
+    _LAST_PART[:] = [(os.path.abspath(path), job_id, part)] if part is not None else []
+    return part
+
+
+def _read_part(path: Path, text: str, job_id: str) -> _Part | None:
     index = _read_index(path, text)
     if index is None:
         return None
@@ -1012,13 +1030,14 @@ def _job_part(path: Path, text: str, job_id: str) -> _Part | None:
         at = next((i for i, span in enumerate(spans) if span[0] == job_id), None)
         if at is None:
             return None  # the whole file names the job's absence (with "did you mean")
-        lines = text.split("\n")
         first, last = int(spans[0][1]), int(spans[-1][2])
         start, end = int(spans[at][1]), int(spans[at][2])
-        if not 0 <= first <= start < end <= last <= len(lines):
+        if not (0 <= first <= start < end <= last <= len(text)
+                and all(i == 0 or text[i - 1] == "\n" for i in (first, start))  # whole lines
+                and all(i == len(text) or text[i - 1] == "\n" for i in (end, last))):
             return None
-        prefix, block, suffix = lines[:first], lines[start:end], lines[last:]
-        parsed = _parse(path, "\n".join(prefix + block + suffix), shared=False)
+        prefix, block, suffix = text[:first], text[start:end], text[last:]
+        parsed = _parse(path, prefix + block + suffix, shared=False)
     except (ConfigError, TypeError, ValueError, IndexError):
         return None  # a damaged index: read the whole file, whose errors are the ones to show
     raw = plain(parsed.doc.get("config", {}))
@@ -1026,7 +1045,7 @@ def _job_part(path: Path, text: str, job_id: str) -> _Part | None:
     if parsed.anchored or not (isinstance(jobs, list) and len(jobs) == 1 and isinstance(jobs[0], dict)
                                and jobs[0].get("id") == job_id):
         return None
-    return _Part(index, lines, at, prefix, block, suffix, raw, parsed.nodes)
+    return _Part(index, text, at, prefix, block, suffix, raw, parsed.nodes)
 
 
 def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
@@ -1036,7 +1055,7 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     the one-job check refuses: the whole file then names the problem with the job's real index)."""
     if "id" in fields:
         return None
-    new_part = _splice_job_fields("\n".join(part.prefix + part.block + part.suffix), job_id, fields)
+    new_part = _splice_job_fields(part.prefix + part.block + part.suffix, job_id, fields)
     if new_part is None:
         return None
     try:
@@ -1047,9 +1066,9 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     expected[key("jobs")][0].update(fields)
     if parsed.anchored or plain(parsed.doc.get("config", {})) != expected:
         return None
-    new_lines = new_part.split("\n")
-    head, tail = len(part.prefix), len(new_lines) - len(part.suffix)
-    if new_lines[:head] != part.prefix or new_lines[tail:] != part.suffix or tail <= head:
+    head, tail = len(part.prefix), len(new_part) - len(part.suffix)
+    if not (tail > head and new_part.startswith(part.prefix) and new_part.endswith(part.suffix)
+            and new_part[tail - 1:tail] == part.block[-1:]):  # (still whole lines)
         return None  # the splice reached outside the job's lines
     nodes = part.index["nodes"] - part.nodes + parsed.nodes
     if nodes > MAX_NODES:
@@ -1058,11 +1077,11 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
         new = validate(namespaced(expected, str(path)), str(path))
     except ConfigError:
         return None
-    block = new_lines[head:tail]
+    block = new_part[head:tail]
     spans = part.index["jobs"]
     _, start, end = spans[part.at]
-    text = "\n".join(part.lines[:start] + block + part.lines[end:])
+    text = part.text[:start] + block + part.text[end:]  # one copy of the file, no split into lines
     shift = len(block) - (end - start)
-    if shift:  # (values replaced in place, the usual edit, move no line)
+    if shift:  # (a value of another length: the jobs after this one move)
         spans = spans[:part.at] + [[job_id, start, end + shift]] + [[i, a + shift, b + shift] for i, a, b in spans[part.at + 1:]]
     return text, new, {**part.index, "sha256": _digest(text), "nodes": nodes, "jobs": spans}

@@ -85,12 +85,12 @@ def job_view(facts: Any, top: bool = True) -> Any:
         return _ENUMS[facts["enum"]](facts["value"])
     ((kind, value),) = facts.items()
     if kind == "model":
-        fields = {name: job_view(v, False) for name, v in value.items()}
+        fields = {name: job_view(v, False) if type(v) is dict else v for name, v in value.items()}  # (scalars: no call)
         return JobView(fields) if top else Record(fields)
     if kind == "datetime":
         return datetime.fromisoformat(value)
     if kind in ("list", "tuple"):
-        items = [job_view(v, False) for v in value]
+        items = [job_view(v, False) if type(v) is dict else v for v in value]
         return items if kind == "list" else tuple(items)
     if kind == "dict":
         return {job_view(k, False): job_view(v, False) for k, v in value}
