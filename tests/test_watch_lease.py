@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,26 +26,17 @@ from cli.cloud import Cloud, CloudError, PreconditionFailed
 from cli.watch import lease as leasing
 from cli.watch.lease import BucketLease, Holder, LeaseHeld, LeaseLost, Predecessor
 from infra.config import StackConfig
+from tests import test_sync
+from tests.test_sync import events
 
 ROOT = Path(__file__).resolve().parent.parent
+# test_sync's fixtures: bucket ``evts`` on moto in server mode; two checkouts of one project sharing it
+bucket, machines = test_sync.bucket, test_sync.machines
 T0 = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
 TERM = timedelta(seconds=60)
 KEY = "team.spotctl/Pulumi.team.yaml"
 LEASE = "team.spotctl/watch.lease"
 
-STACK = """config:
-  aws:region: us-east-1
-  spotctl:cloud: aws
-  spotctl:region: us-east-1
-  spotctl:zones: [us-east-1a, us-east-1b]
-  spotctl:jobs:
-    - id: train
-      instanceType: p4d.24xlarge
-      zone: us-east-1a
-      command: python train.py
-      attempt: 3
-      state: running
-"""
 
 
 class Clock:
@@ -74,14 +64,14 @@ def holder(ident: str = "a", host: str = "laptop", pid: int = 100, expires: date
     (holder(), None, True, "held"),                                   # another watcher's, valid
     (holder(expires=T0), None, True, "take"),                         # expired (expiry is exclusive)
     (holder(released=True), None, True, "take"),                      # released by a watcher that stopped
-    (holder("me", host="vm"), None, True, "renew"),                   # my own
-    (holder(host="vm"), Predecessor("a", "vm", 100), False, "take"),  # this checkout's predecessor, dead
-    (holder(host="vm"), Predecessor("a", "vm", 100), True, "held"),   # ... still running (a pid reused)
+    (holder("me", host="watcher"), None, True, "renew"),                   # my own
+    (holder(host="watcher"), Predecessor("a", "watcher", 100), False, "take"),  # this checkout's predecessor, dead
+    (holder(host="watcher"), Predecessor("a", "watcher", 100), True, "held"),   # ... still running (a pid reused)
     (holder(host="laptop"), Predecessor("a", "laptop", 100), False, "held"),  # same id, another host
-    (holder("b", host="vm"), Predecessor("a", "vm", 100), False, "held"),  # not the predecessor's lease
+    (holder("b", host="watcher"), Predecessor("a", "watcher", 100), False, "held"),  # not the predecessor's lease
 ])
 def test_the_lease_is_taken_only_when_nobody_else_validly_holds_it(current, predecessor, alive, want):
-    me = Holder("me", "vm", 200, T0, T0)
+    me = Holder("me", "watcher", 200, T0, T0)
     assert leasing.decide(current, me, predecessor, T0, lambda pid: alive) == want
 
 
@@ -101,12 +91,9 @@ def test_a_document_that_is_not_a_lease_counts_as_none():
 
 
 @pytest.fixture
-def s3(moto_server):
-    import boto3
-
-    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="evts")
+def s3(bucket):
     cloud = Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
-    return cloud, "evts"
+    return cloud, bucket
 
 
 @pytest.fixture
@@ -120,70 +107,70 @@ def gcs(monkeypatch):
 
 
 @pytest.fixture(params=["s3", "gcs"])
-def bucket(request):
+def store(request):
     return request.getfixturevalue(request.param)
 
 
-def lease(bucket, clock, host: str, pid: int, **kw) -> BucketLease:
-    cloud, name = bucket
+def lease(store, clock, host: str, pid: int, **kw) -> BucketLease:
+    cloud, name = store
     return BucketLease(cloud, name, "team", "Pulumi.team.yaml", clock, TERM, f"x://{name}/{LEASE}", host=host, pid=pid, **kw)
 
 
-def stored(bucket) -> Holder | None:
-    cloud, name = bucket
+def stored(store) -> Holder | None:
+    cloud, name = store
     got = cloud.read_object(name, LEASE)
     return None if got is None else Holder.parse(got[0])
 
 
-def test_a_second_watcher_is_refused_naming_the_holder_until_the_lease_expires(bucket):
+def test_a_second_watcher_is_refused_naming_the_holder_until_the_lease_expires(store):
     clock = Clock()
-    vm, laptop = lease(bucket, clock, "vm", 11), lease(bucket, clock, "laptop", 22)
-    assert vm.try_take() is None and stored(bucket) == vm.me and vm.valid()
+    vm, laptop = lease(store, clock, "watcher", 11), lease(store, clock, "laptop", 22)
+    assert vm.try_take() is None and stored(store) == vm.me and vm.valid()
     with pytest.raises(LeaseHeld) as err:
         laptop.acquire(0, clock.sleep, pytest.fail)
     until = (T0 + TERM).isoformat()
-    assert str(err.value) == (f"stack Pulumi.team.yaml: watched by spotctl watch 11@vm (pid 11 on vm, since {T0.isoformat()}) "
-                              f"until {until} (lease x://{bucket[1]}/{LEASE})")
+    assert str(err.value) == (f"stack Pulumi.team.yaml: watched by spotctl watch 11@watcher (pid 11 on watcher, since {T0.isoformat()}) "
+                              f"until {until} (lease x://{store[1]}/{LEASE})")
     clock.sleep(30)
     vm.check()  # renewed: now until T0 + 90 s
     clock.sleep(59)
     assert laptop.try_take() == vm.me  # still held: the renewal moved the expiry
     clock.sleep(1)  # the holder died without renewing (or was cut off): its lease lapses
-    assert laptop.try_take() is None and stored(bucket).host == "laptop"
+    assert laptop.try_take() is None and stored(store).host == "laptop"
     with pytest.raises(LeaseLost, match=r"lost \(watched by spotctl watch 22@laptop .*\): stopped acting"):
         vm.check()  # the old holder finds out at its next renewal, before it acts
     assert not vm.valid()
     vm.release()  # not its lease any more: nothing is written
-    assert stored(bucket).host == "laptop"
+    assert stored(store).host == "laptop"
 
 
-def test_released_leases_are_taken_at_once_and_a_race_has_one_winner(bucket):
+def test_released_leases_are_taken_at_once_and_a_race_has_one_winner(store):
     clock = Clock()
-    first, second, third = (lease(bucket, clock, "h", pid) for pid in (1, 2, 3))
+    first, second, third = (lease(store, clock, "h", pid) for pid in (1, 2, 3))
     assert first.try_take() is None
     first.release()
-    assert stored(bucket).released
+    assert stored(store).released
     assert second.try_take() is None  # no waiting for the expiry
     clock.sleep(120)  # second's lease expired: first and third both see it expired; one write wins
-    _, name = bucket
-    seen = bucket[0].read_object(name, LEASE)
+    _, name = store
+    seen = store[0].read_object(name, LEASE)
     assert third.try_take() is None
     with pytest.raises(PreconditionFailed):
-        bucket[0].write_object(name, LEASE, b"{}", seen[1])  # the loser's write on the version it read
+        store[0].write_object(name, LEASE, b"{}", seen[1])  # the loser's write on the version it read
     assert first.try_take() == third.me
 
 
-def test_waiting_says_who_holds_it_once_then_takes_it_when_it_lapses(bucket):
+def test_waiting_says_who_holds_it_once_then_takes_it_when_it_lapses(store):
     clock = Clock()
-    holder_ = lease(bucket, clock, "vm", 11)
+    holder_ = lease(store, clock, "watcher", 11)
     assert holder_.try_take() is None
     said: list[str] = []
-    waiter = lease(bucket, clock, "laptop", 22)
+    waiter = lease(store, clock, "laptop", 22)
     waiter.acquire(600, clock.sleep, said.append)
-    assert len(said) == 1 and said[0].startswith("stack Pulumi.team.yaml: watched by spotctl watch 11@vm")
+    assert len(said) == 1 and said[0].startswith("stack Pulumi.team.yaml: watched by spotctl watch 11@watcher")
     assert said[0].endswith(": waiting up to 600 s")
-    assert clock.t >= T0 + TERM and stored(bucket).host == "laptop"
-    short = lease(bucket, clock, "ci", 33)
+    assert clock.t >= T0 + TERM and stored(store).host == "laptop"
+    short = lease(store, clock, "ci", 33)
     with pytest.raises(LeaseHeld, match="watched by spotctl watch 22@laptop"):
         short.acquire(20, clock.sleep, said.append)  # gives up at its deadline
 
@@ -213,7 +200,7 @@ def test_a_holder_that_cannot_renew_stops_acting_before_its_lease_expires(s3):
     clock = Clock()
     cloud, name = s3
     cut = Offline(cloud, after=2)  # the take's read and write reach it; nothing after
-    fence = BucketLease(cut, name, "team", "Pulumi.team.yaml", clock, TERM, "w", host="vm", pid=1)
+    fence = BucketLease(cut, name, "team", "Pulumi.team.yaml", clock, TERM, "w", host="watcher", pid=1)
     assert fence.try_take() is None
     clock.sleep(40)
     fence.check()  # unreachable, but still 20 s to go (more than the skew margin): it may act
@@ -226,7 +213,7 @@ def test_a_holder_that_cannot_renew_stops_acting_before_its_lease_expires(s3):
 
 def test_the_keeper_renews_while_a_long_action_runs(s3):
     clock = Clock()
-    fence = lease(s3, clock, "vm", 1)
+    fence = lease(s3, clock, "watcher", 1)
     assert fence.try_take() is None
     renewed = threading.Event()
     real = fence._write
@@ -245,28 +232,9 @@ def test_the_keeper_renews_while_a_long_action_runs(s3):
 # ---- two watchers, two checkouts, one bucket ---------------------------------------------------------------
 
 
-@pytest.fixture
-def machines(tmp_path, monkeypatch, s3):
-    """Two checkouts of one project (the watcher VM and a laptop) sharing bucket ``evts``."""
-    homes = {}
-    for name in ("vm", "laptop"):
-        home = tmp_path / name
-        (home / "stacks").mkdir(parents=True)
-        shutil.copy(ROOT / "Pulumi.yaml", home / "Pulumi.yaml")
-        (home / "stacks" / "Pulumi.team.yaml").write_text(STACK)
-        homes[name] = home
-    monkeypatch.delenv("PULUMI_STACK", raising=False)
-
-    def use(name: str) -> Path:
-        monkeypatch.chdir(homes[name])
-        return homes[name]
-
-    return use
-
-
-def spawn_watch(home: Path, *args: str) -> subprocess.Popen:
+def spawn_watch(home: Path, *args: str, bucket_name: str = "evts") -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cli", "watch", "--stack", "team", "--no-poll", "--no-apply",
-                             "--events-bucket", "evts", *args], cwd=home, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             "--events-bucket", bucket_name, *args], cwd=home, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -292,14 +260,6 @@ def the_lease() -> Holder | None:
         return None
 
 
-def events(path: Path, *docs: tuple) -> Path:
-    with path.open("a") as fh:
-        for job, attempt, event, minute in docs:
-            fh.write(json.dumps({"job": job, "attempt": attempt, "node": 0, "event": event,
-                                 "time": (T0 + timedelta(minutes=minute)).isoformat(), "details": {}}) + "\n")
-    return path
-
-
 def attempt_of(home: Path) -> int:
     from cli.lifecycle import stackfile
 
@@ -307,14 +267,15 @@ def attempt_of(home: Path) -> int:
 
 
 def synced(machines, name: str) -> Path:
-    home = machines(name)
+    """Checkout ``name`` made the working directory and synced with bucket evts; its project directory."""
+    home = machines(name).parent.parent
     assert CliRunner().invoke(app, ["sync", "--stack", "team", "--events-bucket", "evts"]).exit_code == 0
     return home
 
 
 def test_a_watcher_on_another_machine_is_refused_then_takes_over_after_a_kill_9(machines, runner, tmp_path):
     laptop = synced(machines, "laptop")
-    vm = synced(machines, "vm")
+    vm = synced(machines, "watcher")
     first = spawn_watch(vm, "--interval", "3600")
     try:
         wait_for(lambda: (the_lease() or holder(pid=-1)).pid == first.pid, "the VM watcher's lease")
@@ -360,7 +321,7 @@ def run_watcher(home: Path, report, clock: Clock, sources, sleep=None, **kw) -> 
 
 
 def test_a_restart_on_the_same_checkout_takes_its_dead_predecessors_lease_at_once(machines, runner):
-    vm = synced(machines, "vm")
+    vm = synced(machines, "watcher")
     first = spawn_watch(vm, "--interval", "3600")
     try:
         wait_for(lambda: (the_lease() or holder(pid=-1)).pid == first.pid, "the watcher's lease")
@@ -386,15 +347,15 @@ def test_a_watcher_whose_lease_was_taken_acts_no_more(machines, runner, tmp_path
         a preemption arrives that the VM, not the laptop, must handle."""
         clock.sleep(TERM.total_seconds() + 1)
         cloud = Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
-        assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "vm", host="vm", pid=9).try_take() is None
+        assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "watcher", host="watcher", pid=9).try_take() is None
         events(seen, ("train", 3, "preempted", 30))
 
     with pytest.raises(LeaseLost) as err:
         run_watcher(laptop, report, clock, observe.Sources(seen, None, None, None, poll=False), once=False,
                     cycles=2, sleep=stalled)
-    assert "lost (watched by spotctl watch 9@vm" in str(err.value)
+    assert "lost (watched by spotctl watch 9@watcher" in str(err.value)
     assert acted == [] and attempt_of(laptop) == 3  # the laptop decided nothing on the new event
-    assert the_lease().host == "vm"  # and its release did not touch the VM's lease
+    assert the_lease().host == "watcher"  # and its release did not touch the VM's lease
 
 
 def test_not_shared_or_unreachable_is_todays_local_lock(machines, runner, monkeypatch):
@@ -428,7 +389,7 @@ def test_a_lease_lost_after_deciding_stops_before_the_action(machines, tmp_path)
     mine = BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "laptop", host="laptop", pid=1)
     assert mine.try_take() is None
     clock.sleep(61)
-    assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "vm", host="vm", pid=9).try_take() is None
+    assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "watcher", host="watcher", pid=9).try_take() is None
     seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
     shared = sync.Shared(ref, cloud_for(stackfile.load(ref), ref), "evts", pytest.fail)
     settings = watcher.Settings(ref, observe.Sources(seen, None, None, None, poll=False), None, once=True, shared=shared)
@@ -439,3 +400,42 @@ def test_a_lease_lost_after_deciding_stops_before_the_action(machines, tmp_path)
                       policy_capacity(clock), {}, mine)
     assert acted == [] and ref.path.read_text() == before
     assert sync.read_record(ref.path).generation == cloud.object_generation("evts", KEY)  # nothing pushed
+
+
+def test_gcs_a_second_checkout_is_refused_and_a_restart_takes_over_at_once(tmp_path, monkeypatch, runner):
+    """The same through GCS generations (the drill's emulator), two processes on two checkouts."""
+    from cli.drill.emulator import Emulator
+    from tests.test_watch import GCP_STACK
+
+    homes = {}
+    for name in ("watcher", "laptop"):
+        homes[name] = tmp_path / name
+        (homes[name] / "stacks").mkdir(parents=True)
+        (homes[name] / "Pulumi.yaml").write_bytes((ROOT / "Pulumi.yaml").read_bytes())
+        (homes[name] / "stacks" / "Pulumi.team.yaml").write_text(GCP_STACK)
+    monkeypatch.delenv("PULUMI_STACK", raising=False)
+    with Emulator() as emu:
+        monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
+        cloud = Cloud(StackConfig.model_validate({"cloud": "gcp", "project": "proj-1", "region": "us-central1",
+                                                  "zones": ["us-central1-a"]}), "team")
+
+        def gcs_lease() -> Holder | None:
+            got = cloud.read_object("gcs-evts", LEASE)
+            return None if got is None else Holder.parse(got[0])
+
+        for name in homes:
+            monkeypatch.chdir(homes[name])
+            assert runner.invoke(app, ["sync", "--stack", "team", "--events-bucket", "gcs-evts"]).exit_code == 0
+        first = spawn_watch(homes["watcher"], "--interval", "3600", bucket_name="gcs-evts")
+        try:
+            wait_for(lambda: (gcs_lease() or holder(pid=-1)).pid == first.pid, "the watcher's lease")
+            refused = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply"])  # in laptop/
+            assert refused.exit_code == 1, refused.output
+            assert f"error: stack Pulumi.team.yaml: watched by spotctl watch {first.pid}@" in refused.stderr
+            assert refused.stderr.endswith(f"until {gcs_lease().expires.isoformat()} (lease gs://gcs-evts/{LEASE})\n")
+        finally:
+            kill_9(first)
+        monkeypatch.chdir(homes["watcher"])
+        restarted = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply"])
+        assert restarted.exit_code == 0, restarted.output
+        assert gcs_lease().released and gcs_lease().pid == os.getpid()

@@ -165,6 +165,7 @@ class BucketLease:
 
         Raises:
             CloudError: the bucket cannot be reached.
+            LeaseHeld: every try lost a race to other writers.
         """
         with self._mutex:
             for _ in range(TAKE_TRIES):
@@ -180,8 +181,8 @@ class BucketLease:
                 except PreconditionFailed:
                     continue  # another watcher wrote it meanwhile: read again
             current, _ = self._read()
-            if current is None:
-                raise CloudError(f"{self.where} kept changing ({TAKE_TRIES} tries)")
+            if current is None:  # written and gone again every time: contention, not an unreachable bucket
+                raise LeaseHeld(f"stack {self.stack_file}: lease {self.where} kept changing ({TAKE_TRIES} tries): run it again")
             return current
 
     def acquire(self, wait_s: float, sleep: Callable[[float], None], say: Callable[[str], None]) -> None:
