@@ -8,6 +8,7 @@ expired (at once by a restart on its own checkout); a watcher whose lease was ta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cli.app import app
@@ -85,6 +88,47 @@ def test_a_document_that_is_not_a_lease_counts_as_none():
     doc = holder(pid=7)
     assert Holder.parse(doc.dump()) == doc
     assert json.loads(doc.dump())["holder"] == "spotctl watch 7@laptop"
+
+
+class Store:
+    """One object with generations, as S3 and GCS keep it (only for the property below; the real
+    conditional writes are tested against moto and the emulator further down)."""
+
+    def __init__(self):
+        self.data: bytes | None = None
+        self.generation = 0
+
+    def read_object(self, bucket, key):
+        return None if self.data is None else (self.data, str(self.generation))
+
+    def write_object(self, bucket, key, data, expected):
+        if expected != (None if self.data is None else str(self.generation)):
+            raise PreconditionFailed("412")
+        self.data, self.generation = data, self.generation + 1
+        return str(self.generation)
+
+
+@settings(max_examples=150, deadline=None)
+@given(offsets=st.lists(st.integers(-5, 5), min_size=3, max_size=3),
+       steps=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["take", "check", "release"]), st.integers(0, 40)),
+                      max_size=40))
+def test_at_most_one_watcher_may_act_at_any_time(offsets, steps):
+    """Three watchers whose clocks differ by up to the skew margin take, renew and release in any order
+    while time passes: never do two of them consider themselves free to act at the same moment."""
+    store, now = Store(), [T0]
+    watchers = [BucketLease(store, "b", "team", "f", (lambda o=o: now[0] + timedelta(seconds=o)), TERM, "w",
+                            host=f"h{i}", pid=i) for i, o in enumerate(offsets)]
+    for who, op, wait in steps:
+        now[0] += timedelta(seconds=wait)
+        w = watchers[who]
+        if op == "take":
+            w.try_take()
+        elif op == "check":
+            with contextlib.suppress(LeaseLost):
+                w.check()
+        else:
+            w.release()
+        assert sum(x.valid() for x in watchers) <= 1
 
 
 # ---- the lease on S3 (moto server) and GCS (the drill emulator), clock injected ---------------------------
