@@ -1,3 +1,3 @@
-from cli.app import main
+from cli.commands.startup import main  # (not cli.app: it imports every command's module)
 
 main()

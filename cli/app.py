@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 
 from cli.commands import app
-from cli.commands.startup import one_command
+from cli.commands.startup import main as run
 
 # Importing a module registers its commands; this order is the order of `spotctl --help`.
 COMMAND_MODULES = ("stack", "drill", "policy", "jobs", "move", "logs", "pool", "cost", "watch")
@@ -18,6 +18,5 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    import sys
-
-    one_command(app, sys.argv[1:])()
+    """``spotctl``: only the command that runs is imported and built (``cli.commands.startup.main``)."""
+    run()

@@ -119,3 +119,32 @@ def test_the_app_for_one_command_says_what_the_whole_app_says(args):
             [args[2] if args[0] == "-C" else args[0]]
     mine, whole = CliRunner().invoke(lean, args, terminal_width=100), CliRunner().invoke(app, args, terminal_width=100)
     assert (mine.exit_code, mine.output) == (whole.exit_code, whole.output)
+
+
+def test_each_command_is_run_from_the_module_that_registers_it():
+    """`spotctl CMD` imports only COMMAND_MODULE[CMD] (cli/commands/startup.py): the table must name
+    every command and group cli.app registers, each with its module."""
+    from typer.main import get_command_name
+
+    from cli.app import COMMAND_MODULES, app
+    from cli.commands.startup import COMMAND_MODULE
+
+    registered = {}
+    for info in app.registered_commands:
+        registered[info.name or get_command_name(info.callback.__name__)] = info.callback.__module__
+    for info in app.registered_groups:
+        registered[info.name] = next(c.callback.__module__ for c in info.typer_instance.registered_commands)
+    assert {name: f"cli.commands.{m}" for name, m in COMMAND_MODULE.items()} == registered
+    assert set(COMMAND_MODULE.values()) == set(COMMAND_MODULES)
+
+
+def test_spotctl_status_imports_only_its_commands_module(project):
+    out = subprocess.run([sys.executable, "-c", "import sys; from cli.commands.startup import main; main(['status', '--help']);"],
+                         cwd=project, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "COLUMNS": "100"})
+    assert out.returncode == 0 and "Usage:" in out.stdout
+    probe = ("import sys\nfrom cli.commands.startup import main\ntry:\n    main(['status', '--stack', 'example-gcp'])\n"
+             "except SystemExit:\n    pass\nprint('MODULES', *sorted(m for m in sys.modules if m.startswith('cli.commands.')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    assert "llm-pretrain" in out.stdout, out.stderr
+    assert out.stdout.splitlines()[-1] == "MODULES cli.commands.jobs cli.commands.startup"

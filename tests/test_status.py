@@ -112,7 +112,7 @@ def test_the_status_table_is_laid_out_as_richs_table(width):
 
 PROBE = """
 import sys
-from cli.app import main
+from cli.commands.startup import main
 sys.argv = ["spotctl", *sys.argv[1:]]
 try:
     main()

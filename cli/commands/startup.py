@@ -219,25 +219,54 @@ def plain_coercion() -> None:
 
 GROUP_VALUE_OPTIONS = ("--cwd", "-C")  # the group's options that take a value
 
+# The module of cli.commands that registers each command (and group): `spotctl CMD` imports only
+# that one (tests/test_startup.py checks this table against what cli.app registers).
+COMMAND_MODULE = {
+    "validate": "stack", "plan": "stack", "sync": "stack", "drill": "drill", "simulate": "policy", "policy": "policy",
+    "resume": "jobs", "failover": "jobs", "complete": "jobs", "status": "jobs", "events": "jobs", "cleanup": "jobs",
+    "move": "move", "logs": "logs", "pool": "pool", "cost": "cost", "watch": "watch",
+}
 
-def one_command(app, args: list[str]):
-    """The app to run ``spotctl ARGS`` with: when ARGS name one command (after only ``--cwd DIR``),
-    an app with only that command (the same callback, settings and command); otherwise, and for
-    help, ``--version``, completion or a name that is not a command, the whole app. Typer builds
-    every command's parameters before running one, ~15 ms of a short command (issue 20)."""
-    import copy
+
+def main(args: list[str] | None = None) -> None:
+    """``spotctl ARGS`` (``python -m cli``): a command named in ARGS is run from an app holding only
+    it, with only its module imported; anything else (help, ``--version``, completion, a name that is
+    not a command) by the whole app (``cli.app``)."""
+    import importlib
+
+    args = sys.argv[1:] if args is None else list(args)
+    module = COMMAND_MODULE.get(command_named(args) or "")
+    if module is None:
+        from cli.app import app
+    else:
+        importlib.import_module(f"cli.commands.{module}")
+        from cli.commands import app
+    one_command(app, args)(args)
+
+
+def command_named(args: list[str]) -> str | None:
+    """The command ARGS name (after only ``--cwd DIR``), or None: help, ``--version``, completion."""
     import os
 
-    from typer.main import get_command_name
-
     if any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
-        return app  # shell completion asks the whole app
+        return None  # shell completion asks the whole app
     rest = list(args)
     while rest and (rest[0] in GROUP_VALUE_OPTIONS or rest[0].startswith("--cwd=")):
         rest = rest[2:] if rest[0] in GROUP_VALUE_OPTIONS else rest[1:]
-    if not rest or rest[0].startswith("-"):
+    return rest[0] if rest and not rest[0].startswith("-") else None
+
+
+def one_command(app, args: list[str]):
+    """The app to run ``spotctl ARGS`` with: when ARGS name one command, an app with only that
+    command (the same callback, settings and command); otherwise the whole app. Typer builds every
+    command's parameters before running one, ~15 ms of a short command (issue 20)."""
+    import copy
+
+    from typer.main import get_command_name
+
+    name = command_named(args)
+    if name is None:
         return app
-    name = rest[0]
     commands = [c for c in app.registered_commands if (c.name or get_command_name(c.callback.__name__)) == name]
     groups = [g for g in app.registered_groups if g.name == name]
     if len(commands) + len(groups) != 1:
