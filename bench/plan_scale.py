@@ -1,10 +1,22 @@
 """`spotctl plan` against raw Pulumi SDK registration of the same resources under the same mocks
 (issue 20: <= 1.15 x raw time and <= 2 x raw peak memory at 1,000 and 5,000 jobs).
 
-Each side runs in its own fresh process (one process pair per size, in this one run): `plan` evaluates
-the real program (config validation, components, contract checks, recording monitor); `raw` registers
-the resources `plan` recorded (same types, names, inputs) as bare CustomResources with the same mock
-answers, which is the floor any Pulumi program of that size pays.
+Each side runs in its own fresh process (all in this one run): `plan` evaluates the real program
+(config validation, components, contract checks, recording monitor); each baseline registers the
+resources `plan` recorded (same types, names, inputs in plain values) with the same mock answers:
+
+- ``tree`` (the target's "raw"): bare ``CustomResource``/``ComponentResource``/``ProviderResource``
+  with the same parents, explicit provider, protect/deleteBeforeReplace/ignoreChanges, dependencies,
+  and ``register_outputs`` on every component: the same registrations the engine gets, the floor of
+  the SDK's registration machinery.
+- ``typed``: ``tree`` through the provider SDK's own classes (``pulumi_gcp.compute.Instance(...)``),
+  as any hand-written Pulumi program of these resources declares them; each typed resource makes an
+  Output for every property of its class, which bare registration does not.
+- ``flat``: bare classes with no parents, options or providers (this script's baseline until
+  2026-11-22; components are registered but not as parents).
+
+Times are wall and CPU seconds (every thread) of the timed part; CPU is the steadier figure on a
+shared machine. Run on an idle machine, without PYTHONDONTWRITEBYTECODE.
 
 Run: uv run python bench/plan_scale.py [--jobs 1000 5000]
 """
@@ -29,16 +41,16 @@ def child_plan(stack_file: str, dump: str) -> None:
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     ref = stackfile.resolve(None, Path(stack_file))
     plan = planner.run(stackfile.load(ref), ref.name)
-    seconds = time.perf_counter() - t0
+    figures = measured(time.perf_counter() - t0, time.process_time() - c0, len(plan.resources))  # before the dump below, which is this script's, not plan's
     Path(dump).write_text(json.dumps({"resources": [
         {"urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "inputs": r.inputs, "parent": r.parent,
          "provider": r.provider.rsplit("::", 1)[0] if r.provider else None, "protect": r.protect,
          "deleteBeforeReplace": r.delete_before_replace, "dependsOn": list(r.dependencies),
          "ignoreChanges": list(r.ignore_changes)} for r in plan.resources]}))
-    report(seconds, len(plan.resources))
+    print(json.dumps(figures))
 
 
 def _snake_keys(value):
@@ -66,7 +78,7 @@ def child_raw(dump: str, region: str, project: str, mode: str) -> None:
     from cli.plan.mocks import _mock_outputs
 
     resources = json.loads(Path(dump).read_text())["resources"]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
 
     class Mocks(pulumi.runtime.Mocks):
         def new_resource(self, args):
@@ -116,15 +128,14 @@ def child_raw(dump: str, region: str, project: str, mode: str) -> None:
         return pulumi.Output.all(*outs)
 
     register()
-    report(time.perf_counter() - t0, len(resources))
+    print(json.dumps(measured(time.perf_counter() - t0, time.process_time() - c0, len(resources))))
 
 
-def report(seconds: float, count: int) -> None:
-    """One JSON line: wall seconds of the timed part, CPU seconds of the whole process (every thread;
-    steadier than wall time on a loaded machine), peak resident memory."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
-                      "resources": count}))
+def measured(seconds: float, cpu: float, count: int) -> dict:
+    """Wall and CPU seconds (every thread of the process; steadier than wall time on a loaded machine)
+    of the timed part, and the process's peak resident memory so far."""
+    return {"seconds": seconds, "cpu": cpu, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "resources": count}
 
 
 def run(argv: list[str]) -> dict:
