@@ -298,7 +298,7 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         outputs = main()
         return pulumi.Output.from_input(outputs).apply(lambda resolved: plan.outputs.update(_plain(resolved)))
 
-    with _own_event_loop():
+    with _no_cyclic_gc(), _own_event_loop():
         # A new root Stack on this run's loop: set_mocks keeps an existing one, whose futures
         # belong to the previous run's (closed) loop.
         pulumi.runtime.settings.set_root_resource(None)
@@ -306,6 +306,26 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         pulumi.runtime.set_all_config(config, secret_keys)
         evaluate()
     return plan
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Pause Python's cyclic garbage collector while the program is evaluated (restored after).
+
+    Registration builds millions of long-lived objects (per resource an Output and futures for every
+    property, tasks, protobufs), and every full collection walks all of them again: at 1,000 jobs
+    (6,510 resources) collections were ~60 % of plan's CPU (26.3 s -> 10.1 s without them) for
+    +3 % peak memory (731 -> 756 MB), since little of it is garbage in cycles (bench/plan_scale.py).
+    Reference counting still frees everything else; the cycles left are collected once it is back on."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 @contextlib.contextmanager
