@@ -158,3 +158,36 @@ def test_plan_ends_its_event_loop_and_threads(project, monkeypatch):
     assert new and all(loop.is_closed() for loop in new)
     second = planner.run(cfg, "example-gcp")
     assert second.to_json() == first.to_json() and len(first.resources) > 10
+
+
+def test_plan_restores_the_garbage_collector(project, monkeypatch):
+    """The cyclic GC is paused only while the program runs (cli.plan.mocks._no_cyclic_gc): it is on
+    again after a plan and after a plan that failed, and stays off for a caller that had it off."""
+    import gc
+
+    from cli.lifecycle import stackfile
+    from cli.plan import mocks as planner
+    from infra import aws
+    from infra.contract import ContractError
+
+    monkeypatch.setattr(planner, "PROJECT", planner.PROJECT)  # conftest's plan cache is bypassed: the runs are real
+    cfg = stackfile.load(stackfile.resolve("example-aws", None))
+    seen: list[bool] = []
+    real = aws._metadata_options
+    monkeypatch.setattr(aws, "_metadata_options", lambda cls: (seen.append(gc.isenabled()), real(cls))[1])
+    assert gc.isenabled()
+    planner.run(cfg, "example-aws")
+    assert seen and not any(seen) and gc.isenabled()
+
+    monkeypatch.setattr(aws, "_metadata_options", lambda cls: cls(http_tokens="optional"))  # breaks aws.imdsv2-required
+    with pytest.raises(ContractError):
+        planner.run(cfg, "example-aws")
+    assert gc.isenabled()
+
+    monkeypatch.setattr(aws, "_metadata_options", real)
+    gc.disable()
+    try:
+        planner.run(cfg, "example-aws")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
