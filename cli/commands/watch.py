@@ -1,6 +1,5 @@
 """``spotctl watch``: jobs resume, fail over and complete on their own."""
 
-import json
 from typing import Annotated, Optional
 
 import typer
@@ -75,6 +74,8 @@ def watch(
         events_bucket = events_bucket or outputs.get("eventBucket")
         queue_url = queue_url or (outputs.get("interruptionQueue") if cfg.cloud == "aws" else None)
         subscription = subscription or (outputs.get("preemptionSubscription") if cfg.cloud == "gcp" else None)
+    import json
+
     sources = observe.Sources(events_dir, events_bucket, queue_url, subscription, poll=not no_poll)
     report = watcher.Report(emit=lambda rec: typer.echo(json.dumps(rec, sort_keys=True) if json_out else _text(rec)),
                             warn=warn, out=lambda line: typer.echo(line.rstrip("\n"), err=True))
