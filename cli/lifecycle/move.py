@@ -20,7 +20,7 @@ from cli.cloud import CloudError, Inventory
 from cli.lifecycle import operations, stackfile
 from cli.lifecycle.apply import Applier, job_urns
 from cli.lifecycle.events import Event
-from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, check, may_delete_disks
+from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, attempt_outcome, check, may_delete_disks
 from infra.config import ConfigError, Job, StackConfig
 from infra.naming import owner_value
 
@@ -60,11 +60,11 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     """
     move = job.move
     if replicas is not None and (move is None or move.replica_zones != replicas):
-        return _conversion(job, to, replicas, now)
+        return _conversion(job, to, replicas, now, events)
     if move is None:
         if job.zone == to:
             return Change(job.id, {}, f"is already in zone {to}", noop=True)
-        _movable(job)
+        _movable(job, events)
         if job.disk_replica_zones:
             return _regional(job, to, now)
         fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot"} | ({"began": _iso(now)} if now else {})}
@@ -102,19 +102,24 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
 
 
-def _movable(job: Job) -> None:
+def _movable(job: Job, events: list[Event]) -> None:
     if job.state is C:
         raise LifecycleError(f"job {job.id} is completed; there is nothing to move (spotctl cleanup {job.id} deletes its disks)")
     if job.state is F:
         raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force` first, then move it")
+    if job.state is R and attempt_outcome(events, job.attempt) is C:
+        # The job finished and the file is not marked yet (no watcher ran since): a move would stop
+        # it and start a new attempt from its last checkpoint. As ``resume`` says (decide_resume).
+        raise LifecycleError(f"job {job.id}: attempt {job.attempt} completed (its events say so); there is nothing "
+                             f"to move: run `spotctl complete {job.id}`")
 
 
-def _conversion(job: Job, to: str, replicas: list[str], now: datetime | None) -> Change:
+def _conversion(job: Job, to: str, replicas: list[str], now: datetime | None, events: list[Event]) -> Change:
     """The snapshot step of a move that restores the job's zonal disks as regional ones (``replicas``)."""
     if job.move is not None:
         raise LifecycleError(f"job {job.id} is moving to {job.move.to} (step {job.move.step}); "
                              f"`spotctl move {job.id} --to-zone {job.move.to}` finishes that move first")
-    _movable(job)
+    _movable(job, events)
     if job.disk_replica_zones == replicas and job.zone == to:
         return Change(job.id, {}, f"runs on a regional disk replicated in {', '.join(replicas)} in zone {to} already", noop=True)
     if job.disk_replica_zones:
@@ -183,7 +188,8 @@ def move_changeovers(job: Job, events: list[Event], same_disk: bool = False) -> 
 
 def _not_started(job: Job, events: list[Event]) -> list[int]:
     """Nodes of the current attempt without a ``started`` event (a gang starts when every node did)."""
-    started = {e.node for e in events if e.attempt == job.attempt and e.event == "started"}
+    # A node that wrote ``completed`` had started (its ``started`` may be lost).
+    started = {e.node for e in events if e.attempt == job.attempt and e.event in ("started", "completed")}
     return [r for r in range(job.nodes) if r not in started]
 
 

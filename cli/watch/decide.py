@@ -145,8 +145,12 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     waiting = memory.waiting_attempt == job.attempt and memory.next_try is not None
     if waiting and now < memory.next_try and (job.state is JobState.RUNNING or job.move is not None):
         return None, [Note(job.id, "waiting-for-capacity", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1})")]
-    if job.move is not None:
+    if job.move is not None and (waiting or not _awaiting_start(job, [s.event for s in events])):
         return _moving(job, [s.event for s in events], waiting, memory, now, failover), notes
+    # A move at step ``start`` whose new attempt has not started (every node) falls through: the facts
+    # about that attempt (preempted, stopped, failed before ``started``) act as in any zone. A resume
+    # keeps the move at ``start`` (same zone and disks, a new attempt); its refusals reach the failover.
+    moving = f" (the move to {job.move.to} stays at step start)" if job.move is not None else ""
     if waiting and job.state is JobState.RUNNING:
         why = f"try {memory.tries + 1} after a capacity refusal"
         return _after_refusal(job, why, failover(job, [s.event for s in events], memory, now) if failover else None), notes
@@ -171,15 +175,15 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
         hit = first(kind)
         if hit:  # one node is enough: the whole gang gets the new attempt
             return Action(job.id, "resume", job.attempt, f"node {hit.event.node} of attempt {job.attempt} {kind} "
-                          f"(seen in {hit.source})", ids), notes
+                          f"(seen in {hit.source}){moving}", ids), notes
     hit = first("failed")
     if hit:
         n = failures(events)
         if n <= job.max_failures:
             return Action(job.id, "resume", job.attempt, f"node {hit.event.node} of attempt {job.attempt} failed: "
-                          f"failure {n} of maxFailures {job.max_failures}, retrying", ids, force=True), notes
+                          f"failure {n} of maxFailures {job.max_failures}, retrying{moving}", ids, force=True), notes
         return Action(job.id, "mark-failed", job.attempt, f"node {hit.event.node} of attempt {job.attempt} failed "
-                      f"({n} failure(s), maxFailures {job.max_failures}): no retry", ids), notes
+                      f"({n} failure(s), maxFailures {job.max_failures}): no retry{moving}", ids), notes
     done = {s.event.node for s in facts if s.event.event == "completed"}
     if done and done >= set(range(job.nodes)):
         return Action(job.id, "complete", job.attempt, f"every node of attempt {job.attempt} completed", ids), notes
@@ -214,13 +218,19 @@ def _moving(job: Job, events: list[Event], retry_due: bool, memory: JobMemory, n
     zone that may move (the refused move's disks stay protected until an attempt started)."""
     move = job.move
     assert move is not None
-    started = {e.node for e in events if e.attempt == job.attempt and e.event == "started"}
-    if move.step == "start" and not retry_due and not started >= set(range(job.nodes)):
-        return None
-    if move.step == "start" and retry_due and not started >= set(range(job.nodes)) and failover is not None:
+    if retry_due and _awaiting_start(job, events) and failover is not None:
         why = f"try {memory.tries + 1} after a capacity refusal in {move.to}, the zone the job is moving to"
         return _after_refusal(job, why, failover(job, events, memory, now))
     return Action(job.id, "move", job.attempt, f"continuing the move to {move.to} (step {move.step} recorded)", zone=move.to)
+
+
+def _awaiting_start(job: Job, events: list[Event]) -> bool:
+    """A move at step ``start`` whose new attempt has not started on every node yet (a node that
+    wrote ``completed`` had started: its ``started`` may be lost)."""
+    if job.move is None or job.move.step != "start":
+        return False
+    started = {e.node for e in events if e.attempt == job.attempt and e.event in ("started", "completed")}
+    return not started >= set(range(job.nodes))
 
 
 def decide(jobs: list[Job], events: dict[str, list[Seen]], memory: dict[str, JobMemory], handled: set[str],

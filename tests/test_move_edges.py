@@ -1,0 +1,137 @@
+"""Zone moves at their edges (an audit's findings): a move's new attempt that ends before it wrote
+``started`` is resumed there (or handed to the failover), a finished job does not move, the VMs
+are stopped by an update of their own before the snapshots are taken, snapshots wait long
+enough, and regional disks only on the machine series that take them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cli.lifecycle.events import Event
+from cli.lifecycle.move import next_step
+from cli.lifecycle.states import LifecycleError
+from cli.watch.decide import JobMemory, decide_job, seen
+from infra.config import Job, validate
+from tests.conftest import GCP_BASE, gcp_job, pulumi_calls, stack_config
+from tests.test_failover import refusing as _refusing  # noqa: F401 (the fixture)
+from tests.test_failover import run_watch, write_events
+from tests.test_failover import the_job as failover_job
+
+T0 = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
+MOVE = {"from": "us-central1-a", "to": "us-central1-b"}
+AT_START = {"state": "running", "zone": "us-central1-b", "attempt": 2,
+            "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 1, "moveBegan": "2026-11-22T03:00:00Z"}],
+            "move": MOVE | {"step": "start", "began": "2026-11-22T03:00:00Z"}}
+
+
+def job(**fields) -> Job:
+    return validate(stack_config(GCP_BASE, jobs=[gcp_job(**fields)]), "t").jobs[0]
+
+
+def ev(attempt: int, kind: str, node: int = 0, t: datetime = T0) -> Event:
+    return Event(job="train", attempt=attempt, node=node, event=kind, time=t, details={})
+
+
+def decide(j: Job, events: list[Event], memory: JobMemory = JobMemory(), now: datetime = T0):
+    return decide_job(j, [seen(e, "bucket") for e in events], memory, set(), now)
+
+
+# ---- D1: the move's new attempt ends before `started` ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["preempted", "stopped"])
+def test_a_moves_attempt_that_ends_before_started_is_resumed_there(kind):
+    action, _ = decide(job(**AT_START), [ev(2, kind)])
+    assert (action.kind, action.attempt) == ("resume", 2), action
+    assert f"node 0 of attempt 2 {kind}" in action.reason and "the move to us-central1-b stays at step start" in action.reason
+
+
+def test_a_moves_attempt_that_fails_before_started_counts_against_max_failures():
+    action, _ = decide(job(**AT_START, maxFailures=1), [ev(2, "failed")])
+    assert (action.kind, action.force) == ("resume", True) and "failure 1 of maxFailures 1" in action.reason
+    action, _ = decide(job(**AT_START), [ev(2, "failed")])  # maxFailures 0
+    assert action.kind == "mark-failed" and "stays at step start" in action.reason
+
+
+def test_a_moves_attempt_with_no_fact_waits_and_a_started_one_goes_on():
+    assert decide(job(**AT_START), [])[0] is None  # nothing says it ended: wait for `started`
+    assert decide(job(**AT_START), [ev(1, "preempted")])[0] is None  # the old attempt's end is stale
+    action, _ = decide(job(**AT_START), [ev(2, "started")])
+    assert (action.kind, action.zone) == ("move", "us-central1-b") and "step start recorded" in action.reason
+    action, _ = decide(job(**AT_START), [ev(2, "completed")])  # its `started` lost: it did start
+    assert action.kind == "move"
+
+
+def test_a_due_retry_after_a_refusal_in_the_target_zone_still_asks_the_failover():
+    memory = JobMemory(waiting_attempt=2, next_try=T0, tries=1)
+    asked = []
+
+    def failover(j, events, mem, now):
+        asked.append(j.id)
+
+    action, _ = decide_job(job(**AT_START), [], memory, set(), T0, failover)
+    assert asked == ["train"] and action.kind == "retry-capacity" and "the zone the job is moving to" in action.reason
+
+
+def test_watch_resumes_a_moves_attempt_preempted_before_started_then_finishes_the_move(_refusing, project, fake_pulumi):
+    """us-east-1a refuses, the watcher moves the job to us-east-1b (attempt 5 at step start); that
+    attempt is preempted before it wrote `started`: attempt 6 starts in us-east-1b, the move stays
+    at start with the old volume protected, and goes on once attempt 6 started."""
+    clock, records = [T0 + timedelta(minutes=1)], []
+    run_watch(_refusing, clock, records)
+    for _ in range(10):
+        clock[0] = datetime.fromisoformat(records[-1]["next_try"])
+        run_watch(_refusing, clock, records)
+        if records[-1]["action"] == "move":
+            break
+    j = failover_job()
+    assert (j.zone, j.attempt, j.move.step) == ("us-east-1b", 5, "start")
+    write_events(_refusing, (5, "preempted", 200))
+    clock[0] += timedelta(minutes=1)
+    run_watch(_refusing, clock, records)
+    assert (records[-1]["action"], records[-1]["result"]) == ("resume", "applied"), records[-1]
+    assert "stays at step start" in records[-1]["reason"]
+    j = failover_job()
+    assert (j.zone, j.attempt, j.state.value, j.move.step) == ("us-east-1b", 6, "running", "start")
+    assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]  # the old volume kept
+    write_events(_refusing, (6, "started", 210))
+    clock[0] += timedelta(minutes=1)
+    run_watch(_refusing, clock, records)
+    assert (records[-1]["action"], records[-1]["result"]) == ("move", "moved"), records[-1]
+    j = failover_job()
+    assert (j.zone, j.attempt, j.move) == ("us-east-1b", 6, None)
+    assert [c[2].split("::")[-1] for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]] == ["job-train-n0-m1-volume"]
+
+
+# ---- D4: a finished job does not move --------------------------------------------------------------------
+
+
+def test_a_job_whose_attempt_completed_does_not_move():
+    with pytest.raises(LifecycleError, match="attempt 1 completed .*run `spotctl complete train`"):
+        next_step(job(state="running"), "us-central1-b", [ev(1, "started"), ev(1, "completed")])
+    with pytest.raises(LifecycleError, match="spotctl complete train"):  # nor is it converted to a regional disk
+        next_step(job(state="running"), "us-central1-b", [ev(1, "completed")], replicas=["us-central1-a", "us-central1-b"])
+    # an earlier attempt's completion (a job run again) does not stop it
+    assert next_step(job(state="running", attempt=2), "us-central1-b", [ev(1, "completed")]).fields["move"]["step"] == "snapshot"
+
+
+def test_move_command_refuses_a_completed_attempt_and_changes_nothing(project, runner, fake_pulumi):
+    import json
+
+    from cli.app import app
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    events = project / "events"
+    events.mkdir()
+    (events / "a1.jsonl").write_text("".join(
+        json.dumps({"job": "llm-pretrain", "attempt": 1, "node": r, "event": kind, "time": f"2026-11-22T04:0{r}:00Z"}) + "\n"
+        for r in range(2) for kind in ("started", "completed")))
+    result = runner.invoke(app, ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes",
+                                 "--events-dir", str(events)])
+    assert result.exit_code == 1
+    assert "run `spotctl complete llm-pretrain`" in " ".join(result.output.split())
+    assert path.read_text() == before
+    assert not [c for c in pulumi_calls(fake_pulumi) if "up" in c]
