@@ -15,7 +15,7 @@ from cli.lifecycle.states import LifecycleError
 from cli.watch.decide import JobMemory, decide_job, seen
 from infra.config import Job, validate
 from tests.conftest import GCP_BASE, gcp_job, pulumi_calls, stack_config
-from tests.test_failover import refusing as _refusing  # noqa: F401 (the fixture)
+from tests.test_failover import refusing as _refusing
 from tests.test_failover import run_watch, write_events
 from tests.test_failover import the_job as failover_job
 
@@ -36,6 +36,9 @@ def ev(attempt: int, kind: str, node: int = 0, t: datetime = T0) -> Event:
 
 def decide(j: Job, events: list[Event], memory: JobMemory = JobMemory(), now: datetime = T0):
     return decide_job(j, [seen(e, "bucket") for e in events], memory, set(), now)
+
+
+refusing = _refusing  # test_failover's fixture, here too
 
 
 # ---- D1: the move's new attempt ends before `started` ----------------------------------------------------
@@ -75,30 +78,30 @@ def test_a_due_retry_after_a_refusal_in_the_target_zone_still_asks_the_failover(
     assert asked == ["train"] and action.kind == "retry-capacity" and "the zone the job is moving to" in action.reason
 
 
-def test_watch_resumes_a_moves_attempt_preempted_before_started_then_finishes_the_move(_refusing, project, fake_pulumi):
+def test_watch_resumes_a_moves_attempt_preempted_before_started_then_finishes_the_move(refusing, project, fake_pulumi):
     """us-east-1a refuses, the watcher moves the job to us-east-1b (attempt 5 at step start); that
     attempt is preempted before it wrote `started`: attempt 6 starts in us-east-1b, the move stays
     at start with the old volume protected, and goes on once attempt 6 started."""
     clock, records = [T0 + timedelta(minutes=1)], []
-    run_watch(_refusing, clock, records)
+    run_watch(refusing, clock, records)
     for _ in range(10):
         clock[0] = datetime.fromisoformat(records[-1]["next_try"])
-        run_watch(_refusing, clock, records)
+        run_watch(refusing, clock, records)
         if records[-1]["action"] == "move":
             break
     j = failover_job()
     assert (j.zone, j.attempt, j.move.step) == ("us-east-1b", 5, "start")
-    write_events(_refusing, (5, "preempted", 200))
+    write_events(refusing, (5, "preempted", 200))
     clock[0] += timedelta(minutes=1)
-    run_watch(_refusing, clock, records)
+    run_watch(refusing, clock, records)
     assert (records[-1]["action"], records[-1]["result"]) == ("resume", "applied"), records[-1]
     assert "stays at step start" in records[-1]["reason"]
     j = failover_job()
     assert (j.zone, j.attempt, j.state.value, j.move.step) == ("us-east-1b", 6, "running", "start")
     assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]  # the old volume kept
-    write_events(_refusing, (6, "started", 210))
+    write_events(refusing, (6, "started", 210))
     clock[0] += timedelta(minutes=1)
-    run_watch(_refusing, clock, records)
+    run_watch(refusing, clock, records)
     assert (records[-1]["action"], records[-1]["result"]) == ("move", "moved"), records[-1]
     j = failover_job()
     assert (j.zone, j.attempt, j.move) == ("us-east-1b", 6, None)
