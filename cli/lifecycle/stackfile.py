@@ -1014,10 +1014,15 @@ _LAST_PART: list[tuple[str, str, _Part]] = []  # a command reads its job, then e
 
 
 def _job_part(path: Path, text: str, job_id: str) -> _Part | None:
-    if _LAST_PART and _LAST_PART[0][:2] == (os.path.abspath(path), job_id) and _LAST_PART[0][2].text == text:
-        return _LAST_PART.pop()[2]  # the same text (compared whole) of the same file: the same part
+    where = (os.path.abspath(path), job_id)
+    with _PARSED_LOCK:  # (a watcher's threads)
+        last = _LAST_PART.pop() if _LAST_PART else None
+    if last is not None and last[:2] == where and last[2].text == text:
+        return last[2]  # the same text (compared whole) of the same file: the same part
     part = _read_part(path, text, job_id)
-    _LAST_PART[:] = [(os.path.abspath(path), job_id, part)] if part is not None else []
+    if part is not None:
+        with _PARSED_LOCK:
+            _LAST_PART[:] = [(*where, part)]
     return part
 
 
