@@ -652,6 +652,16 @@ def _replica_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str
                          "without a move record"))
     if job.boot_disk == "keep":
         problems.append((key, "a job with bootDisk 'keep' cannot move, so a regional disk gains it nothing"))
+    _regional_series(job, key, problems)
+
+
+def _regional_series(job: Job, key: str, problems: list[tuple[str, str]]) -> None:
+    """The job's machine series takes a Regional Persistent Disk (gcp.regional-disk-machine-series)."""
+    from infra.contract.gcp import regional_disk_problem
+
+    problem = regional_disk_problem(job.machine_type) if job.machine_type else None
+    if problem is not None:
+        problems.append((key, problem))
 
 
 def _conversion_checks(cfg: StackConfig, i: int, job: Job, move: Move, problems: list[tuple[str, str]]) -> None:
@@ -670,6 +680,8 @@ def _conversion_checks(cfg: StackConfig, i: int, job: Job, move: Move, problems:
         problems.append((key, "the job's disk is regional already (diskReplicaZones): nothing to convert"))
     if move.held:
         problems.append((f"jobs[{i}].move.held", "a conversion to a regional disk does not move on from a refused zone"))
+    if move.step in ("snapshot", "restore"):  # from start on, diskReplicaZones is written (checked there)
+        _regional_series(job, key, problems)
 
 
 def recorded_disk_kind(job: Job) -> str | None:

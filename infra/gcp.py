@@ -25,7 +25,7 @@ from infra.common import (
 )
 from infra.config import Accelerator, StackConfig
 from infra.config import Pool as PoolConfig
-from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic
+from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic, regional_disk_problem
 from infra.naming import boot_disk_name, event_root, gcp_labels, pool_metric_filter, pool_metric_type, secret_id, short_hash
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
@@ -601,6 +601,9 @@ class TrainingJob(pulumi.ComponentResource):
             if s.gen not in snaps:  # step snapshot: the restored disk is not declared yet
                 self._snapshot(name, cfg, node, s, by_gen[s.gen - 1], labels)
         attached = node.attached_disk
+        if any(d.replica_zones for d in node.disks):  # the job's own or the one a conversion restores
+            contract.enforce("gcp.regional-disk-machine-series", attached.logical(name, node.rank),
+                             regional_disk_problem(job.machine_type))
         if attached.replica_zones:
             contract.enforce("gcp.regional-disk-attach-in-replica-zone", attached.logical(name, node.rank),
                              f"attached in {job.zone} but replicated in {list(attached.replica_zones)}"

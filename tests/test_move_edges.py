@@ -12,8 +12,9 @@ import pytest
 from cli.lifecycle.events import Event
 from cli.lifecycle.move import next_step
 from cli.lifecycle.states import LifecycleError
+from cli.plan import mocks as planner
 from cli.watch.decide import JobMemory, decide_job, seen
-from infra.config import Job, validate
+from infra.config import ConfigError, Job, validate
 from tests.conftest import GCP_BASE, gcp_job, pulumi_calls, stack_config
 from tests.test_failover import refusing as _refusing
 from tests.test_failover import run_watch, write_events
@@ -138,3 +139,53 @@ def test_move_command_refuses_a_completed_attempt_and_changes_nothing(project, r
     assert "run `spotctl complete llm-pretrain`" in " ".join(result.output.split())
     assert path.read_text() == before
     assert not [c for c in pulumi_calls(fake_pulumi) if "up" in c]
+
+
+# ---- D5: regional disks only on the machine series that take them ---------------------------------------
+
+REPLICAS = ["us-central1-a", "us-central1-b"]
+
+
+@pytest.mark.parametrize("machine", ["a3-highgpu-8g", "g2-standard-8", "g4-standard-48"])
+def test_a_regional_disk_on_a_series_that_does_not_take_it_is_refused_naming_the_key(machine):
+    with pytest.raises(ConfigError) as exc:
+        validate(stack_config(GCP_BASE, jobs=[gcp_job(machineType=machine, diskReplicaZones=REPLICAS)]), "t")
+    text = str(exc.value)
+    assert f"jobs[0].diskReplicaZones: machineType {machine}" in text and "moves between zones by snapshot" in text
+    assert ("UNVERIFIED" in text) == machine.startswith("g2")  # G2: no source either way, said so
+
+
+def test_a_conversion_to_a_regional_disk_is_refused_on_such_a_series_too():
+    move = {"from": "us-central1-a", "to": "us-central1-b", "step": "snapshot", "replicaZones": REPLICAS}
+    with pytest.raises(ConfigError, match=r"jobs\[0\]\.move\.replicaZones: machineType a3-highgpu-8g: A3 is a generation-3"):
+        validate(stack_config(GCP_BASE, jobs=[gcp_job(machineType="a3-highgpu-8g", state="stopped", move=move)]), "t")
+
+
+@pytest.mark.parametrize("machine", ["a2-highgpu-1g", "n1-standard-8"])
+def test_second_generation_series_and_older_keep_their_regional_disk(machine):
+    extra = {"accelerator": {"type": "nvidia-tesla-t4", "count": 1}} if machine.startswith("n1") else {}
+    cfg = validate(stack_config(GCP_BASE, jobs=[gcp_job(machineType=machine, diskReplicaZones=REPLICAS, **extra)]), "t")
+    (disk,) = [r for r in planner.run(cfg, "team").resources if r.type.endswith("RegionDisk")]
+    assert disk.inputs["type"].endswith("pd-balanced")
+
+
+def test_the_program_refuses_a_regional_disk_on_such_a_series_whatever_the_config_let_through(monkeypatch):
+    from infra import config, contract
+
+    monkeypatch.setattr(config, "_regional_series", lambda *a: None)
+    cfg = validate(stack_config(GCP_BASE, jobs=[gcp_job(machineType="a3-highgpu-8g", diskReplicaZones=REPLICAS)]), "t")
+    with pytest.raises(contract.ContractError, match="gcp.regional-disk-machine-series"):
+        planner.run(cfg, "team")
+
+
+def test_validate_names_the_key(project, runner):
+    from cli.app import app
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    text = path.read_text()
+    assert "      machineType: a3-highgpu-8g\n" in text  # llm-pretrain, jobs[0]
+    path.write_text(text.replace("      machineType: a3-highgpu-8g\n",
+                                 "      machineType: a3-highgpu-8g\n      diskReplicaZones: [us-central1-a, us-central1-b]\n", 1))
+    result = runner.invoke(app, ["validate", "--stack", "example-gcp"])
+    assert result.exit_code == 1
+    assert "spotctl:jobs[0].diskReplicaZones: machineType a3-highgpu-8g: A3 is a generation-3" in " ".join(result.output.split())

@@ -144,8 +144,19 @@ def test_the_watchers_failover_for_a_regional_disk_moves_at_once_and_only_to_its
     assert (decision.choice, decision.zone) == ("move", "us-central1-b")  # no snapshot: nothing to wait for
 
 
-def test_spotctl_move_of_a_regional_job_snapshots_nothing_and_deletes_nothing(project, runner, fake_pulumi):
+def a2_gang(project: Path) -> Path:
+    """The example's llm-pretrain gang on A2 (A100 80 GB): a series that takes a regional disk
+    (gcp.regional-disk-machine-series; the example's A3 does not)."""
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    text = path.read_text()
+    old = "      machineType: a3-highgpu-8g\n      accelerator: {type: nvidia-h100-80gb, count: 8}\n"
+    assert old in text
+    path.write_text(text.replace(old, "      machineType: a2-ultragpu-8g\n      accelerator: {type: nvidia-a100-80gb, count: 8}\n", 1))
+    return path
+
+
+def test_spotctl_move_of_a_regional_job_snapshots_nothing_and_deletes_nothing(project, runner, fake_pulumi):
+    path = a2_gang(project)
     text = path.read_text()
     head, sep, rest = text.partition("    - id: llm-pretrain\n")
     path.write_text(head + sep + "      diskReplicaZones: [us-central1-a, us-central1-b]\n" + rest)
@@ -241,6 +252,7 @@ def test_the_conversion_restores_a_regional_disk_from_the_snapshot_under_the_nex
 def test_spotctl_move_converts_a_zonal_disk_into_a_regional_one_then_moves_it_without_a_snapshot(project, runner, fake_pulumi):
     args = ["move", "llm-pretrain", "--to-zone", "us-central1-a", "--replica-zones", "us-central1-a,us-central1-b",
             "--stack", "example-gcp", "--yes"]
+    a2_gang(project)
     (project / "events").mkdir()
     result = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
     assert result.exit_code == 0, result.output

@@ -681,6 +681,47 @@ def _regional_standard_size(type_: str, props: Mapping[str, Any]) -> str | None:
     return f"a regional pd-standard disk of {size} GiB" if str(kind).endswith("pd-standard") and int(size) < 200 else None
 
 
+# Which machine series take a Regional Persistent Disk (spotctl declares pd-balanced). The one
+# statement found: GKE's regional-pd guide, "Generally, you should use Hyperdisk Balanced High
+# Availability volumes for 3rd generation machine series or newer and regional persistent disks in
+# 2nd generation machine series or older", pointing to Compute Engine's "Limitations for Regional
+# Disk" (compute/docs/disks/persistent-disks#repd_limitations) for the exact machine types; that table
+# was not in the searched corpus [UNVERIFIED per series]. Generations: "E2, E2 shared-core, N2, N2D,
+# and Tau T2D are second generation machine series ...; N1 ... first generation"
+# (compute/docs/general-purpose-machines); "The generation is denoted by an ascending number"
+# (compute/docs/machine-resource), which places A2 in the second generation [UNVERIFIED: by the
+# series number] and A3, A4, C3, C4, N4 ... in the third or later. G2 has no stated generation and no
+# regional-disk statement was found: refused until checked [UNVERIFIED]. Unknown series: refused.
+REGIONAL_PD_SERIES = {"n1": 1, "e2": 2, "n2": 2, "n2d": 2, "t2d": 2, "a2": 2}
+REGIONAL_PD_SOURCE = ("https://cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/regional-pd (\"Generally, you "
+                      "should use Hyperdisk Balanced High Availability volumes for 3rd generation machine series or newer and "
+                      "regional persistent disks in 2nd generation machine series or older\"; exact machine types: "
+                      "compute/docs/disks/persistent-disks#repd_limitations [UNVERIFIED: not in the corpus]); generations: "
+                      "https://cloud.google.com/compute/docs/general-purpose-machines, https://cloud.google.com/compute/docs/machine-resource")
+
+
+def regional_disk_problem(machine_type: str) -> str | None:
+    """Why a job on ``machine_type`` cannot have a Regional Persistent Disk (pd-balanced), or None."""
+    series = family(machine_type)
+    if series in REGIONAL_PD_SERIES:
+        return None
+    digits = re.findall(r"\d+", series)
+    if series == "g2" or not digits:
+        why = (f"no source found saying the {series.upper()} series takes a Regional Persistent Disk [UNVERIFIED]; "
+               "spotctl refuses it until that is checked")
+    else:
+        why = (f"{series.upper()} is a generation-{digits[0]} machine series: Regional Persistent Disk is for second-generation "
+               "series or older (newer ones take Hyperdisk Balanced High Availability, which spotctl does not declare)")
+    return (f"machineType {machine_type}: {why}. Regional disks here: {', '.join(s.upper() for s in REGIONAL_PD_SERIES)}; "
+            "without diskReplicaZones the job moves between zones by snapshot (`spotctl move`)")
+
+
+rule("gcp.regional-disk-machine-series", (),
+     says="A Regional Persistent Disk attaches to second-generation machine series or older (N1, E2, N2, N2D, T2D, A2); "
+          "newer series (A3, A4, G4, C3, ...) take Hyperdisk Balanced High Availability instead.",
+     fix="drop diskReplicaZones (and --replica-zones) for this machine type: the job moves by snapshot",
+     source=REGIONAL_PD_SOURCE)(None)
+
 rule("gcp.regional-disk-attach-in-replica-zone", (),
      says="A regional disk attaches to a VM in one of its two replica zones (the VM's zone is the disk's primary zone).",
      fix="keep the job's zone one of its diskReplicaZones (spotctl move JOB --to-zone <the other replica zone>)",
