@@ -121,8 +121,7 @@ def test_events_from_gcs_as_the_scripts_wrote_them(project, runner, monkeypatch,
 
 def test_events_of_another_stack_with_the_same_job_id_are_not_this_jobs(tmp_path):
     """A synced bucket (or a shared events dir) holds every stack; job ids may coincide across them."""
-    from cli.lifecycle.events import load_events
-    from cli.watch.observe import parse_documents
+    from cli.lifecycle.events import keyed_events, load_events, read_dir
 
     def doc(stack, attempt):
         return {"stack": stack, "job": "train", "attempt": attempt, "node": 0, "event": "preempted",
@@ -135,5 +134,4 @@ def test_events_of_another_stack_with_the_same_job_id_are_not_this_jobs(tmp_path
     (tmp_path / "u.json").write_text(json.dumps(unstamped))
     assert sorted(e.attempt for e in load_events(tmp_path, "train", "team-a")) == [2, 3]
     assert sorted(e.attempt for e in load_events(tmp_path, "train")) == [2, 3, 9]
-    docs = [p.read_bytes() for p in sorted(tmp_path.rglob("*.json"))]
-    assert sorted(e.attempt for e in parse_documents(docs, {"train"}, "team-a")) == [2, 3]
+    assert sorted(e.attempt for e in keyed_events(read_dir(tmp_path), {"train"}, "team-a")) == [2, 3]

@@ -309,9 +309,9 @@ def test_preemption_via_the_event_bucket(aws_stack, runner, fake_pulumi, moto_se
     s3 = aws("s3")
     s3.create_bucket(Bucket="team-events")
     for i, (event, minute) in enumerate([("started", 0), ("preempted", 40)]):
-        s3.put_object(Bucket="team-events", Key=f"team/train/a3-n0-{i}.json", Body=json.dumps(
+        s3.put_object(Bucket="team-events", Key=f"team/train/attempt-3/node-0/{i}-{event}.json", Body=json.dumps(
             {"job": "train", "attempt": 3, "node": 0, "event": event, "time": (T0 + timedelta(minutes=minute)).isoformat()}))
-    s3.put_object(Bucket="team-events", Key="other-stack/train/x.json", Body=json.dumps(
+    s3.put_object(Bucket="team-events", Key="other-stack/train/attempt-3/node-0/x.json", Body=json.dumps(
         {"job": "train", "attempt": 3, "node": 0, "event": "completed", "time": T0.isoformat()}))
     result, lines = watch(runner, "--no-poll", "--events-bucket", "team-events")
     assert result.exit_code == 0, result.output
@@ -547,7 +547,7 @@ def test_the_shipped_systemd_unit_runs_a_real_watch_command(runner):
 def test_the_bucket_is_read_incrementally_across_cycles(aws_stack):
     from cli.watch import observe
 
-    docs = {"team/train/1.json": json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "started", "time": T0.isoformat()}).encode()}
+    docs = {"team/train/attempt-3/node-0/1.json": json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "started", "time": T0.isoformat()}).encode()}
 
     class Bucket:  # the Cloud object's bucket call, as the tests swap whole Cloud objects
         skips: list = []
@@ -565,12 +565,12 @@ def test_the_bucket_is_read_incrementally_across_cycles(aws_stack):
         return [s.event.event for s in got.events.get("train", [])]
 
     assert kinds() == ["started"] and cloud.skips[-1] == set()
-    assert kinds() == ["started"] and cloud.skips[-1] == {"team/train/1.json"}  # not downloaded again
-    docs["team/train/2.json"] = json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "preempted",
+    assert kinds() == ["started"] and cloud.skips[-1] == {"team/train/attempt-3/node-0/1.json"}  # not downloaded again
+    docs["team/train/attempt-3/node-0/2.json"] = json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "preempted",
                                             "time": (T0 + timedelta(minutes=1)).isoformat()}).encode()
     assert kinds() == ["started", "preempted"]
-    del docs["team/train/1.json"]  # expired by the bucket's lifecycle rule
-    assert kinds() == ["preempted"] and set(cache) == {"team/train/2.json"}
+    del docs["team/train/attempt-3/node-0/1.json"]  # expired by the bucket's lifecycle rule
+    assert kinds() == ["preempted"] and set(cache) == {"team/train/attempt-3/node-0/2.json"}
 
 
 @pytest.mark.parametrize("name", ["example-aws", "example-gcp"])

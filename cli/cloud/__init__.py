@@ -157,12 +157,6 @@ class Cloud:
         observer = self.observer()
         return call(lambda: observer.vms(job_id))
 
-    def bucket_documents(self, bucket: str, prefix: str) -> list[bytes]:
-        """The event objects (``*.json``) under ``prefix``: never the trainer's log chunks next to
-        them (``*.log``), which are large and hold whatever the trainer printed (an event-shaped
-        line in a log must not count as an event)."""
-        return [doc for doc in self.bucket_objects(bucket, prefix, suffix=".json").values() if doc is not None]
-
     def prices(self, machine_types: list[str]) -> dict[str, tuple[float, float, str]]:
         """{type: (spot $/h, on-demand $/h, source)} from the cloud's price APIs: EC2 spot price
         history and the AWS Price List; GCP's Cloud Billing Catalog with the Compute API's machine

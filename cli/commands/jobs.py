@@ -306,7 +306,7 @@ def cleanup(
         return cloud_for(cfg, ref).inventory()
 
     def completed(cfg, job_id):
-        found = events.recorded(cloud_for(cfg, ref), job_id, events_dir, events_bucket)
+        found = events.recorded(cloud_for(cfg, ref), job_id, events_dir, events_bucket, warn)
         return any(e.event == "completed" for e in found)
 
     with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first

@@ -4,7 +4,8 @@ job's VMs as events, and the timeline they tell (pure, apart from reading files)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,33 +47,92 @@ def of_stack(doc: dict, stack: str | None) -> bool:
     return stack is None or doc.get("stack") in (None, stack)
 
 
-def parse_events(docs: Iterable[Any], job_id: str, stack: str | None = None) -> list[Event]:
-    """The events of ``job_id`` (of ``stack``, when given) among raw JSON documents (bytes or str);
-    anything else is skipped."""
-    events = []
-    for raw in docs:
-        try:
-            doc = json.loads(raw)
-            if doc.get("job") == job_id and of_stack(doc, stack):
-                events.append(Event.parse(doc))
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
-            continue
-    return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
-
-
-def load_events(source: Path | None, job_id: str, stack: str | None = None) -> list[Event]:
+def load_events(source: Path | None, job_id: str, stack: str | None = None,
+                warn: Callable[[str], None] | None = None) -> list[Event]:
     """Recorded events of a job from a directory (the bucket synced locally, or a job disk's
-    ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time."""
-    if source is None:
-        return []
+    ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time. A file laid
+    out like a bucket object (``.../<job>/attempt-N/node-K/*.json``) counts only if its body agrees
+    with that path (:func:`trusted`)."""
+    return keyed_events(read_dir(source), {job_id}, stack, warn) if source is not None else []
+
+
+def read_dir(source: Path) -> dict[str, bytes]:
+    """{path relative to ``source``: content} of every ``*.json``/``*.jsonl`` below ``source`` (or the
+    file itself); an unreadable file (a broken link, no permission) is skipped: a stray file never
+    fails a resume."""
     files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file())
-    lines = []
+    out = {}
     for path in files:
         try:
-            lines += path.read_bytes().decode(errors="replace").split("\n")
+            out[path.name if path == source else path.relative_to(source).as_posix()] = path.read_bytes()
         except OSError:
-            continue  # unreadable (a broken link, no permission): a stray file never fails a resume
-    return parse_events(lines, job_id, stack)
+            continue
+    return out
+
+
+# Where the scripts write an event object: ``<stack>/<job>/attempt-N/node-K/<time>-<event>.json``
+# (``spotctl_record`` in templates/common/lib.sh.j2, ``infra.render.event_object_prefix``). IAM lets a
+# job's VM write only under its own ``<stack>/<job>/`` (infra/aws.py ``_instance_profile``; the GCS
+# grant in infra/gcp.py is conditioned on the same prefix), never what it puts in the body: so the key
+# is the only claim a bucket event can prove, and a body must agree with it.
+EVENT_KEY = re.compile(r"(?:(?P<stack>[^/]+)/)?(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/node-(?P<node>\d+)/[^/]+\.json")
+
+
+def trusted(key: str, doc: Mapping[str, Any], event: Event, stack: str | None) -> bool:
+    """Whether an event document agrees with the object key (or relative path) it was read from.
+    ``stack`` given: the key must be a full bucket key ``<stack>/<job>/attempt-N/node-K/...`` of it;
+    None (a local directory, rooted anywhere): a path that ends like one must agree with it, any
+    other path (a job disk's ``events.jsonl``, a file the user wrote) is the user's own."""
+    m = EVENT_KEY.fullmatch(key) if stack is not None else EVENT_KEY.search(key)
+    if m is None:  # not laid out like an event object: only a local file the user chose
+        return stack is None and not re.search(r"(^|/)attempt-\d+/node-\d+/", key)
+    agrees = (event.job, event.attempt, event.node) == (m["job"], int(m["attempt"]), int(m["node"]))
+    if stack is None:
+        return agrees
+    return agrees and m["stack"] == stack and doc.get("stack", stack) == stack
+
+
+def _documents(text: str) -> list[str]:
+    """One JSON document (an event object, however formatted) or JSON lines."""
+    try:
+        json.loads(text)
+        return [text]
+    except ValueError:
+        return text.split("\n")
+
+
+def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str | None,
+                 warn: Callable[[str], None] | None = None, *, bucket: bool = False,
+                 rejected: set[str] | None = None) -> list[Event]:
+    """The events of any of ``job_ids`` (of ``stack``, when given) among ``{key: JSON or JSON lines}``,
+    sorted by time, each only if its key vouches for it (:func:`trusted`: ``bucket`` keys must be
+    full ``<stack>/<job>/attempt-N/node-K/`` object keys). A document its key contradicts (a job's VM
+    writing another job's events under its own prefix) is skipped with one warning naming the key;
+    its key is added to ``rejected``."""
+    events = []
+    for key, raw in objects.items():
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        for line in _documents(text):
+            try:
+                doc = json.loads(line)
+                # a local directory may hold several stacks; under this stack's bucket prefix, another
+                # stack's claim is a forgery (warned of below)
+                if not (isinstance(doc, dict) and doc.get("job") in job_ids and (bucket or of_stack(doc, stack))):
+                    continue
+                event = Event.parse(doc)
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+                continue
+            if trusted(key, doc, event, stack if bucket else None):
+                events.append(event)
+                continue
+            if rejected is not None:
+                rejected.add(key)
+            if warn is not None:
+                warn(f"event {key}: skipped: its body claims job {event.job!r} attempt {event.attempt} node "
+                     f"{event.node}{' of stack ' + repr(doc.get('stack')) if 'stack' in doc else ''}, "
+                     "which its key does not grant")
+            break  # one warning per object
+    return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
 
 
 @dataclass(frozen=True)
@@ -117,12 +177,15 @@ def cloud_events(vms, job: Job, now: datetime) -> list[Event]:
     return out
 
 
-def recorded(cloud, job_id: str, events_dir: Path | None, bucket: str | None) -> list[Event]:
+def recorded(cloud, job_id: str, events_dir: Path | None, bucket: str | None,
+             warn: Callable[[str], None] | None = None) -> list[Event]:
     """A job's events from ``events_dir`` and/or the stack's event bucket (objects ``<stack>/<job>/``),
-    sorted by time. ``cloud`` is the stack's ``cli.cloud.Cloud``; its failures raise CloudError."""
-    found = load_events(events_dir, job_id, cloud.stack)
+    sorted by time, each only if its key vouches for it (:func:`keyed_events`; ``warn`` hears of the
+    others). ``cloud`` is the stack's ``cli.cloud.Cloud``; its failures raise CloudError."""
+    found = load_events(events_dir, job_id, cloud.stack, warn)
     if bucket:
-        found += parse_events(cloud.bucket_documents(bucket, f"{cloud.stack}/{job_id}/"), job_id, cloud.stack)
+        objects = cloud.bucket_objects(bucket, f"{cloud.stack}/{job_id}/", suffix=".json")
+        found += keyed_events({k: v for k, v in objects.items() if v is not None}, {job_id}, cloud.stack, warn, bucket=True)
     return sorted(found, key=lambda e: (e.time, e.attempt, e.node))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from cli.lifecycle.events import Event, load_events, parse_events
+from cli.lifecycle.events import Event, keyed_events, load_events
 
 DISK_LOG_RE = re.compile(r"^attempt-(\d+)-node-(\d+)\.log$")
 CHUNK_RE = re.compile(r"attempt-(\d+)/node-(\d+)/logs/(\d+)\.log$")
@@ -179,7 +179,8 @@ class BucketLogs:
         return read(None, self.job_id, key, self._fetch(f"{self.prefix}attempt-{key.attempt}/node-{key.node}/logs/", ".log", True))
 
     def events(self, key: LogKey) -> list[Event]:
-        return parse_events(self._fetch(f"{self.prefix}attempt-{key.attempt}/", ".json").values(), self.job_id)
+        return keyed_events(self._fetch(f"{self.prefix}attempt-{key.attempt}/", ".json"), {self.job_id}, self.cloud.stack,
+                            bucket=True)
 
 
 def show(source: LogSource, attempt: int | None, node: int, write: Callable[[str], None], *, lines: int = 0,

@@ -18,11 +18,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cli.cloud import CloudError, Message
-from cli.lifecycle.events import Event, cloud_events, of_stack
+from cli.lifecycle.events import Event, cloud_events, keyed_events, read_dir
 from cli.watch.decide import FACTS, Seen, merge, seen
 from infra.config import JobState, StackConfig
 from infra.naming import stack_slug
 
+SYSTEM_EVENT_LOG = "/logs/cloudaudit.googleapis.com%2Fsystem_event"
 NOTICE_REVISIT = timedelta(minutes=15)  # an AWS notice whose VM still runs is re-read until then
 GONE = ("terminated", "stopped", "stopping", "shutting-down")
 NOTICE_KINDS = {"EC2 Spot Instance Interruption Warning": "preemption-notice",
@@ -55,33 +56,18 @@ class Observed:
     acks: list[Ack] = field(default_factory=list)
 
 
-def parse_documents(docs, job_ids: set[str], stack: str | None = None) -> list[Event]:
-    """Recorded events of any of ``job_ids`` (of ``stack``, when given) among raw JSON / JSON-lines
-    documents (others skipped)."""
-    out = []
-    for raw in docs:
-        text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-        for line in text.split("\n"):
-            try:
-                doc = json.loads(line)
-                if isinstance(doc, dict) and doc.get("job") in job_ids and of_stack(doc, stack):
-                    out.append(Event.parse(doc))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return out
-
-
-def read_dir(path: Path) -> list[bytes]:
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl"))
-    return [p.read_bytes() for p in files]
-
-
 def gcp_preemption(body: bytes, slug: str, jobs: dict, now: datetime) -> Event | None:
     """The job VM a ``compute.instances.preempted`` log entry names (``<slug>-<job>-a<N>-n<M>``)."""
     try:
         entry = json.loads(body)
         payload = entry.get("protoPayload") or {}
-        if payload.get("methodName") != "compute.instances.preempted":
+        # Only Compute Engine writes the System Event audit log; a job's service account may write log
+        # entries (roles/logging.logWriter) and entries.write accepts an AuditLog protoPayload
+        # (LogEntry.protoPayload: "type.googleapis.com/google.cloud.audit.AuditLog" is supported), so an
+        # entry in any other log could name another job's VM.
+        # https://cloud.google.com/logging/docs/audit/understanding-audit-logs (logName of System Event logs)
+        if (payload.get("methodName") != "compute.instances.preempted"
+                or not str(entry.get("logName", "")).endswith(SYSTEM_EVENT_LOG)):
             return None
         name = str(payload.get("resourceName", "")).rsplit("/", 1)[-1]
         when = datetime.fromisoformat(str(entry.get("timestamp") or now.isoformat()).replace("Z", "+00:00"))
@@ -124,7 +110,7 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
 
     if sources.events_dir is not None:
         attempt(f"events dir {sources.events_dir}", lambda: batches.append(
-            [seen(e, "events-dir") for e in parse_documents(read_dir(sources.events_dir), ids, stack)]))
+            [seen(e, "events-dir") for e in keyed_events(read_dir(sources.events_dir), ids, stack, warn)]))
     if sources.bucket:
         cache = {} if bucket_cache is None else bucket_cache
 
@@ -133,8 +119,10 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
             fresh = {k: v for k, v in listed.items() if v is not None}
             for k in [k for k in cache if k not in listed]:  # expired by the bucket's lifecycle rule
                 del cache[k]
-            cache.update(fresh)
-            batches.append([seen(e, "bucket") for e in parse_documents(cache.values(), ids, stack)])
+            forged: set[str] = set()
+            keyed_events(fresh, ids, stack, warn, bucket=True, rejected=forged)  # each new object warned of once
+            cache.update({k: b"" if k in forged else v for k, v in fresh.items()})  # kept, so not read again
+            batches.append([seen(e, "bucket") for e in keyed_events(cache, ids, stack, bucket=True)])
 
         attempt(f"event bucket {sources.bucket}", bucket)
     if sources.subscription:
