@@ -21,6 +21,7 @@ from infra import contract
 from infra.aws_scaling import demand_scaling, mixed_group, protect_policy
 from infra.common import (
     BOOT_DISK_GB,
+    MOVE_CREATE_TIMEOUT,
     JobPlan,
     StackArgs,
     declare_components,
@@ -660,6 +661,8 @@ class TrainingJob(pulumi.ComponentResource):
         throughput, iops = gp3_performance(job)
         by_gen: dict[int, aws.ebs.Volume] = {}
         snaps: dict[int, aws.ebs.Snapshot] = {}
+        # A move's snapshot and the volumes restored from it may take hours (aws.move-create-timeout).
+        move_timeouts = pulumi.CustomTimeouts(create=MOVE_CREATE_TIMEOUT)
 
         def snapshot(s) -> aws.ebs.Snapshot:
             # Kept in the cloud when the move is released (retain_on_delete), with the ownership tags.
@@ -668,7 +671,7 @@ class TrainingJob(pulumi.ComponentResource):
                 volume_id=by_gen[s.gen - 1].id,
                 description=f"spotctl {args.stack}/{job.id} node {node.rank}: move to generation {s.gen}",
                 tags=aws_tags(args.stack, cfg.labels, name=s.name, job=job.id, node=str(node.rank)),
-                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, custom_timeouts=move_timeouts),
             )
 
         for d in sorted(node.disks, key=lambda d: d.gen):
@@ -686,7 +689,8 @@ class TrainingJob(pulumi.ComponentResource):
                 snapshot_id=snap.id if snap is not None else None,
                 tags=aws_tags(args.stack, cfg.labels, name=d.name, job=job.id, node=str(node.rank)),
                 opts=pulumi.ResourceOptions(parent=self, protect=d.protect,
-                                            ignore_changes=["snapshotId"] if d.restored else None),
+                                            ignore_changes=["snapshotId"] if d.restored else None,
+                                            custom_timeouts=move_timeouts if d.restored else None),
             )
             self.volumes.append(by_gen[d.gen])
         for s in node.snapshots:

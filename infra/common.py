@@ -80,6 +80,12 @@ class SnapshotPlan:
         return f"{component}-n{rank}-{gen_prefix(self.gen)}snapshot"
 
 
+# How long a move's snapshot, and a disk restored from one, may take to be created (Pulumi's
+# customTimeouts; "h" is its largest unit). The providers' defaults (20 min GCP, 10 min AWS) are far
+# shorter than a snapshot of a large disk can take (contract rules gcp/aws.move-create-timeout).
+MOVE_CREATE_TIMEOUT = "12h"
+
+
 @dataclass(frozen=True)
 class NodePlan:
     """One node of a job: its disk always, its VM only while the job should run; during a move

@@ -15,6 +15,7 @@ import pulumi_gcp as gcp
 from infra import contract
 from infra.common import (
     BOOT_DISK_GB,
+    MOVE_CREATE_TIMEOUT,
     JobPlan,
     StackArgs,
     declare_components,
@@ -593,7 +594,8 @@ class TrainingJob(pulumi.ComponentResource):
                 snapshot=snap.self_link if snap is not None else None,
                 labels={**labels, "spotctl-node": str(node.rank)},
                 opts=pulumi.ResourceOptions(parent=self, protect=d.protect,
-                                            ignore_changes=["snapshot"] if d.restored else None),
+                                            ignore_changes=["snapshot"] if d.restored else None,
+                                            custom_timeouts=_MOVE_TIMEOUTS if d.restored else None),
                 **where,
             )
             self.disks.append(by_gen[d.gen])
@@ -624,8 +626,12 @@ class TrainingJob(pulumi.ComponentResource):
             zone=s.zone,
             source_disk=source.name,
             labels={**labels, "spotctl-node": str(node.rank)},
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, custom_timeouts=_MOVE_TIMEOUTS),
         )
+
+
+# A move's snapshot and the disks restored from it may take hours (gcp.move-create-timeout).
+_MOVE_TIMEOUTS = pulumi.CustomTimeouts(create=MOVE_CREATE_TIMEOUT)
 
 
 def _force_attach(job, node, name: str) -> bool | None:

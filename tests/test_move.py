@@ -312,10 +312,11 @@ def test_a_restored_volume_must_be_encrypted():
     from infra import contract
     from infra.contract import ContractError
 
-    contract.check("aws:ebs/volume:Volume", "v", {"snapshot_id": "snap-1", "encrypted": True})
+    waits = {contract.TIMEOUTS: {"create": "12h"}}  # aws.move-create-timeout: test_move_edges
+    contract.check("aws:ebs/volume:Volume", "v", {"snapshot_id": "snap-1", "encrypted": True} | waits)
     contract.check("aws:ebs/volume:Volume", "v", {"encrypted": False})  # not restored: another matter
     with pytest.raises(ContractError, match="aws.restored-volume-encrypted"):
-        contract.check("aws:ebs/volume:Volume", "v", {"snapshot_id": "snap-1", "encrypted": False})
+        contract.check("aws:ebs/volume:Volume", "v", {"snapshot_id": "snap-1", "encrypted": False} | waits)
 
 
 @pytest.mark.parametrize("cloud,rule", [("gcp", "gcp.zonal-disk-same-zone"), ("aws", "aws.volume-az-bound")])

@@ -5,6 +5,7 @@ enough, and regional disks only on the machine series that take them."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -122,8 +123,6 @@ def test_a_job_whose_attempt_completed_does_not_move():
 
 
 def test_move_command_refuses_a_completed_attempt_and_changes_nothing(project, runner, fake_pulumi):
-    import json
-
     from cli.app import app
 
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
@@ -189,3 +188,77 @@ def test_validate_names_the_key(project, runner):
     result = runner.invoke(app, ["validate", "--stack", "example-gcp"])
     assert result.exit_code == 1
     assert "spotctl:jobs[0].diskReplicaZones: machineType a3-highgpu-8g: A3 is a generation-3" in " ".join(result.output.split())
+
+
+# ---- D3: a move's snapshots (and the disks restored from them) wait hours, not the providers' minutes ---
+
+
+def move_plan(cloud: str, step: str):
+    from tests.conftest import AWS_BASE, aws_job
+
+    if cloud == "gcp":
+        base, make, frm, to = GCP_BASE, gcp_job, "us-central1-a", "us-central1-b"
+    else:
+        base, make, frm, to = AWS_BASE, aws_job, "us-east-1a", "us-east-1b"
+    fields = {"state": "stopped", "move": {"from": frm, "to": to, "step": step}}
+    if step == "start":
+        fields = {"state": "running", "zone": to, "attempt": 2, "zoneHistory": [{"zone": frm, "lastAttempt": 1}],
+                  "move": {"from": frm, "to": to, "step": step}}
+    return planner.run(validate(stack_config(base, jobs=[make(**fields)]), "t"), "team")
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_every_move_snapshot_and_restored_disk_is_given_hours_to_be_created(cloud):
+    from infra.common import MOVE_CREATE_TIMEOUT
+    from infra.contract import MOVE_CREATE_MIN_H, duration_h
+
+    assert duration_h(MOVE_CREATE_TIMEOUT) >= MOVE_CREATE_MIN_H
+    for step in ("snapshot", "restore", "start"):
+        plan = move_plan(cloud, step)
+        snaps = [r for r in plan.resources if r.type.endswith("/snapshot:Snapshot")]
+        restored = [r for r in plan.resources if r.inputs.get("snapshot" if cloud == "gcp" else "snapshotId")]
+        assert snaps and (step == "snapshot" or restored)
+        assert all(r.timeouts == {"create": MOVE_CREATE_TIMEOUT} for r in snaps + restored), step
+        assert "customTimeouts" in json.dumps([r.as_json() for r in snaps])
+    other = [r for r in move_plan(cloud, "restore").resources if r.type.endswith(("/disk:Disk", "/volume:Volume"))
+             and not r.inputs.get("snapshot" if cloud == "gcp" else "snapshotId")]
+    assert other and all(not r.timeouts for r in other)  # the job's first disk: the provider's defaults
+
+
+@pytest.mark.parametrize("cloud,module,attr", [("gcp", "infra.gcp", "_MOVE_TIMEOUTS"), ("aws", "infra.aws", "MOVE_CREATE_TIMEOUT")])
+def test_a_program_whose_move_snapshot_waits_minutes_is_stopped_at_registration(cloud, module, attr, monkeypatch):
+    import importlib
+
+    import pulumi
+
+    from infra.contract import ContractError
+
+    short = pulumi.CustomTimeouts(create="20m") if attr == "_MOVE_TIMEOUTS" else "20m"
+    monkeypatch.setattr(importlib.import_module(module), attr, short)
+    with pytest.raises(ContractError, match=f"{cloud}.move-create-timeout") as exc:
+        move_plan(cloud, "snapshot")
+    assert "waits only 20m to be created (< 6 h)" in str(exc.value)
+
+
+@pytest.mark.parametrize("type_,props,problem", [
+    ("gcp:compute/snapshot:Snapshot", {}, "declares no create timeout"),
+    ("gcp:compute/snapshot:Snapshot", {"_custom_timeouts": {"create": "5h59m"}}, "waits only 5h59m"),
+    ("gcp:compute/snapshot:Snapshot", {"_custom_timeouts": {"create": "6h"}}, None),
+    ("gcp:compute/disk:Disk", {"snapshot": "projects/p/global/snapshots/s"}, "a disk restored from a move's snapshot"),
+    ("gcp:compute/disk:Disk", {"image": "debian"}, None),  # not restored
+    ("gcp:compute/regionDisk:RegionDisk", {"snapshot": "s", "_custom_timeouts": {"create": "30m"}}, "waits only 30m"),
+    ("aws:ebs/snapshot:Snapshot", {"_custom_timeouts": {"create": "10m"}}, "waits only 10m"),
+    ("aws:ebs/volume:Volume", {"snapshot_id": "snap-1", "encrypted": True}, "a volume restored"),
+    ("aws:ebs/volume:Volume", {"encrypted": True}, None),
+])
+def test_move_create_timeout_rules(type_, props, problem):
+    from infra import contract
+
+    found = [(r.id, p) for r, p in contract.violations(type_, props) if r.id.endswith("move-create-timeout")]
+    assert (found[0][1] if found else None) is None if problem is None else problem in found[0][1]
+
+
+def test_durations_read_as_pulumi_writes_them():
+    from infra.contract import duration_h
+
+    assert [duration_h(t) for t in ("12h", "90m", "1h30m", "3600s", "", None, "1d", "12 h")] == [12, 1.5, 1.5, 1, None, None, None, None]

@@ -40,6 +40,7 @@ class Resource:
     dependencies: tuple[str, ...] = ()
     provider: str = ""  # the provider reference ("<urn>::<id>") of a cloud resource; "" for components
     ignore_changes: tuple[str, ...] = ()
+    timeouts: dict[str, str] = field(default_factory=dict)  # customTimeouts (create/update/delete), those set
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -50,7 +51,8 @@ class Resource:
             "inputs": self.inputs,
             "options": {"protect": self.protect, "deleteBeforeReplace": self.delete_before_replace,
                         "dependsOn": list(self.dependencies), "provider": self.provider,
-                        "ignoreChanges": list(self.ignore_changes)},
+                        "ignoreChanges": list(self.ignore_changes)}
+                       | ({"customTimeouts": self.timeouts} if self.timeouts else {}),
         }
 
 
@@ -221,6 +223,12 @@ def _mock_call(token: str, args: dict[str, Any], cfg: StackConfig, account: Mock
     return {}
 
 
+def _timeouts(request) -> dict[str, str]:
+    """The customTimeouts a resource was registered with (only those set)."""
+    ct = request.customTimeouts if request.HasField("customTimeouts") else None
+    return {k: getattr(ct, k) for k in ("create", "update", "delete") if ct is not None and getattr(ct, k)}
+
+
 def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         decrypted: Mapping[tuple[int, str], str] | None = None) -> Plan:
     """Evaluate the Pulumi program for ``cfg`` under mocks; return everything it registered.
@@ -278,6 +286,7 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
                         dependencies=tuple(sorted(request.dependencies)),
                         provider=request.provider,
                         ignore_changes=tuple(request.ignoreChanges),
+                        timeouts=_timeouts(request),
                     )
                 )
             return response

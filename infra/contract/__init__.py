@@ -173,6 +173,47 @@ def _plain_now(value: Any, pending: list[tuple[Any, Any, Any]]) -> Any:
     return out
 
 
+TIMEOUTS = "_custom_timeouts"
+"""The key under which a check also gets the resource's ``custom_timeouts`` option (a dict of its
+create/update/delete duration strings, or None): a rule may need an option, not only inputs."""
+
+
+def _timeouts(opts: Any) -> dict[str, str] | None:
+    ct = getattr(opts, "custom_timeouts", None)
+    if ct is None:
+        return None
+    return {k: v for k in ("create", "update", "delete") if (v := getattr(ct, k, None))}
+
+
+def duration_h(text: str | None) -> float | None:
+    """Hours in a Pulumi duration string ("12h", "90m", "1h30m"; units ns..h as Pulumi's
+    customTimeouts takes them); None when absent or unreadable."""
+    import re
+
+    if not text:
+        return None
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", str(text))
+    if not parts or "".join(n + u for n, u in parts) != str(text):
+        return None
+    per_h = {"h": 1.0, "m": 1 / 60, "s": 1 / 3600, "ms": 1 / 3.6e6, "us": 1 / 3.6e9, "µs": 1 / 3.6e9, "ns": 1 / 3.6e12}
+    return sum(float(n) * per_h[u] for n, u in parts)
+
+
+MOVE_CREATE_MIN_H = 6.0
+"""The least create timeout a move's snapshot (or disk restored from one) declares: both providers
+give up far sooner by default (GCP 20 min, AWS EBS snapshot 10 min, volume 5 min; the rules cite
+them), while a snapshot of a large job disk can take hours."""
+
+
+def move_timeout_problem(props: Mapping[str, Any], what: str) -> str | None:
+    """What is wrong with the create timeout of a move resource (``what`` names it), or None."""
+    create = (props.get(TIMEOUTS) or {}).get("create")
+    hours = duration_h(create)
+    if hours is None:
+        return f"{what} declares no create timeout (custom_timeouts create: {create!r}): the provider's default applies"
+    return None if hours >= MOVE_CREATE_MIN_H else f"{what} waits only {create} to be created (< {MOVE_CREATE_MIN_H:g} h)"
+
+
 def transformation(args) -> None:
     """The Pulumi stack transformation: check what is known now, the rest when it resolves.
 
@@ -184,6 +225,7 @@ def transformation(args) -> None:
         return None  # no rule reads this type: nothing to convert, nothing to wait for
     pending: list[tuple[Any, Any, Any]] = []
     now = _plain_now(args.props, pending)
+    now[TIMEOUTS] = _timeouts(args.opts)
     check(args.type_, args.name, now)
     if pending:
         def later(resolved: list[Any]) -> None:

@@ -1,6 +1,7 @@
 """AWS rules (see ``infra.contract``). One ``@rule`` per rule the AWS APIs enforce on what spotctl
 declares, each citing its source; checks get the pulumi-aws constructor inputs as plain Python.
-Context rules (no types) are checked by the component that has both sides, through ``enforce``."""
+Context rules (no types) are checked by the component that has both sides, through ``enforce``.
+Longer than 400 lines because every AWS rule and its source lives here and nowhere else."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.contract import UNKNOWN, dig, known, rule
+from infra.contract import UNKNOWN, dig, known, move_timeout_problem, rule
 
 INSTANCE = "aws:ec2/instance:Instance"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 VOLUME = "aws:ebs/volume:Volume"
+SNAPSHOT = "aws:ebs/snapshot:Snapshot"
 ATTACHMENT = "aws:ec2/volumeAttachment:VolumeAttachment"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 ASG = "aws:autoscaling/group:Group"
@@ -300,6 +302,23 @@ rule("aws.volume-az-bound", (),
      fix="spotctl move JOB --to-zone AZ (snapshot, restore in the new AZ, start there, release the old volume)",
      source=CREATE_VOLUME_DOC + ": \"Creates an EBS volume that can be attached to an instance in the same "
             "Availability Zone.\" ... \"You can create a new empty volume or restore a volume from an EBS snapshot.\"")(None)
+
+
+@rule("aws.move-create-timeout", [SNAPSHOT, VOLUME],
+      says="A move's EBS snapshot, and a volume restored from one, must be given hours to be created: the provider "
+           "waits 10 minutes for the snapshot to be `completed` (5 for a volume to be `available`) by default, then "
+           "fails the update while the snapshot keeps being made.",
+      fix="declare it with pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create=infra.common.MOVE_CREATE_TIMEOUT))",
+      source="hashicorp/terraform-provider-aws internal/service/ec2/ebs_snapshot.go @011a8eed (Timeouts Create: "
+             "schema.DefaultTimeout(10 * time.Minute); ec2.NewSnapshotCompletedWaiter ... d.Timeout(schema.TimeoutCreate)); "
+             "internal/service/ec2/ebs_volume.go @0073593e (Create 5 min, waitVolumeCreated); Pulumi customTimeouts: "
+             "https://www.pulumi.com/docs/iac/concepts/options/customtimeouts/")
+def move_create_timeout(type_: str, props: Mapping[str, Any]) -> str | None:
+    if type_ == SNAPSHOT:
+        return move_timeout_problem(props, "a move's snapshot")
+    if props.get("snapshot_id") is None:  # an empty volume: not a move's
+        return None
+    return move_timeout_problem(props, "a volume restored from a move's snapshot")
 
 
 @rule("aws.restored-volume-encrypted", [VOLUME],

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.contract import UNKNOWN, dig, known, rule
+from infra.contract import UNKNOWN, dig, known, move_timeout_problem, rule
 
 INSTANCE = "gcp:compute/instance:Instance"
 INSTANCE_TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
@@ -26,6 +26,8 @@ VMS = (INSTANCE, INSTANCE_TEMPLATE, REGION_INSTANCE_TEMPLATE)
 TEMPLATES = (INSTANCE_TEMPLATE, REGION_INSTANCE_TEMPLATE)
 ADDRESS = "gcp:compute/address:Address"
 REGION_DISK = "gcp:compute/regionDisk:RegionDisk"
+DISK = "gcp:compute/disk:Disk"
+SNAPSHOT = "gcp:compute/snapshot:Snapshot"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 BUCKET = "gcp:storage/bucket:Bucket"
 CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
@@ -624,6 +626,28 @@ rule("gcp.watcher-condition-covers-names", (),
          "(job b-x of stack team and job x of stack team-b share their names) must be renamed",
      source="https://cloud.google.com/iam/docs/conditions-resource-attributes (resource service, type and "
             "\"the format for resource name strings\"; compute.googleapis.com/Instance, Disk listed)")(None)
+
+
+# ---- a move's snapshots and restored disks wait long enough ------------------------------------------------
+
+TPG = "hashicorp/terraform-provider-google"
+
+
+@rule("gcp.move-create-timeout", (SNAPSHOT, DISK, REGION_DISK),
+      says="A move's snapshot, and a disk restored from one, must be given hours to be created: the provider waits "
+           "20 minutes by default, then clears the resource's id while the operation keeps running in Compute Engine, "
+           "so the next apply POSTs the same name again and fails with \"already exists\".",
+      fix="declare it with pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create=infra.common.MOVE_CREATE_TIMEOUT))",
+      source=f"{TPG} google/services/compute/resource_compute_snapshot.go @0937ec5b (Timeouts Create: "
+             "schema.DefaultTimeout(20 * time.Minute); on a failed ComputeOperationWaitTime: d.SetId(\"\") \"The resource "
+             f"didn't actually create\"); {TPG} google/services/compute/resource_compute_disk.go @07fc8657 (Create 20 min); "
+             "Pulumi customTimeouts: https://www.pulumi.com/docs/iac/concepts/options/customtimeouts/")
+def _move_create_timeout(type_: str, props: Mapping[str, Any]) -> str | None:
+    if type_ == SNAPSHOT:
+        return move_timeout_problem(props, "a move's snapshot")
+    if props.get("snapshot") is None:  # not restored from a declared snapshot: not a move's disk
+        return None
+    return move_timeout_problem(props, "a disk restored from a move's snapshot")
 
 
 # ---- regional persistent disks (a job's `diskReplicaZones`) ------------------------------------------------
