@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -253,6 +254,44 @@ def test_a_holder_that_cannot_renew_stops_acting_before_its_lease_expires(s3):
         fence.check()
     with pytest.raises(LeaseLost):
         fence.check()  # and it stays lost
+
+
+def test_a_renewal_applied_though_its_reply_was_lost_keeps_the_lease(store):
+    """The server applied the write, the reply timed out: the next renewal's precondition fails on the
+    holder's own newer version. It re-reads, finds its own id, and carries on (nobody else touched it)."""
+
+    class Lossy:
+        drop = False
+
+        def __init__(self, cloud):
+            self.cloud = cloud
+
+        def read_object(self, bucket, key):
+            return self.cloud.read_object(bucket, key)
+
+        def write_object(self, bucket, key, data, expected):
+            gen = self.cloud.write_object(bucket, key, data, expected)
+            if Lossy.drop:
+                Lossy.drop = False
+                raise CloudError("read timeout")  # applied by the server, the reply lost
+            return gen
+
+    cloud, name = store
+    clock = Clock()
+    mine = lease((Lossy(cloud), name), clock, "watcher", 1)
+    assert mine.try_take() is None
+    clock.sleep(5)
+    Lossy.drop = True
+    mine.check()  # tolerated: still valid
+    clock.sleep(5)
+    mine.check()  # precondition failed on its own version: re-read, still its own
+    assert mine.valid() and stored(store).id == mine.me.id
+    assert stored(store).expires == T0 + timedelta(seconds=10) + TERM  # renewed for real at the second check
+    # someone else's write is still a loss
+    other = lease(store, clock, "laptop", 2)
+    cloud.write_object(name, LEASE, replace(other.me, expires=T0 + timedelta(hours=1)).dump(), mine.generation)
+    with pytest.raises(LeaseLost, match="lost"):
+        mine.check()
 
 
 def test_the_keeper_renews_while_a_long_action_runs(s3):

@@ -221,22 +221,31 @@ class BucketLease:
         with self._mutex:
             if not self.held:
                 raise LeaseLost(f"stack {self.stack_file}: this watcher no longer holds {self.where}: stopped acting")
-            try:
-                self._write(self.generation, replace(self.me, expires=self.now() + self.term))
-                return
-            except PreconditionFailed:
-                self.held = False
-                other = None
-                with contextlib.suppress(CloudError):
-                    other = self._read()[0]
-                who = f"watched by {other.describe()} until {other.expires.isoformat()}" if other else "taken or removed"
-                raise LeaseLost(f"stack {self.stack_file}: lease {self.where} lost ({who}): stopped acting") from None
-            except CloudError as exc:
-                if self.now() < self.me.expires - SKEW:
-                    return  # the next renewal may reach it; until then the lease is still this watcher's
-                self.held = False
-                raise LeaseLost(f"stack {self.stack_file}: lease {self.where} could not be renewed before "
-                                f"{self.me.expires.isoformat()} ({exc}): stopped acting") from None
+            for _ in range(2):
+                try:
+                    self._write(self.generation, replace(self.me, expires=self.now() + self.term))
+                    return
+                except PreconditionFailed:
+                    other, generation = None, None
+                    with contextlib.suppress(CloudError):
+                        other, generation = self._read()
+                    if (other is not None and other.id == self.me.id and not other.released
+                            and generation != self.generation):
+                        # Our own earlier renewal, applied though its reply was lost (a timeout): nobody
+                        # else writes our id, so the lease is still ours at this newer version.
+                        self.generation = generation
+                        continue
+                    self.held = False
+                    who = f"watched by {other.describe()} until {other.expires.isoformat()}" if other else "taken or removed"
+                    raise LeaseLost(f"stack {self.stack_file}: lease {self.where} lost ({who}): stopped acting") from None
+                except CloudError as exc:
+                    if self.now() < self.me.expires - SKEW:
+                        return  # the next renewal may reach it; until then the lease is still this watcher's
+                    self.held = False
+                    raise LeaseLost(f"stack {self.stack_file}: lease {self.where} could not be renewed before "
+                                    f"{self.me.expires.isoformat()} ({exc}): stopped acting") from None
+            self.held = False
+            raise LeaseLost(f"stack {self.stack_file}: lease {self.where} kept changing under this watcher: stopped acting")
 
     def check(self) -> None:
         """Before an action: renew, and refuse to act on a lease that is not (still) valid.
