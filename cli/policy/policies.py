@@ -47,8 +47,9 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    seen: each launch pays the changeover again) with on-demand's, and leaves on-demand only after a
    quiet spell of spot (``QUIET_H``), so a zone of short windows cannot make it loop.
 
-Weakest out of sample (bench/policy.py): tight deadlines (C/R = 0.92), where it closes about a third
-of UP's gap to the optimum; it never costs more than the better UP there.
+Weakest out of sample (bench/policy.py): tight deadlines with long changeovers (d = 0.2 h, C/R = 0.92),
+where it closes about a third of UP's gap to the optimum and never costs more than the better UP;
+planning on the zone's own hazards closes 0.39 there, on the true model 0.50 (bench/policy_ceiling.py).
 
 Plans are solved per (regime, job shape) and cached (``SPOTCTL_PLAN_CACHE`` plans, ~67 MB each at
 most: long jobs are planned on a coarser grid, ``Units.fit``); a one-off decision (``resume``) plans

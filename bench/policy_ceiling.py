@@ -1,0 +1,85 @@
+"""How much of Uniform Progress's gap to the omniscient optimum *any* online policy can close.
+
+bench/policy.py measures ``default`` out of sample; this script asks what the goal (0.5 of UP's gap
+closed) is worth per setting, with the same jobs (C = 48 h, d in {0.05, 0.2} h, C/R in {0.6, 0.8,
+0.92}), the same metric and development traces only (../shared/traces/README.md):
+
+- ``own regime``: ``default`` planning on each Oct-2022 series' *own* fitted regime (in sample, no
+  learning, no fallback): what perfect identification of a zone's hazards would give on the real
+  traces; the distance from bench/policy.py's figures is what learning could still win.
+- ``in model``: traces sampled from the eight fitted regimes themselves (semi-Markov, exact ages,
+  27 days of 600 s ticks each), and ``default`` planning on the regime that generated each one: the
+  expected-cost plan under the true model is (up to its age buckets and grid) the best an online
+  policy can do there, so its share is the ceiling wherever availability behaves like the model.
+  The omniscient optimum knows when each window ends; no policy that sees only the past does.
+
+Run: uv run python bench/policy_ceiling.py [--starts N] [--settings 0.2:0.92]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.policy import DEV, SETTINGS, UP  # noqa: E402
+from cli.policy.planning import Regime, bucket_of, fit_regime  # noqa: E402
+from cli.policy.simulate import Job, Trace, evaluate, load_trace, overall  # noqa: E402
+
+
+def sample(regime: Regime, ticks: int, gap_s: int, seed: str) -> Trace:
+    """A series drawn from ``regime``: each tick the current run ends with the hazard of its exact age."""
+    rng = random.Random(seed)
+    tick_h = gap_s / 3600
+    state, age, out = rng.random() < 0.5, 0, []
+    for _ in range(ticks):
+        age += 1
+        out.append(state)
+        if rng.random() < regime.flip_prob(state, bucket_of(age * tick_h), tick_h):
+            state, age = not state, 0
+    return Trace(f"{regime.name}-sampled", gap_s, tuple(out))
+
+
+def closed(traces: list[Trace], regime_of: dict[str, Regime], job: Job, starts: int, seed: int) -> float:
+    """Share of the better UP's gap to the optimum closed by ``default`` planning on each trace's regime."""
+    rows = evaluate(traces, list(UP), job, starts, seed)
+    for trace in traces:
+        r = regime_of[trace.name]  # as ``learned`` too: the plan is on r itself, not on a quantized mix
+        (ours,) = evaluate([trace], ["default"], job, starts, seed, with_optimum=False,
+                           params={"default": {"regimes": [r], "learned": r, "online": False, "fit_z": None}})
+        rows.append(ours)
+    by = {r.policy: r.mean_norm_cost for r in overall(rows)}
+    up = min(by[name] for name in UP)
+    return (up - by["default"]) / (up - by["omniscient"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--starts", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--settings", default="", help="d:C/R pairs, comma-separated (default: all six)")
+    args = parser.parse_args()
+    settings = [tuple(map(float, s.split(":"))) for s in args.settings.split(",") if s] or SETTINGS
+    dev = [load_trace(p) for p in sorted(DEV.glob("*.json"))]
+    if not dev:
+        sys.exit(f"development traces not found under {DEV}")
+    own = {t.name: fit_regime(t.name, t.available, t.gap_s / 3600) for t in dev}
+    sampled = [sample(r, len(t.available), t.gap_s, f"{args.seed}/{t.name}") for t, r in zip(dev, own.values(), strict=True)]
+    generator = {s.name: r for s, r in zip(sampled, own.values(), strict=True)}
+    print(f"{len(dev)} Oct-2022 series and one sampled series per regime; {args.starts} starts each\n")
+    print("setting             own regime (real traces)   in model (sampled traces)")
+    for d, ratio in settings:
+        began = time.time()
+        job = Job(48.0, round(48.0 / ratio, 4), d)
+        real = closed(dev, own, job, args.starts, args.seed)
+        model = closed(sampled, generator, job, args.starts, args.seed)
+        print(f"d={d:<5} C/R={ratio:<5} {real:>15.2f} {model:>27.2f}   ({time.time() - began:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
