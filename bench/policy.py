@@ -47,12 +47,14 @@ def coarsen(trace: Trace, factor: int) -> Trace:
     return Trace(trace.name, trace.gap_s * factor, av)
 
 
-def score(traces: list[Trace], job: Job, starts: int, seed: int, regimes_for) -> tuple[float, float, float, int]:
-    """(optimum / best UP, default / best UP, share of UP's gap closed, misses) over ``traces``."""
+def score(traces: list[Trace], job: Job, starts: int, seed: int, regimes_for,
+          extra_for=lambda trace: {}) -> tuple[float, float, float, int]:
+    """(optimum / best UP, default / best UP, share of UP's gap closed, misses) over ``traces``;
+    ``default`` gets ``regimes_for(trace)`` and the parameters ``extra_for(trace)``."""
     rows = evaluate(traces, list(UP), job, starts, seed)
     for trace in traces:
         (ours,) = evaluate([trace], ["default"], job, starts, seed, with_optimum=False,
-                           params={"default": {"regimes": regimes_for(trace)}})
+                           params={"default": {"regimes": regimes_for(trace), **extra_for(trace)}})
         rows.append(ours)
     by = {r.policy: r for r in overall(rows)}
     up = min(by[name].mean_norm_cost for name in UP)

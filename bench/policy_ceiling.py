@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.policy import DEV, SETTINGS, UP  # noqa: E402
+from bench.policy import DEV, SETTINGS, score  # noqa: E402
 from cli.policy.planning import Regime, bucket_of, fit_regime  # noqa: E402
-from cli.policy.simulate import Job, Trace, evaluate, load_trace, overall  # noqa: E402
+from cli.policy.simulate import Job, Trace, load_trace  # noqa: E402
 
 
 def sample(regime: Regime, ticks: int, gap_s: int, seed: str) -> Trace:
@@ -46,16 +46,10 @@ def sample(regime: Regime, ticks: int, gap_s: int, seed: str) -> Trace:
 
 
 def closed(traces: list[Trace], regime_of: dict[str, Regime], job: Job, starts: int, seed: int) -> float:
-    """Share of the better UP's gap to the optimum closed by ``default`` planning on each trace's regime."""
-    rows = evaluate(traces, list(UP), job, starts, seed)
-    for trace in traces:
-        r = regime_of[trace.name]  # as ``learned`` too: the plan is on r itself, not on a quantized mix
-        (ours,) = evaluate([trace], ["default"], job, starts, seed, with_optimum=False,
-                           params={"default": {"regimes": [r], "learned": r, "online": False, "fit_z": None}})
-        rows.append(ours)
-    by = {r.policy: r.mean_norm_cost for r in overall(rows)}
-    up = min(by[name] for name in UP)
-    return (up - by["default"]) / (up - by["omniscient"])
+    """Share of the better UP's gap to the optimum closed by ``default`` planning on each trace's regime
+    (passed as ``learned`` too: the plan is on that regime itself, not on a quantized mix)."""
+    return score(traces, job, starts, seed, lambda t: [regime_of[t.name]],
+                 lambda t: {"learned": regime_of[t.name], "online": False, "fit_z": None})[2]
 
 
 def main() -> None:
