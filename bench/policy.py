@@ -64,13 +64,18 @@ def score(traces: list[Trace], job: Job, starts: int, seed: int, regimes_for,
     return opt / up, ours / up, closed, by["default"].misses
 
 
-def main() -> None:
+def arguments(starts: int) -> tuple[argparse.Namespace, list[tuple[float, float]]]:
+    """``--starts``, ``--seed`` and ``--settings`` (d:C/R pairs), as the policy benchmarks take them."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--starts", type=int, default=30)
+    parser.add_argument("--starts", type=int, default=starts)
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--settings", default="", help="d:C/R pairs, comma-separated (default: all six)")
     args = parser.parse_args()
-    settings = [tuple(map(float, s.split(":"))) for s in args.settings.split(",") if s] or SETTINGS
+    return args, [tuple(map(float, s.split(":"))) for s in args.settings.split(",") if s] or SETTINGS
+
+
+def main() -> None:
+    args, settings = arguments(30)
     dev = [load_trace(p) for p in sorted(DEV.glob("*.json"))]
     other = [coarsen(load_trace(p), 10) for folder in PREEMPTION for p in sorted(folder.glob("*.json"))]
     if not dev or not other:

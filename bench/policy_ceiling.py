@@ -18,7 +18,6 @@ Run: uv run python bench/policy_ceiling.py [--starts N] [--settings 0.2:0.92]
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.policy import DEV, SETTINGS, score  # noqa: E402
+from bench.policy import DEV, arguments, score  # noqa: E402
 from cli.policy.planning import Regime, bucket_of, fit_regime  # noqa: E402
 from cli.policy.simulate import Job, Trace, load_trace  # noqa: E402
 
@@ -53,12 +52,7 @@ def closed(traces: list[Trace], regime_of: dict[str, Regime], job: Job, starts: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--starts", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=2024)
-    parser.add_argument("--settings", default="", help="d:C/R pairs, comma-separated (default: all six)")
-    args = parser.parse_args()
-    settings = [tuple(map(float, s.split(":"))) for s in args.settings.split(",") if s] or SETTINGS
+    args, settings = arguments(30)
     dev = [load_trace(p) for p in sorted(DEV.glob("*.json"))]
     if not dev:
         sys.exit(f"development traces not found under {DEV}")
