@@ -262,3 +262,30 @@ def test_durations_read_as_pulumi_writes_them():
     from infra.contract import duration_h
 
     assert [duration_h(t) for t in ("12h", "90m", "1h30m", "3600s", "", None, "1d", "12 h")] == [12, 1.5, 1.5, 1, None, None, None, None]
+
+
+def test_a_snapshot_that_exists_in_the_cloud_but_not_in_the_state_says_how_to_adopt_it(project, runner, fake_pulumi, monkeypatch):
+    """GCP's answer when the snapshot step is applied again after a create that outlived the
+    provider's wait: the name exists. The error says how to check it and adopt it, exactly."""
+    (project / "events").mkdir()
+    monkeypatch.setenv("FAKE_PULUMI_CAPACITY_FAILS", "9")
+    monkeypatch.setenv("FAKE_PULUMI_CAPACITY_MESSAGE", "error: 1 error occurred:\n    * Error creating Snapshot: googleapi: "
+                       "Error 409: The resource 'projects/proj-1/global/snapshots/example-gcp-llm-pretrain-n1-m1-snap' "
+                       "already exists, alreadyExists\n")
+    result = runner.invoke(app_(), ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes",
+                                    "--events-dir", str(project / "events")])
+    assert result.exit_code == 1
+    out = " ".join(result.output.split())
+    assert "snapshot example-gcp-llm-pretrain-n1-m1-snap exists in project" in out
+    assert "gcloud compute snapshots describe example-gcp-llm-pretrain-n1-m1-snap" in out
+    assert ("pulumi import gcp:compute/snapshot:Snapshot job-llm-pretrain-n1-m1-snapshot "
+            "projects/my-ml-project/global/snapshots/example-gcp-llm-pretrain-n1-m1-snap --parent parent=urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob::job-llm-pretrain ") in out
+    assert "--provider gcp=urn:pulumi:example-gcp::spotctl::pulumi:providers:gcp::gcp " in out and "--protect=false --stack example-gcp --yes" in out
+    assert "spotctl-job=llm-pretrain" in out and "spotctl move llm-pretrain --to-zone us-central1-b" in out
+    assert "n0-m1-snap" not in out  # only the snapshot GCP named
+
+
+def app_():
+    from cli.app import app
+
+    return app

@@ -18,7 +18,7 @@ from typing import Any
 
 from cli.cloud import CloudError, Inventory
 from cli.lifecycle import operations, stackfile
-from cli.lifecycle.apply import Applier, job_urns
+from cli.lifecycle.apply import Applier, ApplyError, job_urns
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, attempt_outcome, check, may_delete_disks
 from infra.config import ConfigError, Job, StackConfig
@@ -283,7 +283,13 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
         release = _releaser(ref, job_id, applier)
     elif job.move is not None and record.get("to", job.move.to) != job.move.to:
         release = _forget_snapshots(ref, job_id, job)
-    outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release)
+    try:
+        outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release)
+    except ApplyError as exc:
+        hint = _existing_snapshots(ref, job_id, f"{exc}\n{exc.detail}")
+        if hint:
+            raise ApplyError(f"{exc}\n{hint}", started=exc.started, detail=exc.detail) from None
+        raise
     result.steps.append(outcome.change)
     result.applied_steps.append(outcome.applied)
     result.applied = result.applied or outcome.applied
@@ -340,6 +346,46 @@ def _forget_snapshots(ref: stackfile.StackRef, job_id: str, before: Job) -> oper
         return [u for u in gone if u.endswith("-snapshot")]
 
     return release
+
+
+def _existing_snapshots(ref: stackfile.StackRef, job_id: str, text: str) -> str:
+    """What to do when GCP refused a move's snapshot because one of its name exists: an earlier
+    snapshot step's create outlived the provider's wait, which then forgot it while Compute Engine
+    finished it (gcp.move-create-timeout), so applying the step again POSTs the same name. spotctl
+    does not adopt it on its own: the user checks it is this job's (its labels) and ready, then
+    imports it under the URN, parent and provider the program declares it with."""
+    import re
+    import shlex
+
+    from cli.plan import mocks as planner
+
+    names = set(re.findall(r"snapshots/([a-z0-9-]+)'? already exists", text))
+    if not names:
+        return ""
+    cfg = stackfile.load(ref)
+    plan = planner.run(cfg.model_copy(update={"jobs": [cfg.job(job_id)], "pools": []}), ref.name)
+    lines = []
+    for r in plan.resources:
+        name = r.inputs.get("name")
+        if not r.type.endswith("compute/snapshot:Snapshot") or name not in names:
+            continue
+        labels = ",".join(f"{k}={v}" for k, v in sorted((r.inputs.get("labels") or {}).items()))
+        move = cfg.job(job_id).move
+        lines += [
+            f"snapshot {name} exists in project {cfg.project} but not in Pulumi's state: an earlier create outlived the "
+            "provider's wait and was forgotten while Compute Engine finished it. Check it is this job's and ready "
+            f"(status READY, labels {labels}):",
+            f"  gcloud compute snapshots describe {shlex.quote(name)} --project {shlex.quote(cfg.project or '')} "
+            "--format='value(status,labels)'",
+            "then adopt it and continue the move:",
+            f"  pulumi import gcp:compute/snapshot:Snapshot {shlex.quote(r.name)} "
+            f"{shlex.quote(f'projects/{cfg.project}/global/snapshots/{name}')} "
+            f"--parent {shlex.quote('parent=' + (r.parent or ''))} --provider {shlex.quote('gcp=' + r.provider.rsplit('::', 1)[0])} "
+            f"--protect=false --stack {shlex.quote(ref.name)} --yes",
+            f"  spotctl move {job_id} --to-zone {move.to if move else '<zone>'}",
+            "If its labels are not these, it is not this job's: delete or rename it, then run the move again.",
+        ]
+    return "\n".join(lines)
 
 
 def _owned(inputs: dict[str, Any], cloud: str, stack: str) -> bool:
