@@ -7,6 +7,7 @@ the file untouched; a lost race -> decided again; unreachable -> one warning, to
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -100,6 +101,9 @@ def test_without_a_base_only_what_one_side_lacks_is_taken():
     assert list(jobs_of(sync.merge(PATH, None, STACK, STACK + extra).text)) == ["train", "gang", "extra"]
     with pytest.raises(sync.Conflict, match="job train changed both here"):
         sync.merge(PATH, None, STACK, set_field(STACK, "train", "attempt", 9))
+    # A job only this file has: without a base it may be one the team removed, so the shared copy stands.
+    merged = sync.merge(PATH, None, STACK + extra, STACK)
+    assert merged.text == STACK and merged.dropped == ["extra"]
 
 
 def test_a_merge_that_is_not_a_valid_stack_file_is_refused_naming_where_it_came_from():
@@ -489,3 +493,215 @@ def test_a_crlf_file_with_a_byte_order_mark_keeps_both_through_a_merge(machines,
     assert result.exit_code == 0, result.output
     want = set_field(mine, "gang", "state", "completed")
     assert laptop_file.read_bytes() == ("\ufeff" + want.replace("\n", "\r\n")).encode()
+
+
+# ---- faults: a push lost to the network, a kill -9 before the push, a blip, a broken shared copy ------------
+
+
+def test_a_push_lost_to_the_network_fails_the_command_with_the_edit_undone(machines, runner, tmp_path, monkeypatch, fake_pulumi):
+    """Else the command applies an edit the watcher never sees, and the watcher resumes the same job again."""
+    from cli.cloud import Cloud, CloudError
+    from tests.conftest import pulumi_calls
+
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    laptop = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+    real_write = Cloud.write_object
+
+    def reset(*args, **kw):
+        raise CloudError("connection reset")
+
+    monkeypatch.setattr(Cloud, "write_object", reset)
+    lost = cli(runner, "resume", "train", "--yes", "--events-dir", str(seen))
+    assert lost.exit_code == 1
+    assert lost.output == (f"error: {PATH}: the shared copy s3://evts/{KEY} cannot be written (connection reset): "
+                           "the edit was undone here and nothing was applied; run the command again\n")
+    assert laptop.read_text() == STACK and not [c for c in pulumi_calls(fake_pulumi) if "up" in c]
+    assert sync.read_record(laptop).unpushed is False
+    monkeypatch.setattr(Cloud, "write_object", real_write)
+    machines("watcher")  # the watcher resumes train once, and the laptop sees it
+    acted = cli(runner, "watch", "--once", "--no-poll", "--no-apply", "--json", "--events-dir", str(seen))
+    assert [(a["job"], a["fields"]) for a in map(json.loads, acted.stdout.splitlines())] == [("train", {"attempt": 4, "state": "running"})]
+    machines("laptop")
+    again = cli(runner, "resume", "train", "--no-apply", "--events-dir", str(seen), "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["changed"] is False  # attempt 3's preemption is history
+    assert jobs_of(laptop.read_text())["train"]["attempt"] == 4
+
+
+def test_a_kill_before_the_push_leaves_a_mark_that_status_shows_and_the_next_lock_pushes(machines, runner, monkeypatch):
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+
+    def killed(self):
+        raise KeyboardInterrupt  # stands for kill -9: nothing after the file's write runs
+
+    real_push = sync.Shared.push
+    monkeypatch.setattr(sync.Shared, "push", killed)
+    cli(runner, "complete", "gang", "--no-apply")
+    monkeypatch.setattr(sync.Shared, "push", real_push)
+    assert jobs_of(path.read_text())["gang"]["state"] == "completed" and sync.read_record(path).unpushed
+    assert jobs_of(shared_text())["gang"]["state"] == "running"
+    status = cli(runner, "status")
+    assert status.exit_code == 0
+    assert f"warning: {PATH} has edits not pushed to the shared copy s3://evts/{KEY}" in status.stderr
+    session = sync.Shared(stackfile.resolve("team", None), cloud(), "evts", warn=pytest.fail)
+    with stackfile.sharing(path, session):
+        stackfile.pull_shared(path)  # the next lock, before any decision: pushed first
+    assert jobs_of(shared_text())["gang"]["state"] == "completed" and not sync.read_record(path).unpushed
+    assert "not pushed" not in cli(runner, "status").stderr
+
+
+def test_an_offline_edit_is_marked_unpushed_and_pushed_by_the_next_command(machines, runner, monkeypatch):
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0  # today's offline behaviour
+    assert sync.read_record(path).unpushed
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)  # reachable again
+    resumed = cli(runner, "failover", "train", "--no-apply")
+    assert resumed.exit_code == 0, resumed.output
+    shared = jobs_of(shared_text())
+    assert shared["gang"]["state"] == "completed" and shared["train"]["attempt"] == 4
+
+
+def test_one_blip_makes_a_session_offline_only_until_it_retries(machines, runner):
+    from cli.cloud import Cloud, CloudError
+
+    path = machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    real = cloud()
+
+    class Blip(Cloud):
+        n = 0
+
+        def object_generation(self, b, k):
+            Blip.n += 1
+            if Blip.n == 1:
+                raise CloudError("read timeout")
+            return real.object_generation(b, k)
+
+    warned: list[str] = []
+    s = sync.Shared(stackfile.resolve("team", None), Blip(real.cfg, "team"), "evts", warn=warned.append)
+    assert s.pull() is None and len(warned) == 1 and "read timeout" in warned[0]
+    real.write_object("evts", KEY, set_field(STACK, "gang", "state", "completed").encode(), real.object_generation("evts", KEY))
+    s.retry()
+    assert s.pull().from_shared == ["gang"] and jobs_of(path.read_text())["gang"]["state"] == "completed"
+    s.strict = True  # the watcher's session: unreachable is an error, never the local file alone
+    Blip.n = 0
+    with pytest.raises(stackfile.SharedCopyUnreachable, match=f"s3://evts/{KEY}: cannot be reached \\(read timeout\\)"):
+        s.pull()
+
+
+def watcher_cycles(vm: Path, sources, sleep, cycles: int = 2):
+    from datetime import UTC, datetime
+
+    from cli.watch import watcher
+    from tests.test_watch_lease import Clock, run_watcher
+
+    acted, warned = [], []
+    report = watcher.Report(emit=acted.append, warn=warned.append, out=lambda line: None)
+    run_watcher(vm.parent.parent, report, Clock(datetime.now(UTC)), sources, once=False, cycles=cycles, sleep=sleep)
+    return acted, warned
+
+
+def test_after_a_blip_the_watcher_pulls_again_and_never_resumes_a_job_completed_elsewhere(machines, runner, tmp_path, monkeypatch):
+    from cli.cloud import Cloud, CloudError
+    from cli.watch import observe
+
+    machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    vm = machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    seen = tmp_path / "ev.jsonl"
+    seen.write_text("")
+    real_gen = Cloud.object_generation
+    calls = {"n": 0}
+
+    def gen(self, b, k):
+        if k == KEY:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise CloudError("read timeout")  # one blip at the first cycle's pull
+        return real_gen(self, b, k)
+
+    monkeypatch.setattr(Cloud, "object_generation", gen)
+
+    def between(seconds):
+        monkeypatch.chdir(vm.parent.parent.parent / "laptop")
+        assert cli(runner, "complete", "train", "--no-apply").exit_code == 0  # the user finished train
+        monkeypatch.chdir(vm.parent.parent)
+        events(seen, ("train", 3, "preempted", 30))  # a late preemption notice of the finished job's VM
+
+    acted, warned = watcher_cycles(vm, observe.Sources(seen, None, None, None, poll=False), between)
+    assert [a for a in acted if a["action"] != "record"] == []
+    assert jobs_of(vm.read_text())["train"]["state"] == "completed" and jobs_of(shared_text())["train"]["state"] == "completed"
+
+
+def test_while_the_shared_copy_cannot_be_reached_the_watcher_holds_back_and_acts_once_it_can(machines, runner, tmp_path, monkeypatch):
+    from cli.cloud import Cloud, CloudError
+    from cli.watch import observe
+
+    vm = machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+    real_gen = Cloud.object_generation
+    cut = {"on": True}
+
+    def gen(self, b, k):
+        if k == KEY and cut["on"]:
+            raise CloudError("read timeout")
+        return real_gen(self, b, k)
+
+    monkeypatch.setattr(Cloud, "object_generation", gen)
+    acted, warned = watcher_cycles(vm, observe.Sources(seen, None, None, None, poll=False), lambda s: cut.update(on=False))
+    held = [w for w in warned if "held back" in w]
+    assert held == [f"the shared copy s3://evts/{KEY}: cannot be reached (read timeout): 1 action(s) held back (train) "
+                    "rather than taken on a stack file that may be stale; tried again next cycle"]
+    assert [(a["job"], a["action"], a["fields"]) for a in acted] == [("train", "resume", {"attempt": 4, "state": "running"})]
+    assert jobs_of(shared_text())["train"]["attempt"] == 4
+
+
+def test_a_fresh_watcher_clone_does_not_bring_back_a_job_the_team_removed(machines, runner):
+    declared = STACK.replace("  spotctl:jobs:\n", "  spotctl:network:\n    subnets: {us-east-1a: subnet-0aaa0001, us-east-1b: subnet-0aaa0002}\n"
+                             "    egress: nat\n    natSubnet: subnet-0aaa0009\n  spotctl:watcher:\n"
+                             "    backend: s3://team-state/pulumi\n    repo: https://github.com/team/infra.git\n"
+                             "    passphraseSecret: /spotctl/team/passphrase\n  spotctl:jobs:\n")
+    removed = declared[:declared.index("\n    # a gang")] + "\n"  # the team removed gang after the commit
+    laptop = machines("laptop")
+    laptop.write_text(removed)
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    vm = machines("watcher")
+    vm.write_text(declared)  # the VM's fresh clone of the commit that still has gang
+    result = cli(runner, "watch", "--once", "--no-poll", "--no-apply", "--json", "--events-bucket", "evts")
+    assert result.exit_code == 0, result.output
+    assert jobs_of(vm.read_text()) == jobs_of(removed)  # gang stays removed
+    saved = vm.parent / ".spotctl" / "Pulumi.team.yaml.unsynced"
+    assert saved.read_text() == declared  # nothing lost: the clone as it was
+    assert (f"warning: {PATH} was never synced with the shared copy s3://evts/{KEY} (generation" in result.stderr
+            and "job(s) gang only in this file were not merged in" in result.stderr)
+    assert cli(runner, "complete", "train", "--no-apply").exit_code == 0  # the VM's next edit
+    assert "gang" not in jobs_of(shared_text()) and jobs_of(shared_text())["train"]["state"] == "completed"
+
+
+def test_a_broken_shared_copy_is_named_and_keep_local_replaces_it(machines, runner):
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    c = cloud()
+    gen = c.write_object("evts", KEY, b"config: [\n", c.object_generation("evts", KEY))  # a bad upload by any bucket writer
+    r = cli(runner, "complete", "gang", "--no-apply")
+    where = f"the shared copy s3://evts/{KEY} (generation {gen})"
+    assert r.exit_code == 1
+    assert r.output.startswith(f"error: {where}: line 2: not valid YAML")
+    assert r.output.endswith(f"error: {where}: {where} is not a valid stack file: replace it with {PATH} by "
+                             "`spotctl sync --stack team --keep local`\n")
+    assert path.read_text() == STACK  # the local file is untouched
+    k = cli(runner, "sync", "--keep", "local")
+    assert k.exit_code == 0, k.output
+    assert f"{where} is not a valid stack file (line 2: not valid YAML" in k.stderr
+    assert shared_text() == STACK == path.read_text()
+    done = cli(runner, "complete", "gang", "--no-apply")
+    assert done.exit_code == 0 and jobs_of(shared_text())["gang"]["state"] == "completed"

@@ -152,8 +152,8 @@ def status(
     if cfg is not None and (events_bucket or synced(ref.path)):  # a shared stack file: is this copy behind it?
         session = shared_copy(ref, cfg, events_bucket)
         behind = session.behind() if session else None
-        if behind:
-            warn(behind)
+        for line in (behind or "").splitlines():
+            warn(line)
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return

@@ -465,6 +465,14 @@ class SharedCopyMoved(Exception):
     """Another machine wrote the shared copy between this one's pull and its push."""
 
 
+class SharedCopyUnreachable(ConfigError):
+    """The shared copy could not be read or written (the network, the credentials): not a lost race."""
+
+    def __init__(self, source: str, problems: list[str], reason: str = ""):
+        super().__init__(source, problems)
+        self.reason = reason  # the cloud's own words
+
+
 def _shared_name(path: Path) -> str:
     return os.path.realpath(path)
 
@@ -482,17 +490,27 @@ def sharing(path: Path, session: Any) -> Iterator[None]:
 
 def _commit(path: Path, old_text: str, new_text: str) -> None:
     """Write the stack file (under the lock), then push it; a lost race puts the old text back,
-    pulls what won, and raises SharedCopyMoved so the edit is decided again (``_synced``)."""
-    atomic_write(path, new_text)
+    pulls what won, and raises SharedCopyMoved so the edit is decided again (``_synced``). A push that
+    fails otherwise puts the old text back too and fails the command: nothing may be applied on an edit
+    the other machines (the watcher) cannot see, or they act on the same event again."""
     session = _SHARED.get(_shared_name(path))
     if session is None:
+        atomic_write(path, new_text)
         return
+    was = session.mark_unpushed()  # before the write: a kill -9 before the push leaves the mark
+    atomic_write(path, new_text)
     try:
         session.push()
     except SharedCopyMoved:
         atomic_write(path, old_text)
+        session.mark_unpushed(was)
         session.pull()
         raise
+    except SharedCopyUnreachable as exc:
+        atomic_write(path, old_text)
+        session.mark_unpushed(was)
+        raise ConfigError(str(path), [f"{exc.source} {exc.problems[0]}: the edit was undone here and nothing was applied; "
+                                      "run the command again"]) from None
 
 
 def pull_shared(path: Path) -> None:

@@ -14,9 +14,22 @@ merge base) and its generation live in ``stacks/.spotctl/`` beside the job index
 - **push** (after every write of the stack file under the lock): a conditional write (S3 ``If-Match`` /
   ``If-None-Match``, GCS ``ifGenerationMatch``), so two writers never overwrite each other: a lost race
   undoes the local write, pulls, and the command decides again (``stackfile._synced``).
-- Unreachable (no credentials, offline): one warning, then the local file alone, as without sharing.
+- Unreachable (no credentials, offline) when the lock is taken: one warning, then the local file alone
+  for that command (or that watcher cycle; the next one tries again). Its edits are recorded as
+  ``unpushed`` and pushed first by the next lock that reaches the bucket. A watcher (``strict``) holds
+  back instead of acting on a file that may be stale. A push lost to a network error once the pull
+  succeeded fails the command with the edit undone (``stackfile._commit``): nothing is applied on an
+  edit the other machines cannot see.
+- Never synced here (no merge base, e.g. the watcher VM's fresh clone): the shared copy is the team's
+  live file, so a job only this file has is not merged in (a warning names it; the file as it was is
+  kept beside the index), and a job both have differently is a conflict unless ``keep`` says.
+- A shared copy that is not a valid stack file is named in the error (bucket and key), and
+  ``spotctl sync --keep local`` replaces it with this file (conditional write) without reading it.
 
 Pure decisions (``merge``) are apart from I/O; the cloud is the ``cli.cloud.Cloud`` object.
+Longer than 420 lines because the merge and the session that pulls, pushes and marks unpushed edits
+are one protocol (what the record means to one is what the other writes): split, each would be read
+only with the other open.
 """
 
 from __future__ import annotations
@@ -60,6 +73,7 @@ class Record:
     key: str
     generation: str | None
     base: str | None
+    unpushed: bool = False  # the local file holds spotctl edits not yet in the shared copy
 
 
 def read_record(path: Path) -> Record | None:
@@ -69,13 +83,14 @@ def read_record(path: Path) -> Record | None:
         if doc["version"] != RECORD_VERSION:
             return None
         bucket, key, generation = str(doc["bucket"]), str(doc["key"]), doc["generation"]
+        unpushed = bool(doc.get("unpushed", False))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:
         base = base_path(path).read_text(encoding="utf-8")
     except OSError:
         base = None
-    return Record(bucket, key, None if generation is None else str(generation), base)
+    return Record(bucket, key, None if generation is None else str(generation), base, unpushed)
 
 
 def write_record(path: Path, rec: Record) -> None:
@@ -83,7 +98,8 @@ def write_record(path: Path, rec: Record) -> None:
     if rec.base is not None:
         stackfile.atomic_write(base_path(path), rec.base)
     stackfile.atomic_write(record_path(path), json.dumps(
-        {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key, "generation": rec.generation}, sort_keys=True) + "\n")
+        {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key, "generation": rec.generation,
+         "unpushed": rec.unpushed}, sort_keys=True) + "\n")
 
 
 def as_text(data: bytes, where: str) -> str:
@@ -107,11 +123,22 @@ class Merged:
     text: str
     from_shared: list[str] = field(default_factory=list)  # jobs (or SETTINGS) the shared copy changed
     from_local: list[str] = field(default_factory=list)  # ... this file changed (still to push)
+    dropped: list[str] = field(default_factory=list)  # jobs only this file had, never synced: not merged in
+
+
+def _parse_as(path: Path, text: str, where: str) -> Any:
+    """``stackfile._parse`` of a text that is not ``path``'s own: its errors name ``where``."""
+    try:
+        return stackfile._parse(path, text, shared=False)
+    except ConfigError as exc:
+        if exc.source != str(path) or where == str(path):
+            raise
+        raise ConfigError(where, exc.problems) from None
 
 
 def _split(path: Path, text: str, where: str) -> tuple[dict[str, Any], dict[str, Any], list[str], bool]:
     """(the document without spotctl:jobs, job id -> entry, ids in file order, whether it has the key)."""
-    doc = stackfile.plain(stackfile._parse(path, text, shared=False).doc or {})
+    doc = stackfile.plain(_parse_as(path, text, where).doc or {})
     config = dict(doc.get("config") or {})
     has_jobs = stackfile.key("jobs") in config
     entries = config.pop(stackfile.key("jobs"), None) or []
@@ -135,14 +162,15 @@ def _side(name: str, base: Any, ours: Any, theirs: Any, has_base: bool, keep: st
     if not has_base and ours is None:
         return "shared"
     if not has_base and theirs is None:
-        return "local"
+        return "dropped"  # never synced: the shared copy is the live file, and it lacks (removed?) this job
     return keep
 
 
 def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | None = None,
           where: str = "the shared copy", hint: str = "") -> Merged:
     """Merge the shared copy ``theirs`` into the local ``ours`` per job, against ``base`` (the copy
-    last synced; None: never synced, so only what one side lacks is taken).
+    last synced; None: never synced, so the shared copy's jobs are taken and a job only ``ours`` has is
+    left out, listed in ``dropped``: without a base it cannot be told from a job removed there).
 
     Raises:
         Conflict: a job (or the settings) changed on both sides and ``keep`` does not say which wins.
@@ -173,6 +201,7 @@ def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | N
     host_is_local = settings != "shared"
     host_order, other_order = (o_order, t_order) if host_is_local else (t_order, o_order)
     kept = {i for i, s in sides.items() if (o_jobs if s in ("same", "local") else t_jobs).get(i) is not None}
+    dropped = [i for i, s in sides.items() if s == "dropped"]
     order = [i for i in host_order if i in kept]
     for n, ident in enumerate(other_order):  # the other side's new jobs, after the job they follow there
         if ident in kept and ident not in order:
@@ -185,12 +214,13 @@ def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | N
     expected = {**rest, "config": {**rest["config"], **({stackfile.key("jobs"): entries} if entries or has_jobs else {})}}
     text = _validated(path, _assemble(path, host, other, order, from_host, expected), f"{path} (merged with {where})")
     return Merged(text, from_shared=([SETTINGS] if settings == "shared" else []) + [i for i, s in sides.items() if s == "shared"],
-                  from_local=([SETTINGS] if settings == "local" else []) + [i for i, s in sides.items() if s == "local"])
+                  from_local=([SETTINGS] if settings == "local" else []) + [i for i, s in sides.items() if s == "local"],
+                  dropped=dropped)
 
 
 def _validated(path: Path, text: str, source: str) -> str:
     """``text`` if it is a valid stack file; errors name ``source`` (the shared copy, or the merge)."""
-    config = stackfile.plain(stackfile._parse(path, text, shared=False).doc.get("config", {}))
+    config = stackfile.plain(_parse_as(path, text, source).doc.get("config", {}))
     validate(namespaced(config, source), source)
     return text
 
@@ -257,7 +287,8 @@ class Shared:
     warn: Callable[[str], None]
     keep: str | None = None  # resolve conflicts with this side (``spotctl sync --keep``)
     keep_unsynced: str | None = None  # ... only while this machine never synced (the watcher VM's fresh clone)
-    offline: bool = False
+    strict: bool = False  # unreachable is an error, never the local file alone (the watcher: it would act on it)
+    offline: str | None = None  # why the bucket could not be reached: the local file alone until ``retry()``
     pulled: list[Merged] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)  # the generations this session wrote
 
@@ -269,25 +300,64 @@ class Shared:
         scheme = "s3" if getattr(self.cloud.cfg, "cloud", "aws") == "aws" else "gs"
         return f"the shared copy {scheme}://{self.bucket}/{self.key}" + (f" (generation {generation})" if generation else "")
 
-    def _unreachable(self, exc: CloudError) -> None:
-        self.offline = True
-        self.warn(f"{self.where()} cannot be reached ({exc}): {self.ref.path} is used as it is here, "
-                  "and the next command that reaches it merges")
+    def retry(self) -> None:
+        """Ask the bucket again at the next lock (a watcher's next cycle): unreachable is never for good."""
+        self.offline = None
+
+    def _unreachable(self, exc: Exception | str) -> None:
+        first = self.offline is None
+        self.offline = str(exc)
+        if self.strict:
+            raise stackfile.SharedCopyUnreachable(self.where(), [f"cannot be reached ({exc})"], reason=str(exc))
+        if first:
+            self.warn(f"{self.where()} cannot be reached ({exc}): {self.ref.path} is used as it is here, "
+                      "and the next command that reaches it merges")
 
     def _record(self) -> Record | None:
         rec = read_record(self.ref.path)
         return rec if rec is not None and (rec.bucket, rec.key) == (self.bucket, self.key) else None
 
+    def mark_unpushed(self, unpushed: bool = True) -> bool:
+        """Record (before the stack file is written) that it holds an edit not yet pushed, or clear it
+        again (the edit undone); the value it had. A kill -9 before the push leaves the mark, so the next
+        lock pushes the edit first and ``status`` says so."""
+        rec = self._record()
+        was = bool(rec and rec.unpushed)
+        if was != unpushed:
+            rec = rec or Record(self.bucket, self.key, None, None)
+            write_record(self.ref.path, Record(rec.bucket, rec.key, rec.generation, rec.base, unpushed))
+        return was
+
     def pull(self) -> Merged | None:
-        """Merge a newer shared copy into the local file (the caller holds the stack file's lock)."""
-        if self.offline:
+        """Merge a newer shared copy into the local file (the caller holds the stack file's lock), then
+        push the edits an earlier command could not (``Record.unpushed``).
+
+        Raises:
+            stackfile.SharedCopyUnreachable: ``strict``, and the bucket cannot be reached.
+            ConfigError: a conflict, or a shared copy that is not a valid stack file (named as such).
+        """
+        if self.offline is not None:
+            if self.strict:
+                self._unreachable(self.offline)
             return None
+        merged = self._pull()
+        rec = self._record()
+        if rec is not None and rec.unpushed:
+            try:
+                self.push()
+            except stackfile.SharedCopyMoved:  # written meanwhile: this command's own push (or the next) finds out
+                self.warn(self.unpushed_line())
+            except stackfile.SharedCopyUnreachable as exc:
+                self._unreachable(exc.reason)
+        return merged
+
+    def _pull(self) -> Merged | None:
         try:
             generation = self.cloud.object_generation(self.bucket, self.key)
             rec = self._record()
             if generation is None or (rec is not None and rec.generation == generation):
                 if generation is None and rec is not None and rec.generation is not None:  # deleted: create it anew
-                    write_record(self.ref.path, Record(self.bucket, self.key, None, rec.base))
+                    write_record(self.ref.path, Record(self.bucket, self.key, None, rec.base, rec.unpushed))
                 return None
             got = self.cloud.read_object(self.bucket, self.key)
         except CloudError as exc:
@@ -296,31 +366,54 @@ class Shared:
         if got is None:
             return None  # replaced or deleted between the two calls: the push finds out
         data, generation = got
-        theirs = as_text(data, self.where(generation))
+        where = self.where(generation)
         ours = stackfile._read_text(self.ref.path)
-        hint = (f" (keep one side: `spotctl sync --stack {self.ref.name} --keep local` or `--keep shared`, "
-                "or make the job the same in both)")
-        merged = merge(self.ref.path, rec.base if rec else None, ours, theirs,
-                       keep=self.keep or (self.keep_unsynced if rec is None else None), where=self.where(generation), hint=hint)
+        unsynced = rec is None or rec.base is None
+        try:
+            theirs = as_text(data, where)
+            _validated(self.ref.path, theirs, where)
+        except ConfigError as exc:
+            if self.keep != "local":
+                raise ConfigError(exc.source, [*exc.problems, f"{where} is not a valid stack file: replace it with "
+                                               f"{self.ref.path} by `spotctl sync --stack {self.ref.name} --keep local`"]) from None
+            self.warn(f"{where} is not a valid stack file ({exc.problems[0]}): replaced with {self.ref.path}")
+            merged = Merged(ours, from_local=[SETTINGS])
+        else:
+            hint = (f" (keep one side: `spotctl sync --stack {self.ref.name} --keep local` or `--keep shared`, "
+                    "or make the job the same in both)")
+            merged = merge(self.ref.path, None if unsynced else rec.base, ours, theirs,
+                           keep=self.keep or (self.keep_unsynced if unsynced else None), where=where, hint=hint)
+        if merged.dropped:
+            saved = base_path(self.ref.path).with_name(f"{self.ref.path.name}.unsynced")
+            stackfile.atomic_write(saved, ours)
+            self.warn(f"{self.ref.path} was never synced with {where}: job(s) {', '.join(merged.dropped)} only in this file "
+                      f"were not merged in (the shared copy is the team's live file: a job removed there stays removed); "
+                      f"this file as it was is in {saved}: to add one, put it back and run `spotctl sync --stack {self.ref.name}`")
         if merged.text != ours:
             stackfile.atomic_write(self.ref.path, merged.text)
             with contextlib.suppress(ConfigError):
                 stackfile._index(self.ref.path, merged.text, stackfile._parse(self.ref.path, merged.text))
-        write_record(self.ref.path, Record(self.bucket, self.key, generation, theirs))
+        write_record(self.ref.path, Record(self.bucket, self.key, generation, theirs, bool(rec and rec.unpushed)))
         self.pulled.append(merged)
         return merged
 
     def push(self) -> str | None:
-        """Write the local file to the shared copy if it changed since the last sync; the new generation.
+        """Write the local file to the shared copy if it changed since the last sync; the new generation
+        (None: nothing to write, or unreachable at this command's pull: the local file alone, marked unpushed).
 
         Raises:
             stackfile.SharedCopyMoved: someone else wrote the shared copy since this machine's pull.
+            stackfile.SharedCopyUnreachable: the write failed for another reason (the network, the credentials).
         """
-        if self.offline:
+        if self.offline is not None:
+            if self.strict:
+                self._unreachable(self.offline)
             return None
         local = stackfile._read_text(self.ref.path)
         rec = self._record()
         if rec is not None and rec.generation is not None and rec.base == local:
+            if rec.unpushed:
+                write_record(self.ref.path, Record(rec.bucket, rec.key, rec.generation, rec.base))
             return None
         data = Path(os.path.realpath(self.ref.path)).read_bytes()
         try:
@@ -328,25 +421,29 @@ class Shared:
         except PreconditionFailed:
             raise stackfile.SharedCopyMoved(self.where()) from None
         except CloudError as exc:
-            self._unreachable(exc)
-            return None
+            raise stackfile.SharedCopyUnreachable(self.where(), [f"cannot be written ({exc})"], reason=str(exc)) from None
         write_record(self.ref.path, Record(self.bucket, self.key, generation, local))
         self.pushed.append(generation)
         return generation
 
+    def unpushed_line(self) -> str:
+        return (f"{self.ref.path} has edits not pushed to {self.where()} (it could not be reached, or spotctl stopped "
+                f"before writing it): the next command that changes the file pushes them, or run `spotctl sync --stack {self.ref.name}`")
+
     def behind(self) -> str | None:
-        """A line saying the local file is behind the shared copy, or None (in sync, unreachable, none)."""
+        """Lines saying the local file has unpushed edits or is behind the shared copy, or None."""
+        rec = self._record()
+        lines = [self.unpushed_line()] if rec is not None and rec.unpushed else []
         try:
             generation = self.cloud.object_generation(self.bucket, self.key)
         except CloudError as exc:
             self._unreachable(exc)
-            return None
-        rec = self._record()
-        if generation is None or (rec is not None and rec.generation == generation):
-            return None
-        synced = f", last synced {rec.generation}" if rec and rec.generation else ", never synced here"
-        return (f"{self.ref.path} is behind {self.where(generation)}{synced}: the next command that changes it merges "
-                f"it first, or run `spotctl sync --stack {self.ref.name}`")
+            return "\n".join(lines) or None
+        if not (generation is None or (rec is not None and rec.generation == generation)):
+            synced = f", last synced {rec.generation}" if rec and rec.generation else ", never synced here"
+            lines.append(f"{self.ref.path} is behind {self.where(generation)}{synced}: the next command that changes it merges "
+                         f"it first, or run `spotctl sync --stack {self.ref.name}`")
+        return "\n".join(lines) or None
 
 
 @dataclass
@@ -367,7 +464,11 @@ def sync(session: Shared, tries: int = stackfile.SYNC_TRIES) -> SyncReport:
                 break
             except stackfile.SharedCopyMoved:
                 session.pull()
+            except stackfile.SharedCopyUnreachable as exc:
+                session.warn(str(exc))
+                session.offline, pushed = exc.problems[0], None
+                break
         else:
             raise ConfigError(str(session.ref.path), [f"{session.where()} kept changing ({tries} tries): run it again"])
     rec = session._record()
-    return SyncReport(session.pulled[-1] if session.pulled else None, pushed, rec.generation if rec else None, session.offline)
+    return SyncReport(session.pulled[-1] if session.pulled else None, pushed, rec.generation if rec else None, session.offline is not None)

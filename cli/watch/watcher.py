@@ -57,6 +57,8 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
     from cli.lifecycle.capacity import policy_capacity
 
     rng = rng or random.Random()
+    if settings.shared is not None:
+        settings.shared.strict = True  # never act on a file that may be stale: hold back instead (``cycle``)
     lease = Lease(settings.ref.path, now)
     lease.acquire(settings.lease_wait_s)
     fence: leasing.BucketLease | None = None
@@ -69,9 +71,13 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
         while True:
             if fence is not None:
                 fence.check()  # renewed every cycle; a lost lease stops the watcher before it decides
+            elif n and settings.shared is not None:  # the bucket could not be reached: take the lease once it can
+                fence = bucket_lease(settings, lease, report, now, sleep, quiet=True)
             t = now()
             poll_due = last_poll is None or (t - last_poll).total_seconds() >= settings.poll_every_s
             ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now), bucket_cache, fence) and ok
+            if settings.shared is not None:
+                settings.shared.retry()  # unreachable for this cycle only: the next one asks again
             last_poll = t if poll_due else last_poll
             n += 1
             if settings.once or (cycles is not None and n >= cycles):
@@ -84,13 +90,14 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
 
 
 def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable[[], datetime],
-                 sleep: Callable[[float], None]) -> leasing.BucketLease | None:
+                 sleep: Callable[[float], None], quiet: bool = False) -> leasing.BucketLease | None:
     """Take the stack's lease in the shared copy's bucket (``cli.watch.lease``), or None when the stack
-    file is not shared or the bucket cannot be reached (one warning: the local lock alone, as before)."""
+    file is not shared or the bucket cannot be reached (one warning unless ``quiet``; the shared copy
+    counts as unreachable for this cycle, whose actions wait: ``cycle``)."""
     from cli.cloud import CloudError
 
     shared = settings.shared
-    if shared is None or shared.offline:
+    if shared is None or shared.offline is not None:
         return None
     scheme = "s3" if getattr(shared.cloud.cfg, "cloud", "aws") == "aws" else "gs"
     where = f"{scheme}://{shared.bucket}/{leasing.watch_lease(settings.ref.name)}"
@@ -100,9 +107,10 @@ def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable
     try:
         fence.acquire(settings.lease_wait_s, sleep, report.out)
     except CloudError as exc:
-        shared.offline = True  # the shared copy is in the same bucket: one warning for both
-        report.warn(f"{shared.where()} and the watch lease {where} cannot be reached ({exc}): {settings.ref.path} is "
-                    "used as it is here, and only this machine's lock keeps watchers apart")
+        shared.offline = str(exc)  # the shared copy is in the same bucket: one warning for both
+        if not quiet:
+            report.warn(f"{shared.where()} and the watch lease {where} cannot be reached ({exc}): no job is acted on "
+                        f"until they can (tried again every cycle; only this machine's lock keeps watchers apart meanwhile)")
         return None
     return fence
 
@@ -117,8 +125,12 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         LeaseLost: the lease is no longer this watcher's: the remaining actions are not taken.
     """
     ref = settings.ref
+    stale = None  # why the shared copy could not be pulled: the file here may be stale, so no action
     try:
-        stackfile.pull_shared(ref.path)  # jobs and edits made elsewhere (a laptop, CI) reach the watcher
+        try:
+            stackfile.pull_shared(ref.path)  # jobs and edits made elsewhere (a laptop, CI) reach the watcher
+        except stackfile.SharedCopyUnreachable as exc:
+            stale = str(exc)
         cfg = stackfile.load(ref)
     except ConfigError as exc:
         report.warn(str(exc))
@@ -136,6 +148,12 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     if decisions.notes:
         journal.save(now)
     ok = True
+    if stale is not None and decisions.actions:  # observed and journaled notes, but nothing that changes the stack
+        jobs = ", ".join(dict.fromkeys(a.job for a in decisions.actions))
+        report.warn(f"{stale}: {len(decisions.actions)} action(s) held back ({jobs}) rather than taken on a stack file "
+                    "that may be stale; tried again next cycle")
+        decisions.actions.clear()
+        ok = False
     for action in decisions.actions:
         events: list[Event] = [s.event for s in seen.events.get(action.job, [])]
         if fence is not None:
