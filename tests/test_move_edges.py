@@ -289,3 +289,17 @@ def app_():
     from cli.app import app
 
     return app
+
+
+# ---- D2: the VMs go by an update of their own before the snapshots (resumable in between) ----------------
+
+
+def test_moving_on_from_a_job_already_stopped_at_step_start_continues():
+    """The stop before moving on was applied, then the command was interrupted: the file says
+    stopped at step start; running the move again moves on (it was refused: stopped -> stopped)."""
+    j = validate(stack_config(GCP_BASE | {"zones": ["us-central1-a", "us-central1-b", "us-central1-c"]},
+                              jobs=[gcp_job(**(AT_START | {"state": "stopped"}))]), "t").jobs[0]
+    on = next_step(j, "us-central1-c", [], T0)
+    assert on.fields["move"] == {"from": "us-central1-b", "to": "us-central1-c", "step": "snapshot",
+                                    "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z"}
+    assert on.fields["state"] == "stopped"

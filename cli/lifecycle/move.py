@@ -148,7 +148,8 @@ def _move_on(job: Job, to: str, now: datetime | None) -> Change:
                              f"does not move on (retry it there: `spotctl move {job.id} --to-zone {move.to}`)")
     held = [*move.held, move.from_]
     record = {"from": job.zone, "to": to, "step": "snapshot", "held": held} | ({"began": _iso(now)} if now else {})
-    check(job.id, job.state, S)
+    if job.state is not S:  # stopped already: its VMs went (the stop before moving on was applied, then interrupted)
+        check(job.id, job.state, S)
     reason = (f"move step snapshot: attempt {job.attempt} never started in {job.zone}; moving on to {to}: "
               + REASONS["snapshot"].format(frm=job.zone) + f"; the disks in {', '.join(held)} stay protected until "
               f"an attempt has started in {to}")
