@@ -705,3 +705,28 @@ def test_a_broken_shared_copy_is_named_and_keep_local_replaces_it(machines, runn
     assert shared_text() == STACK == path.read_text()
     done = cli(runner, "complete", "gang", "--no-apply")
     assert done.exit_code == 0 and jobs_of(shared_text())["gang"]["state"] == "completed"
+
+
+def test_a_watcher_that_started_cut_off_takes_the_lease_and_acts_once_the_bucket_is_back(machines, runner, tmp_path, monkeypatch):
+    from cli.cloud import Cloud, CloudError
+    from cli.watch import observe
+    from tests.test_watch_lease import the_lease
+
+    vm = machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+    cut = {"on": True}
+    for name in ("object_generation", "read_object", "write_object"):
+        real = getattr(Cloud, name)
+
+        def blocked(self, *args, _real=real, **kw):
+            if cut["on"]:
+                raise CloudError("no route to host")
+            return _real(self, *args, **kw)
+
+        monkeypatch.setattr(Cloud, name, blocked)
+    acted, warned = watcher_cycles(vm, observe.Sources(seen, None, None, None, poll=False), lambda s: cut.update(on=False))
+    assert len(warned) == 2 and "the watch lease s3://evts/team.spotctl/watch.lease cannot be reached" in warned[0]
+    assert "1 action(s) held back (train)" in warned[1]  # cycle 1: nothing acted on the file that may be stale
+    assert [(a["job"], a["fields"]) for a in acted] == [("train", {"attempt": 4, "state": "running"})]  # cycle 2
+    assert the_lease() is not None and jobs_of(shared_text())["train"]["attempt"] == 4
