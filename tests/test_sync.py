@@ -696,7 +696,7 @@ def test_a_broken_shared_copy_is_named_and_keep_local_replaces_it(machines, runn
     where = f"the shared copy s3://evts/{KEY} (generation {gen})"
     assert r.exit_code == 1
     assert r.output.startswith(f"error: {where}: line 2: not valid YAML")
-    assert r.output.endswith(f"error: {where}: {where} is not a valid stack file: replace it with {PATH} by "
+    assert r.output.endswith(f"error: {where}: not a valid stack file: replace it with {PATH} by "
                              "`spotctl sync --stack team --keep local`\n")
     assert path.read_text() == STACK  # the local file is untouched
     k = cli(runner, "sync", "--keep", "local")

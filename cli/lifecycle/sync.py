@@ -374,8 +374,8 @@ class Shared:
             _validated(self.ref.path, theirs, where)
         except ConfigError as exc:
             if self.keep != "local":
-                raise ConfigError(exc.source, [*exc.problems, f"{where} is not a valid stack file: replace it with "
-                                               f"{self.ref.path} by `spotctl sync --stack {self.ref.name} --keep local`"]) from None
+                raise ConfigError(where, [*exc.problems, f"not a valid stack file: replace it with {self.ref.path} "
+                                          f"by `spotctl sync --stack {self.ref.name} --keep local`"]) from None
             self.warn(f"{where} is not a valid stack file ({exc.problems[0]}): replaced with {self.ref.path}")
             merged = Merged(ours, from_local=[SETTINGS])
         else:
