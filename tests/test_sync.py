@@ -730,3 +730,32 @@ def test_a_watcher_that_started_cut_off_takes_the_lease_and_acts_once_the_bucket
     assert "1 action(s) held back (train)" in warned[1]  # cycle 1: nothing acted on the file that may be stale
     assert [(a["job"], a["fields"]) for a in acted] == [("train", {"attempt": 4, "state": "running"})]  # cycle 2
     assert the_lease() is not None and jobs_of(shared_text())["train"]["attempt"] == 4
+
+
+def test_a_watcher_whose_push_is_lost_undoes_the_edit_and_resumes_once_next_cycle(machines, runner, tmp_path, monkeypatch):
+    from cli.cloud import Cloud, CloudError
+    from cli.watch import observe
+
+    vm = machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+    real_write = Cloud.write_object
+    cut = {"on": True}
+
+    def write(self, b, k, data, expected):
+        if k == KEY and cut["on"]:
+            raise CloudError("connection reset")  # the stack file's push only; the lease is renewed
+        return real_write(self, b, k, data, expected)
+
+    monkeypatch.setattr(Cloud, "write_object", write)
+    seen_after: list[int] = []
+
+    def between(seconds):
+        seen_after.append(jobs_of(vm.read_text())["train"]["attempt"])
+        cut["on"] = False
+
+    acted, warned = watcher_cycles(vm, observe.Sources(seen, None, None, None, poll=False), between)
+    assert seen_after == [3]  # cycle 1: the edit undone, nothing applied
+    assert [(a["action"], a["result"]) for a in acted] == [("resume", "error"), ("resume", "written")]
+    assert "cannot be written (connection reset): the edit was undone here and nothing was applied" in acted[0]["detail"]
+    assert jobs_of(vm.read_text())["train"]["attempt"] == 4 == jobs_of(shared_text())["train"]["attempt"]
