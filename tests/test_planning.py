@@ -177,3 +177,13 @@ def planning_unsafe(obs: Observation) -> set[str]:
     from cli.policy.policies import unsafe_moves
 
     return set(unsafe_moves(obs))
+
+
+@pytest.mark.parametrize("tick_s", [320, 340, 600])
+@pytest.mark.parametrize("d", [0.05, 0.2])
+@pytest.mark.parametrize("deadline_h", [52.17, 60.0, 80.0])
+def test_a_coarse_grid_overstates_a_changeover_by_at_most_a_quarter_tick(tick_s, d, deadline_h):
+    units, plan_tick = Units.fit(tick_s / 3600, d, 48.0, deadline_h)
+    assert units.size <= planning.MAX_STATES
+    assert round(plan_tick * 3600) % tick_s == 0
+    assert 0 <= units.change * units.u_s - d * 3600 <= min(0.5 * d * 3600, tick_s / 4)
