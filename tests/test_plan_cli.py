@@ -162,7 +162,8 @@ def test_plan_ends_its_event_loop_and_threads(project, monkeypatch):
 
 def test_plan_restores_the_garbage_collector(project, monkeypatch):
     """The cyclic GC is paused only while the program runs (cli.plan.mocks._no_cyclic_gc): it is on
-    again after a plan and after a plan that failed, and stays off for a caller that had it off."""
+    again after a plan and after a plan that failed, stays off for a caller that had it off, and no
+    object is left frozen out of its reach."""
     import gc
 
     from cli.lifecycle import stackfile
@@ -178,6 +179,7 @@ def test_plan_restores_the_garbage_collector(project, monkeypatch):
     assert gc.isenabled()
     planner.run(cfg, "example-aws")
     assert seen and not any(seen) and gc.isenabled()
+    assert gc.get_freeze_count() == 0  # the plan's objects were moved to the oldest generation, not frozen for good
 
     monkeypatch.setattr(aws, "_metadata_options", lambda cls: cls(http_tokens="optional"))  # breaks aws.imdsv2-required
     with pytest.raises(ContractError):
