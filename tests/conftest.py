@@ -81,6 +81,48 @@ def fake_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
+class PulumiState:
+    """The stateful fake pulumi's state (tests/fixtures/fake_pulumi.py, $FAKE_PULUMI_STATEFUL)."""
+
+    def __init__(self, path: Path, log: Path):
+        self.path, self.log = path, log
+
+    def seed(self, stack: str) -> None:
+        """The state a plain `pulumi up` of the whole stack file leaves: everything it declares."""
+        from cli.lifecycle import stackfile
+        from cli.plan import mocks
+
+        plan = mocks.run(stackfile.load(stackfile.resolve(stack, None)), stack)
+        resources = [{"urn": r.urn, "type": r.type, "parent": r.parent, "protect": r.protect} for r in plan.resources]
+        self.path.write_text(json.dumps({"version": 3, "deployment": {"resources": resources}}))
+
+    def resources(self) -> dict[str, dict]:
+        return {r["urn"]: r for r in json.loads(self.path.read_text())["deployment"]["resources"]}
+
+    def named(self, suffix: str) -> list[str]:
+        """The names (the URNs' last part) in the state ending with ``suffix``."""
+        return sorted(u.rsplit("::", 1)[-1] for u in self.resources() if u.endswith(suffix))
+
+    def ops(self) -> list[list[str]]:
+        """Per `up`, the operations it did in order ("create URN", "update URN", "delete URN")."""
+        path = Path(str(self.log) + ".ops")
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def pulumi_state(fake_pulumi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PulumiState:
+    """The fake pulumi with a state: targeted updates create, update and delete as Pulumi's engine
+    does (opt-in: each `up` plans the targeted jobs under mocks)."""
+    exe = Path(os.environ["SPOTCTL_PULUMI_ROOT"]) / "bin" / "pulumi"
+    text = exe.read_text()
+    exe.write_text(f"#!{sys.executable}\n" + text.split("\n", 1)[1])  # the venv's Python: it imports spotctl
+    state = tmp_path / "pulumi-state.json"
+    monkeypatch.setenv("FAKE_PULUMI_STATEFUL", "1")
+    monkeypatch.setenv("FAKE_PULUMI_STATE", str(state))
+    monkeypatch.setenv("FAKE_PULUMI_SPOTCTL", str(ROOT))
+    return PulumiState(state, fake_pulumi)
+
+
 def pulumi_calls(log: Path) -> list[list[str]]:
     import json
 

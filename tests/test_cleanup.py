@@ -52,7 +52,8 @@ def test_cleanup_without_yes_is_a_dry_run(project, runner, fake_pulumi):
     assert path.read_text() == before and pulumi_calls(fake_pulumi) == []
 
 
-def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi, gce):
+def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi, pulumi_state, gce):
+    pulumi_state.seed("example-gcp")
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     cfg = stackfile.load(stackfile.resolve("example-gcp", None))
     expected = job_urns(planner.run(cfg, "example-gcp"), "bert-eval")
@@ -66,9 +67,11 @@ def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(proje
     after = stackfile.load(stackfile.resolve("example-gcp", None))
     assert [j.id for j in after.jobs] == ["llm-pretrain", "vit-finetune"]
     assert "# Two-node H100 pretraining" in path.read_text()  # other jobs' comments kept
+    assert not [u for u in pulumi_state.resources() if "bert-eval" in u]  # Pulumi deleted every resource of the job
 
 
-def test_cleanup_that_cannot_start_puts_the_job_back(project, runner, fake_pulumi, gce, monkeypatch):
+def test_cleanup_that_cannot_start_puts_the_job_back(project, runner, fake_pulumi, pulumi_state, gce, monkeypatch):
+    pulumi_state.seed("example-gcp")
     monkeypatch.setenv("FAKE_PULUMI_LOCKED", "1")
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     before = path.read_text()

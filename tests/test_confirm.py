@@ -118,7 +118,8 @@ def test_automation_passes_no_confirm_and_is_never_asked(project, fake_pulumi):
     assert outcome.applied and "preview" not in verbs(fake_pulumi)
 
 
-def test_cleanup_lists_asks_and_deletes_on_yes(project, runner, fake_pulumi, tty, gce):
+def test_cleanup_lists_asks_and_deletes_on_yes(project, runner, fake_pulumi, pulumi_state, tty, gce):
+    pulumi_state.seed("example-gcp")
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     before = path.read_text()
     no = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"], input="n\n")

@@ -121,12 +121,13 @@ def write_events(path: Path, *docs: tuple) -> None:
 
 
 @pytest.fixture
-def refusing(project: Path, fake_pulumi: Path, monkeypatch, tmp_path):
-    """The stack, its events (a past move that took 6 minutes; attempt 3 preempted) and a watcher
-    whose policy always wants spot in place, with us-east-1a out of capacity."""
+def refusing(project: Path, fake_pulumi: Path, pulumi_state, monkeypatch, tmp_path):
+    """The stack (in Pulumi's state too), its events (a past move that took 6 minutes; attempt 3
+    preempted) and a watcher whose policy always wants spot in place, with us-east-1a out of capacity."""
     from cli.lifecycle import capacity
 
     (project / "stacks" / "Pulumi.team.yaml").write_text(STACK)
+    pulumi_state.seed("team")
     events = tmp_path / "ev.jsonl"
     write_events(events, (3, "started", -114), (3, "preempted", 0))
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_ZONE", "us-east-1a")
@@ -179,7 +180,8 @@ def test_watch_waits_then_moves_the_job_once_waiting_cost_a_moves_time(refusing,
     assert len(waits) >= 2  # it waited first: a move (0.1 h, measured) only once waiting cost as much
     ups = stack_at_ups(fake_pulumi, project)
     assert all(u == ("us-east-1a", "-", 4) for u in ups[: len(waits) + 1])  # every refused try stayed in place
-    assert ups[len(waits) + 1:] == [("us-east-1a", "snapshot", 4), ("us-east-1a", "restore", 4), ("us-east-1b", "start", 5)]
+    assert ups[len(waits) + 1:] == [("us-east-1a", "-", 4),  # its VM stopped before the snapshot
+                                    ("us-east-1a", "snapshot", 4), ("us-east-1a", "restore", 4), ("us-east-1b", "start", 5)]
     j = the_job()
     assert (j.zone, j.attempt, j.move.step, j.move.began) == ("us-east-1b", 5, "start", clock[0])
     assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]  # old volume protected

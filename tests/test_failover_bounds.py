@@ -134,6 +134,7 @@ def stack(request, project: Path):
     path = project / "stacks" / "Pulumi.team.yaml"
     path.write_text(re.sub(r"      zoneHistory: .*\n", "", path.read_text()))
     assert "zoneHistory" not in path.read_text() and "us-east-1c]" in path.read_text()
+    request.getfixturevalue("pulumi_state").seed("team")
     return events
 
 

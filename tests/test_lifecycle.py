@@ -204,7 +204,8 @@ def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, f
     assert up[-2:] == ["--stack", "example-aws"]
 
 
-def test_a_multi_node_gang_is_stopped_before_its_new_attempt(project, runner, fake_pulumi):
+def test_a_multi_node_gang_is_stopped_before_its_new_attempt(project, runner, fake_pulumi, pulumi_state):
+    pulumi_state.seed("example-gcp")  # the stack as a plain `pulumi up` left it: both VMs of attempt 1 run
     result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force", "--yes"])
     assert result.exit_code == 0, result.output
     assert "stopping every node of attempt 1 before the new attempt starts" in result.output
@@ -223,6 +224,12 @@ def test_a_multi_node_gang_is_stopped_before_its_new_attempt(project, runner, fa
     assert any("compute/instance:Instance::job-llm-pretrain-n1-vm" in t for t in first_targets)
     final = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
     assert (final.state.value, final.attempt) == ("running", 2)
+    # In Pulumi's state: the stop deleted both old VMs, the new attempt created one VM per node.
+    stop, start = pulumi_state.ops()
+    vm = "gcp:compute/instance:Instance::job-llm-pretrain-n"
+    assert sorted(o.split("::")[-1] for o in stop if o.startswith("delete") and vm in o) == ["job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm"]
+    assert sorted(o.split("::")[-1] for o in start if o.startswith("create") and vm in o) == ["job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm"]
+    assert [n for n in pulumi_state.named("-vm") if "llm-pretrain" in n] == ["job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm"]
 
 
 def test_no_pulumi_is_reported_before_anything_changes(project, runner, monkeypatch):

@@ -224,7 +224,8 @@ def steps_applied(log: Path, project: Path) -> list[tuple[str | None, str, int]]
 MOVE_ARGS = ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes"]
 
 
-def test_move_applies_each_step_then_releases_after_started(project, runner, fake_pulumi):
+def test_move_applies_each_step_then_releases_after_started(project, runner, fake_pulumi, pulumi_state):
+    pulumi_state.seed("example-gcp")  # Pulumi's state (the release targets only what it holds)
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     original = path.read_text()
     result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events-none")])
@@ -233,7 +234,8 @@ def test_move_applies_each_step_then_releases_after_started(project, runner, fak
     result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events")])
     assert result.exit_code == 0, result.output
     assert "waiting for attempt 2 to start in us-central1-b" in result.stdout
-    assert steps_applied(fake_pulumi, project) == [("snapshot", "us-central1-a", 1), ("restore", "us-central1-a", 1),
+    assert steps_applied(fake_pulumi, project) == [(None, "us-central1-a", 1),  # the VMs stopped before the snapshot
+                                                   ("snapshot", "us-central1-a", 1), ("restore", "us-central1-a", 1),
                                                    ("start", "us-central1-b", 2)]
     assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]  # old disks still protected
 
@@ -260,7 +262,7 @@ def test_move_applies_each_step_then_releases_after_started(project, runner, fak
 def test_an_interrupted_move_continues_from_the_recorded_step(project, runner, fake_pulumi, monkeypatch):
     events = project / "events"
     events.mkdir()
-    monkeypatch.setenv("FAKE_PULUMI_UP_FAIL_AT", "2")  # the restore step's update fails midway
+    monkeypatch.setenv("FAKE_PULUMI_UP_FAIL_AT", "3")  # the restore step's update fails midway (after the stop, the snapshot)
     result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(events)])
     assert result.exit_code == 1 and "pulumi up failed" in result.output
     cfg = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
@@ -270,7 +272,7 @@ def test_an_interrupted_move_continues_from_the_recorded_step(project, runner, f
     assert result.exit_code == 0, result.output
     assert "continuing a move that may have been interrupted" in result.stdout
     assert steps_applied(fake_pulumi, project) == [
-        ("snapshot", "us-central1-a", 1), ("restore", "us-central1-a", 1),  # the failed one
+        (None, "us-central1-a", 1), ("snapshot", "us-central1-a", 1), ("restore", "us-central1-a", 1),  # the failed one
         ("restore", "us-central1-a", 1), ("start", "us-central1-b", 2),  # applied again, then on
     ]
 

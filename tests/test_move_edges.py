@@ -268,6 +268,10 @@ def test_a_snapshot_that_exists_in_the_cloud_but_not_in_the_state_says_how_to_ad
     """GCP's answer when the snapshot step is applied again after a create that outlived the
     provider's wait: the name exists. The error says how to check it and adopt it, exactly."""
     (project / "events").mkdir()
+    from cli.lifecycle import stackfile
+
+    # Stopped already (its VMs gone): the snapshot step is the move's first update, the one GCP answers.
+    stackfile.update_job(stackfile.resolve("example-gcp", None).path, "llm-pretrain", lambda current, written: {"state": "stopped"})
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_FAILS", "9")
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_MESSAGE", "error: 1 error occurred:\n    * Error creating Snapshot: googleapi: "
                        "Error 409: The resource 'projects/proj-1/global/snapshots/example-gcp-llm-pretrain-n1-m1-snap' "

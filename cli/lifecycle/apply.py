@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.lifecycle.stackfile import lock_path
@@ -50,7 +50,46 @@ def job_targets(cfg, stack: str, job_id: str) -> list[str]:
     in the time of one job (the whole stack under mocks takes minutes at that size)."""
     from cli.plan import mocks as planner
 
-    return job_urns(planner.run(cfg.model_copy(update={"jobs": [cfg.job(job_id)], "pools": []}), stack), job_id)
+    try:
+        job = cfg.job(job_id)
+    except KeyError:
+        return []  # a job the file no longer has declares nothing
+    return job_urns(planner.run(cfg.model_copy(update={"jobs": [job], "pools": []}), stack), job_id)
+
+
+def change_targets(new: Iterable[str], dropped: Iterable[str], state: Callable[[], Held], job_id: str) -> list[str]:
+    """The targets of a job change: the job's URNs in the new plan, plus those the change drops
+    (``dropped``: the job's URNs in the old plan, or in the state, that the new plan lacks) which
+    the stack's Pulumi state holds.
+
+    Why both: a targeted update deletes only *targeted* resources the program no longer registers
+    (pulumi/pulumi pkg/resource/deploy/step_generator.go, ``GenerateDeletes``: delete steps are
+    filtered by ``determineAllowedResourcesToDeleteFromTargets``, the targets and their children and
+    dependents in the old state; one of those not itself in ``--target`` fails the update with
+    "will be destroyed but was not specified in --target list"). So a VM the edit drops (``complete``,
+    a move's snapshot step, a gang stopped, a renamed node) must be targeted, or it keeps running and
+    billing. Only those the state holds: a target neither in the state nor registered by the program
+    fails the whole update ("Target '...' could not be found in the stack": pkg/resource/deploy/
+    deployment_executor.go, ``checkTargets``), e.g. the old plan's VM of a job whose VM was never created.
+
+    A dropped resource the state protects (a job disk) is refused here, before the update: disks go
+    only through a move's release or ``cleanup``, which unprotect them first (the one deletion rule);
+    Pulumi itself would fail the update midway ("cannot be deleted because it is protected").
+    """
+    new = sorted(set(new))
+    dropped = sorted(set(dropped) - set(new))
+    if not dropped:
+        return new
+    held = state()
+    gone = [u for u in dropped if u in held.resources]
+    kept = [u for u in gone if u in held.protected]
+    if kept:
+        from cli.lifecycle.states import LifecycleError
+
+        raise LifecycleError(f"job {job_id}: this change would delete protected resource(s) "
+                             f"{', '.join(u.rsplit('::', 1)[-1] for u in kept)}; refused (a disk goes only through "
+                             f"`spotctl move`'s release or `spotctl cleanup {job_id}`)")
+    return sorted(set(new) | set(gone))
 
 
 def disk_urns(plan: Plan, job_id: str) -> list[str]:
@@ -201,25 +240,42 @@ class Applier:
 
 @dataclass(frozen=True)
 class Held:
-    """What the stack's Pulumi state holds: job ids (their TrainingJob components) and the cloud
-    ids/names of its disks and volumes."""
+    """What the stack's Pulumi state holds: job ids (their TrainingJob components), the cloud
+    ids/names of its disks and volumes, every URN with its parent, and the protected URNs."""
 
     jobs: frozenset[str]
     disks: frozenset[str]
+    resources: Mapping[str, str | None] = field(default_factory=dict)  # URN -> parent URN
+    protected: frozenset[str] = frozenset()
+
+    def under(self, root: str) -> set[str]:
+        """``root`` and every resource under it in the state (its children, theirs, ...)."""
+        children: dict[str | None, list[str]] = {}
+        for urn, parent in self.resources.items():
+            children.setdefault(parent, []).append(urn)
+        out, todo = set(), [root] if root in self.resources else []
+        while todo:
+            urn = todo.pop()
+            out.add(urn)
+            todo.extend(children.get(urn, []))
+        return out
 
 
 def held_in(deployment: dict) -> Held:
     """Read ``pulumi stack export``'s JSON (pure)."""
-    jobs, disks = set(), set()
+    jobs, disks, resources, protected = set(), set(), {}, set()
     for r in (deployment.get("deployment") or {}).get("resources") or []:
         urn, kind = str(r.get("urn", "")), str(r.get("type", ""))
+        resources[urn] = r.get("parent") or None
+        if r.get("protect"):
+            protected.add(urn)
         if kind.endswith(":TrainingJob") and "::job-" in urn:
             jobs.add(urn.rsplit("::job-", 1)[1])
         if kind in ("gcp:compute/disk:Disk", "aws:ebs/volume:Volume"):
             outputs = r.get("outputs") or {}
             disks.update(str(v) for v in (r.get("id"), outputs.get("name"), outputs.get("id")) if v)
             disks.update(str(r.get("id", "")).rsplit("/", 1)[-1:])  # GCP ids are projects/.../disks/NAME
-    return Held(frozenset(jobs), frozenset(d for d in disks if d))
+    return Held(frozenset(jobs), frozenset(d for d in disks if d), resources, frozenset(protected))
 
 
 def _last_line(exc: Exception) -> str:

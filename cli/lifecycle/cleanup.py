@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from cli.cloud import CloudDisk, CloudSnapshot, Inventory
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, ApplyError, Held, job_urns
+from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_urns
 from cli.lifecycle.states import LifecycleError, may_delete_disks
 from infra.config import ConfigError, Job, StackConfig
 from infra.naming import disk_name, label_value, owner_value, stack_slug
@@ -65,11 +65,16 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         if not owned:
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
         _recheck(ref, job, force)
-        applier.unprotect(disks)
+        held = applier.held()
+        applier.unprotect([d for d in disks if d in held.resources])  # `state unprotect` of a URN not there fails
+        # The job leaves the program: its URNs the state holds are the targets (``change_targets``).
+        targets = change_targets([], urns, applier.held, job_id)
         _recheck(ref, job, force)
         taken = stackfile.take_job(ref.path, job_id)
+        if not targets:  # nothing of the job in the state: dropping it from the file is all
+            return Cleanup(job_id, urns, disks, done=True)
         try:
-            applier.up(urns, out)
+            applier.up(targets, out)
         except ApplyError as exc:
             if not exc.started:
                 stackfile.put_back_job(ref.path, taken)

@@ -284,8 +284,11 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
         release = _releaser(ref, job_id, applier)
     elif job.move is not None and record.get("to", job.move.to) != job.move.to:
         release = _forget_snapshots(ref, job_id, job)
+    # A snapshot of a disk a VM still writes to is only crash-consistent: the VMs go first, by an update of their own.
+    stop_first = "its disks are snapshotted" if record.get("step") == "snapshot" else ""
     try:
-        outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release)
+        outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release,
+                                        stop_first=stop_first)
     except ApplyError as exc:
         hint = _existing_snapshots(ref, job_id, f"{exc}\n{exc.detail}")
         if hint:
@@ -324,7 +327,8 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> 
             if not ok:
                 raise LifecycleError(f"job {job_id}: disk {disk.name} is kept because {why}")
         if applier is not None and disks:
-            applier.unprotect([d.urn for d in disks])
+            held = applier.held()  # `state unprotect` of a URN the state lacks fails; such a disk never existed
+            applier.unprotect([d.urn for d in disks if d.urn in held.resources])
         return gone
 
     return release

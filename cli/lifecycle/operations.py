@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, ApplyError, job_targets
+from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
 from cli.lifecycle.states import Change
 from infra.config import ConfigError, Job, StackConfig
 
@@ -37,14 +37,16 @@ approved and unprotected (``spotctl move`` releasing old disks); raises to refus
 
 def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
                applier: Applier | None, out: Callable[[str], None] = print,
-               confirm: Confirm | None = None, release: Release | None = None) -> Outcome:
+               confirm: Confirm | None = None, release: Release | None = None, stop_first: str = "") -> Outcome:
     """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
 
     With ``applier`` None the file is only edited (--no-apply). With ``confirm`` (the commands pass
     one unless --yes; ``watch`` passes none: it is the automation) Pulumi first previews the
     targeted update with the edited file, and ``confirm`` decides; declined, the edit is undone.
-    With ``release``, what the edit drops from the job is targeted too (so the update deletes it),
-    after ``release`` approved it.
+    What the edit drops from the job is targeted too, so the update deletes it (``change_targets``);
+    with ``release``, also what only ``release`` may approve (a move's old disks).
+    ``stop_first`` (what comes after, e.g. "its disks are snapshotted"): the job's running VMs are
+    deleted by an update of their own before the change is applied (as a gang's before a new attempt).
     If the update cannot start, the edit is undone (only the keys it set), so the file again
     matches what runs in the cloud.
     """
@@ -74,27 +76,33 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
 
         old_job = old_cfg.job(job_id)
         applier.step(f"job {job_id}: planning its resources under mocks (the URNs to target)")
-        targets = job_targets(new_cfg, ref.name, job_id)
-        if release is not None:
-            try:
-                targets = sorted(set(targets) | set(release(targets)))
-            except Exception:
-                _undo(ref.path, job_id, holder["before"], holder["wrote"])
-                raise
-        if confirm is not None and not _previewed_and_confirmed(ref, job_id, change, holder["wrote"], old_job, targets, applier,
+        declared = job_targets(new_cfg, ref.name, job_id)
+        try:
+            # What the edit drops is targeted too (so the update deletes it): the one rule, in
+            # ``change_targets``. ``release`` adds what only a move's release may drop (old disks).
+            dropped = set(job_targets(old_cfg, ref.name, job_id)) | set(release(declared) if release is not None else ())
+            targets = change_targets(declared, dropped, applier.held, job_id)
+        except Exception:
+            _undo(ref.path, job_id, holder["before"], holder["wrote"])
+            raise
+        then = _stop_first(old_job, change, stop_first)
+        if confirm is not None and not _previewed_and_confirmed(ref, job_id, then, holder["wrote"], old_job, targets, applier,
                                                                 holder["before"], out, confirm):
             return Outcome(change, old_cfg, applied=False, declined=True)
-        gang = _gang_restart(old_job, change)
+        gang = bool(then)
         if gang:
-            _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out)
+            _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out, then)
+            # The stop deleted what the state held of the old VMs: a target gone from both the state
+            # and the program would fail the update (``change_targets``).
+            targets = change_targets(declared, dropped, applier.held, job_id)
         try:
             applier.up(targets, out)
         except ApplyError as exc:
             if not exc.started:
                 _undo(ref.path, job_id, holder["before"], holder["wrote"])
                 if gang:  # the old gang is gone: the file must not say it runs
-                    why = (f"every node of attempt {old_job.attempt} was stopped, then attempt {old_job.attempt + 1} could not "
-                           f"start: {exc}. `spotctl resume {job_id}` starts it")
+                    why = (f"every node of attempt {old_job.attempt} was stopped, then {then.next_step} could not "
+                           f"start: {exc}. {then.retry}")
                     stackfile.update_job(ref.path, job_id, lambda current, written: {"state": "stopped", "stopReason": why})
                     raise ApplyError(f"job {job_id}: left stopped at attempt {old_job.attempt}: {why}", detail=exc.detail) from None
             raise
@@ -120,7 +128,7 @@ def _record_disk_kind(path: Path, job_id: str, cfg: StackConfig) -> None:
     stackfile.update_job(path, job_id, fields)
 
 
-def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, change: Change, wrote: dict[str, Any], old_job: Job,
+def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, then: _Then | None, wrote: dict[str, Any], old_job: Job,
                              targets: list[str], applier: Applier, before: dict[str, Any], out: Callable[[str], None],
                              confirm: Confirm) -> bool:
     """Pulumi's preview of the targeted update (the file already edited), then the question; on
@@ -130,30 +138,52 @@ def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, change: Chang
     except ApplyError:
         _undo(ref.path, job_id, before, wrote)
         raise
-    gang = (f" (every node of attempt {old_job.attempt} is stopped first)" if _gang_restart(old_job, change) else "")
+    gang = f" (every node of attempt {old_job.attempt} is stopped first)" if then else ""
     if confirm(f"Do you want to perform this update of job {job_id}{gang}?"):
         return True
     _undo(ref.path, job_id, before, wrote)
     return False
 
 
-def _gang_restart(job: Job, change: Change) -> bool:
-    """A new attempt of a multi-node job whose VMs may still run (some nodes survived a preemption)."""
-    return job.nodes > 1 and "attempt" in change.fields and job.state.value in ("pending", "running")
+@dataclass(frozen=True)
+class _Then:
+    """What waits for the job's VMs to be stopped, in the words of the messages."""
+
+    what: str  # "the new attempt starts"
+    next_step: str  # "attempt 3"
+    retry: str  # what the user runs when it could not
+
+
+def _stop_first(job: Job, change: Change, stop_first: str) -> _Then | None:
+    """The job's VMs go by an update of their own before the change: a new attempt of a multi-node
+    job whose VMs may still run (some nodes survived a preemption), or ``stop_first``."""
+    if job.state.value not in ("pending", "running"):
+        return None  # no VM declared
+    if job.nodes > 1 and "attempt" in change.fields:
+        return _Then("the new attempt starts", f"attempt {job.attempt + 1}", f"`spotctl resume {job.id}` starts attempt {job.attempt + 1}")
+    if stop_first:
+        return _Then(stop_first, change.reason.split(":")[0], f"Run the same command again to continue ({change.reason})")
+    return None
 
 
 def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig, applier: Applier,
-                     before: dict[str, Any], out: Callable[[str], None]) -> None:
+                     before: dict[str, Any], out: Callable[[str], None], then: _Then) -> None:
     """Delete every VM of the current attempt before the new one starts, so no surviving node of
     the old gang is still running when the new rendezvous begins: the job is written as stopped
     (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
 
-    old_targets = job_targets(old_cfg, ref.name, job_id)
     final = stackfile.job_fields(ref.path, job_id, list(before))
-    stopped = {k: before[k] for k in before if before[k] is not _MISSING} | {"state": "stopped"}
-    stackfile.update_job(ref.path, job_id, lambda current, written: stopped)
+    stopped = {"state": "stopped"}
+    _undo(ref.path, job_id, before, final)  # the job as it was (keys the change added removed), then stopped
+    _, stopped_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: stopped)
+    try:
+        old_targets = change_targets(job_targets(stopped_cfg, ref.name, job_id), job_targets(old_cfg, ref.name, job_id),
+                                     applier.held, job_id)
+    except Exception:
+        _undo(ref.path, job_id, before, final | stopped)
+        raise
     attempt = old_cfg.job(job_id).attempt
-    out(f"job {job_id}: stopping every node of attempt {attempt} before the new attempt starts")
+    out(f"job {job_id}: stopping every node of attempt {attempt} before {then.what}")
     try:
         applier.up(old_targets, out)
     except ApplyError as exc:
@@ -161,9 +191,8 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
             _undo(ref.path, job_id, before, final | stopped)
             raise
         # The stop began: some old nodes may be gone, so the file stays stopped. Say so, there and here.
-        why = (f"the stop of every node of attempt {attempt} (before attempt {attempt + 1}) failed midway: {exc}; "
-               f"some of its VMs may still run. `spotctl resume {job_id}` starts attempt {attempt + 1} (its update "
-               f"replaces what is left of attempt {attempt})")
+        why = (f"the stop of every node of attempt {attempt} (before {then.next_step}) failed midway: {exc}; "
+               f"some of its VMs may still run. {then.retry} (its update replaces or deletes what is left of attempt {attempt})")
         stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why})
         raise ApplyError(f"job {job_id}: left stopped at attempt {attempt}: {why}", started=True, detail=exc.detail) from None
     stackfile.update_job(ref.path, job_id, lambda current, written: final)

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from cli.lifecycle import operations, stackfile
-from cli.lifecycle.apply import Applier, ApplyError, job_targets
+from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, LifecycleError, decide_complete, decide_resume
 from cli.watch.decide import Action, backoff, is_capacity_refusal, mark_failed, still_current
@@ -142,5 +142,11 @@ def _reapply(ref: stackfile.StackRef, job_id: str, applier: Applier | None, out:
         return "noop"
     applier.preflight()
     with applier.exclusive(ref.path):
-        applier.up(job_targets(stackfile.load(ref), ref.name, job_id), out)
+        # The file before the crashed edit is unknown: what the job holds in the state and the file
+        # no longer declares is what the edit dropped (``change_targets``).
+        new = job_targets(stackfile.load(ref), ref.name, job_id)
+        held = applier.held()
+        root = next((u for u in new if u.endswith(f"::job-{job_id}")), None)
+        dropped = held.under(root) if root else set()
+        applier.up(change_targets(new, dropped, lambda: held, job_id), out)
     return "applied"
