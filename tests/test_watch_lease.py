@@ -52,6 +52,10 @@ class Clock:
     def __call__(self) -> datetime:
         return self.t
 
+    def monotonic(self) -> float:
+        """This machine's monotonic clock: the same passage of time, another origin."""
+        return 1000.0 + (self.t - T0).total_seconds()
+
     def sleep(self, seconds: float) -> None:
         self.t += timedelta(seconds=seconds)
 
@@ -63,20 +67,23 @@ def holder(ident: str = "a", host: str = "laptop", pid: int = 100, expires: date
     return Holder(ident, host, pid, T0, expires, **over)
 
 
-@pytest.mark.parametrize(("current", "predecessor", "alive", "want"), [
-    (None, None, True, "take"),                                       # nobody holds it
-    (holder(), None, True, "held"),                                   # another watcher's, valid
-    (holder(expires=T0), None, True, "take"),                         # expired (expiry is exclusive)
-    (holder(released=True), None, True, "take"),                      # released by a watcher that stopped
-    (holder("me", host="watcher"), None, True, "renew"),                   # my own
-    (holder(host="watcher"), Predecessor("a", "watcher", 100), False, "take"),  # this checkout's predecessor, dead
-    (holder(host="watcher"), Predecessor("a", "watcher", 100), True, "held"),   # ... still running (a pid reused)
-    (holder(host="laptop"), Predecessor("a", "laptop", 100), False, "held"),  # same id, another host
-    (holder("b", host="watcher"), Predecessor("a", "watcher", 100), False, "held"),  # not the predecessor's lease
+@pytest.mark.parametrize(("current", "predecessor", "alive", "unchanged", "want"), [
+    (None, None, True, 0, "take"),                                       # nobody holds it
+    (holder(), None, True, 59, "held"),                                  # another watcher's, seen unchanged < a term
+    (holder(), None, True, 60, "take"),                                  # ... a full term on my own clock
+    (holder(term_s=90), None, True, 60, "held"),                         # the holder's longer term counts
+    (holder(expires=T0), None, True, 0, "lapsing"),                      # its stamp says expired: watch it
+    (holder(expires=T0 - timedelta(days=1)), None, True, 59, "lapsing"), # however long ago (my wall clock may be wrong)
+    (holder(released=True), None, True, 0, "take"),                      # released by a watcher that stopped
+    (holder("me", host="watcher"), None, True, 0, "renew"),              # my own
+    (holder(host="watcher"), Predecessor("a", "watcher", 100), False, 0, "take"),  # this checkout's predecessor, dead
+    (holder(host="watcher"), Predecessor("a", "watcher", 100), True, 0, "held"),   # ... still running (a pid reused)
+    (holder(host="laptop"), Predecessor("a", "laptop", 100), False, 0, "held"),  # same id, another host
+    (holder("b", host="watcher"), Predecessor("a", "watcher", 100), False, 0, "held"),  # not the predecessor's lease
 ])
-def test_the_lease_is_taken_only_when_nobody_else_validly_holds_it(current, predecessor, alive, want):
+def test_the_lease_is_taken_only_when_nobody_else_validly_holds_it(current, predecessor, alive, unchanged, want):
     me = Holder("me", "watcher", 200, T0, T0)
-    assert leasing.decide(current, me, predecessor, T0, lambda pid: alive) == want
+    assert leasing.decide(current, me, predecessor, unchanged, TERM, T0, lambda pid: alive) == want
 
 
 def test_the_term_is_three_cycles_and_at_least_a_minute():
@@ -110,15 +117,17 @@ class Store:
 
 
 @settings(max_examples=150, deadline=None)
-@given(offsets=st.lists(st.integers(-5, 5), min_size=3, max_size=3),
+@given(offsets=st.lists(st.integers(-3600, 3600), min_size=3, max_size=3),
        steps=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["take", "check", "release"]), st.integers(0, 40)),
                       max_size=40))
 def test_at_most_one_watcher_may_act_at_any_time(offsets, steps):
-    """Three watchers whose clocks differ by up to the skew margin take, renew and release in any order
-    while time passes: never do two of them consider themselves free to act at the same moment."""
+    """Three watchers whose wall clocks differ by up to an hour (far beyond the skew margin) take, renew
+    and release in any order while time passes: never do two of them consider themselves free to act at
+    the same moment (each judges expiry on its own monotonic clock, whatever its origin)."""
     store, now = Store(), [T0]
     watchers = [BucketLease(store, "b", "team", "f", (lambda o=o: now[0] + timedelta(seconds=o)), TERM, "w",
-                            host=f"h{i}", pid=i) for i, o in enumerate(offsets)]
+                            host=f"h{i}", pid=i, monotonic=lambda o=o: 7 * o + (now[0] - T0).total_seconds())
+                for i, o in enumerate(offsets)]
     for who, op, wait in steps:
         now[0] += timedelta(seconds=wait)
         w = watchers[who]
@@ -130,6 +139,26 @@ def test_at_most_one_watcher_may_act_at_any_time(offsets, steps):
         else:
             w.release()
         assert sum(x.valid() for x in watchers) <= 1
+
+
+def test_a_clock_15_s_fast_does_not_take_a_lease_its_holder_still_acts_on():
+    """The audit's case: more skew than the margin. The taker's wall clock says the stamp expired; it
+    watches that version for a full term on its own monotonic clock, and by then the holder, which
+    stopped renewing, stopped acting (or renewed, and the taker starts watching again)."""
+    store, t = Store(), [T0]
+    mono = lambda: (t[0] - T0).total_seconds()  # noqa: E731
+    a = BucketLease(store, "b", "team", "f", lambda: t[0], TERM, "w", host="vm", pid=1, monotonic=mono)
+    b = BucketLease(store, "b", "team", "f", lambda: t[0] + timedelta(seconds=15), TERM, "w", host="laptop", pid=2,
+                    monotonic=lambda: 500 + mono())
+    assert a.try_take() is None
+    t[0] += timedelta(seconds=46)  # a: 14 s left by its stamp; b's wall clock says it expired
+    assert b.try_take() == a.me and b.lapsing and a.valid() and not b.valid()
+    a.check()  # a renews: a new version ...
+    assert b.try_take() == a.me and b.lapsing is False  # ... b starts watching it again
+    t[0] += timedelta(seconds=59)
+    assert b.try_take() == a.me and not a.valid()  # a stopped acting at 50 s after its renewal ...
+    t[0] += timedelta(seconds=1)
+    assert b.try_take() is None and b.valid() and not a.valid()  # ... and b takes only a full term after it saw it
 
 
 # ---- the lease on S3 (moto server) and GCS (the drill emulator), clock injected ---------------------------
@@ -158,7 +187,8 @@ def store(request):
 
 def lease(store, clock, host: str, pid: int, **kw) -> BucketLease:
     cloud, name = store
-    return BucketLease(cloud, name, "team", "Pulumi.team.yaml", clock, TERM, f"x://{name}/{LEASE}", host=host, pid=pid, **kw)
+    return BucketLease(cloud, name, "team", "Pulumi.team.yaml", clock, TERM, f"x://{name}/{LEASE}", host=host, pid=pid,
+                       monotonic=clock.monotonic, **kw)
 
 
 def stored(store) -> Holder | None:
@@ -179,8 +209,10 @@ def test_a_second_watcher_is_refused_naming_the_holder_until_the_lease_expires(s
     clock.sleep(30)
     vm.check()  # renewed: now until T0 + 90 s
     clock.sleep(59)
-    assert laptop.try_take() == vm.me  # still held: the renewal moved the expiry
-    clock.sleep(1)  # the holder died without renewing (or was cut off): its lease lapses
+    assert laptop.try_take() == vm.me  # still held: a version it had not seen (the renewal)
+    clock.sleep(59)  # the holder died without renewing (or was cut off) ...
+    assert laptop.try_take() == vm.me and not vm.valid()  # ... the laptop has seen that version for 59 s only
+    clock.sleep(1)  # a full term on the laptop's own clock: it lapsed, whatever the clocks' stamps say
     assert laptop.try_take() is None and stored(store).host == "laptop"
     with pytest.raises(LeaseLost, match=r"lost \(watched by spotctl watch 22@laptop .*\): stopped acting"):
         vm.check()  # the old holder finds out at its next renewal, before it acts
@@ -196,10 +228,11 @@ def test_released_leases_are_taken_at_once_and_a_race_has_one_winner(store):
     first.release()
     assert stored(store).released
     assert second.try_take() is None  # no waiting for the expiry
-    clock.sleep(120)  # second's lease expired: first and third both see it expired; one write wins
+    clock.sleep(120)  # second's lease expired by its stamp: third watches it for a term, then takes it
     _, name = store
     seen = store[0].read_object(name, LEASE)
-    assert third.try_take() is None
+    third.acquire(0, clock.sleep, lambda line: None)
+    assert stored(store).id == third.me.id
     with pytest.raises(PreconditionFailed):
         store[0].write_object(name, LEASE, b"{}", seen[1])  # the loser's write on the version it read
     assert first.try_take() == third.me
@@ -245,7 +278,7 @@ def test_a_holder_that_cannot_renew_stops_acting_before_its_lease_expires(s3):
     clock = Clock()
     cloud, name = s3
     cut = Offline(cloud, after=2)  # the take's read and write reach it; nothing after
-    fence = BucketLease(cut, name, "team", "Pulumi.team.yaml", clock, TERM, "w", host="watcher", pid=1)
+    fence = BucketLease(cut, name, "team", "Pulumi.team.yaml", clock, TERM, "w", host="watcher", pid=1, monotonic=clock.monotonic)
     assert fence.try_take() is None
     clock.sleep(40)
     fence.check()  # unreachable, but still 20 s to go (more than the skew margin): it may act
@@ -400,7 +433,8 @@ def run_watcher(home: Path, report, clock: Clock, sources, sleep=None, **kw) -> 
     shared = sync.Shared(ref, cloud_for(cfg, ref), "evts", report.warn)
     settings = watcher.Settings(ref, sources, None, 5.0, 300.0, once=kw.pop("once", True), shared=shared)
     with stackfile.sharing(ref.path, shared):
-        return watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref), now=clock, sleep=sleep or clock.sleep, **kw)
+        return watcher.run(settings, report, cloud_for=lambda c: cloud_for(c, ref), now=clock, sleep=sleep or clock.sleep,
+                           monotonic=clock.monotonic, **kw)
 
 
 def test_a_restart_on_the_same_checkout_takes_its_dead_predecessors_lease_at_once(machines, runner):
@@ -430,7 +464,7 @@ def test_a_watcher_whose_lease_was_taken_acts_no_more(machines, runner, tmp_path
         a preemption arrives that the VM, not the laptop, must handle."""
         clock.sleep(TERM.total_seconds() + 1)
         cloud = Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
-        assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "watcher", host="watcher", pid=9).try_take() is None
+        assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "watcher", host="watcher", pid=9, monotonic=clock.monotonic).acquire(0, clock.sleep, lambda line: None) is None  # watched for a term, then taken
         events(seen, ("train", 3, "preempted", 30))
 
     with pytest.raises(LeaseLost) as err:
@@ -469,10 +503,10 @@ def test_a_lease_lost_after_deciding_stops_before_the_action(machines, tmp_path)
     before = ref.path.read_text()
     clock = Clock(datetime.now(UTC))
     cloud = Cloud(StackConfig.model_validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]}), "team")
-    mine = BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "laptop", host="laptop", pid=1)
+    mine = BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "laptop", host="laptop", pid=1, monotonic=clock.monotonic)
     assert mine.try_take() is None
     clock.sleep(61)
-    assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "watcher", host="watcher", pid=9).try_take() is None
+    assert BucketLease(cloud, "evts", "team", "Pulumi.team.yaml", clock, TERM, "watcher", host="watcher", pid=9, monotonic=clock.monotonic).acquire(0, clock.sleep, lambda line: None) is None  # watched for a term, then taken
     seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
     shared = sync.Shared(ref, cloud_for(stackfile.load(ref), ref), "evts", pytest.fail)
     settings = watcher.Settings(ref, observe.Sources(seen, None, None, None, poll=False), None, once=True, shared=shared)

@@ -13,9 +13,17 @@ since when) and until when it holds the stack (``expires``).
 - **Renewed** at every cycle, before every action and every ``term / 3`` while an action runs
   (``kept``), by a conditional write on the holder's own last version: it succeeds only if nobody took
   the lease since, so a successful renewal proves the lease is still this watcher's.
-- **Fencing**: a holder acts only while its lease is valid by its own clock with a ``SKEW`` margin (the
-  next holder judges expiry by its clock); one that lost it or could not renew in time stops acting
-  (``LeaseLost``). The action's stack-file push is a conditional write anyway (``sync.Shared.push``).
+- **Expiry is judged on each watcher's own monotonic clock, never by comparing two machines' wall
+  clocks** (which may be minutes apart): a taker takes another's lease only after seeing the same
+  version of it unchanged for a full term (the longer of its own and the holder's ``term_s``) by its
+  own monotonic clock; the holder stays valid only for ``term - SKEW`` after the start of its last
+  successful renewal by its own monotonic clock. Any version the taker saw was written after that
+  renewal started, so the holder stops before the taker may take, whatever the wall clocks say. The
+  ``expires`` stamp is for people (and says when a taker should start watching: a lease whose stamp
+  looks expired is watched for a term, even by ``--once``, instead of refused).
+- **Fencing**: a holder acts only while its lease is valid as above; one that lost it or could not
+  renew in time stops acting (``LeaseLost``). The action's stack-file push is a conditional write
+  anyway (``sync.Shared.push``).
 - **Term** (``term_for``): 3 x the cycle interval, at least 60 s. Renewed every cycle, so two missed
   renewals (a slow bucket, a slow cycle) are survived; 60 s keeps a crashed holder's lease short
   (takeover within a minute) while being far above a bucket round trip and typical clock skew.
@@ -34,6 +42,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
@@ -45,8 +54,9 @@ from infra.naming import watch_lease
 VERSION = 1
 TERM_MIN = timedelta(seconds=60)
 TERM_CYCLES = 3
-# A holder stops acting this long before its lease expires by its own clock: the next holder judges
-# expiry by another machine's clock (NTP keeps them within a fraction of a second; 10 s is ample).
+# A holder stops acting this long before a term has passed since its last renewal began (its own
+# monotonic clock): room for the action already under way to reach its conditional write, and for
+# two monotonic clocks' rates to differ (parts per million).
 SKEW = timedelta(seconds=10)
 TAKE_TRIES = 3
 
@@ -74,6 +84,7 @@ class Holder:
     started: datetime
     expires: datetime
     released: bool = False
+    term_s: float = 0.0  # the holder's term: a taker watches an unchanged version at least this long
 
     def dump(self) -> bytes:
         doc = {**asdict(self), "started": self.started.isoformat(), "expires": self.expires.isoformat(), "version": VERSION,
@@ -86,7 +97,7 @@ class Holder:
         try:
             doc = json.loads(data)
             return cls(str(doc["id"]), str(doc["host"]), int(doc["pid"]), datetime.fromisoformat(doc["started"]),
-                       datetime.fromisoformat(doc["expires"]), bool(doc.get("released", False)))
+                       datetime.fromisoformat(doc["expires"]), bool(doc.get("released", False)), float(doc.get("term_s", 0.0)))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -104,20 +115,24 @@ class Predecessor:
     pid: int
 
 
-def decide(current: Holder | None, me: Holder, predecessor: Predecessor | None, now: datetime,
-           alive: Callable[[int], bool]) -> str:
-    """What to do with the lease as read: "renew" (it is mine), "take" (none, expired, released, or
-    this checkout's dead predecessor's) or "held" (another watcher's, valid)."""
+def decide(current: Holder | None, me: Holder, predecessor: Predecessor | None, unchanged_s: float,
+           term: timedelta, now: datetime, alive: Callable[[int], bool]) -> str:
+    """What to do with the lease as read: "renew" (it is mine), "take" (none, released, this checkout's
+    dead predecessor's, or the same version seen unchanged for ``unchanged_s`` >= a full term by this
+    watcher's own monotonic clock), "lapsing" (another's whose stamp looks expired by this machine's
+    clock: worth watching for a term) or "held" (another watcher's)."""
     if current is None:
         return "take"
     if current.id == me.id:
         return "renew"
-    if current.released or current.expires <= now:
+    if current.released:
         return "take"
     if (predecessor is not None and (current.id, current.host, current.pid) == (predecessor.id, predecessor.host, predecessor.pid)
             and current.host == me.host and not alive(current.pid)):
         return "take"
-    return "held"
+    if unchanged_s >= max(term.total_seconds(), current.term_s):
+        return "take"
+    return "lapsing" if current.expires <= now else "held"
 
 
 def pid_alive(pid: int) -> bool:
@@ -135,10 +150,10 @@ class BucketLease:
 
     def __init__(self, cloud: Any, bucket: str, stack: str, stack_file: str, now: Callable[[], datetime], term: timedelta,
                  where: str, predecessor: Predecessor | None = None, host: str | None = None, pid: int | None = None,
-                 alive: Callable[[int], bool] = pid_alive):
+                 alive: Callable[[int], bool] = pid_alive, monotonic: Callable[[], float] = time.monotonic):
         self.cloud, self.bucket, self.key = cloud, bucket, watch_lease(stack)
         self.stack_file, self.now, self.term, self.where = stack_file, now, term, where
-        self.predecessor, self.alive = predecessor, alive
+        self.predecessor, self.alive, self.mono = predecessor, alive, monotonic
         import secrets
         import socket
 
@@ -146,6 +161,9 @@ class BucketLease:
         self.me = Holder(secrets.token_hex(8), host or socket.gethostname(), os.getpid() if pid is None else pid, t, t)
         self.generation: str | None = None
         self.held = False
+        self.renewed_at = 0.0  # monotonic: when the last successful write (take or renewal) began
+        self.watching: tuple[str | None, float] | None = None  # (version, first seen at) of another's lease
+        self.lapsing = False  # the last try_take saw another's lease whose stamp looks expired
         self._mutex = threading.Lock()
 
     def _read(self) -> tuple[Holder | None, str | None]:
@@ -153,8 +171,19 @@ class BucketLease:
         return (None, None) if got is None else (Holder.parse(got[0]), got[1])
 
     def _write(self, expected: str | None, doc: Holder) -> None:
+        began = self.mono()  # before the write: any version a taker sees was written after this
         self.generation = self.cloud.write_object(self.bucket, self.key, doc.dump(), expected)
-        self.me, self.held = doc, not doc.released
+        self.me, self.held, self.renewed_at = doc, not doc.released, began
+
+    def _unchanged_for(self, generation: str | None) -> float:
+        """How long this watcher has seen another's lease at ``generation``, by its own monotonic clock."""
+        if self.watching is None or self.watching[0] != generation:
+            self.watching = (generation, self.mono())
+        return self.mono() - self.watching[1]
+
+    def _left(self) -> float:
+        """Seconds this holder may still act, by its own monotonic clock."""
+        return self.renewed_at + (self.term - SKEW).total_seconds() - self.mono()
 
     def message(self, other: Holder) -> str:
         return (f"stack {self.stack_file}: watched by {other.describe()} until {other.expires.isoformat()} "
@@ -171,12 +200,14 @@ class BucketLease:
             for _ in range(TAKE_TRIES):
                 current, generation = self._read()
                 now = self.now()
-                verdict = decide(current, self.me, self.predecessor, now, self.alive)
-                if verdict == "held":
+                verdict = decide(current, self.me, self.predecessor, self._unchanged_for(generation), self.term, now, self.alive)
+                self.lapsing = verdict == "lapsing"
+                if verdict in ("held", "lapsing"):
                     assert current is not None
                     return current
                 try:
-                    self._write(generation, replace(self.me, expires=now + self.term, released=False))
+                    self._write(generation, replace(self.me, expires=now + self.term, released=False,
+                                                    term_s=self.term.total_seconds()))
                     return None
                 except PreconditionFailed:
                     continue  # another watcher wrote it meanwhile: read again
@@ -192,24 +223,27 @@ class BucketLease:
             LeaseHeld: another watcher still holds it (the message names it and until when).
             CloudError: the bucket cannot be reached.
         """
-        deadline = self.now() + timedelta(seconds=wait_s)
+        deadline = self.mono() + wait_s
         told = None
         while True:
             other = self.try_take()
             if other is None:
                 return
-            now = self.now()
+            now = self.mono()
+            assert self.watching is not None
+            if self.lapsing:  # its stamp looks expired: watch it for a full term, even without --wait
+                deadline = max(deadline, self.watching[1] + max(self.term.total_seconds(), other.term_s) + 0.05)
             if now >= deadline:
                 raise LeaseHeld(self.message(other))
             if told != other.id:
-                say(f"{self.message(other)}: waiting up to {wait_s:.0f} s")
+                say(f"{self.message(other)}: waiting up to {deadline - now:.0f} s")
                 told = other.id
-            # Look again when it expires (sooner if it is released), never past the deadline.
-            sleep(max(0.05, min((other.expires - now).total_seconds(), (deadline - now).total_seconds(), 5.0)))
+            # Look again soon (it may be released or renewed), never past the deadline.
+            sleep(max(0.05, min(deadline - now, 5.0)))
 
     def valid(self) -> bool:
         """Whether this watcher may act now: it holds the lease and it is not about to expire."""
-        return self.held and self.now() < self.me.expires - SKEW
+        return self.held and self._left() > 0
 
     def renew(self) -> None:
         """Renew the lease (a conditional write on this watcher's last version); an unreachable bucket is
@@ -223,7 +257,8 @@ class BucketLease:
                 raise LeaseLost(f"stack {self.stack_file}: this watcher no longer holds {self.where}: stopped acting")
             for _ in range(2):
                 try:
-                    self._write(self.generation, replace(self.me, expires=self.now() + self.term))
+                    self._write(self.generation, replace(self.me, expires=self.now() + self.term,
+                                                         term_s=self.term.total_seconds()))
                     return
                 except PreconditionFailed:
                     other, generation = None, None
@@ -239,7 +274,7 @@ class BucketLease:
                     who = f"watched by {other.describe()} until {other.expires.isoformat()}" if other else "taken or removed"
                     raise LeaseLost(f"stack {self.stack_file}: lease {self.where} lost ({who}): stopped acting") from None
                 except CloudError as exc:
-                    if self.now() < self.me.expires - SKEW:
+                    if self._left() > 0:
                         return  # the next renewal may reach it; until then the lease is still this watcher's
                     self.held = False
                     raise LeaseLost(f"stack {self.stack_file}: lease {self.where} could not be renewed before "

@@ -46,8 +46,10 @@ class Report:
 
 def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
         now: Callable[[], datetime] = lambda: datetime.now(UTC), rng: random.Random | None = None,
-        sleep: Callable[[float], None] = time.sleep, cycles: int | None = None) -> bool:
+        sleep: Callable[[float], None] = time.sleep, cycles: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic) -> bool:
     """Watch until interrupted (or one cycle with ``once``); True when every action succeeded.
+    ``monotonic`` is the clock the bucket lease judges expiry by (``cli.watch.lease``).
 
     Raises:
         LeaseHeld: another watcher holds the stack (after ``lease_wait_s``), on this machine (the local
@@ -66,13 +68,13 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
     last_poll: datetime | None = None
     bucket_cache: dict[str, bytes] = {}
     try:
-        fence = bucket_lease(settings, lease, report, now, sleep)
+        fence = bucket_lease(settings, lease, report, now, sleep, monotonic=monotonic)
         n = 0
         while True:
             if fence is not None:
                 fence.check()  # renewed every cycle; a lost lease stops the watcher before it decides
             elif n and settings.shared is not None:  # the bucket could not be reached: take the lease once it can
-                fence = bucket_lease(settings, lease, report, now, sleep, quiet=True)
+                fence = bucket_lease(settings, lease, report, now, sleep, quiet=True, monotonic=monotonic)
             t = now()
             poll_due = last_poll is None or (t - last_poll).total_seconds() >= settings.poll_every_s
             ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now), bucket_cache, fence) and ok
@@ -90,7 +92,8 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
 
 
 def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable[[], datetime],
-                 sleep: Callable[[float], None], quiet: bool = False) -> leasing.BucketLease | None:
+                 sleep: Callable[[float], None], quiet: bool = False,
+                 monotonic: Callable[[], float] = time.monotonic) -> leasing.BucketLease | None:
     """Take the stack's lease in the shared copy's bucket (``cli.watch.lease``), or None when the stack
     file is not shared or the bucket cannot be reached (one warning unless ``quiet``; the shared copy
     counts as unreachable for this cycle, whose actions wait: ``cycle``)."""
@@ -102,7 +105,7 @@ def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable
     scheme = "s3" if getattr(shared.cloud.cfg, "cloud", "aws") == "aws" else "gs"
     where = f"{scheme}://{shared.bucket}/{leasing.watch_lease(settings.ref.name)}"
     fence = leasing.BucketLease(shared.cloud, shared.bucket, settings.ref.name, settings.ref.path.name, now,
-                                leasing.term_for(settings.interval_s), where, local.predecessor())
+                                leasing.term_for(settings.interval_s), where, local.predecessor(), monotonic=monotonic)
     local.record(fence.me.id)  # before the bucket is written: a kill -9 right after still leaves the id here
     try:
         fence.acquire(settings.lease_wait_s, sleep, report.out)
