@@ -307,3 +307,90 @@ def test_moving_on_from_a_job_already_stopped_at_step_start_continues():
     assert on.fields["move"] == {"from": "us-central1-b", "to": "us-central1-c", "step": "snapshot",
                                     "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z"}
     assert on.fields["state"] == "stopped"
+
+
+def stack_at_ups(log, project) -> list[tuple[str | None, str, str, int]]:
+    """(move step, state, zone, attempt) of llm-pretrain in the stack file at every `pulumi up`."""
+    from pathlib import Path
+
+    from cli.lifecycle import stackfile
+
+    out = []
+    for text in (json.loads(line) for line in Path(str(log) + ".stackfiles").read_text().splitlines()):
+        path = project / "snap" / "Pulumi.snap.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        j = stackfile.load(stackfile.resolve(None, path)).job("llm-pretrain")
+        out.append((j.move.step if j.move else None, j.state.value, j.zone, j.attempt))
+    return out
+
+
+GCP_MOVE = ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes"]
+
+
+def test_the_running_job_is_stopped_by_an_update_of_its_own_before_the_snapshot_step(project, runner, fake_pulumi):
+    """The audit's reproduction: the first update of a move was the snapshot step itself."""
+    (project / "events").mkdir()
+    result = runner.invoke(app_(), [*GCP_MOVE, "--events-dir", str(project / "events")])
+    assert result.exit_code == 0, result.output
+    assert stack_at_ups(fake_pulumi, project) == [
+        (None, "stopped", "us-central1-a", 1),  # the stop only: no move record, no snapshot declared yet
+        ("snapshot", "stopped", "us-central1-a", 1), ("restore", "stopped", "us-central1-a", 1),
+        ("start", "running", "us-central1-b", 2)]
+
+
+def test_a_move_whose_snapshot_step_failed_after_the_stop_continues_without_a_second_stop(project, runner, fake_pulumi, monkeypatch):
+    from cli.lifecycle import stackfile
+
+    events = project / "events"
+    events.mkdir()
+    monkeypatch.setenv("FAKE_PULUMI_UP_FAIL_AT", "2")  # the stop applied, the snapshot step's update failed
+    assert runner.invoke(app_(), [*GCP_MOVE, "--events-dir", str(events)]).exit_code == 1
+    j = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (j.state.value, j.move.step) == ("stopped", "snapshot")
+    monkeypatch.delenv("FAKE_PULUMI_UP_FAIL_AT")
+    result = runner.invoke(app_(), [*GCP_MOVE, "--events-dir", str(events)])
+    assert result.exit_code == 0, result.output
+    assert stack_at_ups(fake_pulumi, project)[2:] == [
+        ("snapshot", "stopped", "us-central1-a", 1), ("restore", "stopped", "us-central1-a", 1),
+        ("start", "running", "us-central1-b", 2)]
+
+
+def test_vms_a_failed_stop_left_go_by_their_own_update_before_the_snapshot(project, runner, fake_pulumi, pulumi_state, monkeypatch):
+    """The stop update failed midway: the file says stopped, the state still holds the VMs. Run
+    again, the move deletes them by an update of their own, then snapshots."""
+    pulumi_state.seed("example-gcp")
+    events = project / "events"
+    events.mkdir()
+    monkeypatch.setenv("FAKE_PULUMI_UP_FAIL_AT", "1")
+    result = runner.invoke(app_(), [*GCP_MOVE, "--events-dir", str(events)])
+    assert result.exit_code == 1 and "left stopped at attempt 1" in " ".join(result.output.split())
+    assert [n for n in pulumi_state.named("-vm") if "llm-pretrain" in n] == ["job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm"]
+    monkeypatch.delenv("FAKE_PULUMI_UP_FAIL_AT")
+    result = runner.invoke(app_(), [*GCP_MOVE, "--events-dir", str(events)])
+    assert result.exit_code == 0, result.output
+    assert "deleting 2 VM(s) a failed stop left before its disks are snapshotted" in result.output
+    ops = pulumi_state.ops()
+    stop = next(up for up in ops if any(o.startswith("delete") and "llm-pretrain-n0-vm" in o for o in up))
+    assert not [o for o in stop if "snapshot" in o]  # the VMs went by themselves
+    assert ops.index(stop) < min(i for i, up in enumerate(ops) if any(o.startswith("create") and o.endswith("-snapshot") for o in up))
+
+
+def test_moving_on_from_a_partly_started_gang_stops_it_first(project, runner, fake_pulumi):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    text = path.read_text()
+    old = "      zone: us-central1-a\n      capacity: spot\n      attempt: 1\n      state: running\n"
+    assert old in text
+    path.write_text(text.replace(old, "      zone: us-central1-b\n      capacity: spot\n      attempt: 2\n      state: running\n"
+                                 "      zoneHistory: [{zone: us-central1-a, lastAttempt: 1}]\n"
+                                 "      move: {from: us-central1-a, to: us-central1-b, step: start}\n", 1))
+    events = project / "events"
+    events.mkdir()
+    (events / "a2.jsonl").write_text(json.dumps({"job": "llm-pretrain", "attempt": 2, "node": 0, "event": "started",
+                                                 "time": "2026-11-22T04:00:00Z"}) + "\n")  # node 1 never started
+    result = runner.invoke(app_(), ["move", "llm-pretrain", "--to-zone", "us-central1-c", "--stack", "example-gcp", "--yes",
+                                    "--events-dir", str(events)])
+    assert result.exit_code == 0, result.output
+    assert stack_at_ups(fake_pulumi, project)[:2] == [
+        ("start", "stopped", "us-central1-b", 2),  # node 0's VM goes before its disk is snapshotted
+        ("snapshot", "stopped", "us-central1-b", 2)]

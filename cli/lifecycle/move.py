@@ -286,6 +286,8 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
         release = _forget_snapshots(ref, job_id, job)
     # A snapshot of a disk a VM still writes to is only crash-consistent: the VMs go first, by an update of their own.
     stop_first = "its disks are snapshotted" if record.get("step") == "snapshot" else ""
+    if stop_first and job.state is S and applier is not None:
+        _stray_vms_gone(ref, job_id, applier, out)
     try:
         outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release,
                                         stop_first=stop_first)
@@ -301,6 +303,27 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
         result.declined = True
         return False
     return True
+
+
+def _stray_vms_gone(ref: stackfile.StackRef, job_id: str, applier: Applier, out: Callable[[str], None]) -> None:
+    """A job written stopped whose VMs Pulumi's state still holds (a stop that failed midway, then
+    the move run again): those VMs are deleted by an update of their own, before the snapshot step;
+    the stopped job's plan no longer names them, so the snapshot step alone would not target them,
+    and Pulumi deletes what it drops only last (pulumi/pulumi#16589)."""
+    import re
+
+    from cli.lifecycle.apply import change_targets, job_targets
+
+    applier.preflight()
+    with applier.exclusive(ref.path):
+        new = job_targets(stackfile.load(ref), ref.name, job_id)
+        held = applier.held()
+        root = next((u for u in new if u.endswith(f"::job-{job_id}")), None)
+        stray = sorted(u for u in (held.under(root) if root else set()) - set(new) if re.search(r"/instance:Instance::", u))
+        if not stray:
+            return
+        out(f"job {job_id}: deleting {len(stray)} VM(s) a failed stop left before its disks are snapshotted")
+        applier.up(change_targets(new, stray, lambda: held, job_id), out)
 
 
 def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> operations.Release:
