@@ -209,16 +209,20 @@ def started(project: Path, attempt: int, nodes: int = 2) -> Path:
     return d
 
 
-def steps_applied(log: Path, project: Path) -> list[tuple[str | None, str, int]]:
-    """(move step, zone, attempt) of the stack file at every `pulumi up`."""
+def jobs_at_ups(log: Path, project: Path, job_id: str = "llm-pretrain") -> list[Job]:
+    """The job as the stack file had it at every `pulumi up`."""
     out = []
     for text in (json.loads(line) for line in Path(str(log) + ".stackfiles").read_text().splitlines()):
         path = project / "snap" / "Pulumi.snap.yaml"
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
-        j = stackfile.load(stackfile.resolve(None, path)).job("llm-pretrain")
-        out.append((j.move.step if j.move else None, j.zone, j.attempt))
+        out.append(stackfile.load(stackfile.resolve(None, path)).job(job_id))
     return out
+
+
+def steps_applied(log: Path, project: Path) -> list[tuple[str | None, str, int]]:
+    """(move step, zone, attempt) of the stack file at every `pulumi up`."""
+    return [(j.move.step if j.move else None, j.zone, j.attempt) for j in jobs_at_ups(log, project)]
 
 
 MOVE_ARGS = ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes"]

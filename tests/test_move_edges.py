@@ -311,18 +311,9 @@ def test_moving_on_from_a_job_already_stopped_at_step_start_continues():
 
 def stack_at_ups(log, project) -> list[tuple[str | None, str, str, int]]:
     """(move step, state, zone, attempt) of llm-pretrain in the stack file at every `pulumi up`."""
-    from pathlib import Path
+    from tests.test_move import jobs_at_ups
 
-    from cli.lifecycle import stackfile
-
-    out = []
-    for text in (json.loads(line) for line in Path(str(log) + ".stackfiles").read_text().splitlines()):
-        path = project / "snap" / "Pulumi.snap.yaml"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-        j = stackfile.load(stackfile.resolve(None, path)).job("llm-pretrain")
-        out.append((j.move.step if j.move else None, j.state.value, j.zone, j.attempt))
-    return out
+    return [(j.move.step if j.move else None, j.state.value, j.zone, j.attempt) for j in jobs_at_ups(log, project)]
 
 
 GCP_MOVE = ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes"]
