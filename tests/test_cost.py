@@ -179,7 +179,7 @@ def test_unpriced_type_is_named_never_guessed(team, runner, monkeypatch):
     sweep = next(j for j in data["jobs"] if j["id"] == "sweep")
     assert sweep["cost"] is None and sweep["savings_pct"] is None and sweep["unpriced"] == ["x9.mega"]
     assert data["total"]["unpriced_jobs"] == ["sweep"] and data["total"]["cost"] == 143.33  # 2.43205 + 140.9026
-    assert any(n.startswith("cloud price API not used: cannot ask the cloud: NoCredentialsError") for n in data["notes"])
+    assert any(n.startswith("cloud price API not used: cannot ask the cloud: no AWS credentials") for n in data["notes"])
     assert any("no price for x9.mega: add them to spotctl:prices" in n for n in data["notes"])
 
 

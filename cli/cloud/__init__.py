@@ -146,16 +146,36 @@ class Cloud:
 
     def __init__(self, cfg, stack: str):
         self.cfg, self.stack = cfg, stack
+        self._missing: str | None = None
+        self._checked = False
+
+    def _ready(self) -> None:
+        """Fail fast, before the SDK's credential chain would probe the metadata server from a machine
+        that is not a VM of this cloud (``cli.cloud.credentials``); checked once per object."""
+        if not self._checked:
+            from cli.cloud.credentials import missing
+
+            self._missing, self._checked = missing(getattr(self.cfg, "cloud", "aws")), True
+        if self._missing:
+            raise CloudError(f"cannot ask the cloud: {self._missing}")
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        self._ready()
+        return call(fn)
+
+    def _call_conditional(self, fn: Callable[[], T]) -> T:
+        self._ready()
+        return _conditional(fn)
 
     def inventory(self) -> Inventory:
-        return _Checked(call(lambda: inventory_for(self.cfg, self.stack)))
+        return _Checked(self._call(lambda: inventory_for(self.cfg, self.stack)))
 
     def observer(self) -> Observer:
-        return call(lambda: observer_for(self.cfg, self.stack))
+        return self._call(lambda: observer_for(self.cfg, self.stack))
 
     def vms(self, job_id: str) -> list[VmState]:
         observer = self.observer()
-        return call(lambda: observer.vms(job_id))
+        return self._call(lambda: observer.vms(job_id))
 
     def prices(self, machine_types: list[str]) -> dict[str, tuple[float, float, str]]:
         """{type: (spot $/h, on-demand $/h, source)} from the cloud's price APIs: EC2 spot price
@@ -167,10 +187,10 @@ class Cloud:
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import aws_prices
 
-            return call(lambda: aws_prices(self.cfg.region, machine_types))
+            return self._call(lambda: aws_prices(self.cfg.region, machine_types))
         from cli.cloud.gcp import gcp_prices
 
-        return call(lambda: gcp_prices(self.cfg.project or "", self.cfg.region, self.cfg.zones[0], machine_types,
+        return self._call(lambda: gcp_prices(self.cfg.project or "", self.cfg.region, self.cfg.zones[0], machine_types,
                                        endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"),
                                        billing_endpoint=os.environ.get("SPOTCTL_BILLING_ENDPOINT")))
 
@@ -181,20 +201,20 @@ class Cloud:
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import s3_objects
 
-            return call(lambda: s3_objects(self.cfg.region, bucket, prefix, skip, suffix))
+            return self._call(lambda: s3_objects(self.cfg.region, bucket, prefix, skip, suffix))
         from cli.cloud.gcp import gcs_objects
 
-        return call(lambda: gcs_objects(bucket, prefix, skip, suffix))
+        return self._call(lambda: gcs_objects(bucket, prefix, skip, suffix))
 
     def bucket_names(self, bucket: str, prefix: str) -> list[str]:
         """Every object name under ``prefix``, without reading the objects."""
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import s3_names
 
-            return call(lambda: s3_names(self.cfg.region, bucket, prefix))
+            return self._call(lambda: s3_names(self.cfg.region, bucket, prefix))
         from cli.cloud.gcp import gcs_names
 
-        return call(lambda: gcs_names(bucket, prefix))
+        return self._call(lambda: gcs_names(bucket, prefix))
 
     # ---- one object written by several machines (the stack file's shared copy) ----------------------
     # A "generation" is the S3 ETag or the GCS generation number, as a string: equal means unchanged.
@@ -204,20 +224,20 @@ class Cloud:
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import s3_generation
 
-            return call(lambda: s3_generation(self.cfg.region, bucket, key))
+            return self._call(lambda: s3_generation(self.cfg.region, bucket, key))
         from cli.cloud.gcp import gcs_generation
 
-        return call(lambda: gcs_generation(bucket, key))
+        return self._call(lambda: gcs_generation(bucket, key))
 
     def read_object(self, bucket: str, key: str) -> tuple[bytes, str] | None:
         """(content, generation) of one object, read as one version; None when there is none."""
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import s3_read
 
-            return call(lambda: s3_read(self.cfg.region, bucket, key))
+            return self._call(lambda: s3_read(self.cfg.region, bucket, key))
         from cli.cloud.gcp import gcs_read
 
-        return call(lambda: gcs_read(bucket, key))
+        return self._call(lambda: gcs_read(bucket, key))
 
     def write_object(self, bucket: str, key: str, data: bytes, expected: str | None) -> str:
         """Write ``data`` only if the object is still at generation ``expected`` (None: only if there
@@ -229,43 +249,43 @@ class Cloud:
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import s3_write_if
 
-            return _conditional(lambda: s3_write_if(self.cfg.region, bucket, key, data, expected))
+            return self._call_conditional(lambda: s3_write_if(self.cfg.region, bucket, key, data, expected))
         from cli.cloud.gcp import gcs_write_if
 
-        return _conditional(lambda: gcs_write_if(bucket, key, data, expected))
+        return self._call_conditional(lambda: gcs_write_if(bucket, key, data, expected))
 
     def queue_messages(self, queue_url: str) -> list[Message]:
         """Pending messages of the AWS interruption queue (not deleted until ``queue_delete``)."""
         from cli.cloud.aws import sqs_receive
 
-        return call(lambda: sqs_receive(self.cfg.region, queue_url))
+        return self._call(lambda: sqs_receive(self.cfg.region, queue_url))
 
     def queue_delete(self, queue_url: str, acks: list[str]) -> None:
         from cli.cloud.aws import sqs_delete
 
-        call(lambda: sqs_delete(self.cfg.region, queue_url, acks))
+        self._call(lambda: sqs_delete(self.cfg.region, queue_url, acks))
 
     def queue_release(self, queue_url: str, acks: list[str]) -> None:
         from cli.cloud.aws import sqs_release
 
-        call(lambda: sqs_release(self.cfg.region, queue_url, acks))
+        self._call(lambda: sqs_release(self.cfg.region, queue_url, acks))
 
     def instance_vms(self, instance_ids: list[str]) -> dict[str, tuple[str, VmState]]:
         """instance id -> (job id, VM) for AWS instances of this stack named in interruption messages."""
         from cli.cloud.aws import instance_vms
 
-        return call(lambda: instance_vms(self.cfg.region, self.stack, instance_ids))
+        return self._call(lambda: instance_vms(self.cfg.region, self.stack, instance_ids))
 
     def subscription_messages(self, subscription: str) -> list[Message]:
         """Pending messages of the GCP preemption subscription (not acknowledged until ``subscription_ack``)."""
         from cli.cloud.gcp import pubsub_pull
 
-        return call(lambda: pubsub_pull(self._subscription_path(subscription)))
+        return self._call(lambda: pubsub_pull(self._subscription_path(subscription)))
 
     def subscription_ack(self, subscription: str, acks: list[str]) -> None:
         from cli.cloud.gcp import pubsub_ack
 
-        call(lambda: pubsub_ack(self._subscription_path(subscription), acks))
+        self._call(lambda: pubsub_ack(self._subscription_path(subscription), acks))
 
     def _subscription_path(self, subscription: str) -> str:
         return subscription if subscription.startswith("projects/") else f"projects/{self.cfg.project}/subscriptions/{subscription}"
