@@ -138,6 +138,9 @@ def _account_id(slug: str, what: str) -> str:
     return f"{candidate[:23].rstrip('-')}-{short_hash(candidate)}"
 
 
+SYSTEM_EVENT_LOG_RE = "/logs/cloudaudit[.]googleapis[.]com%2Fsystem_event$"
+
+
 def sink_filter(args: StackArgs, plans: list[JobPlan]) -> str:
     """Preemptions of exactly this stack's VMs: an anchored regular expression over the instance
     names of its jobs (any attempt, any node) and pools (MIG base name + GCE's suffix). ``:`` would
@@ -146,9 +149,14 @@ def sink_filter(args: StackArgs, plans: list[JobPlan]) -> str:
     names += [f"{args.slug}-{pool.name}-({'|'.join(p.name for p in pool_parts(pool))})-[a-z0-9]+" for pool in args.cfg.pools]
     # Instance names never end with "-": with nothing declared the expression matches nothing.
     pattern = f"/instances/({'|'.join(names)})$" if names else f"/instances/{args.slug}-$"
+    # Only Compute Engine's own System Event audit log: a job's service account may write log entries
+    # (roles/logging.logWriter), and entries.write accepts any protoPayload, so a forged "preempted"
+    # entry in a log of its own must not reach the topic (cli/watch/observe.py checks logName too).
+    # A log ID has its "/" URL-encoded (%2F), so the anchored suffix names exactly that log; "[.]", not
+    # "\\.", keeps the expression free of escapes inside the quoted string.
     return (
         'resource.type="gce_instance" AND protoPayload.methodName="compute.instances.preempted" '
-        f'AND protoPayload.resourceName=~"{pattern}"'
+        f'AND logName=~"{SYSTEM_EVENT_LOG_RE}" AND protoPayload.resourceName=~"{pattern}"'
     )
 
 

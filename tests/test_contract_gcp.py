@@ -162,7 +162,13 @@ def test_sink_filter_exact():
     base = 'resource.type="gce_instance" AND protoPayload.methodName="compute.instances.preempted" AND '
     broken("gcp.sink-filter-exact", rules.PROJECT_SINK, {"filter": base + 'protoPayload.resourceName:"/instances/team-a-"'})
     broken("gcp.sink-filter-exact", rules.PROJECT_SINK, {"filter": base + 'protoPayload.resourceName=~"/instances/team-a-"'})
-    contract.check(rules.PROJECT_SINK, "s", {"filter": base + 'protoPayload.resourceName=~"/instances/(team-a-x-a[0-9]+-n[0-9]+)$"'})
+    names = 'protoPayload.resourceName=~"/instances/(team-a-x-a[0-9]+-n[0-9]+)$"'
+    log = 'logName=~"/logs/cloudaudit[.]googleapis[.]com%2Fsystem_event$" AND '
+    contract.check(rules.PROJECT_SINK, "s", {"filter": base + log + names})
+    # Without the System Event log restriction a job's own log entries could pass.
+    broken("gcp.sink-filter-exact", rules.PROJECT_SINK, {"filter": base + names})
+    broken("gcp.sink-filter-exact", rules.PROJECT_SINK,
+           {"filter": base + 'logName=~"cloudaudit[.]googleapis[.]com%2Fsystem_event" AND ' + names})
 
 
 def test_nat_subnetworks():

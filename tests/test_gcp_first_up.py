@@ -220,6 +220,16 @@ def test_sink_filter_matches_exactly_this_stacks_vms():
         assert not rx.search(vm + theirs), theirs
 
 
+def test_sink_filter_takes_only_compute_engines_system_event_log():
+    filt = only(plan_of(DONE_WHEN), "gcp:logging/projectSink:ProjectSink").inputs["filter"]
+    rx = re.compile(re.search(r'logName=~"([^"]+)"', filt).group(1))
+    assert rx.search("projects/proj-1/logs/cloudaudit.googleapis.com%2Fsystem_event")
+    for forged in ("projects/proj-1/logs/spotctl", "projects/proj-1/logs/cloudaudit.googleapis.com%2Fsystem_event-x",
+                   "projects/proj-1/logs/cloudaudit.googleapis.com%2Factivity",
+                   "projects/proj-1/logs/cloudauditXgoogleapis.com%2Fsystem_event"):
+        assert not rx.search(forged), forged
+
+
 def test_sink_filter_with_nothing_declared_matches_nothing():
     rx = _sink_regex(plan_of(stack_config(GCP_BASE)))
     assert not rx.search("projects/p/zones/z/instances/team-a-x-a1-n0")

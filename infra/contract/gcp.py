@@ -413,7 +413,8 @@ def event_writer_prefix(type_: str, props: Mapping[str, Any]) -> str | None:
 
 @rule("gcp.sink-filter-exact", (PROJECT_SINK,),
       says="The preemption sink must match its stack's instance names exactly: ':' is Logging's substring (has) "
-           "operator, so 'team-a' would also catch 'team-ab'.",
+           "operator, so 'team-a' would also catch 'team-ab'; and only Compute Engine's System Event audit log, "
+           "since a job's service account may write entries of any shape into logs of its own.",
       fix="filter protoPayload.resourceName with an anchored regular expression (=~ \"/instances/(...)$\")",
       source="https://cloud.google.com/logging/docs/view/logging-query-language (\":\" has operator: \"doesn't contain "
              "the string ... anywhere inside it\"; =~ regular expression match)")
@@ -426,6 +427,9 @@ def sink_filter_exact(type_: str, props: Mapping[str, Any]) -> str | None:
     m = re.search(r'protoPayload\.resourceName\s*=~\s*"([^"]*)"', f)
     if m and not m.group(1).endswith("$"):
         return f"regular expression {m.group(1)!r} is not anchored at the end"
+    log = re.search(r'logName\s*=~\s*"([^"]*)"', f)
+    if not log or not log.group(1).endswith("%2Fsystem_event$"):
+        return "filter does not restrict logName to the anchored System Event audit log (any log a job writes would pass)"
     return None
 
 
