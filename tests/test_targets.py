@@ -94,6 +94,11 @@ def test_a_move_deletes_the_old_vms_before_the_snapshot_and_leaves_one_vm_per_no
     stop = pulumi_state.ops()[0]  # the stop is an update of its own: the VMs go, nothing is snapshotted yet
     assert sorted(o.split("::")[-1] for o in stop if o.startswith("delete")) == ["job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm"]
     assert not [o for o in stop if "snapshot" in o]
+    # Pulumi refreshes before a targeted `up --refresh` and then needs every target in the state: an
+    # update that creates (the snapshots, the disks, the VMs after the stop) refreshes the rest first.
+    calls = [c for c in pulumi_calls(fake_pulumi) if {"up", "refresh"} & set(c)]
+    creating = [i for i, c in enumerate(calls) if "up" in c and "--refresh" not in c]
+    assert creating and all("refresh" in calls[i - 1] for i in creating)
     # The new attempt started in us-central1-b: one VM per node, the old disks still there (protected).
     assert [n for n in pulumi_state.named("-vm") if "llm-pretrain" in n] == ["job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm"]
     assert pulumi_state.named("job-llm-pretrain-n0-disk") == ["job-llm-pretrain-n0-disk"]
@@ -139,3 +144,16 @@ def test_the_fake_engine_refuses_to_delete_a_protected_disk(project, fake_pulumi
         applier(project, "example-gcp").up(targets, lambda line: None)
     assert "cannot be deleted" in exc.value.detail and "because it is protected" in exc.value.detail
     assert pulumi_state.named("job-llm-pretrain-n1-disk") == ["job-llm-pretrain-n1-disk"]
+
+
+def test_the_fake_engine_refreshes_only_what_the_state_holds(project, fake_pulumi, pulumi_state):
+    """`pulumi up --refresh --target URN` of a URN the update would create fails in Pulumi's refresh
+    (the targets are checked against the state before the program runs)."""
+    import os
+    import subprocess
+
+    pulumi_state.seed("example-gcp")
+    new = "urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob$gcp:compute/snapshot:Snapshot::job-llm-pretrain-n0-m1-snapshot"
+    exe = str(Path(os.environ["SPOTCTL_PULUMI_ROOT"]) / "bin" / "pulumi")
+    done = subprocess.run([exe, "up", "--refresh", "--target", new, "--stack", "example-gcp"], capture_output=True, text=True)
+    assert done.returncode == 255 and f"Target '{new}' could not be found in the stack." in done.stderr

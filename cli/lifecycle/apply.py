@@ -156,19 +156,37 @@ class Applier:
             raise ApplyError(f"cannot apply: pulumi could not select stack {self.stack}: {_last_line(exc)}") from None
 
     def up(self, targets: list[str], on_output: Callable[[str], None]) -> None:
-        """``pulumi up --refresh`` of exactly ``targets``; streams the CLI's output.
+        """``pulumi up`` of exactly ``targets``, refreshed first; streams the CLI's output.
 
         The refresh comes first so the state learns what the cloud did meanwhile: a VM that a spot
         interruption terminated is gone, and the update creates the new attempt's VM instead of
-        trying to replace (or detach from) one that no longer exists."""
+        trying to replace (or detach from) one that no longer exists.
+
+        ``up --refresh`` refreshes before the program runs and requires every target to be in the
+        state then (pulumi/pulumi pkg/resource/deploy/deployment_executor.go: ``refresh`` calls
+        ``checkTargets`` before the step generator exists, so a URN the update is about to create is
+        "could not be found in the stack"). When some target is new (a move's snapshots and disks, the
+        VMs after a stop), the targets the state holds get a ``pulumi refresh`` of their own first and
+        the update runs without ``--refresh``."""
         from pulumi import automation as auto
 
         if not targets:
             raise ApplyError("nothing to apply: no resources to target")
         stack = self._stack()
-        self.step(f"pulumi up: refreshing and updating {len(targets)} resources of stack {self.stack}")
+        held = self._export(stack)
+        old = [t for t in targets if t in held.resources]
+        together = len(old) == len(targets) or not held.resources  # an empty state: no refresh, no check
+        if not together and old:
+            self.step(f"pulumi refresh: {len(old)} resources of stack {self.stack} (the update creates {len(targets) - len(old)})")
+            try:
+                stack.refresh(target=old, on_output=on_output, color="never")
+            except auto.errors.ConcurrentUpdateError:
+                raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
+            except auto.errors.CommandError as exc:  # only Pulumi's state was read and rewritten: the update never started
+                raise ApplyError(f"pulumi refresh failed: {_last_line(exc)}", detail=str(exc)) from None
+        self.step(f"pulumi up: {'refreshing and ' if together else ''}updating {len(targets)} resources of stack {self.stack}")
         try:
-            stack.up(target=targets, refresh=True, on_output=on_output, color="never")
+            stack.up(target=targets, refresh=together, on_output=on_output, color="never")
         except auto.errors.ConcurrentUpdateError:
             raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
         except auto.errors.CommandError as exc:
@@ -193,9 +211,12 @@ class Applier:
         if not targets:
             raise ApplyError("nothing to preview: no resources to target")
         stack = self._stack()
-        self.step(f"pulumi preview: refreshing and previewing {len(targets)} resources of stack {self.stack}")
-        # --refresh: preview against what the cloud has now, as the update will (see ``up``).
-        args = ["preview", "--refresh", "--stack", self.stack, "--non-interactive", "--color", "never"]
+        held = self._export(stack)
+        # --refresh: preview against what the cloud has now, as the update will (see ``up``); not
+        # possible when a target is new (the same target check), then against the state as recorded.
+        fresh = not held.resources or all(t in held.resources for t in targets)
+        self.step(f"pulumi preview: {'refreshing and ' if fresh else ''}previewing {len(targets)} resources of stack {self.stack}")
+        args = ["preview", *(["--refresh"] if fresh else []), "--stack", self.stack, "--non-interactive", "--color", "never"]
         for urn in targets:
             args += ["--target", urn]
         try:
@@ -223,11 +244,13 @@ class Applier:
 
     def held(self) -> Held:
         """The stack's Pulumi state (``pulumi stack export``, without decrypting secrets)."""
+        return self._export(self._stack())
+
+    def _export(self, stack) -> Held:
         import json
 
         from pulumi import automation as auto
 
-        stack = self._stack()
         self.step(f"pulumi stack export: the state of stack {self.stack}")
         try:
             result = stack.workspace.pulumi_command.run(["stack", "export", "--stack", self.stack], str(self.work_dir), {})
