@@ -188,20 +188,22 @@ def test_the_cached_view_of_a_job_reads_as_the_validated_job():
         "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 2, "moveBegan": "2026-11-20T09:30:00.5+01:00"},
                         {"zone": "us-central1-c", "lastAttempt": 3, "sameDisk": True}]})
 
+    from pydantic import BaseModel
+
     def same(model, view) -> None:
         assert isinstance(view, Record) and set(view.__dict__) == set(type(model).model_fields)
         for name in type(model).model_fields:
             mine, theirs = getattr(view, name), getattr(model, name)
-            if hasattr(theirs, "model_fields"):
+            if isinstance(theirs, BaseModel):
                 same(theirs, mine)
-            elif isinstance(theirs, (list, tuple)) and theirs and hasattr(theirs[0], "model_fields"):
+            elif isinstance(theirs, (list, tuple)) and theirs and isinstance(theirs[0], BaseModel):
                 assert type(mine) is type(theirs) and len(mine) == len(theirs)
                 for a, b in zip(theirs, mine, strict=True):
                     same(a, b)
             elif isinstance(theirs, dict):
                 assert mine.keys() == theirs.keys()
                 for k in theirs:
-                    if hasattr(theirs[k], "model_fields"):
+                    if isinstance(theirs[k], BaseModel):
                         same(theirs[k], mine[k])
                     else:
                         assert mine[k] == theirs[k]
