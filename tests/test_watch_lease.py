@@ -392,7 +392,9 @@ def synced(machines, name: str) -> Path:
 def test_a_watcher_on_another_machine_is_refused_then_takes_over_after_a_kill_9(machines, runner, tmp_path):
     laptop = synced(machines, "laptop")
     vm = synced(machines, "watcher")
-    first = spawn_watch(vm, "--interval", "3600")
+    # --interval 20: a 60 s term (the minimum). The taker below watches the dead holder's lease for that
+    # holder's whole term, one bucket read per 5 s of the injected clock (3600 made it a 3 h term: 2,160 reads).
+    first = spawn_watch(vm, "--interval", "20")
     try:
         wait_for(lambda: (the_lease() or holder(pid=-1)).pid == first.pid, "the VM watcher's lease")
         machines("laptop")
