@@ -411,7 +411,7 @@ def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, t
         opts=child,
     )
     return role, aws.iam.InstanceProfile(
-        f"{name}-profile", name_prefix=f"spotctl-{args.slug}-", path=path, role=role.name, tags=tags, opts=child
+        f"{name}-profile", name_prefix=name_prefix, path=path, role=role.name, tags=tags, opts=child
     )
 
 

@@ -61,7 +61,7 @@ import pulumi_gcp as gcp
 from infra import contract
 from infra.common import StackArgs
 from infra.contract.gcp import MAX_CONDITIONAL_BINDINGS, MAX_LOGIC_OPERATORS, logic_operators
-from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack_file, short_hash, stack_slug, watch_lease
+from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack_file, stack_slug, watch_lease
 from infra.render import WatcherContext, watcher_script
 
 DEBIAN_IMAGE = "projects/debian-cloud/global/images/family/debian-12"  # Shielded VM capable (UEFI)
@@ -161,9 +161,10 @@ def role_id(slug: str, suffix: str = "") -> str:
 
 
 def account_id(slug: str) -> str:
-    """The watcher's service account id (6-30 characters: contract rule gcp.service-account-id)."""
-    candidate = f"{slug}-watcher"
-    return candidate if len(candidate) <= 30 else f"{candidate[:23].rstrip('-')}-{short_hash(candidate)}"
+    """The watcher's service account id, named as every account of the stack (infra/gcp.py)."""
+    from infra.gcp import _account_id
+
+    return _account_id(slug, "watcher")
 
 
 def name_locations(project: str, zones: list[str]) -> dict[str, list[str]]:

@@ -196,7 +196,6 @@ def scripts_for(ctx: ScriptContext) -> Scripts:
 # and of uv (uv-x86_64-unknown-linux-gnu/uv, https://github.com/astral-sh/uv/releases).
 PULUMI_RELEASE_URL = "https://github.com/pulumi/pulumi/releases/download/v{v}/pulumi-v{v}-linux-x64.tar.gz"
 UV_RELEASE_URL = "https://github.com/astral-sh/uv/releases/download/{v}/uv-x86_64-unknown-linux-gnu.tar.gz"
-SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
 
 
 @dataclass(frozen=True)

@@ -131,11 +131,12 @@ def _gcs(bucket: str, write: bool = False) -> tuple[Any, str]:
     return session, f"{endpoint}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o"
 
 
-def gcs_generation(bucket: str, name: str) -> str | None:
-    """The object's generation (objects.get, metadata), or None when there is no such object."""
+def gcs_generation(bucket: str, name: str, gcs=None) -> str | None:
+    """The object's generation (objects.get, metadata), or None when there is no such object
+    (``gcs``: a session and base URL from ``_gcs`` to reuse)."""
     import urllib.parse
 
-    session, base = _gcs(bucket)
+    session, base = gcs or _gcs(bucket)
     got = session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params={"fields": "generation"}, timeout=30)
     if got.status_code == 404:
         return None
@@ -148,10 +149,11 @@ def gcs_read(bucket: str, name: str) -> tuple[bytes, str] | None:
     (objects.get with ``generation``), so the two always belong together; None when there is none."""
     import urllib.parse
 
-    generation = gcs_generation(bucket, name)
+    gcs = _gcs(bucket)
+    generation = gcs_generation(bucket, name, gcs)
     if generation is None:
         return None
-    session, base = _gcs(bucket)
+    session, base = gcs
     got = session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params={"alt": "media", "generation": generation}, timeout=30)
     if got.status_code == 404:
         return None  # replaced (without versioning the old generation is gone) or deleted meanwhile

@@ -48,13 +48,18 @@ def job_targets(cfg, stack: str, job_id: str) -> list[str]:
     """``job_urns`` of one job, planned with that job alone: a URN depends only on the stack, the
     project, the job and its parents, never on the other jobs or pools, so a 1,000-job stack plans
     in the time of one job (the whole stack under mocks takes minutes at that size)."""
-    from cli.plan import mocks as planner
-
     try:
-        job = cfg.job(job_id)
+        return job_urns(job_plan(cfg, stack, job_id), job_id)
     except KeyError:
         return []  # a job the file no longer has declares nothing
-    return job_urns(planner.run(cfg.model_copy(update={"jobs": [job], "pools": []}), stack), job_id)
+
+
+def job_plan(cfg, stack: str, job_id: str) -> Plan:
+    """The mock plan of one job of ``cfg`` alone (``job_targets``: its URNs and inputs are the same
+    as in the whole stack's plan). Raises KeyError for a job ``cfg`` does not have."""
+    from cli.plan import mocks as planner
+
+    return planner.run(cfg.model_copy(update={"jobs": [cfg.job(job_id)], "pools": []}), stack)
 
 
 def change_targets(new: Iterable[str], dropped: Iterable[str], state: Callable[[], Held], job_id: str) -> list[str]:

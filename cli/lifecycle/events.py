@@ -92,13 +92,20 @@ def trusted(key: str, doc: Mapping[str, Any], event: Event, stack: str | None) -
     return agrees and m["stack"] == stack and doc.get("stack", stack) == stack
 
 
-def _documents(text: str) -> list[str]:
-    """One JSON document (an event object, however formatted) or JSON lines."""
+def _documents(text: str) -> list[Any]:
+    """The parsed documents: one JSON document (an event object, however formatted), else each JSON
+    line that parses."""
     try:
-        json.loads(text)
-        return [text]
+        return [json.loads(text)]
     except ValueError:
-        return text.split("\n")
+        pass
+    docs = []
+    for line in text.split("\n"):
+        try:
+            docs.append(json.loads(line))
+        except ValueError:
+            continue
+    return docs
 
 
 def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str | None,
@@ -112,9 +119,8 @@ def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str
     events = []
     for key, raw in objects.items():
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        for line in _documents(text):
+        for doc in _documents(text):
             try:
-                doc = json.loads(line)
                 # a local directory may hold several stacks; under this stack's bucket prefix, another
                 # stack's claim is a forgery (warned of below)
                 if not (isinstance(doc, dict) and doc.get("job") in job_ids and (bucket or of_stack(doc, stack))):

@@ -19,7 +19,7 @@ from typing import Any
 
 from cli.cloud import CloudError, Inventory
 from cli.lifecycle import operations, stackfile
-from cli.lifecycle.apply import Applier, ApplyError, job_urns
+from cli.lifecycle.apply import Applier, ApplyError, job_plan, job_urns
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, attempt_outcome, check, may_delete_disks
 from infra.config import ConfigError, Job, StackConfig
@@ -43,6 +43,11 @@ def _record(job: Job, step: str) -> dict[str, Any]:
     held = {"held": list(job.move.held)} if job.move.held else {}
     replicas = {"replicaZones": list(job.move.replica_zones)} if job.move.replica_zones else {}
     return {"from": job.move.from_, "to": job.move.to, "step": step} | began | held | replicas
+
+
+def _history(job: Job) -> list[dict[str, Any]]:
+    """The job's zone history as written in the stack file (before a stay is added)."""
+    return [_stay(z.zone, z.last_attempt, z.move_began) | ({"sameDisk": True} if z.same_disk else {}) for z in job.zone_history]
 
 
 def _stay(zone: str, last_attempt: int, began: datetime | None) -> dict[str, Any]:
@@ -84,8 +89,7 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     if move.step == "snapshot":
         return Change(job.id, {"move": _record(job, "restore")}, "move step restore: " + REASONS["restore"].format(**words))
     if move.step == "restore":
-        history = [_stay(z.zone, z.last_attempt, z.move_began) | ({"sameDisk": True} if z.same_disk else {})
-                   for z in job.zone_history]
+        history = _history(job)
         fields = {"zone": move.to, "attempt": job.attempt + 1, "state": "running",
                   "zoneHistory": history + [_stay(move.from_, job.attempt, move.began)],
                   "move": _record(job, "start")}
@@ -167,7 +171,7 @@ def _regional(job: Job, to: str, now: datetime | None) -> Change:
                              f"its disk would be declared anew, empty")
     if job.state is not R:
         check(job.id, job.state, R)
-    history = [_stay(z.zone, z.last_attempt, z.move_began) | ({"sameDisk": True} if z.same_disk else {}) for z in job.zone_history]
+    history = _history(job)
     fields = {"zone": to, "attempt": job.attempt + 1, "state": R.value,
               "zoneHistory": history + [_stay(job.zone, job.attempt, now) | {"sameDisk": True}]}
     return Change(job.id, fields, f"regional disk: attempt {job.attempt + 1} starts in {to} on the same disk "
@@ -332,7 +336,6 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> 
     ownership labels the program declares on each; then lift their protection in Pulumi's state."""
 
     def release(targets: list[str]) -> list[str]:
-        from cli.plan import mocks as planner
 
         current = stackfile.load(ref)
         job = current.job(job_id)
@@ -342,7 +345,7 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> 
         # is a release applied again after an interruption (the file already says release).
         at_start = job.model_copy(update={"move": job.move.model_copy(update={"step": "start"})})
         before = current.model_copy(update={"jobs": [at_start if j.id == job_id else j for j in current.jobs]})
-        plan = planner.run(before, ref.name)
+        plan = job_plan(before, ref.name, job_id)
         gone = sorted(set(job_urns(plan, job_id)) - set(targets))
         disks = [r for r in plan.resources if r.urn in gone and (r.urn.endswith("-disk") or r.urn.endswith("-volume"))]
         for disk in disks:
@@ -364,11 +367,10 @@ def _forget_snapshots(ref: stackfile.StackRef, job_id: str, before: Job) -> oper
     disk may be among what the edit drops (every earlier disk is ``held``)."""
 
     def release(targets: list[str]) -> list[str]:
-        from cli.plan import mocks as planner
 
         current = stackfile.load(ref)
         was = current.model_copy(update={"jobs": [before if j.id == job_id else j for j in current.jobs]})
-        gone = sorted(set(job_urns(planner.run(was, ref.name), job_id)) - set(targets))
+        gone = sorted(set(job_urns(job_plan(was, ref.name, job_id), job_id)) - set(targets))
         disks = [u for u in gone if u.endswith("-disk") or u.endswith("-volume")]
         if disks:
             raise LifecycleError(f"job {job_id}: moving on would drop disk(s) {', '.join(disks)}: refused")
@@ -386,13 +388,12 @@ def _existing_snapshots(ref: stackfile.StackRef, job_id: str, text: str) -> str:
     import re
     import shlex
 
-    from cli.plan import mocks as planner
 
     names = set(re.findall(r"snapshots/([a-z0-9-]+)'? already exists", text))
     if not names:
         return ""
     cfg = stackfile.load(ref)
-    plan = planner.run(cfg.model_copy(update={"jobs": [cfg.job(job_id)], "pools": []}), ref.name)
+    plan = job_plan(cfg, ref.name, job_id)
     lines = []
     for r in plan.resources:
         name = r.inputs.get("name")
