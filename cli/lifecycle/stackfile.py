@@ -146,11 +146,16 @@ def _read_text(path: Path) -> str:
         raise ConfigError(str(path), ["stack file not found"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    return decode(data, str(path))
+
+
+def decode(data: bytes, where: str) -> str:
+    """A stack file's bytes as the loader reads them: UTF-8, no byte-order mark, LF line ends."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(str(path), [f"line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"]) from None
+        raise ConfigError(where, [f"line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"]) from None
     text = text.removeprefix(BOM)
     return text.replace("\r\n", "\n") if b"\r" in data else text  # (a scan of the bytes, not a copy)
 

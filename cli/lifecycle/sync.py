@@ -104,11 +104,7 @@ def write_record(path: Path, rec: Record) -> None:
 
 def as_text(data: bytes, where: str) -> str:
     """A stack file's bytes as the loader reads them (UTF-8, no byte-order mark, LF line ends)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(where, ["not UTF-8 text"]) from None
-    return text.removeprefix(stackfile.BOM).replace("\r\n", "\n")
+    return stackfile.decode(data, where)
 
 
 # ---- the merge (pure) ---------------------------------------------------------------------------------
@@ -296,9 +292,13 @@ class Shared:
     def key(self) -> str:
         return shared_key(self.ref.name)
 
-    def where(self, generation: str | None = None) -> str:
+    def url(self, key: str) -> str:
+        """``s3://`` or ``gs://`` URL of an object of the shared bucket."""
         scheme = "s3" if getattr(self.cloud.cfg, "cloud", "aws") == "aws" else "gs"
-        return f"the shared copy {scheme}://{self.bucket}/{self.key}" + (f" (generation {generation})" if generation else "")
+        return f"{scheme}://{self.bucket}/{key}"
+
+    def where(self, generation: str | None = None) -> str:
+        return f"the shared copy {self.url(self.key)}" + (f" (generation {generation})" if generation else "")
 
     def retry(self) -> None:
         """Ask the bucket again at the next lock (a watcher's next cycle): unreachable is never for good."""
@@ -409,13 +409,13 @@ class Shared:
             if self.strict:
                 self._unreachable(self.offline)
             return None
-        local = stackfile._read_text(self.ref.path)
+        data = Path(os.path.realpath(self.ref.path)).read_bytes()  # pushed as it is, CRLF and BOM kept
+        local = stackfile.decode(data, str(self.ref.path))
         rec = self._record()
         if rec is not None and rec.generation is not None and rec.base == local:
             if rec.unpushed:
                 write_record(self.ref.path, Record(rec.bucket, rec.key, rec.generation, rec.base))
             return None
-        data = Path(os.path.realpath(self.ref.path)).read_bytes()
         try:
             generation = self.cloud.write_object(self.bucket, self.key, data, rec.generation if rec else None)
         except PreconditionFailed:

@@ -102,8 +102,7 @@ def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable
     shared = settings.shared
     if shared is None or shared.offline is not None:
         return None
-    scheme = "s3" if getattr(shared.cloud.cfg, "cloud", "aws") == "aws" else "gs"
-    where = f"{scheme}://{shared.bucket}/{leasing.watch_lease(settings.ref.name)}"
+    where = shared.url(leasing.watch_lease(settings.ref.name))
     fence = leasing.BucketLease(shared.cloud, shared.bucket, settings.ref.name, settings.ref.path.name, now,
                                 leasing.term_for(settings.interval_s), where, local.predecessor(), monotonic=monotonic)
     local.record(fence.me.id)  # before the bucket is written: a kill -9 right after still leaves the id here
