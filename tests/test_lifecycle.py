@@ -3,6 +3,7 @@ targeted apply through the Automation API (against a fake `pulumi` that records 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -280,7 +281,7 @@ for _ in sys.stdin:
         while True:
             i += 1
             stackfile.edit(path, lambda c, cur: stackfile.set_job_fields(c, "diffusion", {"attempt": 2 + i % 2}))
-            print("edited", flush=True)
+            os.write(1, b"edited\\n")  # one write: a kill can never cut the line in two
     os.waitpid(pid, 0)
     print("reaped", flush=True)
 """
@@ -314,8 +315,9 @@ def test_kill_9_during_edits_never_leaves_a_broken_file(project):
             seen.add(text)
             stackfile.load(stackfile.resolve(None, path))
     finally:
-        if pid is not None:  # the test failed early: the editor still runs
-            os.kill(int(pid), signal.SIGKILL)
+        if pid is not None:  # the test failed early: the editor may still run
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
         editors.stdin.close()
         editors.wait(timeout=60)
         editors.stdout.close()
