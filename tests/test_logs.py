@@ -231,6 +231,34 @@ def test_logs_from_gcs_as_the_scripts_uploaded_them(project, runner, monkeypatch
                               "in bucket example-gcp-events under example-gcp/vit-finetune/\n")
 
 
+def test_the_last_lines_are_uploaded_even_when_tee_writes_them_late(project, runner, monkeypatch, tmp_path):
+    """The trainer's output reaches its log through tee; the log's final upload waits for tee to write
+    it (a loaded VM: tee a second late), or the bucket would miss the attempt's last lines."""
+    import shutil
+    import sys
+
+    from cli.drill.emulator import Emulator
+    from cli.drill.localvm import LocalVM, local_context
+    from infra.render import ScriptContext
+
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "tee").write_text(f"#!/bin/sh\nsleep 1\nexec {shutil.which('tee')} \"$@\"\n")
+    (slow / "tee").chmod(0o755)
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud="gcp", stack="example-gcp", kind="job", name="vit-finetune",
+                            command=f"{sys.executable} -c \"print('last words')\"",
+                            event_bucket="example-gcp-events", region="us-central1", attempt=1)
+        with LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm") as vm:
+            import os
+            vm.boot(env={"PATH": f"{slow}:{os.environ['PATH']}"})
+            assert vm.wait_for(lambda: any(e.get("event") == "completed" for e in emu.events()), 30)
+        monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
+        result = runner.invoke(app, ["logs", "vit-finetune", "--stack", "example-gcp", "--events-bucket", "example-gcp-events"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "last words\n"
+
+
 def test_follow_after_a_late_chunk_repeats_and_garbles_nothing():
     """A chunk said missing that arrives later: the terminal keeps what it showed, the rest follows."""
     from datetime import UTC, datetime

@@ -406,11 +406,15 @@ spotctl_run() {
   local resume=0
   ! spotctl_has_progress || resume=1
   SPOTCTL_RECORD_BG=1 spotctl_record started "capacity=$SPOTCTL_CAPACITY" "machineType=$SPOTCTL_MACHINE_TYPE" "nodes=$SPOTCTL_WORLD_SIZE"
-  local rc=0 child
+  local rc=0 child logfd tee_pid
+  # The trainer's output goes to its log on the job disk and to this script's output. tee is this
+  # shell's child, not the trainer's, so the log's final upload can wait for its last lines.
+  exec {logfd}> >(exec tee -a "$(spotctl_trainer_log)")
+  tee_pid=$!
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
-  spotctl_exec_trainer "$SPOTCTL_COMMAND" "$resume" \
-    > >(tee -a "$(spotctl_trainer_log)") 2>&1 &
+  spotctl_exec_trainer "$SPOTCTL_COMMAND" "$resume" >&"$logfd" 2>&1 &
   child=$!
+  exec {logfd}>&-
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
   spotctl_follow_progress "$(spotctl_trainer_log)" "$child" </dev/null >/dev/null 2>&1 &
   # systemd stopping the unit is a stop, not a failure of the job.
@@ -422,6 +426,10 @@ spotctl_run() {
   done
   trap - TERM INT
   rm -f "$SPOTCTL_STATE_DIR/trainer.pid"
+  # tee ends when the last writer closes the pipe; a process the trainer left running may keep it
+  # open, so at most 5 s.
+  local waited=0
+  while kill -0 "$tee_pid" 2>/dev/null && [ "$waited" -lt 50 ]; do sleep 0.1; waited=$((waited + 1)); done
   # Not during a stop: those seconds belong to the checkpoint and the events (the log's last
   # lines since the watcher's last upload stay on the job disk).
   [ -e "$SPOTCTL_STATE_DIR/stopping" ] || spotctl_upload_log 5
