@@ -407,6 +407,9 @@ def test_a_watcher_on_another_machine_is_refused_then_takes_over_after_a_kill_9(
             f"error: stack Pulumi.team.yaml: watched by spotctl watch {first.pid}@{taken.host} (pid {first.pid} on "
             f"{taken.host}, since {taken.started.isoformat()}) until {taken.expires.isoformat()} (lease s3://evts/{LEASE})\n")
         assert result.stdout == "" and attempt_of(laptop) == 3  # refused before anything was decided
+        shown = runner.invoke(app, ["status", "--stack", "team"])  # the laptop's status names the VM's watcher
+        assert shown.exit_code == 0, shown.output
+        assert shown.stdout.splitlines()[-1] == (f"watcher: {taken.describe()}, lease renewed until {taken.expires.isoformat()}")
     finally:
         kill_9(first)
     # Killed: its lease is still valid (another machine cannot know it died) ...
@@ -422,6 +425,9 @@ def test_a_watcher_on_another_machine_is_refused_then_takes_over_after_a_kill_9(
     assert [(a["job"], a["action"], a["result"]) for a in acted] == [("train", "resume", "written")]
     assert the_lease().released  # it stopped: the next watcher need not wait
     assert attempt_of(laptop) == 4
+    shown = runner.invoke(app, ["status", "--stack", "team"])
+    assert shown.exit_code == 0 and shown.stdout.splitlines()[-1] == (
+        f"watcher: none (the last, {the_lease().describe()}, released the lease at {the_lease().expires.isoformat()})")
 
 
 def run_watcher(home: Path, report, clock: Clock, sources, sleep=None, **kw) -> bool:
@@ -558,3 +564,22 @@ def test_gcs_a_second_checkout_is_refused_and_a_restart_takes_over_at_once(tmp_p
         restarted = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply"])
         assert restarted.exit_code == 0, restarted.output
         assert gcs_lease().released and gcs_lease().pid == os.getpid()
+
+
+def test_status_names_this_checkouts_watcher_from_its_holder_file_without_taking_the_lock(tmp_path):
+    """Not shared: the holder file the watcher wrote, judged by its pid on this host; status never
+    tries the OS lock (a try would turn away a watcher starting at that moment)."""
+    from cli.watch.journal import holder_path
+
+    stack_file = tmp_path / "Pulumi.team.yaml"
+    assert leasing.watcher_line(stack_file, T0) is None  # no watcher ever ran here: nothing to say
+    holder_path(stack_file).write_text(json.dumps({"holder": "spotctl watch 41@vm", "pid": 41, "host": "vm",
+                                                   "since": "2026-11-22T08:00:00+00:00"}) + "\n")
+    who = "spotctl watch 41@vm (since 2026-11-22T08:00:00+00:00)"
+    assert leasing.watcher_line(stack_file, T0, host="vm", alive=lambda pid: pid == 41) == f"watcher: {who}"
+    assert leasing.watcher_line(stack_file, T0, host="vm", alive=lambda pid: False) == (
+        f"watcher: none running on this checkout (the last, {who}, exited)")
+    assert leasing.watcher_line(stack_file, T0, host="laptop", alive=lambda pid: True) == (
+        f"watcher: {who} last ran on this checkout from another host")
+    holder_path(stack_file).write_text("{not json")
+    assert leasing.watcher_line(stack_file, T0) is None

@@ -149,6 +149,7 @@ def status(
     for row in rows:
         if row["job"] in seen_by_watcher:
             row["watcher"] = seen_by_watcher[row["job"]]
+    session = None
     if cfg is not None and (events_bucket or synced(ref.path)):  # a shared stack file: is this copy behind it?
         session = shared_copy(ref, cfg, events_bucket)
         behind = session.behind() if session else None
@@ -158,6 +159,16 @@ def status(
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
     print_status(rows)
+    from cli.watch.journal import holder_path
+
+    if session is not None or holder_path(ref.path).exists():  # (the lease part only where a watcher ran)
+        from datetime import UTC, datetime
+
+        from cli.watch.lease import watcher_line
+
+        line = watcher_line(ref.path, datetime.now(UTC), session if session and not session.offline else None)
+        if line:
+            typer.echo(line)
 
 
 def synced(path) -> bool:

@@ -323,3 +323,41 @@ class BucketLease:
             with contextlib.suppress(CloudError):  # a lost race or no bucket: it expires on its own
                 self._write(self.generation, replace(self.me, expires=self.now(), released=True))
             self.held = False
+
+
+def watcher_line(stack_file: Any, now: datetime, shared: Any = None, host: str | None = None,
+                 alive: Callable[[int], bool] = pid_alive) -> str | None:
+    """Who watches the stack, for ``spotctl status``: the bucket lease when the file is shared
+    (``shared``: its ``cli.lifecycle.sync.Shared`` session), else this checkout's holder file; None
+    when no watcher ever ran here. Only reads: taking the OS lock to test it could turn away a
+    watcher starting at that moment."""
+    import socket
+
+    from cli.watch.journal import holder_path
+
+    if shared is not None:
+        key = watch_lease(shared.ref.name)
+        try:
+            got = shared.cloud.read_object(shared.bucket, key)
+        except CloudError as exc:
+            return f"watcher: unknown ({shared.url(key)} could not be read: {exc})"
+        lease = Holder.parse(got[0]) if got else None
+        if lease is not None:
+            who = lease.describe()
+            if lease.released:
+                return f"watcher: none (the last, {who}, released the lease at {lease.expires.isoformat()})"
+            if lease.expires > now:
+                return f"watcher: {who}, lease renewed until {lease.expires.isoformat()}"
+            return (f"watcher: none renewing ({who} last held the lease until {lease.expires.isoformat()}; "
+                    "the next `spotctl watch` takes it once it has seen it unchanged for a term)")
+        if got is not None:
+            return f"watcher: unknown ({shared.url(key)} is not a lease document: the next `spotctl watch` replaces it)"
+    try:
+        doc = json.loads(holder_path(stack_file).read_text())
+        pid, where, since = int(doc["pid"]), str(doc["host"]), str(doc["since"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None if shared is None else "watcher: none has held the lease"
+    who = f"spotctl watch {pid}@{where} (since {since})"
+    if where != (host or socket.gethostname()):
+        return f"watcher: {who} last ran on this checkout from another host"
+    return f"watcher: {who}" if alive(pid) else f"watcher: none running on this checkout (the last, {who}, exited)"
