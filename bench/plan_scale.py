@@ -84,7 +84,7 @@ def child_raw(dump: str, region: str, project: str, mode: str) -> None:
 
     resources = json.loads(Path(dump).read_text())["resources"]
     mode, _, gc_mode = mode.partition("+")
-    if gc_mode == "nogc":  # as `plan` evaluates the program (cli.plan.mocks._no_cyclic_gc)
+    if gc_mode == "nogc":  # as `plan` evaluates the program (cli.plan.runtime.no_cyclic_gc)
         gc.disable()
     t0, c0 = time.perf_counter(), time.process_time()
 

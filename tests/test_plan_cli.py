@@ -161,7 +161,7 @@ def test_plan_ends_its_event_loop_and_threads(project, monkeypatch):
 
 
 def test_plan_restores_the_garbage_collector(project, monkeypatch):
-    """The cyclic GC is paused only while the program runs (cli.plan.mocks._no_cyclic_gc): it is on
+    """The cyclic GC is paused only while the program runs (cli.plan.runtime.no_cyclic_gc): it is on
     again after a plan and after a plan that failed, stays off for a caller that had it off, and no
     object is left frozen out of its reach."""
     import gc
@@ -193,3 +193,59 @@ def test_plan_restores_the_garbage_collector(project, monkeypatch):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_plan_skips_the_sdks_source_positions_and_nothing_else(project, monkeypatch):
+    """Under the mocks the SDK's per-resource stack walk (pulumi.runtime.resource._get_stack_trace) is
+    skipped while the program runs (cli.plan.runtime.no_source_positions), and put back after. Fails when
+    an SDK upgrade moves or changes it, so the shortcut never silently stops applying; with the guard
+    refusing, the SDK runs as it is and the plan is the same."""
+    from pulumi.runtime import resource as rt
+
+    from cli.lifecycle import stackfile
+    from cli.plan import mocks as planner
+    from cli.plan import runtime as plan_runtime
+
+    assert plan_runtime.source_positions_skippable(rt), "pulumi SDK internals changed: see cli.plan.runtime.no_source_positions"
+    walks: list[int] = []
+    real = rt._get_stack_trace
+
+    def counting():
+        walks.append(1)
+        return real()
+
+    monkeypatch.setattr(rt, "_get_stack_trace", counting)  # also: conftest's plan cache is bypassed
+    cfg = stackfile.load(stackfile.resolve("example-gcp", None))
+    skipped = planner.run(cfg, "example-gcp")
+    assert walks == [] and rt._get_stack_trace is counting and len(skipped.resources) > 10
+
+    monkeypatch.setattr(plan_runtime, "source_positions_skippable", lambda rt: False)
+    walked = planner.run(cfg, "example-gcp")
+    assert len(walks) == len(walked.resources) + 1  # one walk per registration, the root stack's included
+    assert walked.to_json() == skipped.to_json()
+
+
+def test_source_positions_guard_refuses_other_sdk_internals():
+    """The guard leaves an SDK alone whose stack capture is missing, takes arguments, or is no longer
+    what register_resource calls."""
+    import types
+
+    from pulumi.runtime import resource as rt
+
+    from cli.plan import runtime as plan_runtime
+
+    def sdk(**changes):
+        fake = types.SimpleNamespace(**{k: getattr(rt, k) for k in (
+            "_get_stack_trace", "_get_source_position", "source_pb2", "register_resource", "read_resource")})
+        for key, value in changes.items():
+            setattr(fake, key, value)
+        return fake
+
+    def register_resource(*args):
+        return args
+
+    assert plan_runtime.source_positions_skippable(sdk())
+    assert not plan_runtime.source_positions_skippable(sdk(_get_stack_trace=None))
+    assert not plan_runtime.source_positions_skippable(sdk(_get_stack_trace=lambda depth: None))
+    assert not plan_runtime.source_positions_skippable(sdk(register_resource=register_resource))
+    assert not plan_runtime.source_positions_skippable(sdk(_get_source_position=lambda stack: "file:///x.py"))

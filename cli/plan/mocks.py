@@ -11,13 +11,13 @@ provider instead of the stack's explicit one is an error.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.plan import runtime
 from infra.config import NAMESPACE, SECRET_PLACEHOLDER, StackConfig
 
 PROJECT = "spotctl"
@@ -307,7 +307,7 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         outputs = main()
         return pulumi.Output.from_input(outputs).apply(lambda resolved: plan.outputs.update(_plain(resolved)))
 
-    with _no_cyclic_gc(), _own_event_loop():
+    with runtime.no_cyclic_gc(), runtime.no_source_positions(), runtime.own_event_loop():
         # A new root Stack on this run's loop: set_mocks keeps an existing one, whose futures
         # belong to the previous run's (closed) loop.
         pulumi.runtime.settings.set_root_resource(None)
@@ -315,75 +315,6 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         pulumi.runtime.set_all_config(config, secret_keys)
         evaluate()
     return plan
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc():
-    """Pause Python's cyclic garbage collector while the program is evaluated (restored after).
-
-    Registration builds millions of long-lived objects (per resource an Output and futures for every
-    property, tasks, protobufs), and every full collection walks all of them again: at 1,000 jobs
-    (6,510 resources) collections were ~60 % of plan's CPU (26.3 s -> 10.1 s without them) for
-    +3 % peak memory (731 -> 756 MB), since little of it is garbage in cycles (bench/plan_scale.py).
-    Reference counting still frees everything else, and the collector is back on afterwards.
-
-    Everything allocated meanwhile would sit in the youngest generation, so the first collection after
-    it would walk all of it (~3.5 s at 1,000 jobs): ``freeze`` + ``unfreeze`` moves it to the oldest
-    generation instead, where it stays collectable (skipped when the caller froze objects itself)."""
-    import gc
-
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if gc.get_freeze_count() == 0:
-            gc.freeze()
-            gc.unfreeze()
-        if was_enabled:
-            gc.enable()
-
-
-@contextlib.contextmanager
-def _own_event_loop():
-    """Run the program on an event loop of its own, with ONE executor thread, and end it the way
-    ``asyncio.run`` does, which ``pulumi.runtime.test`` does not (issue 22 item 13: an asyncio
-    traceback at exit, seen twice in ~100 loaded runs and not reproduced since).
-
-    The SDK sends every monitor call through the loop's default executor and the mock monitor
-    answers on those threads, each creating an event loop of its own (``MockMonitor.RegisterResource``
-    calls ``_ensure_event_loop``). Without this, a plan returned with up to cpu+4 executor threads
-    alive and that many event loops, plus the main one, never closed: all left for the interpreter
-    to tear down at exit, in whatever order finalization reaches them. Now one thread answers the
-    calls in the order they are made (as the engine's single connection does; plans are unchanged),
-    tasks still pending are awaited (e.g. a RegisterResourceOutputs sent last), the executor is
-    shut down (its thread joined) and every loop is closed before the plan is returned."""
-    import asyncio
-    from concurrent.futures import ThreadPoolExecutor
-
-    thread_loops: list[asyncio.AbstractEventLoop] = []
-
-    def thread_loop() -> None:  # the loop MockMonitor would create on the executor thread, made here to be closed
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        thread_loops.append(loop)
-
-    loop = asyncio.new_event_loop()
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotctl-plan", initializer=thread_loop))
-    asyncio.set_event_loop(loop)
-    try:
-        yield
-        while pending := [t for t in asyncio.all_tasks(loop) if not t.done()]:
-            loop.run_until_complete(asyncio.wait(pending))  # e.g. a RegisterResourceOutputs sent last
-    finally:
-        for task in asyncio.all_tasks(loop):  # only after a failure: what the program left running
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*asyncio.all_tasks(loop), return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
-        for other in thread_loops:
-            other.close()
-        asyncio.set_event_loop(None)
 
 
 def _config_map(cfg: StackConfig) -> dict[str, str]:
