@@ -51,6 +51,12 @@ def test_resume_previews_asks_and_applies_on_yes(project, runner, fake_pulumi, t
     seen = [json.loads(line) for line in Path(str(fake_pulumi) + ".stackfiles").read_text().splitlines()]
     assert "attempt: 3" in seen[0]  # the preview ran the program on the edited file
     assert "attempt: 3" in path.read_text()
+    # The state is read once for the targets, the preview and the update (the lock held throughout);
+    # the stack selected once.
+    calls = pulumi_calls(fake_pulumi)
+    assert [c for c in calls if c[1:3] in (["stack", "select"], ["stack", "export"]) or c == ["version"]] == [
+        ["version"], ["--non-interactive", "stack", "select", "--stack", "example-aws"],
+        ["--non-interactive", "stack", "export", "--stack", "example-aws"]]
 
 
 def test_resume_answered_no_changes_nothing(project, runner, fake_pulumi, tty):

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cli.lifecycle.stackfile import lock_path
 from cli.plan.mocks import Plan
@@ -114,6 +115,13 @@ class Applier:
     pulumi_root: Path | None = None  # a dir with bin/pulumi; None = `pulumi` on PATH
     wait_s: float = APPLY_WAIT_S
     step: Callable[[str], None] = _unheard  # told each slow step as it starts (a terminal's spinner)
+    # One `pulumi stack select` per Applier, and one `pulumi stack export` per hold of the update lock
+    # until this spotctl changes the state (up, refresh, unprotect): a job's change reads the state for
+    # its targets, its preview and its update (3 exports of a state that can be large). Outside the lock
+    # another spotctl may change the state, so nothing read there is kept.
+    _selected: Any = field(default=None, init=False, repr=False)
+    _state: Held | None = field(default=None, init=False, repr=False)
+    _locked: bool = field(default=False, init=False, repr=False)
 
     def _binary(self) -> str | None:
         if self.pulumi_root is not None:
@@ -141,12 +149,19 @@ class Applier:
                 lock.acquire()
         except Timeout:
             raise ApplyError(f"cannot apply: stack {self.stack} is being updated by another spotctl for more than {self.wait_s:.0f} s") from None
+        self._state, self._locked = None, True
         try:
             yield
         finally:
+            self._state, self._locked = None, False
             lock.release()
 
     def _stack(self):
+        if self._selected is None:
+            self._selected = self._select()
+        return self._selected
+
+    def _select(self):
         from pulumi import automation as auto
 
         root = self._binary()
@@ -184,6 +199,7 @@ class Applier:
         if not together and old:
             self.step(f"pulumi refresh: {len(old)} resources of stack {self.stack} (the update creates {len(targets) - len(old)})")
             try:
+                self._state = None  # the refresh rewrites the state, whatever its outcome
                 stack.refresh(target=old, on_output=on_output, color="never")
             except auto.errors.ConcurrentUpdateError:
                 raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
@@ -191,6 +207,7 @@ class Applier:
                 raise ApplyError(f"pulumi refresh failed: {_last_line(exc)}", detail=str(exc)) from None
         self.step(f"pulumi up: {'refreshing and ' if together else ''}updating {len(targets)} resources of stack {self.stack}")
         try:
+            self._state = None
             stack.up(target=targets, refresh=together, on_output=on_output, color="never")
         except auto.errors.ConcurrentUpdateError:
             raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
@@ -237,6 +254,7 @@ class Applier:
         from pulumi import automation as auto
 
         stack = self._stack()
+        self._state = None
         for urn in urns:
             self.step(f"pulumi state unprotect {urn.rsplit('::', 1)[-1]}")
             try:
@@ -256,10 +274,15 @@ class Applier:
 
         from pulumi import automation as auto
 
+        if self._state is not None:
+            return self._state
         self.step(f"pulumi stack export: the state of stack {self.stack}")
         try:
             result = stack.workspace.pulumi_command.run(["stack", "export", "--stack", self.stack], str(self.work_dir), {})
-            return held_in(json.loads(result.stdout))
+            held = held_in(json.loads(result.stdout))
+            if self._locked:
+                self._state = held
+            return held
         except auto.errors.CommandError as exc:
             raise ApplyError(f"cannot read the Pulumi state of stack {self.stack}: {_last_line(exc)}") from None
         except ValueError:
