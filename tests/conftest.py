@@ -49,6 +49,11 @@ GCP_BASE = {
 AWS_BASE = {"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a", "us-east-1b"]}
 
 
+# The GPU shape that takes a Regional Persistent Disk: N1 with an attached T4 (only E2, N1, N2 and
+# N2D attach one: contract rule gcp.regional-disk-machine-series).
+N1_T4 = {"machineType": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 1}}
+
+
 def gcp_job(**over) -> dict:
     job = {"id": "train", "machineType": "a2-highgpu-1g", "zone": "us-central1-a", "command": "python train.py"}
     job.update(over)

@@ -617,7 +617,8 @@ def test_a_regional_disk_move_stores_no_snapshot():
     # changeover counts, its snapshot storage is zero, not nodes x disk size.
     cfg = validate({"cloud": "gcp", "project": "p", "region": "us-central1",
                     "zones": ["us-central1-a", "us-central1-b"],
-                    "jobs": [{"id": "j", "machineType": "a2-highgpu-1g", "zone": "us-central1-b", "attempt": 2,
+                    "jobs": [{"id": "j", "machineType": "n1-standard-8", "accelerator": {"type": "nvidia-tesla-t4", "count": 1},
+                              "zone": "us-central1-b", "attempt": 2,
                               "state": "running", "diskGb": 300, "command": "x",
                               "diskReplicaZones": ["us-central1-a", "us-central1-b"],
                               "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 1, "sameDisk": True,

@@ -90,7 +90,7 @@ def test_a_regional_job_between_two_refusing_zones_moves_at_most_the_budget_and_
     (both zones always refuse) replayed on an injected clock: without the bounds the job moved
     back and forth once an hour (the old RECENT_REFUSAL_H); now twice a day at most, each return
     only after LEFT_QUIET_H quiet, and every other retry says why it stays."""
-    job = Job.model_validate({"id": "train", "machine_type": "a2-highgpu-1g", "zone": REPLICAS[0], "command": "t",
+    job = Job.model_validate({"id": "train", "machine_type": "n1-standard-8", "zone": REPLICAS[0], "command": "t",
                               "state": "running", "attempt": 1, "diskReplicaZones": REPLICAS})
     failover = zone_failover(["us-central1-a", "us-central1-b", "us-central1-c"], lambda j, e: Capacity.SPOT)
     now, memory = T0, JobMemory(1, T0, 0, None, T0, {REPLICAS[0]: T0})  # attempt 1 refused in us-central1-a at T0

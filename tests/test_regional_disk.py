@@ -18,11 +18,17 @@ from cli.lifecycle.states import LifecycleError
 from cli.plan import mocks as planner
 from infra import contract
 from infra.config import Capacity, ConfigError, Job, validate
-from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, pulumi_calls, stack_config
+from tests import conftest
+from tests.conftest import AWS_BASE, GCP_BASE, N1_T4, aws_job, pulumi_calls, stack_config
 
 T0 = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
 REPLICAS = ["us-central1-a", "us-central1-b"]
 BASE = GCP_BASE | {"zones": ["us-central1-a", "us-central1-b", "us-central1-c"]}
+
+
+def gcp_job(**over) -> dict:
+    """A GCP job on N1 + T4, a machine series that takes a regional disk."""
+    return conftest.gcp_job(**N1_T4 | over)
 
 
 def plan(**fields):
@@ -122,7 +128,7 @@ def test_force_attach_is_never_declared_on_a_zonal_disk(monkeypatch):
 
 
 def as_job(**fields) -> Job:
-    raw = {"id": "train", "machine_type": "a2-highgpu-1g", "zone": "us-central1-a", "command": "t", "state": "running",
+    raw = {"id": "train", "machine_type": "n1-standard-8", "zone": "us-central1-a", "command": "t", "state": "running",
            "diskReplicaZones": REPLICAS}
     return Job.model_validate(raw | fields)
 
@@ -144,19 +150,19 @@ def test_the_watchers_failover_for_a_regional_disk_moves_at_once_and_only_to_its
     assert (decision.choice, decision.zone) == ("move", "us-central1-b")  # no snapshot: nothing to wait for
 
 
-def a2_gang(project: Path) -> Path:
-    """The example's llm-pretrain gang on A2 (A100 80 GB): a series that takes a regional disk
+def n1_gang(project: Path) -> Path:
+    """The example's llm-pretrain gang on N1 with four V100s: a series that takes a regional disk
     (gcp.regional-disk-machine-series; the example's A3 does not)."""
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     text = path.read_text()
     old = "      machineType: a3-highgpu-8g\n      accelerator: {type: nvidia-h100-80gb, count: 8}\n"
     assert old in text
-    path.write_text(text.replace(old, "      machineType: a2-ultragpu-8g\n      accelerator: {type: nvidia-a100-80gb, count: 8}\n", 1))
+    path.write_text(text.replace(old, "      machineType: n1-standard-16\n      accelerator: {type: nvidia-tesla-v100, count: 4}\n", 1))
     return path
 
 
 def test_spotctl_move_of_a_regional_job_snapshots_nothing_and_deletes_nothing(project, runner, fake_pulumi):
-    path = a2_gang(project)
+    path = n1_gang(project)
     text = path.read_text()
     head, sep, rest = text.partition("    - id: llm-pretrain\n")
     path.write_text(head + sep + "      diskReplicaZones: [us-central1-a, us-central1-b]\n" + rest)
@@ -254,7 +260,7 @@ def test_spotctl_move_converts_a_zonal_disk_into_a_regional_one_then_moves_it_wi
     pulumi_state.seed("example-gcp")  # the release unprotects and deletes what Pulumi's state holds
     args = ["move", "llm-pretrain", "--to-zone", "us-central1-a", "--replica-zones", "us-central1-a,us-central1-b",
             "--stack", "example-gcp", "--yes"]
-    a2_gang(project)
+    n1_gang(project)
     (project / "events").mkdir()
     result = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
     assert result.exit_code == 0, result.output
@@ -262,7 +268,7 @@ def test_spotctl_move_converts_a_zonal_disk_into_a_regional_one_then_moves_it_wi
     job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
     assert (job.move.step, job.disk_replica_zones, job.disk_kind, job.attempt) == ("start", REPLICAS, "regional", 2)
     assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]
-    events = project / "events" / "a2.jsonl"
+    events = project / "events" / "n1.jsonl"
     events.write_text("".join(json.dumps({"job": "llm-pretrain", "attempt": 2, "node": r, "event": "started",
                                           "time": f"2026-11-22T04:0{r}:00Z"}) + "\n" for r in range(2)))
     result = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
@@ -295,7 +301,7 @@ def test_a_conversion_is_refused_where_it_cannot_be(project, runner):
 
 
 def test_a_conversion_whose_start_is_refused_does_not_move_on_and_says_so():
-    job = Job.model_validate({"id": "train", "machine_type": "a2-highgpu-1g", "zone": "us-central1-b", "command": "t",
+    job = Job.model_validate({"id": "train", "machine_type": "n1-standard-8", "zone": "us-central1-b", "command": "t",
                               "state": "running", "attempt": 2, "diskReplicaZones": REPLICAS, "diskKind": "regional",
                               "zoneHistory": [{"zone": "us-central1-a", "lastAttempt": 1, "moveBegan": T0.isoformat()}],
                               "move": {"from": "us-central1-a", "to": "us-central1-b", "step": "start", "replicaZones": REPLICAS}})

@@ -181,7 +181,7 @@ def test_the_cached_view_of_a_job_reads_as_the_validated_job():
     from infra.config import Job
 
     job = Job.model_validate({
-        "id": "llm", "machineType": "a2-highgpu-1g", "zone": "us-central1-b", "command": "python t.py", "nodes": 2,
+        "id": "llm", "machineType": "n1-standard-8", "zone": "us-central1-b", "command": "python t.py", "nodes": 2,
         "attempt": 4, "state": "stopped", "capacity": "on-demand", "diskGb": 300, "env": {"A": "1", "B": {"secure": "x"}},
         "diskReplicaZones": ["us-central1-b", "us-central1-c"], "diskKind": "regional", "stopReason": "a node failed",
         "move": {"from": "us-central1-b", "to": "us-central1-c", "step": "restore", "began": "2026-11-21T10:00:00Z"},

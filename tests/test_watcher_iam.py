@@ -16,7 +16,7 @@ from infra.config import validate
 from infra.contract import ContractError
 from infra.contract.gcp import logic_operators
 from infra.naming import owner_value, ssm_parameter_name, stack_slug
-from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
+from tests.conftest import AWS_BASE, GCP_BASE, N1_T4, aws_job, gcp_job, stack_config
 from tests.iam_eval import allowed, condition_holds
 
 AWS_WATCHER = {"backend": "s3://team-state/pulumi", "repo": "https://github.com/team/infra.git",
@@ -191,7 +191,7 @@ COMPUTE = "compute.googleapis.com/"
 
 
 def gcp_raw(jobs=None) -> dict:
-    jobs = jobs or [gcp_job(), gcp_job(id="other", nodes=2, diskReplicaZones=["us-central1-a", "us-central1-b"])]
+    jobs = jobs or [gcp_job(), gcp_job(id="other", nodes=2, diskReplicaZones=["us-central1-a", "us-central1-b"], **N1_T4)]
     return {**stack_config(GCP_BASE, jobs=jobs), "watcher": GCP_WATCHER}
 
 
@@ -362,7 +362,7 @@ def example_plans() -> list[planner.Plan]:
     disk, an external IP, a gang on a custom network (its firewall rule), a move's snapshot and its
     restored disk."""
     secret_env = {"HF_TOKEN": {"secure": "v1:Zm9vYmFy"}}
-    first = gcp_raw([gcp_job(env=secret_env), gcp_job(id="other", nodes=2, diskReplicaZones=["us-central1-a", "us-central1-b"]),
+    first = gcp_raw([gcp_job(env=secret_env), gcp_job(id="other", nodes=2, diskReplicaZones=["us-central1-a", "us-central1-b"], **N1_T4),
                      gcp_job(id="kb", bootDisk="keep"), gcp_job(id="pub", externalIp=True)])
     custom = {**gcp_raw([gcp_job(id="gang", nodes=2)]), "network": {"network": "vpc-1", "subnetwork": "sub-1"}}
     moving = gcp_raw([gcp_job(state="stopped", move=MOVE | {"step": "restore"})])

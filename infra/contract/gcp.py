@@ -661,9 +661,13 @@ REGIONAL_SOURCE = ("https://cloud.google.com/compute/docs/disks/about-regional-p
                    "that you attach the disk to is located. Secondary zone is an alternate zone of your choice within the "
                    "same region.\")")
 # Regional Persistent Disk types: GKE's regional-pd guide names pd-standard (at least 200 GiB) and
-# "pd-balanced or pd-ssd instead" for smaller volumes. pd-extreme is left out: [UNVERIFIED] no
-# primary document found saying it replicates regionally (Hyperdisk's replicated type is the
-# separate hyperdisk-balanced-high-availability, which spotctl does not declare).
+# "pd-balanced or pd-ssd instead" for smaller volumes. Compute Engine's Persistent Disk page
+# (docs.cloud.google.com/compute/docs/disks/persistent-disks, last updated 2026-04-09) lists durability
+# for "Regional standard / balanced / SSD Persistent Disk" next to "Zonal extreme Persistent Disk",
+# and no regional extreme. pd-extreme is left out; that no regional pd-extreme exists is still
+# [UNVERIFIED]: no sentence says so, and third-party billing tables name a "Regional Extreme PD
+# Capacity" SKU (Hyperdisk's replicated type is the separate hyperdisk-balanced-high-availability,
+# which spotctl does not declare).
 REGIONAL_DISK_TYPES = ("pd-balanced", "pd-ssd", "pd-standard")
 REGIONAL_TYPES_SOURCE = ("https://cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/regional-pd (\"To "
                          "utilize regional persistent disks of the pd-standard type, set ... a minimum of 200 GiB. If your "
@@ -709,23 +713,17 @@ def _regional_standard_size(type_: str, props: Mapping[str, Any]) -> str | None:
     return f"a regional pd-standard disk of {size} GiB" if str(kind).endswith("pd-standard") and int(size) < 200 else None
 
 
-# Which machine series take a Regional Persistent Disk (spotctl declares pd-balanced). The one
-# statement found: GKE's regional-pd guide, "Generally, you should use Hyperdisk Balanced High
-# Availability volumes for 3rd generation machine series or newer and regional persistent disks in
-# 2nd generation machine series or older", pointing to Compute Engine's "Limitations for Regional
-# Disk" (compute/docs/disks/persistent-disks#repd_limitations) for the exact machine types; that table
-# was not in the searched corpus [UNVERIFIED per series]. Generations: "E2, E2 shared-core, N2, N2D,
-# and Tau T2D are second generation machine series ...; N1 ... first generation"
-# (compute/docs/general-purpose-machines); "The generation is denoted by an ascending number"
-# (compute/docs/machine-resource), which places A2 in the second generation [UNVERIFIED: by the
-# series number] and A3, A4, C3, C4, N4 ... in the third or later. G2 has no stated generation and no
-# regional-disk statement was found: refused until checked [UNVERIFIED]. Unknown series: refused.
-REGIONAL_PD_SERIES = {"n1": 1, "e2": 2, "n2": 2, "n2d": 2, "t2d": 2, "a2": 2}
-REGIONAL_PD_SOURCE = ("https://cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/regional-pd (\"Generally, you "
-                      "should use Hyperdisk Balanced High Availability volumes for 3rd generation machine series or newer and "
-                      "regional persistent disks in 2nd generation machine series or older\"; exact machine types: "
-                      "compute/docs/disks/persistent-disks#repd_limitations [UNVERIFIED: not in the corpus]); generations: "
-                      "https://cloud.google.com/compute/docs/general-purpose-machines, https://cloud.google.com/compute/docs/machine-resource")
+# Which machine series take a Regional Persistent Disk (spotctl declares pd-balanced): Compute
+# Engine's own limitation, verified (REGIONAL_PD_SOURCE). A2, G2, T2D, A3, A4, G4, C3 ... are not
+# listed and are refused (they take Hyperdisk Balanced High Availability, which spotctl does not
+# declare). The jobs' disks are blank or restored from a snapshot of a blank disk, never from an OS
+# image: "You can't create a regional Persistent Disk from an OS image, or from a disk that was
+# created from an OS image" (same page) holds by construction.
+REGIONAL_PD_SERIES = ("e2", "n1", "n2", "n2d")
+REGIONAL_PD_SOURCE = ("https://docs.cloud.google.com/compute/docs/disks/about-regional-persistent-disk, \"General limitations "
+                      "for regional disks\" (last updated 2026-04-10): \"You can attach regional Persistent Disk only to VMs that "
+                      "use E2, N1, N2, and N2D machine types.\"; the same sentence under \"Limitations for Regional Persistent "
+                      "Disk\" in https://docs.cloud.google.com/compute/docs/disks/persistent-disks (last updated 2026-04-09)")
 
 
 def regional_disk_problem(machine_type: str) -> str | None:
@@ -733,20 +731,15 @@ def regional_disk_problem(machine_type: str) -> str | None:
     series = family(machine_type)
     if series in REGIONAL_PD_SERIES:
         return None
-    digits = re.findall(r"\d+", series)
-    if series == "g2" or not digits:
-        why = (f"no source found saying the {series.upper()} series takes a Regional Persistent Disk [UNVERIFIED]; "
-               "spotctl refuses it until that is checked")
-    else:
-        why = (f"{series.upper()} is a generation-{digits[0]} machine series: Regional Persistent Disk is for second-generation "
-               "series or older (newer ones take Hyperdisk Balanced High Availability, which spotctl does not declare)")
-    return (f"machineType {machine_type}: {why}. Regional disks here: {', '.join(s.upper() for s in REGIONAL_PD_SERIES)}; "
+    return (f"machineType {machine_type}: Compute Engine attaches a Regional Persistent Disk only to "
+            f"{', '.join(s.upper() for s in REGIONAL_PD_SERIES)} VMs, and {series.upper() or machine_type} is not one of them "
+            "(newer series take Hyperdisk Balanced High Availability, which spotctl does not declare); "
             "without diskReplicaZones the job moves between zones by snapshot (`spotctl move`)")
 
 
 rule("gcp.regional-disk-machine-series", (),
-     says="A Regional Persistent Disk attaches to second-generation machine series or older (N1, E2, N2, N2D, T2D, A2); "
-          "newer series (A3, A4, G4, C3, ...) take Hyperdisk Balanced High Availability instead.",
+     says="A Regional Persistent Disk attaches only to E2, N1, N2 and N2D VMs (GPUs: N1 with attached T4/V100/P100/P4); "
+          "A2, G2, A3, A4, G4, T2D, C3 ... are refused.",
      fix="drop diskReplicaZones (and --replica-zones) for this machine type: the job moves by snapshot",
      source=REGIONAL_PD_SOURCE)(None)
 
