@@ -30,6 +30,8 @@ from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic, reg
 from infra.naming import boot_disk_name, event_root, gcp_labels, pool_metric_filter, pool_metric_type, secret_id, short_hash
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
+# [UNVERIFIED] that this family still resolves (no primary list of Deep Learning VM families was
+# found; README "First real `pulumi up`" says how to check, and `image:` overrides it).
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
 DISK_TYPE = "pd-balanced"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]  # access is limited by IAM roles, not scopes

@@ -27,8 +27,10 @@ VM creation needs, was never granted. Now:
 
 - ``spotctl_<slug>_watcher`` holds only permissions on instances, disks and snapshots (and the
   subnetwork's use), bound at the project with conditions naming this stack's resources (below)
-  and, unconditioned, on the stack's subnetwork alone (IAM on a subnetwork: "compute.subnetworks.use
-  on the project or on the chosen subnet", compute/docs/instances/create-start-instance);
+  and, unconditioned, on the stack's subnetwork alone (verified: "compute.subnetworks.use on the
+  project or on the chosen subnet", compute/docs/instances/create-start-instance; a custom role on a
+  subnetwork: "custom roles must be of the format [projects|organizations]/{parent-name}/roles/...",
+  terraform-provider-google website/docs/r/compute_subnetwork_iam.html.markdown @c056d71f);
 - ``spotctl_<slug>_watcher_project`` holds what no condition can name and changes nothing: reads,
   lists, operations and the master address's use, bound unconditioned.
 
@@ -128,9 +130,9 @@ PROJECT_PERMISSIONS: dict[str, tuple[str, ...]] = {
                 "resourcemanager.projects.getIamPolicy", "storage.buckets.getIamPolicy"),
 }
 # A multi-node job's reserved internal master address (resource_compute_address.go Read:
-# addresses.get); every attempt's master VM takes it: "To specify a static IP address for the VM:
-# compute.addresses.use on the project" (create-start-instance); useInternal is the internal
-# address's variant (both in instanceAdmin.v1; which one an INTERNAL address checks is [UNVERIFIED]).
+# addresses.get); its master VM takes it: "To specify a static IP address for the VM: compute.addresses.use
+# on the project" (verified, compute/docs/instances/create-start-instance; no internal/external split).
+# useInternal too: whether an INTERNAL address also checks it is [UNVERIFIED] (no page names it for a VM).
 MASTER_ADDRESS_PERMISSIONS = ("compute.addresses.get", "compute.addresses.use", "compute.addresses.useInternal")
 # A custom image in this project: "To use a custom image to create the VM: compute.images.useReadOnly
 # on the image" (create-start-instance). Public images (debian-cloud, deeplearning-platform-release)

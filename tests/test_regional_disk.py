@@ -88,11 +88,12 @@ GOOD = {"region": "us-central1", "replica_zones": REPLICAS, "type": "pd-balanced
     (GOOD | {"replica_zones": ["us-central1-a", "us-east1-b"]}, "gcp.regional-disk-replica-zones"),
     (GOOD | {"type": "pd-extreme"}, "gcp.regional-disk-type"),
     (GOOD | {"type": "pd-standard", "size": 100}, "gcp.regional-pd-standard-size"),
+    (GOOD | {"image": "projects/deeplearning-platform-release/global/images/family/x"}, "gcp.regional-disk-not-from-image"),
 ])
 def test_regional_disk_rules(props, rule_id):
     assert contract.violations(REGION_DISK, GOOD) == []
     assert [r.id for r, _ in contract.violations(REGION_DISK, props)] == [rule_id]
-    assert contract.get(rule_id).source.startswith("https://cloud.google.com/")
+    assert contract.get(rule_id).source.startswith(("https://cloud.google.com/", "https://docs.cloud.google.com/"))
 
 
 def test_a_vm_outside_the_replica_zones_is_refused(monkeypatch):

@@ -384,8 +384,8 @@ def custom_role_id(type_: str, props: Mapping[str, Any]) -> str | None:
 @rule("gcp.bucket-ubla", (BUCKET,),
       says="IAM conditions on a bucket (the per-job event prefixes) need uniform bucket-level access.",
       fix="gcp.storage.Bucket(uniform_bucket_level_access=True)",
-      source="https://cloud.google.com/storage/docs/access-control/iam (IAM Conditions need uniform bucket-level access) "
-             "[UNVERIFIED: not found in the search corpus]")
+      source="https://docs.cloud.google.com/storage/docs/access-control/using-iam-permissions, \"Use IAM Conditions on "
+             "buckets\": \"You must enable uniform bucket-level access on the bucket before adding conditions.\"")
 def bucket_ubla(type_: str, props: Mapping[str, Any]) -> str | None:
     ubla = props.get("uniform_bucket_level_access")
     return None if not known(ubla) or ubla is True else f"uniform_bucket_level_access is {ubla!r}"
@@ -705,7 +705,8 @@ def _regional_type(type_: str, props: Mapping[str, Any]) -> str | None:
 @rule("gcp.regional-pd-standard-size", (REGION_DISK,),
       says="A regional pd-standard disk is at least 200 GiB.",
       fix="diskGb >= 200, or a pd-balanced / pd-ssd regional disk",
-      source=REGIONAL_TYPES_SOURCE)
+      source=REGIONAL_TYPES_SOURCE + "; https://docs.cloud.google.com/compute/docs/disks/about-regional-persistent-disk "
+             "(\"The minimum size of a regional standard Persistent Disk is 200 GiB.\")")
 def _regional_standard_size(type_: str, props: Mapping[str, Any]) -> str | None:
     kind, size = props.get("type"), props.get("size")
     if not known(kind) or not known(size) or kind is None or size is None:
@@ -713,12 +714,20 @@ def _regional_standard_size(type_: str, props: Mapping[str, Any]) -> str | None:
     return f"a regional pd-standard disk of {size} GiB" if str(kind).endswith("pd-standard") and int(size) < 200 else None
 
 
+@rule("gcp.regional-disk-not-from-image", (REGION_DISK,),
+      says="A regional Persistent Disk is never created from an OS image (nor from a disk created from one).",
+      fix="declare the job's regional disk blank or from a snapshot of a blank job disk (infra/gcp.py _job_disks)",
+      source="https://docs.cloud.google.com/compute/docs/disks/about-regional-persistent-disk (\"You can't create a "
+             "regional Persistent Disk from an OS image, or from a disk that was created from an OS image.\")")
+def _regional_not_from_image(type_: str, props: Mapping[str, Any]) -> str | None:
+    image = props.get("image")
+    return None if not known(image) or not image else f"image {image!r}"
+
+
 # Which machine series take a Regional Persistent Disk (spotctl declares pd-balanced): Compute
 # Engine's own limitation, verified (REGIONAL_PD_SOURCE). A2, G2, T2D, A3, A4, G4, C3 ... are not
 # listed and are refused (they take Hyperdisk Balanced High Availability, which spotctl does not
-# declare). The jobs' disks are blank or restored from a snapshot of a blank disk, never from an OS
-# image: "You can't create a regional Persistent Disk from an OS image, or from a disk that was
-# created from an OS image" (same page) holds by construction.
+# declare).
 REGIONAL_PD_SERIES = ("e2", "n1", "n2", "n2d")
 REGIONAL_PD_SOURCE = ("https://docs.cloud.google.com/compute/docs/disks/about-regional-persistent-disk, \"General limitations "
                       "for regional disks\" (last updated 2026-04-10): \"You can attach regional Persistent Disk only to VMs that "
