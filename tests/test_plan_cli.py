@@ -249,3 +249,34 @@ def test_source_positions_guard_refuses_other_sdk_internals():
     assert not plan_runtime.source_positions_skippable(sdk(_get_stack_trace=lambda depth: None))
     assert not plan_runtime.source_positions_skippable(sdk(register_resource=register_resource))
     assert not plan_runtime.source_positions_skippable(sdk(_get_source_position=lambda stack: "file:///x.py"))
+
+
+def test_plan_drops_the_sdks_debug_messages_only_when_nothing_would_show_them(project, monkeypatch, caplog):
+    """The mock engine hands SDK debug messages to the root logger: while it would discard them
+    (not at DEBUG) plan drops them at the source (cli.plan.runtime.no_debug_log), and puts
+    ``pulumi.log.debug`` back after; with the root logger at DEBUG they reach it as before."""
+    import logging
+
+    import pulumi.log as plog
+
+    from cli.lifecycle import stackfile
+    from cli.plan import mocks as planner
+
+    sent: list[str] = []
+    real = plog.debug
+
+    def counting(msg, *args, **kwargs):
+        sent.append(msg)
+        return real(msg, *args, **kwargs)
+
+    monkeypatch.setattr(plog, "debug", counting)  # also: conftest's plan cache is bypassed
+    cfg = stackfile.load(stackfile.resolve("example-gcp", None))
+    caplog.set_level(logging.WARNING, logger="")
+    quiet = planner.run(cfg, "example-gcp")
+    assert sent == [] and plog.debug is counting
+
+    caplog.set_level(logging.DEBUG, logger="")
+    loud = planner.run(cfg, "example-gcp")
+    assert len(sent) > len(loud.resources)
+    assert any(r.levelno == logging.DEBUG and "registering resource" in r.getMessage() for r in caplog.records)
+    assert loud.to_json() == quiet.to_json()

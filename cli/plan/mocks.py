@@ -307,7 +307,7 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         outputs = main()
         return pulumi.Output.from_input(outputs).apply(lambda resolved: plan.outputs.update(_plain(resolved)))
 
-    with runtime.no_cyclic_gc(), runtime.no_source_positions(), runtime.own_event_loop():
+    with runtime.no_cyclic_gc(), runtime.no_source_positions(), runtime.no_debug_log(), runtime.own_event_loop():
         # A new root Stack on this run's loop: set_mocks keeps an existing one, whose futures
         # belong to the previous run's (closed) loop.
         pulumi.runtime.settings.set_root_resource(None)
