@@ -178,3 +178,30 @@ def test_a_failed_download_stops_the_boot_before_the_unit(sandbox):
     result = _run(sandbox, watcher_script(ctx))
     assert result.returncode != 0
     assert "systemctl" not in sandbox["log"].read_text()
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_every_path_the_unit_must_write_exists_before_it_starts(sandbox, google, cloud):
+    """systemd fails a unit at namespace setup (226/NAMESPACE) when a ReadWritePaths= path not prefixed
+    with "-" is missing (systemd.exec(5)): the boot creates each one the shipped unit and the drop-in name."""
+    root = sandbox["root"]
+    over = {"metadata_url": google, "secrets_url": google} if cloud == "gcp" else {"secrets_provider": "awskms://k", "passphrase_secret": ""}
+    ctx = _context(sandbox, cloud, **over)
+    result = _run(sandbox, watcher_script(ctx))
+    assert result.returncode == 0, result.stderr
+    unit = (root / "etc/systemd/system/spotctl-watch@.service").read_text()
+    dropin = (root / "etc/systemd/system/spotctl-watch@.service.d/10-watcher-vm.conf").read_text()
+    # The shipped unit names the default home and checkout; this VM's are under the sandbox root.
+    shipped = {"/home/spotctl": ctx.home, "/opt/spotctl": ctx.project_dir}
+    paths = []
+    for line in (unit + dropin).splitlines():
+        if line.startswith("ReadWritePaths="):
+            for path in line.removeprefix("ReadWritePaths=").split():
+                for default, here in shipped.items():
+                    path = here + path[len(default):] if path.startswith(default + "/") else path
+                paths.append(path)
+    missing = [p for p in paths if not p.startswith("-") and not Path(p).is_dir()]
+    assert missing == [], missing
+    assert len(paths) >= 5, paths  # the shipped unit's three, the venv, and this VM's home's two
+    calls = sandbox["log"].read_text()
+    assert f"chown spotctl: {ctx.home} {ctx.home}/.pulumi {ctx.home}/.cache" in calls  # the unit's user writes them

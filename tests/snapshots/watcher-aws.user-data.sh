@@ -47,11 +47,16 @@ install_packages() {
   fi
 }
 
-# An unprivileged user with a home for uv's cache and ~/.pulumi; the unit runs as it.
+# An unprivileged user with a home for uv's cache and ~/.pulumi; the unit runs as it. Both
+# directories must exist before the unit starts: its ReadWritePaths= names them, and systemd fails a
+# unit whose ReadWritePaths= path is missing (226/NAMESPACE) unless it is prefixed with "-"
+# (systemd.exec(5), ReadWritePaths=).
 ensure_user() {
   if ! id -u "$WATCH_USER" >/dev/null 2>&1; then
     useradd --system --create-home --home-dir "$WATCH_HOME" --shell /usr/sbin/nologin "$WATCH_USER"
   fi
+  mkdir -p "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache"
+  chown "$WATCH_USER:" "$WATCH_HOME" "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache"
 }
 
 # $1 URL of a .tar.gz, $2 directory: the archive's files (first path component dropped) land in $2.
@@ -86,6 +91,7 @@ checkout() {
       || git -C "$PROJECT_DIR.tmp" checkout --quiet --detach "$REF" --
     mv "$PROJECT_DIR.tmp" "$PROJECT_DIR"
   fi
+  mkdir -p "$PROJECT_DIR/stacks"  # the shipped unit's ReadWritePaths= names it (see ensure_user)
   chown -R "$WATCH_USER:" "$PROJECT_DIR"
   runuser -u "$WATCH_USER" -- env HOME="$WATCH_HOME" "$BIN_DIR/uv" sync --frozen --quiet --project "$PROJECT_DIR"
 }
@@ -133,6 +139,8 @@ install_unit() {
     printf '%s\n' '[Service]'
     printf 'WorkingDirectory=%s\n' "$PROJECT_DIR"
     printf 'ReadWritePaths=%s\n' "$PROJECT_DIR/.venv"
+    # The home this VM's user really has (the shipped unit names /home/spotctl).
+    printf 'ReadWritePaths=%s %s\n' "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache"
   } >"$SYSTEMD_DIR/spotctl-watch@.service.d/10-watcher-vm.conf"
   systemctl daemon-reload
   systemctl enable --now "$UNIT"
