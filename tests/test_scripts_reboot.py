@@ -4,8 +4,11 @@ on both clouds. SPOTCTL_BOOT_ID plays the kernel's boot id (a new one per reboot
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -90,14 +93,14 @@ def test_the_startup_script_run_again_in_the_same_boot_starts_nothing_twice(vm, 
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
-def test_units_are_enabled_and_the_disk_is_in_fstab_with_nofail(cloud, tmp_path):
-    """The systemd path (not runnable here): units carry [Install] and are enabled; the job unit
+def test_units_install_and_the_disk_is_in_fstab_with_nofail(cloud, tmp_path):
+    """The systemd path (not runnable here): units carry [Install] (enabled on AWS); the job unit
     needs the disk's mount; main adds the disk to fstab by UUID with nofail (run with a fake blkid)."""
     ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="us-east-1",
                         disk_device="/dev/disk/by-id/x", fstab=str(tmp_path / "fstab"))
     script = scripts_for(ctx).startup
     assert script.count("WantedBy=multi-user.target") == (3 if cloud == "aws" else 2)
-    assert 'systemctl enable "${units[@]}"' in script and "RequiresMountsFor=$SPOTCTL_MOUNT" in script
+    assert "RequiresMountsFor=$SPOTCTL_MOUNT" in script
     assert "SPOTCTL_RESUME 1" not in script  # never from the attempt number
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -111,3 +114,96 @@ def test_units_are_enabled_and_the_disk_is_in_fstab_with_nofail(cloud, tmp_path)
     done = subprocess.run([shutil.which("bash") or "bash", str(path)], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "fstab").read_text() == "UUID=1234-abcd /mnt/spotctl auto defaults,discard,nofail,x-systemd.device-timeout=120s 0 2\n"
+
+
+# A trainer that runs until DONE exists (in its working directory, the job disk) and on SIGTERM
+# saves at once and says so in TERMS.
+def waiting_trainer(tmp_path: Path) -> str:
+    return (f"trap 'echo term >>{tmp_path}/TERMS; echo SPOTCTL_CHECKPOINT 1; exit 143' TERM; echo 'start waiting'; "
+            f"while [ ! -e {tmp_path}/DONE ]; do sleep 0.05; done")
+
+
+def start_unit(v: LocalVM, entry: str, boot_id: str) -> subprocess.Popen:
+    """What systemd does with an enabled unit at boot: run the installed script's entry point."""
+    return subprocess.Popen(["bash", str(v.state / "spotctl.sh"), entry], env=v._env({"SPOTCTL_BOOT_ID": boot_id}),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def preempt(v: LocalVM, emu: Emulator, cloud: str) -> None:
+    if cloud == "gcp":
+        emu.preempt_gcp()
+        done, _ = v.shutdown(env={"SPOTCTL_BOOT_ID": "boot-1"})
+        assert done.returncode == 0, done.stderr
+    else:
+        emu.notice_aws()  # the watcher: notice, SIGTERM, preempted (leaves `notice`, `signaled`, `stopping`)
+        assert v.wait_for(lambda: "preempted" in [e["event"] for e in v.events()], 15), v.debug_log()
+
+
+@pytest.mark.parametrize("ending", ["completes", "is-preempted"])
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_units_started_before_main_on_a_later_boot_forget_the_last_boots_markers(tmp_path, cloud, ending):
+    """A later boot: the enabled units (AWS: always, user data runs at the first boot only; GCP: an
+    enable from an older spotctl) start before the startup script. They must not act on the previous
+    boot's `stopping`/`signaled`/`notice` (no `completed`, no SIGTERM, an unhandled notice), and main
+    running afterwards (GCP) must neither forget their trainer nor start a second one."""
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="bkt", region="us-east-1",
+                            command=waiting_trainer(tmp_path), poll_interval_s=1, stop_budget_s=5)
+        v = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+        units: list[subprocess.Popen] = []
+        try:
+            boot(v, "boot-1")
+            preempt(v, emu, cloud)
+            assert (v.state / "signaled").exists() and (v.state / "stopping").exists()
+            v.kill_all()
+            emu.reset(preempted=False, instance_action=None)
+            units += [start_unit(v, "run", "boot-2"), start_unit(v, "watch", "boot-2")]
+            assert v.wait_for(lambda: v.alive("trainer.pid") and len(trainer_starts(v)) == 2, 20), v.debug_log()
+            first = v.pid("trainer.pid")
+            (v.state / "run.pid").write_text(str(units[0].pid))  # what systemd knows: the units are active
+            (v.state / "watch.pid").write_text(str(units[1].pid))
+            if cloud == "gcp":  # the startup script runs later in the same boot
+                done = v.boot(env={"SPOTCTL_BOOT_ID": "boot-2"})
+                assert done.returncode == 0, done.stderr
+                assert v.pid("trainer.pid") == first and v.alive("trainer.pid")
+            if ending == "completes":
+                (tmp_path / "DONE").write_text("")
+                assert v.wait_for(lambda: units[0].poll() is not None, 20), v.debug_log()
+                assert lifecycle(v)[-2:] == ["started", "completed"]
+            elif cloud == "gcp":
+                emu.preempt_gcp()
+                done, _ = v.shutdown(env={"SPOTCTL_BOOT_ID": "boot-2"})
+                assert done.returncode == 0, done.stderr
+                assert lifecycle(v)[-2:] == ["started", "preempted"]
+            else:
+                emu.notice_aws()
+                assert v.wait_for(lambda: lifecycle(v)[-3:] == ["started", "preemption-notice", "preempted"], 20), (
+                    lifecycle(v), v.debug_log())
+            if ending == "is-preempted":
+                assert (tmp_path / "TERMS").read_text() == "term\nterm\n"  # the trainer of boot 2 got its SIGTERM
+            assert len(trainer_starts(v)) == 2  # one trainer per boot
+        finally:
+            for unit in units:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(unit.pid, signal.SIGKILL)
+            v.kill_all()
+
+
+def lifecycle(v: LocalVM) -> list[str]:
+    """The events but the trainer's own (progress, checkpoint)."""
+    return [e["event"] for e in v.events() if e["event"] not in ("progress", "checkpoint")]
+
+
+def trainer_starts(v: LocalVM) -> list[str]:
+    path = v.disk / ".spotctl" / "logs" / "attempt-1-node-0.log"
+    return [line for line in path.read_text().splitlines() if line.startswith("start")] if path.exists() else []
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_only_aws_enables_the_units(cloud):
+    """GCP reruns the startup script at every boot; an enabled unit would start before it, with the
+    previous boot's script (tested above); AWS runs user data once, so there the units are enabled."""
+    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="us-east-1")
+    script = scripts_for(ctx).startup
+    assert ('systemctl enable "${units[@]}"' in script) == (cloud == "aws")
+    assert ('systemctl disable "${units[@]}"' in script) == (cloud == "gcp")

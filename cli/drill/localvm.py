@@ -45,6 +45,8 @@ class LocalVM:
     workdir: Path
 
     def __post_init__(self) -> None:
+        # The boot id the last boot() was given (SPOTCTL_BOOT_ID): the shutdown path runs in that boot.
+        self.boot_id: str | None = None
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.scripts: Scripts = scripts_for(self.ctx)
         self.startup = self.workdir / "startup.sh"
@@ -69,11 +71,14 @@ class LocalVM:
     def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCTL_")}
         env["SPOTCTL_NO_SYSTEMD"] = "1"
+        if self.boot_id is not None:
+            env["SPOTCTL_BOOT_ID"] = self.boot_id
         env.update(extra or {})
         return env
 
     def boot(self, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run the startup script (entry ``main``); returns once the units are started."""
+        self.boot_id = (env or {}).get("SPOTCTL_BOOT_ID")
         return subprocess.run(
             ["bash", str(self.startup)], env=self._env(env), capture_output=True, text=True, timeout=timeout, check=False
         )

@@ -513,9 +513,15 @@ RestartSec=2
 WantedBy=multi-user.target"
     local units=(spotctl-watch.service "$SPOTCTL_UNIT.service")
     systemctl daemon-reload
-    # Enabled, so a reboot or stop/start brings the job back (AWS runs user data only at first
-    # boot); starting an already active unit (a second run of this script) changes nothing.
-    systemctl enable "${units[@]}" >/dev/null 2>&1 || spotctl_log "could not enable ${units[*]}"
+    # Not enabled: GCE runs this startup script at every boot ("Most linux-based images will run
+    # the content of metadata.startup-script in a shell on every boot", pulumi-gcp Instance.metadata),
+    # and starts it in google-startup-scripts.service, which is ordered after google-guest-agent
+    # (GoogleCloudPlatform/guest-agent google-startup-scripts.service), later than an enabled unit
+    # ordered only after network-online.target would start. Enabled units would run the previous
+    # boot's copy of this script (a kept boot disk: the previous attempt's) before this one is
+    # copied in. An enable left by an earlier spotctl is undone.
+    systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+    # Starting an already active unit (a second run of this script) changes nothing.
     systemctl start --no-block "${units[@]}"
   else
     # A second run of this script in the same boot finds its processes alive: start nothing twice.
@@ -548,19 +554,28 @@ spotctl_fstab() {
   printf 'UUID=%s %s auto defaults,discard,nofail,x-systemd.device-timeout=120s 0 2\n' "$uuid" "$SPOTCTL_MOUNT" >>"$SPOTCTL_FSTAB"
 }
 
-spotctl_main() {
-  mkdir -p "$SPOTCTL_STATE_DIR"
-  # Runs at every boot on GCP (startup script) and may run again in one boot: only a new boot
-  # forgets the previous boot's stop markers, pid files and identity.
+# The first entry point to run in a boot (main, or an enabled unit that started before it)
+# forgets the previous boot's stop markers, pid files and identity; the others, and a second run
+# of main in the same boot, find the boot id already recorded and keep what this boot wrote (a
+# trainer.pid the job unit wrote before main ran). Under a lock: the units start together.
+spotctl_boot() {
   local boot
   boot=${SPOTCTL_BOOT_ID:-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || printf unknown)}
-  if [ "$(cat "$SPOTCTL_STATE_DIR/boot" 2>/dev/null)" != "$boot" ]; then
+  mkdir -p "$SPOTCTL_STATE_DIR"
+  (
+    flock -w 10 7 || true
+    [ "$(cat "$SPOTCTL_STATE_DIR/boot" 2>/dev/null)" != "$boot" ] || exit 0
     rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
       "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
       "$SPOTCTL_STATE_DIR/run.pid" "$SPOTCTL_STATE_DIR/watch.pid" "$SPOTCTL_STATE_DIR/trainer.pid" \
+      "$SPOTCTL_STATE_DIR/tee.pid" "$SPOTCTL_STATE_DIR/preempted-recorded" \
       "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
     printf '%s' "$boot" >"$SPOTCTL_STATE_DIR/boot"
-  fi
+  ) 7>>"$SPOTCTL_STATE_DIR/boot.lock"
+}
+
+# Runs at every boot on GCP (startup script) and may run again in one boot; spotctl_boot ran first.
+spotctl_main() {
   if [ "$(readlink -f "${BASH_SOURCE[0]}")" != "$(readlink -f "$SPOTCTL_SELF")" ]; then
     cp "${BASH_SOURCE[0]}" "$SPOTCTL_SELF.tmp" && mv "$SPOTCTL_SELF.tmp" "$SPOTCTL_SELF"
   fi
@@ -656,6 +671,10 @@ spotctl_shutdown() {
   fi
 }
 
+# Every entry point first settles which boot this is (spotctl_boot, above).
+case "${1:-shutdown}" in
+  main | run | watch | shutdown | busy | idle) spotctl_boot ;;
+esac
 case "${1:-shutdown}" in
   main) spotctl_main ;;
   run) spotctl_run ;;
