@@ -364,18 +364,33 @@ def test_preemption_via_the_poll_only(aws_stack, runner, fake_pulumi, moto_serve
 # ---- GCP: the preemption subscription through the real Pub/Sub client -------------------------------------
 
 
-def preempted_log(name: str) -> dict:
-    return {"insertId": f"ins-{name}", "timestamp": T0.isoformat().replace("+00:00", "Z"), "logName": "projects/proj-1/logs/cloudaudit.googleapis.com%2Fsystem_event",
+def preempted_log(name: str, at: datetime = T0) -> dict:
+    return {"insertId": f"ins-{name}-{at.timestamp()}", "timestamp": at.isoformat().replace("+00:00", "Z"),
+            "logName": "projects/proj-1/logs/cloudaudit.googleapis.com%2Fsystem_event",
             "resource": {"type": "gce_instance", "labels": {"zone": "us-central1-a", "project_id": "proj-1"}},
             "protoPayload": {"methodName": "compute.instances.preempted",
                              "resourceName": f"projects/proj-1/zones/us-central1-a/instances/{name}"}}
 
 
-def test_preemption_via_the_gcp_subscription(project, runner, fake_pulumi, monkeypatch):
+@pytest.fixture
+def team_vm(monkeypatch):
+    """The GCP team stack's running VM of job train, attempt 3, on a local Compute endpoint."""
+    from tests.fixtures.fake_gce import FakeGce
+
+    gce = FakeGce()
+    monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", gce.url)
+    gce.add_instance("us-central1-a", "team-train-a3-n0", {"spotctl-stack": "team", "spotctl-job": "train",
+                                                            "spotctl-attempt": "3", "spotctl-node": "0"})
+    yield gce
+    gce.stop()
+
+
+def test_preemption_via_the_gcp_subscription(project, runner, fake_pulumi, monkeypatch, team_vm):
     from tests.fixtures.fake_pubsub import FakePubsub
 
     (project / "stacks" / "Pulumi.team.yaml").write_text(GCP_STACK)
     sub = "projects/proj-1/subscriptions/team-preemptions-watch"
+    team_vm.preempt("us-central1-a", "team-train-a3-n0")
     with FakePubsub() as fake:
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", fake.host)
         fake.publish(sub, preempted_log("team-train-a3-n0"))
@@ -389,6 +404,32 @@ def test_preemption_via_the_gcp_subscription(project, runner, fake_pulumi, monke
         result, lines = watch(runner, "--no-poll", "--subscription", "team-preemptions-watch")
         assert [(x["action"], x.get("kind")) for x in lines] == [] and fake.messages[sub] == []
         assert the_job().attempt == 4 and len(ups(fake_pulumi)) == 1
+
+
+def test_a_preemption_entry_counts_only_once_compute_engine_reports_the_vm_gone(project, runner, fake_pulumi, monkeypatch, team_vm):
+    """Nothing found says Cloud Logging refuses entries written into a system_event log name by a
+    caller, and a job's service account may write log entries: an entry naming another job's running
+    VM must not resume it. A fresh one is left to be delivered again (the API may lag); one whose VM
+    still runs 15 min later is warned of and dropped."""
+    from tests.fixtures.fake_pubsub import FakePubsub
+
+    (project / "stacks" / "Pulumi.team.yaml").write_text(GCP_STACK)
+    sub = "projects/proj-1/subscriptions/team-preemptions-watch"
+    with FakePubsub() as fake:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", fake.host)
+        fake.publish(sub, preempted_log("team-train-a3-n0", datetime.now(UTC)))  # forged, or ahead of the API
+        fake.publish(sub, preempted_log("team-train-a3-n0", datetime.now(UTC) - timedelta(hours=1)))  # forged, old
+        result, lines = watch(runner, "--no-poll", "--subscription", "team-preemptions-watch")
+        assert result.exit_code == 0, result.output
+        assert lines == [] and the_job().attempt == 3 and not ups(fake_pulumi)
+        (warning,) = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+        assert warning == (f"warning: preemption subscription team-preemptions-watch: an entry says team-train-a3-n0 was "
+                           "preempted, but Compute Engine still reports it RUNNING: not acted on")
+        assert len(fake.messages[sub]) == 1 and len(fake.acked) == 1  # the fresh one comes back
+        team_vm.preempt("us-central1-a", "team-train-a3-n0")  # the real preemption
+        result, lines = watch(runner, "--no-poll", "--subscription", "team-preemptions-watch")
+        assert [(x["job"], x["action"]) for x in lines] == [("train", "resume")] and the_job().attempt == 4
+        assert fake.messages[sub] == []
 
 
 # ---- faults: two watchers, kill -9, capacity refusals -------------------------------------------------------

@@ -3,7 +3,8 @@
 Sources: the recorded events (the stack's event bucket, ``--events-dir``), the AWS interruption
 queue (EventBridge messages naming an instance: the watcher asks EC2 whether that VM is really
 gone; until it is, the message is only a notice and stays in the queue to be looked at again), the
-GCP preemption subscription (the log sink's ``compute.instances.preempted`` entries: a fact), and
+GCP preemption subscription (the log sink's ``compute.instances.preempted`` entries: a fact once the
+Compute API reports that VM gone; one it reports running is warned of and dropped), and
 the cloud observer (every running job's VMs every ``poll`` cycle, and any job with a fresh notice).
 A source that fails is one warning; the others still count.
 """
@@ -129,9 +130,23 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
         slug = stack_slug(stack)
 
         def pull() -> None:
+            messages = [(m, gcp_preemption(m.body, slug, jobs, now)) for m in cloud.subscription_messages(sources.subscription)]
+            # Confirmed by the Compute API before it counts: nothing found says Cloud Logging refuses a
+            # caller's entries.write into a `cloudaudit.googleapis.com` log name, and a job's service
+            # account may write log entries, so an entry could name another job's VM. Only a VM Compute
+            # Engine reports gone (or no longer has) is a preemption; asked once per job, before any ack,
+            # so an unanswered question leaves every message to be delivered again.
+            vms = {j: cloud.vms(j) for j in sorted({e.job for _, e in messages if e and e.attempt == jobs[e.job].attempt})}
             got = []
-            for m in cloud.subscription_messages(sources.subscription):
-                e = gcp_preemption(m.body, slug, jobs, now)
+            for m, e in messages:
+                vm = next((v for v in vms.get(e.job, []) if (v.attempt, v.node) == (e.attempt, e.node)), None) if e else None
+                if e and vm is not None and vm.status.lower() not in GONE:
+                    if now - e.time < NOTICE_REVISIT:  # not acknowledged: Pub/Sub delivers it again, asked again then
+                        out.acks.append(Ack("subscription", m.ack, (), keep=True))
+                        continue
+                    warn(f"preemption subscription {sources.subscription}: an entry says {vm.name} was preempted, but "
+                         f"Compute Engine still reports it {vm.status}: not acted on")
+                    e = None
                 s = seen(e, "subscription") if e else None
                 got += [s] if s else []
                 out.acks.append(Ack("subscription", m.ack, (s.id,) if s else ()))
