@@ -423,7 +423,7 @@ def test_a_preemption_entry_counts_only_once_compute_engine_reports_the_vm_gone(
         assert result.exit_code == 0, result.output
         assert lines == [] and the_job().attempt == 3 and not ups(fake_pulumi)
         (warning,) = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
-        assert warning == (f"warning: preemption subscription team-preemptions-watch: an entry says team-train-a3-n0 was "
+        assert warning == ("warning: preemption subscription team-preemptions-watch: an entry says team-train-a3-n0 was "
                            "preempted, but Compute Engine still reports it RUNNING: not acted on")
         assert len(fake.messages[sub]) == 1 and len(fake.acked) == 1  # the fresh one comes back
         team_vm.preempt("us-central1-a", "team-train-a3-n0")  # the real preemption
