@@ -5,12 +5,14 @@ on both clouds. SPOTCTL_BOOT_ID plays the kernel's boot id (a new one per reboot
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,30 @@ def test_only_aws_enables_the_units(cloud):
     script = scripts_for(ctx).startup
     assert ('systemctl enable "${units[@]}"' in script) == (cloud == "aws")
     assert ('systemctl disable "${units[@]}"' in script) == (cloud == "gcp")
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_the_changeover_of_a_later_boot_ends_at_its_own_first_progress_line(tmp_path, cloud):
+    """The attempt's log goes on across reboots: the `progress` event of boot 2 comes from boot 2's
+    first progress line (here written only once GO exists), not from boot 1's lines."""
+    go = tmp_path / "GO"
+    command = (f"echo start; if [ -e {tmp_path}/BOOTED ]; then while [ ! -e {go} ]; do sleep 0.05; done; fi; "
+               f": >{tmp_path}/BOOTED; echo SPOTCTL_PROGRESS 1; sleep 60")
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="bkt", region="us-east-1",
+                            command=command, poll_interval_s=60)
+        v = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+        try:
+            boot(v, "boot-1")
+            assert v.wait_for(lambda: [e["event"] for e in v.events()].count("progress") == 1, 15), v.debug_log()
+            v.kill_all()
+            boot(v, "boot-2")
+            time.sleep(2)  # the follower of boot 2 is reading the log (boot 1's progress line included)
+            go_at = time.time()
+            go.write_text("")
+            assert v.wait_for(lambda: [e["event"] for e in v.events()].count("progress") == 2, 15), v.debug_log()
+            second = [e for e in v.events() if e["event"] == "progress"][1]
+            at = datetime.datetime.strptime(second["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
+            assert at >= go_at - 0.01, (second["time"], go_at)
+        finally:
+            v.kill_all()

@@ -6,8 +6,12 @@ systemd units), runs a fake trainer, makes the cloud do something and asserts wh
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -418,3 +422,103 @@ def test_the_trainer_log_is_uploaded_next_to_the_events(make_vm, emu, cloud, tmp
     assert chunks and all(n.startswith("team-a/train/attempt-2/node-0/logs/") for n in chunks), chunks
     disk_copy = (vm.disk / ".spotctl" / "logs" / "attempt-2-node-0.log").read_bytes()
     assert logs.read(None, "train", logs.LogKey(2, 0), chunks) == disk_copy == "step 1\ncafé \n\nlast line\n".encode()
+
+
+# ---- the trainer is its whole process group; the stop path reads the log after tee -------------
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_stop_waits_for_the_trainers_group_not_its_leader(make_vm, emu, cloud):
+    """`a; b` keeps bash as the trainer's leader: on SIGTERM it dies at once while its child (here the
+    fake trainer, 7 s to checkpoint: longer than run waits for tee) saves on. The stop path and the job's
+    run wait for the whole group; systemd SIGKILLs whatever is left of the unit once run exits
+    (KillMode=mixed, systemd.kill(5)), played here by killing the group right then."""
+    vm = make_vm(cloud, command=f"{sys.executable} {TRAINER}; echo after", env={"CKPT_S": "7"}, poll_s=60)
+    boot_and_train(vm)
+    group = vm.pid("trainer.pid")
+    done, _ = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert vm.wait_exit("run.pid", 30), vm.debug_log()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    ck = checkpoint(vm)
+    assert ck["saved_at"] - ck["term_at"] >= 6.9
+    assert names(vm.events()) == ["started", "stopped"]
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_the_checkpoint_written_on_sigterm_is_recorded_through_a_slow_tee(make_vm, emu, cloud, tmp_path):
+    """The trainer's last line (its checkpoint on SIGTERM) may still be in tee's pipe when the trainer
+    is gone: the stop path waits for tee before it reads the log (a tee that writes each line late)."""
+    slow = tmp_path / "slow-bin"
+    slow.mkdir()
+    (slow / "tee").write_text('#!/bin/bash\nwhile IFS= read -r line; do sleep 0.5; printf \'%s\\n\' "$line" >>"$2"; '
+                              'printf \'%s\\n\' "$line"; done\n')
+    (slow / "tee").chmod(0o755)
+    command = "trap 'echo SPOTCTL_CHECKPOINT 7; exit 143' TERM; echo SPOTCTL_PROGRESS 7; while :; do sleep 0.1; done"
+    vm = make_vm(cloud, command=command, poll_s=1 if cloud == "aws" else 60, checkpoint_event_s=3600)
+    path = {"PATH": f"{slow}:{os.environ['PATH']}"}
+    assert vm.boot(env=path).returncode == 0
+    assert vm.wait_for(lambda: "progress" in names(vm.events()), 15), vm.debug_log()
+    if cloud == "gcp":
+        emu.preempt_gcp()
+        done, _ = vm.shutdown()
+        assert done.returncode == 0, done.stderr
+    else:
+        emu.notice_aws()
+        assert vm.wait_for(lambda: "preempted" in names(vm.events()), 15), vm.debug_log()
+    steps = [e["details"]["step"] for e in vm.events() if e["event"] == "checkpoint"]
+    assert steps == ["7"], (names(vm.events()), vm.debug_log())
+
+
+def test_a_background_checkpoint_upload_does_not_hold_the_checkpoint_lock(make_vm, emu):
+    """The follower records checkpoints in the background; the stop path's flush takes the same lock,
+    which must not wait for the bucket (here 8 s to answer)."""
+    vm = make_vm("gcp", command="echo SPOTCTL_CHECKPOINT 1; sleep 30", poll_s=60)
+    emu.reset(sink_fault=Fault(delay_s=8))
+    assert vm.boot().returncode == 0
+    assert vm.wait_for(lambda: "checkpoint" in names(vm.events()), 15), vm.debug_log()
+    assert emu.uploads() == []  # its upload is under way
+    free = subprocess.run(["flock", "-n", str(vm.state / "checkpoint.lock"), "true"], check=False)
+    assert free.returncode == 0
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_the_shutdown_path_records_preempted_when_the_watcher_was_stopped_first(make_vm, emu, cloud):
+    """The watcher saw the notice and waits for the trainer (2 s to checkpoint); it is stopped before it
+    records `preempted` (at shutdown, before the ordering this fix adds). The shutdown path, which finds
+    the notice, records it with the notice's details."""
+    vm = make_vm(cloud, poll_s=1, env={"CKPT_S": "2"})
+    boot_and_train(vm)
+    if cloud == "gcp":
+        emu.preempt_gcp()
+    else:
+        emu.notice_aws()
+    assert vm.wait_for(lambda: "preemption-notice" in names(vm.events()), 15), vm.debug_log()
+    os.killpg(vm.pid("watch.pid"), signal.SIGKILL)
+    done, _ = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
+    notice, preempted = vm.events()[1:]
+    assert {k: v for k, v in preempted["details"].items() if k != "progress"} == {
+        k: v for k, v in notice["details"].items() if k != "progress"}
+    assert vm.wait_for(lambda: "preempted" in uploaded(emu), 10)
+    assert "saved_at" in checkpoint(vm)
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_the_watcher_is_stopped_after_the_shutdown_path(cloud):
+    """At shutdown systemd stops units in the inverse of their start order (systemd.unit(5)): the
+    watcher, which may be recording a preemption, outlives the shutdown path."""
+    from infra.render import scripts_for
+
+    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="us-east-1")
+    script = scripts_for(ctx).startup
+    watch_unit = script[script.index('spotctl_write_unit spotctl-watch "'):]
+    watch_unit = watch_unit[: watch_unit.index('[Service]')]
+    if cloud == "gcp":
+        assert "Before=google-shutdown-scripts.service" in watch_unit
+    else:
+        stop_unit = script[script.index('spotctl_write_unit spotctl-stop "'):]
+        after = next(line for line in stop_unit.splitlines() if line.startswith("After="))
+        assert "spotctl-watch.service" in after.split()

@@ -231,10 +231,28 @@ spotctl_busy_apply() {
 }
 
 # ---- the trainer -----------------------------------------------------------------------------
+# The trainer: its process group (the leader's pid is the group's id, setsid), alive while any of
+# its processes is. Not the leader alone: `bash -c 'a; b'` (or a pipeline) keeps bash as the
+# leader, which dies at once on SIGTERM while its child goes on writing the checkpoint.
 spotctl_trainer_pid() {
   local pid
   pid=$(cat "$SPOTCTL_STATE_DIR/trainer.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
+  [ -n "$pid" ] || return 1
+  kill -0 -- "-$pid" 2>/dev/null || kill -0 "$pid" 2>/dev/null || return 1
+  printf '%s' "$pid"
+}
+
+# Wait (at most $1 seconds) for tee to have written the trainer's last lines to its log: tee ends
+# when the last writer of its pipe has gone. The stop path runs in another process than tee's
+# parent (spotctl_run), hence tee.pid.
+spotctl_wait_tee() {
+  local pid waited=0
+  pid=$(cat "$SPOTCTL_STATE_DIR/tee.pid" 2>/dev/null) || return 0
+  [ -n "$pid" ] || return 0
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt $(($1 * 10)) ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
 }
 
 # SIGTERM the trainer's whole process group (torchrun and its workers) so it checkpoints. At most
@@ -273,6 +291,8 @@ spotctl_stop() {
     spotctl_log "trainer still running after ${SPOTCTL_STOP_BUDGET_S}s"
     SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
   fi
+  # The checkpoint line the trainer wrote on SIGTERM may still be in tee's pipe.
+  spotctl_wait_tee 2
   spotctl_checkpoint_flush 2
   wait  # for the uploads: the VM may power off when this returns
 }
@@ -288,14 +308,21 @@ spotctl_last_step() {
 }
 
 # A `checkpoint` event for step $1 (at=$2: when its line was seen, if that was earlier), unless
-# this attempt already recorded that step. Under a lock: the follower and a stop path both flush.
+# this attempt already recorded that step. The follower and a stop path both flush: the lock
+# covers only claiming the step, never the upload (a background upload would inherit the lock's
+# descriptor and hold it, the stop path's flush waiting on the bucket).
 spotctl_checkpoint_event() {
-  (
-    flock 8 || exit 0
-    [ "$(cat "$SPOTCTL_STATE_DIR/checkpoint-recorded" 2>/dev/null)" != "$SPOTCTL_ATTEMPT $1" ] || exit 0
-    printf '%s' "$SPOTCTL_ATTEMPT $1" >"$SPOTCTL_STATE_DIR/checkpoint-recorded"
-    spotctl_record checkpoint "step=$1" ${2:+"at=$2"}
-  ) 8>"$SPOTCTL_STATE_DIR/checkpoint.lock"
+  local claimed
+  claimed=$(
+    {
+      flock -w 2 8 || exit 0
+      [ "$(cat "$SPOTCTL_STATE_DIR/checkpoint-recorded" 2>/dev/null)" != "$SPOTCTL_ATTEMPT $1" ] || exit 0
+      printf '%s' "$SPOTCTL_ATTEMPT $1" >"$SPOTCTL_STATE_DIR/checkpoint-recorded"
+      printf yes
+    } 8>"$SPOTCTL_STATE_DIR/checkpoint.lock"
+  )
+  [ "$claimed" = yes ] || return 0
+  spotctl_record checkpoint "step=$1" ${2:+"at=$2"}
 }
 
 # The newest checkpoint in the trainer's log, recorded if the rate limit skipped it or the trainer
@@ -310,14 +337,14 @@ spotctl_checkpoint_flush() {
 }
 
 # The attempt's first SPOTCTL_PROGRESS/SPOTCTL_CHECKPOINT line ends its changeover: one `progress` event
-# (spotctl measures the job's changeover from it).
+# (spotctl measures the job's changeover from it). Only this run's lines count (from byte $3 on):
+# the log of an attempt goes on across reboots. Read once, as it grows, until tee ($2) exits; no
+# pipeline, which would wait for tail after grep's match.
 spotctl_first_progress() {
-  local log=$1 pid=$2
-  until head -n 5000 "$log" 2>/dev/null | grep -qE '^SPOTCTL_(PROGRESS|CHECKPOINT)'; do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 1
-  done
-  spotctl_record progress
+  local log=$1 pid=$2 start=$3
+  if grep -qaE -m 1 '^SPOTCTL_(PROGRESS|CHECKPOINT)' < <(tail -c +"$((start + 1))" -s 1 --pid="$pid" -F "$log" 2>/dev/null); then
+    spotctl_record progress
+  fi
 }
 
 # Follows the trainer's log (its output path is untouched) until the trainer ($2) exits: the first
@@ -326,8 +353,8 @@ spotctl_first_progress() {
 # recorded when the trainer exits, with the time it was seen. Only checkpoint lines reach the shell
 # loop (grep drops the rest), so a trainer printing progress every step costs it nothing.
 spotctl_follow_progress() {
-  local log=$1 pid=$2 line last=0 now
-  spotctl_first_progress "$log" "$pid" &
+  local log=$1 pid=$2 start=$3 line last=0 now
+  spotctl_first_progress "$log" "$pid" "$start" &
   while IFS= read -r line; do
     [[ $line =~ ^SPOTCTL_CHECKPOINT[[:space:]]+([0-9]+)[[:space:]]*$ ]] || continue
     printf -v now '%(%s)T' -1
@@ -337,7 +364,7 @@ spotctl_follow_progress() {
     else
       printf '%s %s %s' "$SPOTCTL_ATTEMPT" "${BASH_REMATCH[1]}" "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)" >"$SPOTCTL_STATE_DIR/checkpoint-seen"
     fi
-  done < <(tail -n +1 -s 1 --pid="$pid" -F "$log" 2>/dev/null | grep --line-buffered -aE '^SPOTCTL_CHECKPOINT[[:space:]]')
+  done < <(tail -c +"$((start + 1))" -s 1 --pid="$pid" -F "$log" 2>/dev/null | grep --line-buffered -aE '^SPOTCTL_CHECKPOINT[[:space:]]')
   spotctl_checkpoint_flush
   wait
 }
@@ -374,17 +401,21 @@ spotctl_run() {
   local resume=0
   ! spotctl_has_progress || resume=1
   SPOTCTL_RECORD_BG=1 spotctl_record started "capacity=$SPOTCTL_CAPACITY" "machineType=$SPOTCTL_MACHINE_TYPE" "nodes=$SPOTCTL_WORLD_SIZE"
-  local rc=0 child logfd tee_pid
+  local rc=0 child logfd tee_pid log_start
+  # Where this run's lines begin: an attempt's log goes on across reboots.
+  log_start=$(stat -c %s "$(spotctl_trainer_log)" 2>/dev/null) || log_start=0
   # The trainer's output goes to its log on the job disk and to this script's output. tee is this
   # shell's child, not the trainer's, so the log's final upload can wait for its last lines.
   exec {logfd}> >(exec tee -a "$(spotctl_trainer_log)")
   tee_pid=$!
+  printf '%s' "$tee_pid" >"$SPOTCTL_STATE_DIR/tee.pid"
   # setsid: the trainer leads its own process group, so one signal reaches all of its processes.
   spotctl_exec_trainer "$SPOTCTL_COMMAND" "$resume" >&"$logfd" 2>&1 &
   child=$!
   exec {logfd}>&-
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
-  spotctl_follow_progress "$(spotctl_trainer_log)" "$child" </dev/null >/dev/null 2>&1 &
+  # The follower reads the log until tee has written its last line (not until the trainer's leader exits).
+  spotctl_follow_progress "$(spotctl_trainer_log)" "$tee_pid" "$log_start" </dev/null >/dev/null 2>&1 &
   # systemd stopping the unit is a stop, not a failure of the job.
   trap ': >"$SPOTCTL_STATE_DIR/stopping"; spotctl_signal_trainer TERM' TERM INT
   while :; do
@@ -392,6 +423,14 @@ spotctl_run() {
     wait "$child" || rc=$?
     kill -0 "$child" 2>/dev/null || break
   done
+  # In a stop the leader may be gone while the rest of its group still checkpoints (see
+  # spotctl_trainer_pid): wait for the group, within the budget. This script is the unit's main
+  # process; once it exits, systemd SIGKILLs every process left in the unit (KillMode=mixed: "the
+  # SIGTERM signal is sent to the main process while the subsequent SIGKILL signal is sent to all
+  # remaining processes of the unit's control group", systemd.kill(5)).
+  if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
+    spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S" || spotctl_log "trainer's processes still running after ${SPOTCTL_STOP_BUDGET_S}s"
+  fi
   trap - TERM INT
   rm -f "$SPOTCTL_STATE_DIR/trainer.pid"
   # tee ends when the last writer closes the pipe; a process the trainer left running may keep it
@@ -499,9 +538,14 @@ Restart=no
 
 [Install]
 WantedBy=multi-user.target"
+    # The watcher is stopped after the shutdown path has run (at shutdown systemd stops units in
+    # the inverse of their start-up order, systemd.unit(5) Before=/After=): it may be recording the
+    # preemption then. GCP: before google-shutdown-scripts.service (its ExecStop runs the shutdown
+    # script); AWS: spotctl-stop is ordered after this unit.
     spotctl_write_unit spotctl-watch "[Unit]
 Description=spotctl preemption watcher
 After=network-online.target
+Before=google-shutdown-scripts.service
 
 [Service]
 Type=simple
@@ -568,7 +612,7 @@ spotctl_boot() {
     rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
       "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
       "$SPOTCTL_STATE_DIR/run.pid" "$SPOTCTL_STATE_DIR/watch.pid" "$SPOTCTL_STATE_DIR/trainer.pid" \
-      "$SPOTCTL_STATE_DIR/tee.pid" "$SPOTCTL_STATE_DIR/preempted-recorded" \
+      "$SPOTCTL_STATE_DIR/tee.pid" "$SPOTCTL_STATE_DIR/preempted-recorded" "$SPOTCTL_STATE_DIR/shutdown" \
       "$SPOTCTL_STATE_DIR/busy" "$SPOTCTL_STATE_DIR/reported"
     printf '%s' "$boot" >"$SPOTCTL_STATE_DIR/boot"
   ) 7>>"$SPOTCTL_STATE_DIR/boot.lock"
@@ -601,27 +645,44 @@ spotctl_main() {
 # trainer, and record `preempted` once it has stopped.
 spotctl_notice() {
   [ ! -e "$SPOTCTL_STATE_DIR/notice" ] || return 0
-  : >"$SPOTCTL_STATE_DIR/notice"
+  # The notice's details, one per line: the shutdown path records `preempted` with them if this
+  # watcher is gone before it could.
+  printf '%s\n' "$@" >"$SPOTCTL_STATE_DIR/notice"
   : >"$SPOTCTL_STATE_DIR/stopping"
   spotctl_signal_trainer TERM
-  local log progress
-  log=$(spotctl_trainer_log)
-  progress=$(spotctl_last_step PROGRESS "$log") || progress=""
+  local progress
+  progress=$(spotctl_last_step PROGRESS "$(spotctl_trainer_log)") || progress=""
   SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record preemption-notice "$@" ${progress:+"progress=$progress"}
   if ! spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
     SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
   fi
-  # The checkpoint the trainer wrote on SIGTERM, then how far it got: cost's work lost is the difference.
-  spotctl_checkpoint_flush 2
-  progress=$(spotctl_last_step PROGRESS "$log") || progress=""
-  spotctl_record preempted "$@" ${progress:+"progress=$progress"}
+  spotctl_preempted_once "$@"
   wait
+}
+
+# After a notice and the trainer's stop: the checkpoint it wrote on SIGTERM, then `preempted` with
+# how far it got (cost's work lost is the difference), once per boot: by the watcher, or by the
+# shutdown path when the watcher could not. The lock is held through the upload, so the shutdown
+# path waits for the watcher's instead of recording it twice.
+spotctl_preempted_once() {
+  (
+    flock -w 15 6 || true
+    [ ! -e "$SPOTCTL_STATE_DIR/preempted-recorded" ] || exit 0
+    spotctl_wait_tee 2  # the trainer's last lines may still be in tee's pipe
+    spotctl_checkpoint_flush 2
+    local progress
+    progress=$(spotctl_last_step PROGRESS "$(spotctl_trainer_log)") || progress=""
+    spotctl_record preempted "$@" ${progress:+"progress=$progress"}
+    : >"$SPOTCTL_STATE_DIR/preempted-recorded"
+  ) 6>>"$SPOTCTL_STATE_DIR/preempted.lock"
 }
 
 spotctl_watch() {
   spotctl_identity
   local value polls=0
   while :; do
+    # The shutdown path classifies this stop itself (the watcher outlives its start, see the unit).
+    [ ! -e "$SPOTCTL_STATE_DIR/shutdown" ] || return 0
     spotctl_busy_sync || true
     value=$(spotctl_meta instance/preempted 2>/dev/null) || value=""
     if [ "$value" = TRUE ]; then
@@ -652,10 +713,15 @@ spotctl_watch() {
 spotctl_shutdown() {
   spotctl_identity
   if [ -e "$SPOTCTL_STATE_DIR/notice" ]; then
-    # The watcher saw the notice and is recording the preemption; give it the time it needs.
+    # The watcher saw the notice and records the preemption once the trainer has stopped; if it
+    # was stopped before it could, this path records it, with the notice's details.
     spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S" || true
+    local details=()
+    mapfile -t details <"$SPOTCTL_STATE_DIR/notice"
+    spotctl_preempted_once "${details[@]}"
     return 0
   fi
+  : >"$SPOTCTL_STATE_DIR/shutdown"
   if [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ] && ! spotctl_trainer_pid >/dev/null; then
     spotctl_log "stop after completion: nothing to record"
     return 0
