@@ -10,7 +10,7 @@ import base64
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -91,7 +91,10 @@ class ScriptContext:
             raise ValueError("secret_keys and secret_ref go together")
 
     def variables(self) -> dict[str, object]:
-        v = asdict(self)
+        # Shallow (the templates only read; ``env`` copied): ``asdict`` deep-copied every field of
+        # every VM's context, twice per GCP VM (bench/plan_scale.py).
+        v: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        v["env"] = dict(self.env)
         v["metadata_url"] = self.metadata_url or (GCP_METADATA_URL if self.cloud == "gcp" else AWS_METADATA_URL)
         v["storage_url"] = self.storage_url or (
             GCS_URL if self.cloud == "gcp" else f"https://s3.{self.region}.amazonaws.com"
@@ -168,9 +171,10 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(template: str, ctx: ScriptContext) -> str:
-    """Render one template (e.g. ``gcp/startup.sh.j2``) for ``ctx``."""
-    return environment().get_template(template).render(**ctx.variables())
+def render(template: str, ctx: ScriptContext, variables: Mapping[str, object] | None = None) -> str:
+    """Render one template (e.g. ``gcp/startup.sh.j2``) for ``ctx`` (``variables``: its
+    ``ctx.variables()`` when the caller already has them)."""
+    return environment().get_template(template).render(**(variables if variables is not None else ctx.variables()))
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,8 @@ class Scripts:
 
 def scripts_for(ctx: ScriptContext) -> Scripts:
     if ctx.cloud == "gcp":
-        return Scripts(render("gcp/startup.sh.j2", ctx), render("gcp/shutdown.sh.j2", ctx))
+        variables = ctx.variables()
+        return Scripts(render("gcp/startup.sh.j2", ctx, variables), render("gcp/shutdown.sh.j2", ctx, variables))
     return Scripts(render("aws/user-data.sh.j2", ctx))
 
 

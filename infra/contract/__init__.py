@@ -165,12 +165,17 @@ def _plain_now(value: Any, pending: list[tuple[Any, Any, Any]]) -> Any:
     else:
         return value
     for k, v in items:
-        if isinstance(v, pulumi.Output) or hasattr(v, "__await__"):
+        if v is None or type(v) in _SCALARS:  # most values: no Output, nothing to walk
+            out[k] = v
+        elif isinstance(v, pulumi.Output) or hasattr(v, "__await__"):
             out[k] = UNKNOWN
             pending.append((out, k, v))
         else:
             out[k] = _plain_now(v, pending)
     return out
+
+
+_SCALARS = frozenset({str, int, float, bool})
 
 
 TIMEOUTS = "_custom_timeouts"
