@@ -522,3 +522,66 @@ def test_the_watcher_is_stopped_after_the_shutdown_path(cloud):
         stop_unit = script[script.index('spotctl_write_unit spotctl-stop "'):]
         after = next(line for line in stop_unit.splitlines() if line.startswith("After="))
         assert "spotctl-watch.service" in after.split()
+
+
+def test_a_kept_boot_disk_uploads_the_next_attempts_log_from_its_start(emu, tmp_path):
+    """bootDisk: keep (GCP): attempt 2 boots attempt 1's disk, state dir included; its log is a new
+    file, uploaded from byte 0 (the offset is the log's own, not the state dir's)."""
+    from cli.lifecycle import logs
+
+    vms = []
+    try:
+        for attempt, command in ((1, "for i in $(seq 300); do echo attempt-one-line-$i; done; exit 3"), (2, "echo two")):
+            ctx = ScriptContext(cloud="gcp", stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                                region="us-central1", command=command, attempt=attempt)
+            vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / f"vm-{attempt}")
+            vms.append(vm)
+            assert vm.boot(env={"SPOTCTL_BOOT_ID": f"boot-{attempt}"}).returncode == 0
+            assert vm.wait_exit("run.pid", 20), vm.debug_log()
+        chunks = dict(emu.state.log_chunks)
+        mine = {n: c for n, c in chunks.items() if "/attempt-2/" in n}
+        assert logs.read(None, "train", logs.LogKey(2, 0), mine) == b"two\n", sorted(chunks)
+    finally:
+        for vm in vms:
+            vm.kill_all()
+
+
+def _timed_curl(tmp_path: Path) -> tuple[Path, Path]:
+    """A curl that logs when it starts and the --max-time it was given, then runs the real one."""
+    import shutil
+
+    stubs, calls = tmp_path / "timed-bin", tmp_path / "curl-calls"
+    stubs.mkdir()
+    (stubs / "curl").write_text(f"""#!/bin/bash
+max="" prev=""
+for a in "$@"; do [ "$prev" = --max-time ] && max=$a; prev=$a; done
+printf '%s %s\\n' "$(date +%s.%N)" "$max" >>{calls}
+exec {shutil.which("curl")} "$@"
+""")
+    (stubs / "curl").chmod(0o755)
+    return stubs, calls
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_an_upload_keeps_to_its_budget_across_its_requests(emu, tmp_path, cloud):
+    """Publishing one event with a 2 s budget: the credential requests (GCP token; AWS IMDS token, role,
+    credentials) and the upload share the budget; no request may run past it (here each metadata answer
+    takes 1.8 s: the old code gave every request its own 2 s)."""
+    stubs, calls = _timed_curl(tmp_path)
+    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                        region="us-central1", command="true")
+    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    script = vm.scripts.startup
+    path = tmp_path / "publish.sh"
+    path.write_text(script[: script.index('case "${1:-')] + 'date +%s.%N >"$1"\nspotctl_publish obj \'{}\' 2\n')
+    emu.reset(metadata_fault=Fault(delay_s=1.8))
+    (tmp_path / "state").mkdir()
+    done = subprocess.run(["bash", str(path), str(tmp_path / "start")], env=vm._env({"PATH": f"{stubs}:{os.environ['PATH']}"}),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    start = float((tmp_path / "start").read_text())
+    made = [(float(at), float(limit)) for at, limit in (line.split() for line in calls.read_text().splitlines())]
+    assert made, "no request made"
+    # Whole seconds (date +%s): a request may end up to 1 s after start + budget, never later.
+    late = [(round(at - start, 2), limit) for at, limit in made if at + limit > start + 2 + 1]
+    assert late == [], made

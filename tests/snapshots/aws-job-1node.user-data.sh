@@ -94,14 +94,24 @@ spotctl_left() {
   printf '%s' "$left"
 }
 
+# A curl --max-time for one step of a task due at the epoch second $1: what is left of it, at most
+# $2 seconds. Fails when nothing is left (curl reads --max-time 0 as "no limit").
+spotctl_max() {
+  local left
+  left=$(spotctl_left "$1")
+  [ "$left" -gt 0 ] || return 1
+  [ -z "${2:-}" ] || [ "$left" -le "$2" ] || left=$2
+  printf '%s' "$left"
+}
+
 SPOTCTL_IMDS_TOKEN=""
 SPOTCTL_IMDS_TOKEN_AT=0
-# IMDSv2: a session token first (PUT), renewed every 5 minutes.
+# IMDSv2: a session token first (PUT), renewed every 5 minutes. $1: at most this many seconds (2).
 spotctl_imds_token() {
   local now
   now=$(date +%s)
   if [ -z "$SPOTCTL_IMDS_TOKEN" ] || [ $((now - SPOTCTL_IMDS_TOKEN_AT)) -gt 300 ]; then
-    SPOTCTL_IMDS_TOKEN=$(curl -sf --connect-timeout 1 --max-time 2 -X PUT \
+    SPOTCTL_IMDS_TOKEN=$(curl -sf --connect-timeout 1 --max-time "${1:-2}" -X PUT \
       -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600' "$SPOTCTL_METADATA_URL/latest/api/token") || {
       SPOTCTL_IMDS_TOKEN=""
       return 1
@@ -111,9 +121,13 @@ spotctl_imds_token() {
 }
 
 # GET a meta-data path (e.g. spot/instance-action); fails on 404, which means "no notice".
+# $2: due at this epoch second (each request then gets what is left, at most 2 s).
 spotctl_meta() {
-  spotctl_imds_token || return 1
-  curl -sf --connect-timeout 1 --max-time 2 -H "X-aws-ec2-metadata-token: $SPOTCTL_IMDS_TOKEN" \
+  local max=2
+  if [ -n "${2:-}" ]; then max=$(spotctl_max "$2" 2) || return 1; fi
+  spotctl_imds_token "$max" || return 1
+  if [ -n "${2:-}" ]; then max=$(spotctl_max "$2" 2) || return 1; fi
+  curl -sf --connect-timeout 1 --max-time "$max" -H "X-aws-ec2-metadata-token: $SPOTCTL_IMDS_TOKEN" \
     "$SPOTCTL_METADATA_URL/latest/meta-data/$1"
 }
 
@@ -140,25 +154,35 @@ spotctl_event_log() {
 spotctl_sha256() { openssl dgst -sha256 | sed 's/^.*= *//'; }
 spotctl_hmac() { printf '%s' "$2" | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$1" | sed 's/^.*= *//'; }
 
-# The instance role's credentials from IMDS into SPOTCTL_AKID, SPOTCTL_SECRET, SPOTCTL_SESSION.
+SPOTCTL_CREDS_AT=0
+# The instance role's credentials from IMDS into SPOTCTL_AKID, SPOTCTL_SECRET, SPOTCTL_SESSION, by
+# the epoch second $1; kept 5 minutes (IMDS renews them well before they expire), so a retry asks
+# IMDS nothing.
 spotctl_aws_creds() {
-  local role creds
-  spotctl_imds_token || return 1
-  role=$(spotctl_meta iam/security-credentials/ | head -n 1) || return 1
-  creds=$(spotctl_meta "iam/security-credentials/$role" | tr -d '\n') || return 1
+  local deadline=$1 role creds now
+  now=$(date +%s)
+  [ -z "${SPOTCTL_AKID:-}" ] || [ $((now - SPOTCTL_CREDS_AT)) -gt 300 ] || return 0
+  role=$(spotctl_meta iam/security-credentials/ "$deadline" | head -n 1) || return 1
+  creds=$(spotctl_meta "iam/security-credentials/$role" "$deadline" | tr -d '\n') || return 1
   SPOTCTL_AKID=$(printf '%s' "$creds" | spotctl_json_field AccessKeyId)
   SPOTCTL_SECRET=$(printf '%s' "$creds" | spotctl_json_field SecretAccessKey)
   SPOTCTL_SESSION=$(printf '%s' "$creds" | spotctl_json_field Token)
-  [ -n "$SPOTCTL_AKID" ] && [ -n "$SPOTCTL_SECRET" ]
+  [ -n "$SPOTCTL_AKID" ] && [ -n "$SPOTCTL_SECRET" ] || {
+    SPOTCTL_AKID=""
+    return 1
+  }
+  SPOTCTL_CREDS_AT=$now
 }
 
 # One AWS API request signed (SigV4) with the instance role: only curl and openssl, no AWS CLI
 # needed on the image. $1 method, $2 base URL, $3 path (URL-encoded), $4 service, $5 content
-# type, $6 body, $7 max seconds, $8 optional X-Amz-Target (JSON APIs such as SSM; signed too).
-# Prints the answer; fails on an HTTP error.
+# type, $6 body, $7 max seconds (the credentials' requests included), $8 optional X-Amz-Target
+# (JSON APIs such as SSM; signed too). Prints the answer; fails on an HTTP error.
 spotctl_aws_request() {
-  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7 target=${8:-}
-  spotctl_aws_creds || return 1
+  local method=$1 url=$2 path=$3 service=$4 ctype=$5 body=$6 max=$7 target=${8:-} deadline
+  deadline=$(($(date +%s) + max))
+  spotctl_aws_creds "$deadline" || return 1
+  max=$(spotctl_max "$deadline") || return 1
   local amz_date day host payload_hash headers signed canonical scope to_sign k signature
   local target_header=()
   amz_date=$(date -u +%Y%m%dT%H%M%SZ)
@@ -189,9 +213,10 @@ spotctl_aws_request() {
     "$url$path"
 }
 
-# Upload $2 (JSON) as object $1 to the event bucket: S3 PutObject.
+# Upload $2 (JSON) as object $1 to the event bucket by the epoch second $3: S3 PutObject.
 spotctl_upload_once() {
-  local object=$1 body=$2 max=$3
+  local object=$1 body=$2 max
+  max=$(spotctl_max "$3") || return 1
   spotctl_aws_request PUT "$SPOTCTL_STORAGE_URL" "/$(spotctl_urlencode "$SPOTCTL_BUCKET")/$(spotctl_urlencode "$object" path)" \
     s3 application/json "$body" "$max" >/dev/null
 }
@@ -222,15 +247,14 @@ spotctl_record() {
   fi
 }
 
-# Upload one event object, retrying until $3 seconds have passed. Never fails the caller.
+# Upload one event object, retrying until $3 seconds have passed (every request of every try
+# within them, 5 s a try at most). Never fails the caller.
 spotctl_publish() {
-  local object=$1 line=$2 budget=$3 deadline left try=0
+  local object=$1 line=$2 budget=$3 deadline try_max try=0
   deadline=$(($(date +%s) + budget))
   while :; do
-    left=$(spotctl_left "$deadline")
-    [ "$left" -gt 0 ] || break
-    [ "$left" -le 5 ] || left=5
-    if spotctl_upload_once "$object" "$line" "$left"; then
+    try_max=$(spotctl_max "$deadline" 5) || break
+    if spotctl_upload_once "$object" "$line" "$(($(date +%s) + try_max))"; then
       return 0
     fi
     try=$((try + 1))
@@ -243,26 +267,36 @@ spotctl_publish() {
 # Upload what the trainer wrote to its log since the last call, next to the events, as objects
 # named by their byte offset (`spotctl logs` joins them): ...attempt-N/node-R/logs/<offset>.log.
 # Chunks of at most 64 KiB (one curl argument); the offset advances only after an upload. $1: seconds.
+# The offset is the log's own (a kept boot disk carries the state dir into the next attempt, whose
+# log starts at 0); one upload at a time (the watcher's and the run's last one would both send
+# the same chunk and race on the offset).
 spotctl_upload_log() {
-  local budget=${1:-5} log offset size chunk object deadline left
+  local budget=${1:-5} deadline
   deadline=$(($(date +%s) + budget))
+  (
+    flock -w "$budget" 5 || exit 0
+    spotctl_upload_log_chunks "$deadline"
+  ) 5>>"$SPOTCTL_STATE_DIR/log-upload.lock"
+}
+
+spotctl_upload_log_chunks() {
+  local deadline=$1 log offset_file offset size chunk object
   log=$(spotctl_trainer_log)
   [ -f "$log" ] || return 0
-  offset=$(cat "$SPOTCTL_STATE_DIR/log-offset" 2>/dev/null) || offset=0
+  offset_file="$SPOTCTL_STATE_DIR/log-offset-attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK"
+  offset=$(cat "$offset_file" 2>/dev/null) || offset=0
   size=$(stat -c %s "$log" 2>/dev/null) || return 0
   while [ "$offset" -lt "$size" ]; do
     # The trailing x keeps trailing newlines through $(...); LC_ALL=C: ${#chunk} counts bytes.
     chunk=$(tail -c +"$((offset + 1))" "$log" | head -c 65536; printf x)
     chunk=${chunk%x}
     object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
-    while :; do  # retried until the budget is spent (a loaded VM or a slow token server)
-      left=$(spotctl_left "$deadline")
-      [ "$left" -gt 0 ] || return 0
-      spotctl_upload_once "$object" "$chunk" "$left" && break
+    until spotctl_upload_once "$object" "$chunk" "$deadline"; do  # retried until the budget is spent
+      spotctl_max "$deadline" >/dev/null || return 0
       sleep 0.5
     done
     offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
-    printf '%s' "$offset" >"$SPOTCTL_STATE_DIR/log-offset"
+    printf '%s' "$offset" >"$offset_file"
   done
 }
 

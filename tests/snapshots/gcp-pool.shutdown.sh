@@ -94,6 +94,16 @@ spotctl_left() {
   printf '%s' "$left"
 }
 
+# A curl --max-time for one step of a task due at the epoch second $1: what is left of it, at most
+# $2 seconds. Fails when nothing is left (curl reads --max-time 0 as "no limit").
+spotctl_max() {
+  local left
+  left=$(spotctl_left "$1")
+  [ "$left" -gt 0 ] || return 1
+  [ -z "${2:-}" ] || [ "$left" -le "$2" ] || left=$2
+  printf '%s' "$left"
+}
+
 # GET a metadata path (e.g. instance/preempted). Short timeouts: the caller has a budget.
 spotctl_meta() {
   curl -sf --connect-timeout 1 --max-time 2 -H 'Metadata-Flavor: Google' "$SPOTCTL_METADATA_URL/$1"
@@ -129,10 +139,13 @@ spotctl_gcp_token() {
   [ -n "$token" ] && printf '%s' "$token"
 }
 
-# Upload $2 (JSON) as object $1 to the event bucket with the VM's service account token.
+# Upload $2 (JSON) as object $1 to the event bucket with the VM's service account token, by the
+# epoch second $3: the token request and the upload share that time (each one gets what is left).
 spotctl_upload_once() {
-  local object=$1 body=$2 max=$3 token
+  local object=$1 body=$2 deadline=$3 token max
+  max=$(spotctl_max "$deadline") || return 1
   token=$(spotctl_gcp_token "$max") || return 1
+  max=$(spotctl_max "$deadline") || return 1
   curl -sf --connect-timeout 1 --max-time "$max" -X POST \
     -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary "$body" \
     "$SPOTCTL_STORAGE_URL/upload/storage/v1/b/$(spotctl_urlencode "$SPOTCTL_BUCKET")/o?uploadType=media&name=$(spotctl_urlencode "$object")" \
@@ -165,15 +178,14 @@ spotctl_record() {
   fi
 }
 
-# Upload one event object, retrying until $3 seconds have passed. Never fails the caller.
+# Upload one event object, retrying until $3 seconds have passed (every request of every try
+# within them, 5 s a try at most). Never fails the caller.
 spotctl_publish() {
-  local object=$1 line=$2 budget=$3 deadline left try=0
+  local object=$1 line=$2 budget=$3 deadline try_max try=0
   deadline=$(($(date +%s) + budget))
   while :; do
-    left=$(spotctl_left "$deadline")
-    [ "$left" -gt 0 ] || break
-    [ "$left" -le 5 ] || left=5
-    if spotctl_upload_once "$object" "$line" "$left"; then
+    try_max=$(spotctl_max "$deadline" 5) || break
+    if spotctl_upload_once "$object" "$line" "$(($(date +%s) + try_max))"; then
       return 0
     fi
     try=$((try + 1))
@@ -186,26 +198,36 @@ spotctl_publish() {
 # Upload what the trainer wrote to its log since the last call, next to the events, as objects
 # named by their byte offset (`spotctl logs` joins them): ...attempt-N/node-R/logs/<offset>.log.
 # Chunks of at most 64 KiB (one curl argument); the offset advances only after an upload. $1: seconds.
+# The offset is the log's own (a kept boot disk carries the state dir into the next attempt, whose
+# log starts at 0); one upload at a time (the watcher's and the run's last one would both send
+# the same chunk and race on the offset).
 spotctl_upload_log() {
-  local budget=${1:-5} log offset size chunk object deadline left
+  local budget=${1:-5} deadline
   deadline=$(($(date +%s) + budget))
+  (
+    flock -w "$budget" 5 || exit 0
+    spotctl_upload_log_chunks "$deadline"
+  ) 5>>"$SPOTCTL_STATE_DIR/log-upload.lock"
+}
+
+spotctl_upload_log_chunks() {
+  local deadline=$1 log offset_file offset size chunk object
   log=$(spotctl_trainer_log)
   [ -f "$log" ] || return 0
-  offset=$(cat "$SPOTCTL_STATE_DIR/log-offset" 2>/dev/null) || offset=0
+  offset_file="$SPOTCTL_STATE_DIR/log-offset-attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK"
+  offset=$(cat "$offset_file" 2>/dev/null) || offset=0
   size=$(stat -c %s "$log" 2>/dev/null) || return 0
   while [ "$offset" -lt "$size" ]; do
     # The trailing x keeps trailing newlines through $(...); LC_ALL=C: ${#chunk} counts bytes.
     chunk=$(tail -c +"$((offset + 1))" "$log" | head -c 65536; printf x)
     chunk=${chunk%x}
     object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
-    while :; do  # retried until the budget is spent (a loaded VM or a slow token server)
-      left=$(spotctl_left "$deadline")
-      [ "$left" -gt 0 ] || return 0
-      spotctl_upload_once "$object" "$chunk" "$left" && break
+    until spotctl_upload_once "$object" "$chunk" "$deadline"; do  # retried until the budget is spent
+      spotctl_max "$deadline" >/dev/null || return 0
       sleep 0.5
     done
     offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
-    printf '%s' "$offset" >"$SPOTCTL_STATE_DIR/log-offset"
+    printf '%s' "$offset" >"$offset_file"
   done
 }
 
