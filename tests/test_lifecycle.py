@@ -108,6 +108,18 @@ def test_failover_and_complete():
     assert decide_complete(job(state="completed")).noop
 
 
+def test_a_manual_complete_says_the_user_declared_it_and_the_watchers_says_the_events_did(project, runner):
+    """Audit S4: ``spotctl complete`` of a running job must not record "the command exited 0"."""
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    result = runner.invoke(app, ["complete", "llm-pretrain", "--stack", "example-gcp", "--no-apply", "--json"])
+    assert result.exit_code == 0, result.output
+    reason = json.loads(result.output)["reason"]
+    assert "spotctl complete" in reason and "exited 0" not in reason
+    assert "state: completed" in path.read_text()
+    by_events = decide_complete(job(state="running"), by_events=True).reason
+    assert "exited 0" in by_events and "completed" in by_events and "spotctl complete" not in by_events
+
+
 @given(state=st.sampled_from(list(JobState)), force=st.booleans(), owned=st.booleans(), declared=st.booleans())
 def test_disks_are_deleted_only_for_completed_jobs_with_ownership(state, force, owned, declared):
     j = job(state=state.value) if declared else None

@@ -31,7 +31,7 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (R, R): "a new attempt of a running job (failover, or resume after a preemption seen in events): VMs replaced, disks kept",
     (R, PR): "a spot VM of the current attempt was preempted (event or cloud API)",
     (R, S): "a VM of the current attempt stopped without a preemption (host maintenance, a manual stop)",
-    (R, C): "the command exited 0",
+    (R, C): "every node's command exited 0 (its `completed` event), or the user ran `spotctl complete`",
     (R, F): "the command exited non-zero, or the job disk could not be mounted",
     (PR, R): "resume: a new attempt on the same disks",
     (S, R): "resume after an infrastructure stop",
@@ -165,10 +165,17 @@ def decide_failover(job: Job, to: Capacity | None, from_attempt: int | None = No
     return Change(job.id, {"capacity": target.value, "attempt": job.attempt + 1, "state": R.value}, f"failover to {target.value}: {reason}")
 
 
-def decide_complete(job: Job) -> Change:
+def decide_complete(job: Job, *, by_events: bool = False) -> Change:
+    """Mark the job completed. ``by_events``: every node of its attempt recorded ``completed`` (the
+    watcher); otherwise the user ran ``spotctl complete`` and the reason says so (status and history
+    must not claim a command exited 0 that nobody saw)."""
     if job.state is C:
         return Change(job.id, {}, "is already completed", noop=True)
-    return Change(job.id, {"state": C.value}, check(job.id, job.state, C))
+    reason = check(job.id, job.state, C)
+    if job.state is R:
+        reason = (f"every node's command exited 0 in attempt {job.attempt} (their `completed` events)" if by_events
+                  else "completed by `spotctl complete`: the user declares a running job done")
+    return Change(job.id, {"state": C.value}, reason)
 
 
 def may_delete_disks(job: Job | None, *, force: bool, owned: bool, moved_and_started: bool = False) -> tuple[bool, str]:

@@ -47,7 +47,7 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
         if action.kind == "resume":
             change = decide_resume(job, facts, force=action.force, choose=choose)
         elif action.kind == "complete":
-            change = decide_complete(job)
+            change = decide_complete(job, by_events=True)
         elif action.kind == "mark-failed":
             change = mark_failed(job, action.reason)
         else:  # retry-capacity: same attempt, the capacity decided (on-demand in place) or the policy's now
