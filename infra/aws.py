@@ -37,8 +37,16 @@ from infra.render import event_object_prefix, scripts_for
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
 DEFAULT_AMI_NAME = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *"
 DATA_DEVICE = "/dev/sdf"
-# Nitro exposes an EBS volume as NVMe with the volume id (no dash) in its by-id name.
+# Nitro exposes an EBS volume as NVMe with the volume id (no dash) in its by-id name ("EBS volumes
+# are exposed as NVMe block devices on instances built on the Nitro System", nvme-ebs-volumes.html).
 NVME_BY_ID = "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{}"
+# Xen instance types (p2, p3, g3, ...) have no NVMe: the volume appears under the name it was
+# attached as, or renamed by the kernel's driver ("Depending on the block device driver of the
+# kernel, the device might be attached with a different name than what you specify. For example,
+# if you specify a device name of /dev/sdh, your device could be renamed /dev/xvdh or /dev/hdh",
+# docs.aws.amazon.com/AWSEC2/latest/UserGuide/device_naming.html). Only this volume is attached
+# as DATA_DEVICE, so each name is it.
+DATA_DEVICE_NAMES = (DATA_DEVICE, DATA_DEVICE.replace("/dev/sd", "/dev/xvd"))
 SSM_STANDARD_MAX = 4096  # characters of a Standard-tier parameter value (contract aws.ssm-parameter-value)
 INTERRUPTION_EVENTS = ["EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance Recommendation"]
 
@@ -533,7 +541,7 @@ class TrainingJob(pulumi.ComponentResource):
                 lambda v, node=node: user_data_gzip_b64(scripts_for(
                     job_script_context(
                         cfg, args.stack, plan, node, bucket=v[0], master_addr=v[1],
-                        disk_device=NVME_BY_ID.format(v[2].replace("-", "")),
+                        disk_device=NVME_BY_ID.format(v[2].replace("-", "")), disk_aliases=DATA_DEVICE_NAMES,
                     )
                 ).user_data)
             )

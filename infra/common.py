@@ -191,7 +191,8 @@ def job_plan(stack: str, job: Job) -> JobPlan:
 
 
 def job_script_context(
-    cfg: StackConfig, stack: str, plan: JobPlan, node: NodePlan, *, bucket: str, master_addr: str, disk_device: str
+    cfg: StackConfig, stack: str, plan: JobPlan, node: NodePlan, *, bucket: str, master_addr: str, disk_device: str,
+    disk_aliases: tuple[str, ...] = (),
 ) -> ScriptContext:
     job = plan.job
     slug = stack_slug(stack)
@@ -214,6 +215,7 @@ def job_script_context(
         capacity=job.capacity.value,
         machine_type=job.machine_type or job.instance_type or "",
         disk_device=disk_device,
+        disk_aliases=disk_aliases,
         mount_point=MOUNT_POINT,
     )
 

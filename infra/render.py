@@ -23,6 +23,7 @@ GCS_URL = "https://storage.googleapis.com"
 SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
 MOUNT_POINT = "/mnt/spotctl"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DEVICE_PATH = re.compile(r"^/[A-Za-z0-9/_.-]+$")  # an absolute path, one shell word
 DEVICE_NAME = "spotctl-data"  # GCE device name of the job disk -> /dev/disk/by-id/google-spotctl-data
 
 # Seconds the cloud gives between the preemption signal and power-off, and what we use of it.
@@ -58,6 +59,9 @@ class ScriptContext:
     capacity: str = ""
     machine_type: str = ""
     disk_device: str = ""
+    # Other names the job disk may appear under, tried with ``disk_device`` (AWS: see infra/aws.py
+    # DATA_DEVICE_NAMES); device paths, space-free.
+    disk_aliases: tuple[str, ...] = ()
     mount_point: str = MOUNT_POINT
     cwd: str = ""  # where the command runs; "" = the job disk (drills run it where the user is)
     metadata_url: str = ""
@@ -87,6 +91,9 @@ class ScriptContext:
         for key in (*self.env, *self.secret_keys):
             if not _ENV_KEY.match(key):
                 raise ValueError(f"env key {key!r} is not a valid environment variable name")
+        for alias in self.disk_aliases:
+            if not _DEVICE_PATH.match(alias):
+                raise ValueError(f"disk alias {alias!r} is not an absolute device path without spaces")
         if bool(self.secret_keys) != bool(self.secret_ref):
             raise ValueError("secret_keys and secret_ref go together")
 
@@ -103,6 +110,7 @@ class ScriptContext:
             SECRET_MANAGER_URL if self.cloud == "gcp" else f"https://ssm.{self.region}.amazonaws.com"
         )
         v["secret_keys"] = " ".join(self.secret_keys)
+        v["disk_aliases"] = " ".join(self.disk_aliases)
         v["autoscaling_url"] = self.autoscaling_url or f"https://autoscaling.{self.region}.amazonaws.com"
         v["event_prefix"] = self.event_prefix or f"{self.stack}/"
         v["notice_s"] = NOTICE_S[self.cloud]

@@ -127,6 +127,8 @@ def test_job_volume_instance_attachment():
     att = only(plan, ATTACH).inputs
     assert att["volumeId"] == vol_id and att["instanceId"] == plan.outputs["jobs"]["train"]["instances"][0]
     assert att["deviceName"] == "/dev/sdf"
+    # Xen instance types (no NVMe) show the volume as /dev/sdf or /dev/xvdf (EC2 device_naming.html).
+    assert "SPOTCTL_DISK_ALIASES='/dev/sdf /dev/xvdf'" in script_of(i)
 
 
 def test_new_attempt_new_instance_same_volume_same_zone():

@@ -31,13 +31,13 @@ def shims(tmp_path) -> Path:
     return d
 
 
-def boot_with_device(tmp_path: Path, shims: Path, device: Path, tag: str):
+def boot_with_device(tmp_path: Path, shims: Path, device: Path, tag: str, aliases: tuple[str, ...] = ()):
     with Emulator() as emu:
         ctx = ScriptContext(cloud="gcp", stack="s", kind="job", name="j", command="true", event_bucket="b", region="r")
         ctx = local_context(ctx, emu, tmp_path / f"mnt-{tag}", tmp_path / f"state-{tag}")
         from dataclasses import replace
 
-        vm = LocalVM(replace(ctx, disk_device=str(device)), tmp_path / f"vm-{tag}")
+        vm = LocalVM(replace(ctx, disk_device=str(device), disk_aliases=aliases), tmp_path / f"vm-{tag}")
         env = {"PATH": f"{shims}:{os.environ['PATH']}", "MOUNT_RECORD": str(tmp_path / "mounts"), "SPOTCTL_RECORD_BUDGET_S": "1"}
         done = vm.boot(env=env)
         vm.wait_exit("run.pid", 10)
@@ -73,3 +73,22 @@ def test_disk_with_unknown_data_is_never_formatted(tmp_path, shims):
     assert "not blank: refusing to format it" in vm.debug_log()
     (event,) = vm.events()
     assert event["event"] == "failed" and "could not be mounted" in event["details"]["reason"]
+
+
+def test_a_disk_under_another_name_is_found(tmp_path, shims):
+    """AWS Xen instance types have no NVMe by-id name: the volume attached as /dev/sdf appears as
+    /dev/sdf or /dev/xvdf (EC2 device_naming.html); the script takes the first name that exists."""
+    device = tmp_path / "xvdf"
+    device.write_bytes(b"\0" * 16 * 1024 * 1024)
+    missing = tmp_path / "by-id" / "nvme-Amazon_Elastic_Block_Store_vol0"
+    done, vm = boot_with_device(tmp_path, shims, missing, "1", aliases=(str(tmp_path / "sdf"), str(device)))
+    assert done.returncode == 0, (done.stderr, vm.debug_log())
+    assert fs_uuid(device)
+    assert (tmp_path / "mounts").read_text().splitlines() == [f"-o defaults,discard {device} {tmp_path / 'mnt-1'}"]
+    assert f"job disk found as {device}" in vm.debug_log()
+
+
+def test_a_disk_alias_must_be_a_device_path():
+    with pytest.raises(ValueError, match="not an absolute device path"):
+        ScriptContext(cloud="aws", stack="s", kind="job", name="j", command="true", event_bucket="b", region="r",
+                      disk_aliases=("/dev/sdf; reboot",))

@@ -27,6 +27,8 @@ SPOTCTL_MASTER_ADDR=127.0.0.1
 SPOTCTL_MASTER_PORT=29500
 SPOTCTL_COMMAND='python finetune.py --resume-from "$SPOTCTL_CHECKPOINT_DIR"'
 SPOTCTL_DISK_DEVICE=/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0
+# Other names the job disk may appear under (AWS Xen instance types: /dev/sdf, /dev/xvdf).
+SPOTCTL_DISK_ALIASES=''
 SPOTCTL_MOUNT=/mnt/spotctl
 SPOTCTL_CWD=''
 SPOTCTL_STATE_DIR=/var/lib/spotctl
@@ -530,15 +532,24 @@ spotctl_prepare_disk() {
     mkdir -p "$SPOTCTL_MOUNT"
     return 0
   fi
-  local waited=0 probe=0
-  while [ ! -e "$SPOTCTL_DISK_DEVICE" ]; do
-    [ "$waited" -lt 120 ] || {
+  local waited=0 probe=0 name found=""
+  while [ -z "$found" ]; do
+    # Word splitting on purpose: device paths without spaces (infra/render.py checks them).
+    for name in "$SPOTCTL_DISK_DEVICE" $SPOTCTL_DISK_ALIASES; do
+      if [ -e "$name" ]; then
+        found=$name
+        break
+      fi
+    done
+    [ -n "$found" ] || [ "$waited" -lt 120 ] || {
       spotctl_log "job disk $SPOTCTL_DISK_DEVICE did not appear"
       return 1
     }
-    sleep 1
+    [ -n "$found" ] || sleep 1
     waited=$((waited + 1))
   done
+  [ "$found" = "$SPOTCTL_DISK_DEVICE" ] || spotctl_log "job disk found as $found"
+  SPOTCTL_DISK_DEVICE=$found
   if mountpoint -q "$SPOTCTL_MOUNT" 2>/dev/null; then
     return 0
   fi
