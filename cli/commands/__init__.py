@@ -228,7 +228,22 @@ def confirmer(yes: bool, preview_only: bool, no_apply: bool = False):
         return None
     if not interactive():
         raise fail("stdin is not a terminal: pass --yes to apply without a question, or --preview-only to only see the preview")
-    return lambda question: typer.confirm(question, default=False, err=True)
+    return _ask
+
+
+def _ask(question: str) -> bool:
+    """The question on the terminal; Ctrl-C or the end of input there (click's Abort) is a
+    KeyboardInterrupt for the part, which undoes its edit (``operations.Interrupted``)."""
+    try:
+        return typer.confirm(question, default=False, err=True)
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+
+
+def interrupted(exc) -> typer.Exit:
+    """An ``operations.Interrupted``: its message, and the exit code of the signal (130 for Ctrl-C)."""
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(128 + exc.signum)
 
 
 def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool,
@@ -249,6 +264,8 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
                                             confirm=spinner.paused(confirm) if confirm else None)
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
+    except operations.Interrupted as exc:
+        raise interrupted(exc) from None
     change = outcome.change
     if json_out:
         typer.echo(json.dumps({"job": change.job_id, "changed": not change.noop and not outcome.declined, "fields": change.fields,

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,19 +77,20 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             return Outcome(change, new_cfg, applied=False)
 
         old_job = old_cfg.job(job_id)
-        applier.step(f"job {job_id}: planning its resources under mocks (the URNs to target)")
-        declared = job_targets(new_cfg, ref.name, job_id)
-        try:
-            # What the edit drops is targeted too (so the update deletes it): the one rule, in
-            # ``change_targets``. ``release`` adds what only a move's release may drop (old disks).
-            dropped = set(job_targets(old_cfg, ref.name, job_id)) | set(release(declared) if release is not None else ())
-            targets = change_targets(declared, dropped, applier.held, job_id)
-        except Exception:
-            _undo(ref.path, job_id, holder["before"], holder["wrote"])
-            raise
         then = _stop_first(old_job, change, stop_first)
-        if confirm is not None and not _previewed_and_confirmed(ref, job_id, then, holder["wrote"], old_job, targets, applier,
-                                                                holder["before"], out, confirm):
+        # Until the update starts the edit is only a proposal: whatever ends this stretch (an error, a
+        # no, Ctrl-C, SIGTERM/SIGHUP, the end of input at the question) puts the file back as it was.
+        try:
+            with _undone_unless_confirmed(ref.path, job_id, holder["before"], holder["wrote"]):
+                applier.step(f"job {job_id}: planning its resources under mocks (the URNs to target)")
+                declared = job_targets(new_cfg, ref.name, job_id)
+                # What the edit drops is targeted too (so the update deletes it): the one rule, in
+                # ``change_targets``. ``release`` adds what only a move's release may drop (old disks).
+                dropped = set(job_targets(old_cfg, ref.name, job_id)) | set(release(declared) if release is not None else ())
+                targets = change_targets(declared, dropped, applier.held, job_id)
+                if confirm is not None and not _previewed_and_confirmed(job_id, then, old_job, targets, applier, out, confirm):
+                    raise _Declined
+        except _Declined:
             return Outcome(change, old_cfg, applied=False, declined=True)
         gang = bool(then)
         if gang:
@@ -128,21 +131,67 @@ def _record_disk_kind(path: Path, job_id: str, cfg: StackConfig) -> None:
     stackfile.update_job(path, job_id, fields)
 
 
-def _previewed_and_confirmed(ref: stackfile.StackRef, job_id: str, then: _Then | None, wrote: dict[str, Any], old_job: Job,
-                             targets: list[str], applier: Applier, before: dict[str, Any], out: Callable[[str], None],
-                             confirm: Confirm) -> bool:
-    """Pulumi's preview of the targeted update (the file already edited), then the question; on
-    no (or a failed preview) the edit is undone."""
-    try:
-        applier.preview(targets, out)
-    except ApplyError:
-        _undo(ref.path, job_id, before, wrote)
-        raise
+def _previewed_and_confirmed(job_id: str, then: _Then | None, old_job: Job, targets: list[str], applier: Applier,
+                             out: Callable[[str], None], confirm: Confirm) -> bool:
+    """Pulumi's preview of the targeted update (the file already edited), then the question."""
+    applier.preview(targets, out)
     gang = f" (every node of attempt {old_job.attempt} is stopped first)" if then else ""
-    if confirm(f"Do you want to perform this update of job {job_id}{gang}?"):
-        return True
-    _undo(ref.path, job_id, before, wrote)
-    return False
+    return confirm(f"Do you want to perform this update of job {job_id}{gang}?")
+
+
+class _Declined(Exception):
+    """The question was answered no (or --preview-only)."""
+
+
+class Interrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt: not an error, never caught by ``except Exception``)
+    """Ctrl-C, SIGTERM or SIGHUP (or the end of input at the question) before the update started: the
+    edit was undone. ``str()`` says so; ``signum`` gives the exit code (128 + signum)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+
+class _Signalled(BaseException):  # noqa: N818
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise (as Ctrl-C does) instead of ending the process on the spot, so the
+    undo runs; the handlers before are put back after. Only the main thread can set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raised(signum: int, frame: Any) -> None:
+        raise _Signalled(signum)
+
+    old = {s: signal.signal(s, raised) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def _undone_unless_confirmed(path: Path, job_id: str, before: dict[str, Any], wrote: dict[str, Any]) -> Iterator[None]:
+    """Undo the edit (``_undo``) when the block does not finish: an error, a no, an interruption (a
+    ``Confirm`` raises KeyboardInterrupt or EOFError when the question is interrupted or gets no answer)."""
+    try:
+        with _signals_raise():
+            yield
+    except (KeyboardInterrupt, EOFError, _Signalled) as exc:
+        _undo(path, job_id, before, wrote)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise Interrupted(f"job {job_id}: interrupted ({signal.Signals(signum).name}) before the update started: "
+                          f"the edit was undone, {path} is as it was and nothing was applied", signum) from None
+    except BaseException:
+        _undo(path, job_id, before, wrote)
+        raise
 
 
 @dataclass(frozen=True)
