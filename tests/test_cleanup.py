@@ -43,17 +43,24 @@ def test_failed_job_needs_force(project, runner, fake_pulumi, gce):
     assert result.exit_code == 0, result.output
 
 
-def test_cleanup_without_yes_is_a_dry_run(project, runner, fake_pulumi):
+def test_cleanup_without_yes_is_a_dry_run(project, runner, fake_pulumi, pulumi_state):
+    pulumi_state.seed("example-gcp")
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     before = path.read_text()
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"])
     assert result.exit_code == 0
     assert "job-bert-eval-n0-disk" in result.output and result.output.endswith("dry run: nothing changed (re-run with --yes)\n")
-    assert path.read_text() == before and pulumi_calls(fake_pulumi) == []
+    # Only the state was read (what the update would delete is what it holds of the job).
+    assert path.read_text() == before and ["--non-interactive", "stack", "export", "--stack", "example-gcp"] in pulumi_calls(fake_pulumi)
+    assert not [c for c in pulumi_calls(fake_pulumi) if "up" in c or "unprotect" in c]
 
 
 def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi, pulumi_state, gce):
     pulumi_state.seed("example-gcp")
+    state = json.loads(pulumi_state.path.read_text())  # protected, as a job's disk is until its completion is applied
+    for r in state["deployment"]["resources"]:
+        r["protect"] = r["protect"] or r["urn"].endswith("::job-bert-eval-n0-disk")
+    pulumi_state.path.write_text(json.dumps(state))
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     cfg = stackfile.load(stackfile.resolve("example-gcp", None))
     expected = job_urns(planner.run(cfg, "example-gcp"), "bert-eval")
@@ -78,6 +85,66 @@ def test_cleanup_that_cannot_start_puts_the_job_back(project, runner, fake_pulum
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
     assert result.exit_code == 1 and "locked by another update" in result.output
     assert path.read_text() == before
+
+
+def complete_without_apply(runner, job: str) -> None:
+    """The job written completed while Pulumi's state still holds its VMs (audit F2's start)."""
+    result = runner.invoke(app, ["complete", job, "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 0, result.output
+
+
+def test_cleanup_of_a_completion_never_applied_deletes_its_vms_in_the_same_update(project, runner, fake_pulumi, pulumi_state, gce):
+    """Audit F2: the VMs the state holds under the job were not targeted, so Pulumi refused the
+    update after the disks were unprotected and the job was dropped from the file."""
+    pulumi_state.seed("example-gcp")
+    complete_without_apply(runner, "llm-pretrain")
+    dry = runner.invoke(app, ["cleanup", "llm-pretrain", "--stack", "example-gcp"])
+    assert dry.exit_code == 0, dry.output
+    assert "job-llm-pretrain-n0-vm (in Pulumi's state: the job's completion was never applied)" in dry.output
+    result = runner.invoke(app, ["cleanup", "llm-pretrain", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "job-llm-pretrain-n0-vm, job-llm-pretrain-n1-vm" in result.output and "deleted by the same update" in result.output
+    assert not [u for u in pulumi_state.resources() if "llm-pretrain" in u]
+    assert [j.id for j in stackfile.load(stackfile.resolve("example-gcp", None)).jobs] == ["vit-finetune", "bert-eval"]
+    deleted = [o.rsplit("::", 1)[-1] for o in pulumi_state.ops()[-1] if o.startswith("delete")]
+    assert {"job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm", "job-llm-pretrain-n0-disk"} <= set(deleted)
+
+
+def test_a_cleanup_whose_update_fails_midway_keeps_the_job_and_protection_and_a_rerun_finishes(
+        project, runner, fake_pulumi, pulumi_state, gce, monkeypatch):
+    pulumi_state.seed("example-gcp")
+    complete_without_apply(runner, "llm-pretrain")
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    held = [u for u in pulumi_state.resources() if "llm-pretrain" in u]
+    monkeypatch.setenv("FAKE_PULUMI_UP_DELETES", "1")  # Pulumi deletes one resource, then fails
+    result = runner.invoke(app, ["cleanup", "llm-pretrain", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 1
+    assert "the cleanup's update failed midway: the job is kept in the stack file; the disks not deleted are protected again" in result.output
+    assert "run `spotctl cleanup llm-pretrain --yes` again to finish it" in result.output
+    assert path.read_text() == before  # the job is back, as it was
+    state = pulumi_state.resources()
+    disks = [u for u in state if "llm-pretrain" in u and u.endswith("-disk")]
+    assert disks and all(state[u]["protect"] for u in disks)  # a plain `pulumi up` cannot delete them
+    assert len([u for u in state if "llm-pretrain" in u]) == len(held) - 1  # one went
+
+    monkeypatch.delenv("FAKE_PULUMI_UP_DELETES")
+    again = runner.invoke(app, ["cleanup", "llm-pretrain", "--stack", "example-gcp", "--yes"])
+    assert again.exit_code == 0, again.output
+    assert not [u for u in pulumi_state.resources() if "llm-pretrain" in u]
+    assert "llm-pretrain" not in path.read_text().split("jobs:")[1]
+
+
+def test_cleanup_refuses_before_any_change_a_disk_relabelled_to_another_stack(project, runner, fake_pulumi, pulumi_state, gce):
+    pulumi_state.seed("example-gcp")
+    gce.add_disk("us-central1-c", "example-gcp-bert-eval-n0-disk", data_labels("team-b", "bert-eval"))
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: job bert-eval: its disks are kept because its disk example-gcp-bert-eval-n0-disk "
+                                    "is not among the disks labelled for stack example-gcp in the cloud")
+    assert path.read_text() == before and not [c for c in pulumi_calls(fake_pulumi) if "up" in c or "unprotect" in c]
 
 
 # ---- orphans ------------------------------------------------------------------------------------------

@@ -342,7 +342,8 @@ def cleanup(
                 typer.echo(f"job {job}: a targeted update would delete {len(result.disks)} disks (protection lifted first) "
                            f"and {len(result.urns) - len(result.disks)} other resources, and drop the job from {ref.path}:")
                 for urn in result.urns:
-                    typer.echo(f"  - delete {urn}")
+                    left = " (in Pulumi's state: the job's completion was never applied)" if urn in result.leftovers else ""
+                    typer.echo(f"  - delete {urn}{left}")
                 if not ask(f"Delete job {job}'s disks and resources?"):
                     typer.echo(_declined("nothing changed", preview_only))
                     return

@@ -265,6 +265,24 @@ class Applier:
             except auto.errors.CommandError as exc:
                 raise ApplyError(f"pulumi state unprotect {urn} failed: {_last_line(exc)}", started=True) from None
 
+    def protect(self, urns: list[str]) -> None:
+        """Set `protect` again on these resources in the stack's state (``pulumi state protect``,
+        www.pulumi.com/docs/iac/cli/commands/pulumi_state_protect/): what an update that failed
+        did not delete is protected as it was before spotctl lifted it."""
+        from pulumi import automation as auto
+
+        stack = self._stack()
+        self._state = None
+        for urn in urns:
+            self.step(f"pulumi state protect {urn.rsplit('::', 1)[-1]}")
+            try:
+                stack.workspace.pulumi_command.run(
+                    ["state", "protect", urn, "--stack", self.stack, "--yes", "--non-interactive"],
+                    str(self.work_dir), {},
+                )
+            except auto.errors.CommandError as exc:
+                raise ApplyError(f"pulumi state protect {urn} failed: {_last_line(exc)}", started=True) from None
+
     def held(self) -> Held:
         """The stack's Pulumi state (``pulumi stack export``, without decrypting secrets)."""
         return self._export(self._stack())

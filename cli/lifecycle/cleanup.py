@@ -8,39 +8,47 @@ delete), and only for disks that carry this exact stack's ownership labels (``na
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from cli.cloud import CloudDisk, CloudSnapshot, Inventory
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_urns
+from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, disk_urns, job_urns
 from cli.lifecycle.states import LifecycleError, may_delete_disks
 from infra.config import ConfigError, Job, StackConfig
-from infra.naming import disk_name, label_value, owner_value, stack_slug
+from infra.naming import label_value, owner_value
 
 
 @dataclass
 class Cleanup:
     job_id: str
-    urns: list[str]
+    urns: list[str]  # what the targeted update deletes
     disks: list[str]
     done: bool
+    leftovers: list[str] = field(default_factory=list)  # of ``urns``: what the state holds that the completed job no longer declares
 
 
 def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool, applier: Applier | None,
                 inventory: Callable[[StackConfig], Inventory] | None = None,
                 out: Callable[[str], None] = print) -> Cleanup:
-    """Delete a completed job's disks (and drop the job from the stack): ``pulumi state unprotect``
-    on its disks, remove its entry, then a targeted update deletes exactly its resources.
+    """Delete a completed job's disks and everything else of it (and drop the job from the stack):
+    one targeted update of the job's URNs, ``pulumi state unprotect`` of its disks right before it.
 
-    Everything from reading the file to the delete happens under the stack file's lock; the job's
-    state and attempt are checked again right before the unprotect and before the delete. With
-    ``yes`` and an ``applier``, every cloud disk of the job (``inventory``) must carry this exact
-    stack's ownership labels. Without ``yes`` nothing changes (a dry run). With ``applier`` None
-    only the file is edited and the disks stay protected in Pulumi's state.
+    The targets are the one rule of a job change (``change_targets``): the job's URNs in the plan
+    plus everything Pulumi's state holds under the job, so VMs a completion never applied (``complete
+    --no-apply``, a hand edit) are deleted by the same update (a completed job declares none; left
+    out, Pulumi would refuse to delete their parent). Everything from reading the file to the delete
+    happens under the stack file's lock; the job's state and attempt are checked again right before
+    the unprotect. With ``yes`` and an ``applier``, every disk of the job must carry this exact
+    stack's ownership labels in the cloud (``inventory``, ``disks_owned``). Without ``yes`` nothing
+    changes (a dry run; the state is read to list what would go). With ``applier`` None only the
+    file is edited and the disks stay protected in Pulumi's state.
+
+    An update that fails puts the job back in the file (what it did not delete is still declared)
+    and protects again the disks it did not delete, so a rerun finishes the cleanup.
     """
-    from cli.lifecycle.apply import disk_urns
     from cli.plan import mocks as planner
 
     if yes and applier:
@@ -54,32 +62,65 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
         plan = planner.run(cfg, ref.name)
         urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
-        if not yes:
-            return Cleanup(job_id, urns, disks, done=False)
         if applier is None:
-            stackfile.take_job(ref.path, job_id)
-            return Cleanup(job_id, urns, disks, done=True)
+            if yes:
+                stackfile.take_job(ref.path, job_id)
+            return Cleanup(job_id, urns, disks, done=yes)
+        held = applier.held()
+        targets = _targets(urns, disks, held, job_id)
+        leftovers = sorted(set(targets) - set(urns))
+        if not yes:
+            return Cleanup(job_id, targets, [d for d in disks if d in targets], done=False, leftovers=leftovers)
         if inventory is None:
             raise LifecycleError(f"job {job_id}: its disks are kept because their ownership labels could not be checked")
-        owned, why = job_disks_owned(inventory(cfg).disks(), cfg, ref.name, job)
+        names = {r.urn: physical_name(r.inputs, cfg.cloud) for r in plan.resources if r.urn in disks}
+        owned, why = disks_owned(inventory(cfg).disks(), cfg, ref.name, job_id, names, held)
         if not owned:
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
-        _recheck(ref, job, force)
-        held = applier.held()
-        applier.unprotect([d for d in disks if d in held.resources])  # `state unprotect` of a URN not there fails
-        # The job leaves the program: its URNs the state holds are the targets (``change_targets``).
-        targets = change_targets([], urns, applier.held, job_id)
         _recheck(ref, job, force)
         taken = stackfile.take_job(ref.path, job_id)
         if not targets:  # nothing of the job in the state: dropping it from the file is all
             return Cleanup(job_id, urns, disks, done=True)
+        if leftovers:
+            out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
+                "(its completion was never applied): deleted by the same update")
+        lifted = [d for d in disks if d in held.protected]
         try:
+            applier.unprotect(lifted)  # right before the update that deletes them
             applier.up(targets, out)
         except ApplyError as exc:
-            if not exc.started:
-                stackfile.put_back_job(ref.path, taken)
-            raise
-    return Cleanup(job_id, urns, disks, done=True)
+            raise _failed(ref, applier, taken, lifted, exc) from None
+    return Cleanup(job_id, targets, [d for d in disks if d in targets], done=True, leftovers=leftovers)
+
+
+def _targets(urns: list[str], disks: list[str], held: Held, job_id: str) -> list[str]:
+    """The job leaves the program: its URNs in the plan and all the state holds under it are
+    dropped, and the targets are those the state holds (``change_targets``, the one rule). Its
+    disks are about to be unprotected; any other protected resource refuses the cleanup here,
+    before anything changes."""
+    root = next((u for u in urns if u.endswith(f"::job-{job_id}")), None)
+    dropped = set(urns) | (held.under(root) if root else set())
+    lifting = replace(held, protected=held.protected - set(disks))
+    return change_targets([], dropped, lambda: lifting, job_id)
+
+
+def _failed(ref: stackfile.StackRef, applier: Applier, taken: tuple, lifted: list[str], exc: ApplyError) -> ApplyError:
+    """The cleanup's update failed: the job goes back in the file (what was not deleted is still
+    declared there) and the disks it did not delete are protected again; the error says what is left."""
+    stackfile.put_back_job(ref.path, taken)
+    job_id = taken[2].get("id")
+    what = "failed midway" if exc.started else "did not start"
+    try:
+        left = applier.held().resources if lifted else {}
+        kept = [d for d in lifted if d in left]
+        applier.protect(kept)
+    except ApplyError as again:
+        protection = f"its disks' protection could not be set again ({again})"
+    else:
+        protection = f"the disks not deleted are protected again ({', '.join(d.rsplit('::', 1)[-1] for d in kept)})" if kept else ""
+    return ApplyError(f"{exc}\njob {job_id}: the cleanup's update {what}: the job is kept in the stack file"
+                      f"{'; ' + protection if protection else ''}; run `spotctl cleanup {job_id} --yes` again to finish it",
+                      started=exc.started, detail=exc.detail)
 
 
 def _job(ref: stackfile.StackRef, cfg: StackConfig, job_id: str) -> Job:
@@ -104,21 +145,32 @@ def owned_by(disk: CloudDisk, cfg: StackConfig, stack: str) -> bool:
     return managed and owner == owner_value(stack)
 
 
-def _physical_name(disk: CloudDisk, cloud: str) -> str:
+def physical_name(inputs: Mapping[str, Any], cloud: str) -> str:
+    """A disk's name in the cloud as the program declares it (GCP ``name``, AWS the ``Name`` tag)."""
+    return str(inputs.get("name") or "") if cloud == "gcp" else str((inputs.get("tags") or {}).get("Name", ""))
+
+
+def _cloud_name(disk: CloudDisk, cloud: str) -> str:
     return disk.labels.get("Name", "") if cloud == "aws" else disk.id
 
 
-def job_disks_owned(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str, job: Job) -> tuple[bool, str]:
-    """Every disk the job declares exists in the cloud with this stack's ownership labels and the
-    job's label; (False, why) naming the first that does not."""
-    by_name = {_physical_name(d, cfg.cloud): d for d in disks}
-    for rank in range(job.nodes):
-        name = disk_name(stack_slug(stack), job.id, rank)
+def disks_owned(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str, job_id: str,
+                names: Mapping[str, str], held: Held) -> tuple[bool, str]:
+    """The ownership half of the one deletion rule, on the real disks: every disk about to be
+    deleted (``names``: URN -> its name in the cloud) exists in the cloud carrying this exact
+    stack's ownership labels and the job's label, or is in neither the cloud nor Pulumi's state
+    (an update that failed midway deleted it already). (False, why) naming the first that is not.
+    ``cleanup`` and a move's release both decide through it."""
+    by_name = {_cloud_name(d, cfg.cloud): d for d in disks}
+    for urn, name in sorted(names.items()):
         disk = by_name.get(name)
         if disk is None:
-            return False, f"its disk {name} is not among this stack's disks in the cloud"
+            if urn in held.resources:
+                return False, (f"its disk {name} is not among the disks labelled for stack {stack} in the cloud "
+                               "(relabelled, or deleted by hand: then `pulumi refresh`), yet Pulumi's state holds it")
+            continue
         _, labelled_job, _ = disk.owner(cfg.cloud)
-        if not owned_by(disk, cfg, stack) or labelled_job != label_value(job.id):
+        if not owned_by(disk, cfg, stack) or labelled_job != label_value(job_id):
             return False, f"its disk {disk.id} does not carry this stack's ownership labels"
     return True, "every disk carries this stack's ownership labels"
 
