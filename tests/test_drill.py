@@ -102,7 +102,8 @@ def test_variant_that_checkpoints_only_at_the_end_loses_work(runner):
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     assert report["verdict"] == "restarts-from-scratch"  # it never saves before the end: every attempt starts at 1
-    assert report["attempts"][0]["lost_work"] > 100
+    first = report["attempts"][0]  # all it did is lost (how far it got in its 1 s depends on the machine's load)
+    assert first["lost_work"] == first["end_progress"] > 1
 
 
 def test_failing_command_did_not_finish(runner):
