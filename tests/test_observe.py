@@ -127,8 +127,9 @@ def test_events_of_another_stack_with_the_same_job_id_are_not_this_jobs(tmp_path
         return {"stack": stack, "job": "train", "attempt": attempt, "node": 0, "event": "preempted",
                 "time": "2026-11-21T10:00:00Z", "details": {}}
 
-    (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "e.json").write_text(json.dumps(doc("other", 9)))
+    other = tmp_path / "other" / "train" / "attempt-9" / "node-0"  # another stack's folder of a synced bucket
+    other.mkdir(parents=True)
+    (other / "e.json").write_text(json.dumps(doc("other", 9)))
     (tmp_path / "e.json").write_text(json.dumps(doc("team-a", 2)))
     unstamped = {k: v for k, v in doc("x", 3).items() if k != "stack"}  # older events carry no stack: kept
     (tmp_path / "u.json").write_text(json.dumps(unstamped))

@@ -50,9 +50,9 @@ def of_stack(doc: dict, stack: str | None) -> bool:
 def load_events(source: Path | None, job_id: str, stack: str | None = None,
                 warn: Callable[[str], None] | None = None) -> list[Event]:
     """Recorded events of a job from a directory (the bucket synced locally, or a job disk's
-    ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time. A file laid
-    out like a bucket object (``.../<job>/attempt-N/node-K/*.json``) counts only if its body agrees
-    with that path (:func:`trusted`)."""
+    ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time. A file in a
+    folder counts only if the folders, read as the bucket's key from the root, name the body's
+    stack, job, attempt and node (:func:`vouched_locally`)."""
     return keyed_events(read_dir(source), {job_id}, stack, warn) if source is not None else []
 
 
@@ -75,21 +75,52 @@ def read_dir(source: Path) -> dict[str, bytes]:
 # job's VM write only under its own ``<stack>/<job>/`` (infra/aws.py ``_instance_profile``; the GCS
 # grant in infra/gcp.py is conditioned on the same prefix), never what it puts in the body: so the key
 # is the only claim a bucket event can prove, and a body must agree with it.
-EVENT_KEY = re.compile(r"(?:(?P<stack>[^/]+)/)?(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/node-(?P<node>\d+)/[^/]+\.json")
+EVENT_KEY = re.compile(r"(?P<stack>[^/]+)/(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/node-(?P<node>\d+)/[^/]+\.json")
 
 
-def trusted(key: str, doc: Mapping[str, Any], event: Event, stack: str | None) -> bool:
-    """Whether an event document agrees with the object key (or relative path) it was read from.
-    ``stack`` given: the key must be a full bucket key ``<stack>/<job>/attempt-N/node-K/...`` of it;
-    None (a local directory, rooted anywhere): a path that ends like one must agree with it, any
-    other path (a job disk's ``events.jsonl``, a file the user wrote) is the user's own."""
-    m = EVENT_KEY.fullmatch(key) if stack is not None else EVENT_KEY.search(key)
-    if m is None:  # not laid out like an event object: only a local file the user chose
-        return stack is None and not re.search(r"(^|/)attempt-\d+/node-\d+/", key)
-    agrees = (event.job, event.attempt, event.node) == (m["job"], int(m["attempt"]), int(m["node"]))
-    if stack is None:
-        return agrees
-    return agrees and m["stack"] == stack and doc.get("stack", stack) == stack
+def trusted(key: str, doc: Mapping[str, Any], event: Event, stack: str) -> bool:
+    """Whether a bucket event document agrees with its object key: a full key
+    ``<stack>/<job>/attempt-N/node-K/...`` of ``stack`` naming the body's job, attempt and node."""
+    m = EVENT_KEY.fullmatch(key)
+    return (m is not None and (event.job, event.attempt, event.node) == (m["job"], int(m["attempt"]), int(m["node"]))
+            and m["stack"] == stack and doc.get("stack", stack) == stack)
+
+
+# The root of a copy of ONE job's prefix (``<stack>/<job>/`` synced alone) holds ``attempt-N/``
+# folders. Every file in such a copy may be that job's VM's own writing, and no path in it names
+# the job, so none of it can vouch for an event.
+JOB_COPY_ROOT = re.compile(r"attempt-\d+/")
+
+
+def vouched_locally(path: str, doc: Mapping[str, Any], event: Event, stack: str | None, *,
+                    job_copy: bool = False) -> bool:
+    """Whether a file of an ``--events-dir`` (``path`` relative to it) vouches for its body. The
+    directory is read as the root of a copy of the bucket (``aws s3 sync``, ``gcloud storage rsync``)
+    or of one stack's prefix, so its folders are the object key's parts, anchored at the root:
+
+    - a file directly in the directory, or in its ``.spotctl/`` (a job disk's ``events.jsonl``, files
+      the user wrote) names nothing: taken as written, except in a copy of one job's prefix
+      (``job_copy``), where no file is vouched for;
+    - otherwise the path must be exactly ``<stack>/<job>/attempt-N/node-K/<file>`` (the bucket; the
+      stack is ``stack``, else the body's own, and the body names no other) or
+      ``<job>/attempt-N/node-K/<file>`` (one stack's prefix) with the body's job, attempt and node.
+      Any other folder layout (``<job>/x.json``, ``<stack>/<job>/x.json``, deeper keys a job's VM
+      may write under its own prefix) vouches for nothing.
+
+    A job's VM writes only ``<stack>/<own job>/...``: under the bucket's copy that is this path's first
+    two folders, under a stack's copy its first one, so it can name no other job. (The one reading this
+    cannot tell apart: a job named like its own stack, in a stack's copy, writing a ``<stack>/<job>/``
+    layout of its own. Job ids are lowercase names; stack names usually are not the same.)"""
+    *dirs, _ = path.split("/")
+    if not dirs or dirs == [".spotctl"]:  # no job id starts with a dot (infra.config NAME_RULE)
+        return not job_copy
+    if job_copy:
+        return False
+    claim = [event.job, f"attempt-{event.attempt}", f"node-{event.node}"]
+    if dirs == claim:
+        return stack is None or doc.get("stack", stack) == stack
+    want = stack if stack is not None else doc.get("stack")
+    return len(dirs) == 4 and dirs[1:] == claim and want is not None and dirs[0] == want and doc.get("stack", want) == want
 
 
 def _documents(text: str) -> list[Any]:
@@ -112,11 +143,13 @@ def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str
                  warn: Callable[[str], None] | None = None, *, bucket: bool = False,
                  rejected: set[str] | None = None) -> list[Event]:
     """The events of any of ``job_ids`` (of ``stack``, when given) among ``{key: JSON or JSON lines}``,
-    sorted by time, each only if its key vouches for it (:func:`trusted`: ``bucket`` keys must be
-    full ``<stack>/<job>/attempt-N/node-K/`` object keys). A document its key contradicts (a job's VM
-    writing another job's events under its own prefix) is skipped with one warning naming the key;
+    sorted by time, each only if its key vouches for it: ``bucket`` keys must be full
+    ``<stack>/<job>/attempt-N/node-K/`` object keys (:func:`trusted`), otherwise the keys are paths
+    relative to an ``--events-dir`` (:func:`vouched_locally`). A document its key contradicts (a job's
+    VM writing another job's events under its own prefix) is skipped with one warning naming the key;
     its key is added to ``rejected``."""
     events = []
+    job_copy = not bucket and any(JOB_COPY_ROOT.match(key) for key in objects)
     for key, raw in objects.items():
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         for doc in _documents(text):
@@ -128,7 +161,7 @@ def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str
                 event = Event.parse(doc)
             except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
                 continue
-            if trusted(key, doc, event, stack if bucket else None):
+            if trusted(key, doc, event, stack) if bucket else vouched_locally(key, doc, event, stack, job_copy=job_copy):
                 events.append(event)
                 continue
             if rejected is not None:
@@ -136,7 +169,8 @@ def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str
             if warn is not None:
                 warn(f"event {key}: skipped: its body claims job {event.job!r} attempt {event.attempt} node "
                      f"{event.node}{' of stack ' + repr(doc.get('stack')) if 'stack' in doc else ''}, "
-                     "which its key does not grant")
+                     f"which its {'key' if bucket else 'path'} does not grant"
+                     + (" (a copy of one job's prefix: sync the bucket or a stack's prefix)" if job_copy else ""))
             break  # one warning per object
     return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
 
