@@ -71,3 +71,23 @@ def test_a_violation_known_only_after_registration_fails_plan(monkeypatch):
     result = runner.invoke(app, ["plan", "--stack", "example-gcp"])
     assert result.exit_code == 1
     assert "rule gcp.event-writer-prefix" in result.output and "Traceback" not in result.output
+
+
+def test_a_single_unknown_value_is_checked_when_it_resolves(monkeypatch):
+    """A resource whose only unknown input is one Output (a role's permissions boundary, the
+    boundary policy's ARN) is judged when that value resolves: a wrong one stops `spotctl plan`."""
+    from cli.plan import mocks
+
+    real = mocks._mock_outputs
+
+    def wrong_boundary(typ, name, inputs, project, region):
+        rid, out = real(typ, name, inputs, project, region)
+        if typ == "aws:iam/policy:Policy":
+            out["arn"] = "arn:aws:iam::123456789012:policy/someone-else"
+        return rid, out
+
+    monkeypatch.setattr(mocks, "_mock_outputs", wrong_boundary)
+    result = runner.invoke(app, ["plan", "--stack", "example-aws"])
+    assert result.exit_code == 1
+    assert "rule aws.role-permissions-boundary" in result.output and "someone-else" in result.output
+    assert "Traceback" not in result.output

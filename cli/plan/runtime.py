@@ -115,12 +115,14 @@ def own_event_loop():
     asyncio.set_event_loop(loop)
     # asyncio.all_tasks scans every task the program ever made that is still referenced (~80,000 at
     # 1,000 jobs, kept by their Outputs) and returns the pending ones: scanned as few times as possible.
+    done = False
     try:
         yield
         while pending := asyncio.all_tasks(loop):
             loop.run_until_complete(asyncio.wait(pending))  # e.g. a RegisterResourceOutputs sent last
+        done = True
     finally:
-        if left := asyncio.all_tasks(loop):  # only after a failure: what the program left running
+        if not done and (left := asyncio.all_tasks(loop)):  # after a failure: what the program left running
             for task in left:
                 task.cancel()
             loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))

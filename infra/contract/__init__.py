@@ -238,7 +238,10 @@ def transformation(args) -> None:
                 container[key] = value
             check(args.type_, args.name, now)
 
-        pulumi.Output.all(*(output for _, _, output in pending)).apply(later)
+        if len(pending) == 1:  # the usual case: no Output.all (an Output and a task fewer per resource)
+            pulumi.Output.from_input(pending[0][2]).apply(lambda value: later([value]))
+        else:
+            pulumi.Output.all(*(output for _, _, output in pending)).apply(later)
     return None
 
 
