@@ -75,3 +75,22 @@ def test_gcp_busy_is_recorded_without_any_autoscaling_call(pool_vm, emu):
     assert vm.wait_for(lambda: "busy" in [e["event"] for e in vm.events()], 30), vm.debug_log()
     assert emu.state.protection == [] and not any(path == "/" for method, path in emu.state.requests if method == "POST")
     assert "SPOTCTL_AUTOSCALING_URL" not in vm.scripts.startup
+
+
+def test_aws_slow_auto_scaling_never_delays_a_notice(pool_vm, emu):
+    """The watcher applies busy/idle (two Auto Scaling calls, here 8 s each) in the background: a spot
+    notice arriving meanwhile is handled at the next poll, before the protection call even answers."""
+    emu.state.sink_fault = Fault(delay_s=8)
+    vm = pool_vm("aws", command='touch "$SPOTCTL_BUSY_FILE"; sleep 120')
+    assert vm.wait_for(lambda: any(m == "POST" and p == "/" for m, p in emu.state.requests), 30), vm.debug_log()
+    emu.notice_aws()
+    seen: dict[str, list] = {}
+
+    def noticed() -> bool:
+        if "preemption-notice" not in [e["event"] for e in vm.events()]:
+            return False
+        seen["protection"] = list(emu.state.protection)
+        return True
+
+    assert vm.wait_for(noticed, 40), vm.debug_log()
+    assert seen["protection"] == []  # still waiting on Auto Scaling when the notice was recorded

@@ -589,3 +589,43 @@ def test_an_upload_keeps_to_its_budget_across_its_requests(emu, tmp_path, cloud)
     # Whole seconds (date +%s): a request may end up to 1 s after start + budget, never later.
     late = [(round(at - start, 2), limit) for at, limit in made if at + limit > start + 2 + 1]
     assert late == [], made
+
+
+def test_aws_a_slow_bucket_never_delays_a_notice_after_a_rebalance_recommendation(make_vm, emu):
+    """The recommendation's event is uploaded in the background (here the bucket takes 8 s a request):
+    a notice that follows is seen at the next poll, before that upload has even landed."""
+    vm = make_vm("aws", poll_s=1)
+    boot_and_train(vm)
+    emu.reset(sink_fault=Fault(delay_s=8), rebalance={"noticeTime": "2026-11-21T08:22:00Z"})
+    assert vm.wait_for(lambda: "rebalance-recommendation" in names(vm.events()), 15), vm.debug_log()
+    emu.notice_aws()
+    seen: dict[str, list] = {}
+
+    def noticed() -> bool:
+        if "preemption-notice" not in names(vm.events()):
+            return False
+        seen["uploaded"] = uploaded(emu)
+        return True
+
+    assert vm.wait_for(noticed, 40), vm.debug_log()
+    assert "rebalance-recommendation" not in seen["uploaded"]
+
+
+def test_two_log_uploads_at_once_send_each_chunk_once(emu, tmp_path):
+    """The watcher's background upload and the run's last one may overlap: one at a time (a lock),
+    so the second finds the offset the first advanced and sends nothing twice."""
+    ctx = ScriptContext(cloud="gcp", stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                        region="us-central1", command="true")
+    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("line\n" * 100)
+    (tmp_path / "state").mkdir()
+    script = vm.scripts.startup
+    path = tmp_path / "upload.sh"
+    path.write_text(script[: script.index('case "${1:-')] + "spotctl_upload_log 10 &\nspotctl_upload_log 10\nwait\n")
+    emu.reset(sink_fault=Fault(delay_s=1))
+    done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    sent = [p for m, p in emu.state.requests if m == "POST" and "logs%2F000000000000.log" in p]
+    assert len(sent) == 1, sent

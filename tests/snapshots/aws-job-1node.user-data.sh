@@ -780,7 +780,7 @@ spotctl_watch() {
     fi
     if [ "$rebalance_seen" -eq 0 ] && value=$(spotctl_meta events/recommendations/rebalance 2>/dev/null); then
       rebalance_seen=1
-      spotctl_record rebalance-recommendation "recommendation=$value"
+      SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record rebalance-recommendation "recommendation=$value"
     fi
     polls=$((polls + 1))
     # The trainer's log reaches the bucket about every 30 s (in the background: never delays a notice).

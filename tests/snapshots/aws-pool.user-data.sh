@@ -814,14 +814,19 @@ spotctl_watch() {
   while :; do
     # The shutdown path classifies this stop itself (the watcher outlives its start, see the unit).
     [ ! -e "$SPOTCTL_STATE_DIR/shutdown" ] || return 0
-    spotctl_busy_sync || true
+    # In the background and one at a time: its Auto Scaling calls (up to 2 x 10 s) and its event
+    # never delay this loop's look for a notice.
+    (
+      flock -n 9 || exit 0
+      spotctl_busy_apply
+    ) 9>"$SPOTCTL_STATE_DIR/busy.lock" </dev/null >/dev/null 2>&1 &
     if value=$(spotctl_meta spot/instance-action 2>/dev/null); then
       spotctl_notice "source=imds" "instance_action=$value"
       return 0
     fi
     if [ "$rebalance_seen" -eq 0 ] && value=$(spotctl_meta events/recommendations/rebalance 2>/dev/null); then
       rebalance_seen=1
-      spotctl_record rebalance-recommendation "recommendation=$value"
+      SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record rebalance-recommendation "recommendation=$value"
     fi
     polls=$((polls + 1))
     # The trainer's log reaches the bucket about every 30 s (in the background: never delays a notice).

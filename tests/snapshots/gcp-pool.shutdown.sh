@@ -716,7 +716,12 @@ spotctl_watch() {
   while :; do
     # The shutdown path classifies this stop itself (the watcher outlives its start, see the unit).
     [ ! -e "$SPOTCTL_STATE_DIR/shutdown" ] || return 0
-    spotctl_busy_sync || true
+    # In the background and one at a time: its Auto Scaling calls (up to 2 x 10 s) and its event
+    # never delay this loop's look for a notice.
+    (
+      flock -n 9 || exit 0
+      spotctl_busy_apply
+    ) 9>"$SPOTCTL_STATE_DIR/busy.lock" </dev/null >/dev/null 2>&1 &
     value=$(spotctl_meta instance/preempted 2>/dev/null) || value=""
     if [ "$value" = TRUE ]; then
       spotctl_notice "source=metadata" "preempted=TRUE"
