@@ -10,10 +10,11 @@ policy, two out-of-sample evaluations (development traces only, ../shared/traces
   sub-tick was: 320-340 s). The GCP preemption copies are 45 h long, shorter than every deadline.
 
 Per setting: the omniscient optimum, and `default`'s cost, relative to the cheaper Uniform Progress
-variant (with or without hysteresis), the share of that UP's gap to the optimum `default` closes,
-and its misses. `default` learns online in both (its own prequentially scored regime joins the mix).
+variant (with or without hysteresis), the share of that UP's gap to the optimum `default` closes
+with its standard error (bootstrap over the starts, resampled within each trace), and its misses.
+`default` learns online in both (its own prequentially scored regime joins the mix).
 
-Run: uv run python bench/policy.py [--starts N] [--settings 0.05:0.6,0.2:0.8]
+Run: uv run python bench/policy.py [--starts N] [--workers N] [--settings 0.05:0.6,0.2:0.8]
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cli.policy.planning import fit_regime  # noqa: E402
-from cli.policy.simulate import Job, Trace, evaluate, load_trace, overall  # noqa: E402
+from cli.policy.policies import make_policy  # noqa: E402
+from cli.policy.simulate import Job, Trace, load_trace, omniscient, simulate, starts_for  # noqa: E402
 
 TRACES = ROOT.parent.parent / "shared" / "traces" / "skypilot-spot-traces"
 if not TRACES.exists():  # a worktree under /work/wt/NAME, or the main checkout next to shared/
@@ -38,6 +42,7 @@ DEV = TRACES / "availability" / "1-node" / "aws-10-26-2022"
 PREEMPTION = [TRACES / "preemption" / "1-node" / "aws-04-22-2023", TRACES / "preemption" / "1-node" / "aws-04-19-2023"]
 UP = ("uniform-progress", "uniform-progress-nh")
 SETTINGS = [(d, r) for d in (0.05, 0.2) for r in (0.6, 0.8, 0.92)]
+BOOTSTRAP = 1000
 
 
 def coarsen(trace: Trace, factor: int) -> Trace:
@@ -47,35 +52,58 @@ def coarsen(trace: Trace, factor: int) -> Trace:
     return Trace(trace.name, trace.gap_s * factor, av)
 
 
-def score(traces: list[Trace], job: Job, starts: int, seed: int, regimes_for,
-          extra_for=lambda trace: {}) -> tuple[float, float, float, int]:
-    """(optimum / best UP, default / best UP, share of UP's gap closed, misses) over ``traces``;
-    ``default`` gets ``regimes_for(trace)`` and the parameters ``extra_for(trace)``."""
-    rows = evaluate(traces, list(UP), job, starts, seed)
-    for trace in traces:
-        (ours,) = evaluate([trace], ["default"], job, starts, seed, with_optimum=False,
-                           params={"default": {"regimes": regimes_for(trace), **extra_for(trace)}})
-        rows.append(ours)
-    by = {r.policy: r for r in overall(rows)}
-    up = min(by[name].mean_norm_cost for name in UP)
-    opt = by["omniscient"].mean_norm_cost
-    ours = by["default"].mean_norm_cost
-    closed = (up - ours) / (up - opt) if up > opt else float("nan")
-    return opt / up, ours / up, closed, by["default"].misses
+@dataclass(frozen=True)
+class Score:
+    """One setting on one set of traces: means over every (trace, start)."""
+
+    opt: float  # omniscient / better UP
+    ours: float  # default / better UP
+    closed: float  # share of the better UP's gap to the optimum closed
+    se: float  # its standard error (bootstrap over starts within traces)
+    misses: int
+
+
+def _costs(task: tuple) -> tuple[float, float, float, float, bool]:
+    """(optimum, UP, UP-nh, default, default missed) on one start: one process-pool task."""
+    trace, start, job, params = task
+    ups = [simulate(make_policy(name), trace, start, job).cost for name in UP]
+    ours = simulate(make_policy("default", **params), trace, start, job)
+    return omniscient(trace, start, job), *ups, ours.cost, ours.missed
+
+
+def closed_share(costs: np.ndarray) -> tuple[float, float, float]:
+    """(optimum / better UP, default / better UP, share of the gap closed) of rows (opt, UP, UP-nh, default)."""
+    opt, up, nh, ours = costs[:, :4].mean(axis=0)
+    best = min(up, nh)
+    return opt / best, ours / best, (best - ours) / (best - opt) if best > opt else float("nan")
+
+
+def score(traces: list[Trace], job: Job, starts: int, seed: int, params_for, pool: Executor) -> Score:
+    """``default`` with the parameters ``params_for(trace)`` (its regimes among them) on ``starts``
+    starts of every trace, against the optimum and both UP variants on the same starts."""
+    tasks = [(t, s, job, params_for(t)) for t in traces for s in starts_for(t, job, starts, seed)]
+    rows = np.array(list(pool.map(_costs, tasks)), dtype=float)
+    opt, ours, closed = closed_share(rows)
+    rng = np.random.default_rng(seed)
+    per = rows.reshape(len(traces), starts, -1)
+    draws = [closed_share(np.concatenate([p[rng.integers(0, starts, starts)] for p in per]))[2]
+             for _ in range(BOOTSTRAP)] if starts > 1 else [np.nan]
+    return Score(opt, ours, closed, float(np.std(draws)), int(rows[:, 4].sum()))
 
 
 def arguments(starts: int) -> tuple[argparse.Namespace, list[tuple[float, float]]]:
-    """``--starts``, ``--seed`` and ``--settings`` (d:C/R pairs), as the policy benchmarks take them."""
+    """``--starts``, ``--seed``, ``--workers`` and ``--settings`` (d:C/R pairs), as the policy benchmarks take them."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--starts", type=int, default=starts)
     parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--workers", type=int, default=1, help="processes (the runs are independent)")
     parser.add_argument("--settings", default="", help="d:C/R pairs, comma-separated (default: all six)")
     args = parser.parse_args()
     return args, [tuple(map(float, s.split(":"))) for s in args.settings.split(",") if s] or SETTINGS
 
 
 def main() -> None:
-    args, settings = arguments(30)
+    args, settings = arguments(16)
     dev = [load_trace(p) for p in sorted(DEV.glob("*.json"))]
     other = [coarsen(load_trace(p), 10) for folder in PREEMPTION for p in sorted(folder.glob("*.json"))]
     if not dev or not other:
@@ -83,22 +111,27 @@ def main() -> None:
     fitted = {t.name: fit_regime(t.name, t.available, t.gap_s / 3600) for t in dev}
     print(f"LOO: {len(dev)} Oct-2022 series; cross-family: {len(other)} preemption traces; {args.starts} starts each\n")
     table = []
-    for d, ratio in settings:
-        began = time.time()
-        job = Job(48.0, round(48.0 / ratio, 4), d)
-        loo = score(dev, job, args.starts, args.seed, lambda t: [r for n, r in fitted.items() if n != t.name])
-        cross = score(other, job, args.starts, args.seed, lambda t: list(fitted.values()))
-        table.append((d, ratio, *loo, *cross))
-        print(f"  d={d} C/R={ratio}: LOO {loo[1]:.3f} closed {loo[2]:.2f}; cross {cross[1]:.3f} closed {cross[2]:.2f}"
-              f"  ({time.time() - began:.0f} s)", flush=True)
+    with ProcessPoolExecutor(args.workers) as pool:
+        for d, ratio in settings:
+            began = time.time()
+            job = Job(48.0, round(48.0 / ratio, 4), d)
+            loo = score(dev, job, args.starts, args.seed,
+                        lambda t: {"regimes": [r for n, r in fitted.items() if n != t.name]}, pool)
+            cross = score(other, job, args.starts, args.seed, lambda t: {"regimes": list(fitted.values())}, pool)
+            table.append((d, ratio, loo, cross))
+            print(f"  d={d} C/R={ratio}: LOO {loo.ours:.3f} closed {loo.closed:.2f} ± {loo.se:.2f}; "
+                  f"cross {cross.ours:.3f} closed {cross.closed:.2f} ± {cross.se:.2f}  ({time.time() - began:.0f} s)",
+                  flush=True)
     print()
-    print("                    leave-one-trace-out (Oct 2022)               cross-family (preemption traces)")
-    print("setting             opt/UP  default/UP  gap closed  misses       opt/UP  default/UP  gap closed  misses")
-    for d, ratio, o1, r1, c1, m1, o2, r2, c2, m2 in table:
-        print(f"d={d:<5} C/R={ratio:<5} {o1:>7.3f} {r1:>11.3f} {c1:>11.2f} {m1:>7}      {o2:>7.3f} {r2:>11.3f} {c2:>11.2f} {m2:>7}")
-    cols = np.array([row[2:] for row in table], dtype=float).mean(axis=0)
-    print(f"mean                {cols[0]:>7.3f} {cols[1]:>11.3f} {cols[2]:>11.2f}              "
-          f"{cols[4]:>7.3f} {cols[5]:>11.3f} {cols[6]:>11.2f}")
+    print("                    leave-one-trace-out (Oct 2022)                    cross-family (preemption traces)")
+    print("setting             opt/UP  default/UP  gap closed (se)  misses       opt/UP  default/UP  gap closed (se)  misses")
+    for d, ratio, a, b in table:
+        print(f"d={d:<5} C/R={ratio:<5} {a.opt:>7.3f} {a.ours:>11.3f} {a.closed:>11.2f} ({a.se:.2f}) {a.misses:>7}      "
+              f"{b.opt:>7.3f} {b.ours:>11.3f} {b.closed:>11.2f} ({b.se:.2f}) {b.misses:>7}")
+    mean = lambda f: float(np.mean([f(row) for row in table]))  # noqa: E731
+    print(f"{'mean':<18}{mean(lambda r: r[2].opt):>7.3f} {mean(lambda r: r[2].ours):>11.3f} "
+          f"{mean(lambda r: r[2].closed):>11.2f}{'':<21}{mean(lambda r: r[3].opt):>7.3f} "
+          f"{mean(lambda r: r[3].ours):>11.3f} {mean(lambda r: r[3].closed):>11.2f}")
 
 
 if __name__ == "__main__":
