@@ -265,6 +265,7 @@ class Default(Policy):
             nearly flat, on the prior alone (a job's first decision: one plan, not eight).
         one_layer: keep one layer per plan (a one-off decision, as on ``resume``: a few MB).
         budget: states per plan (``Units.fit``); a one-off decision can afford a coarser grid.
+        hysteresis: from on-demand, take spot only once its window has outlasted a changeover (step 8).
     """
 
     name = "default"
@@ -272,7 +273,8 @@ class Default(Policy):
     def __init__(self, regimes: Sequence[Regime] | None = None, temperature: float = 1.0, learned: Regime | None = None,
                  windows: Sequence[float] = (), censored: Sequence[float] = (), online: bool = True,
                  max_plans: int = 3, one_layer: bool = False, budget: int = MAX_STATES,
-                 fit_z: float | None = FIT_Z, fallback_hysteresis: bool | None = None, online_prior_h: float = 1.0):
+                 fit_z: float | None = FIT_Z, fallback_hysteresis: bool | None = None, online_prior_h: float = 1.0,
+                 hysteresis: bool = True):
         fixed = tuple(regimes) if regimes is not None else shipped_regimes()
         if not fixed:
             raise ValueError("default policy: no availability regimes")
@@ -281,7 +283,7 @@ class Default(Policy):
         self.online = OnlineRegime(self.prior, prior_h=online_prior_h) if online else None
         self.temperature, self.max_plans, self.one_layer, self.budget = temperature, max_plans, one_layer, budget
         self.fit = FitCheck(len(self.regimes) + (self.online is not None))
-        self.fit_z, self.fallback_hysteresis = fit_z, fallback_hysteresis
+        self.fit_z, self.fallback_hysteresis, self.hysteresis = fit_z, fallback_hysteresis, hysteresis
         self.fallback: UniformProgress | None = None
         self.reason = ""
         self.fallback_ticks = 0
@@ -359,10 +361,14 @@ class Default(Policy):
         # (progress now is what a wrong model cannot take back), else keep waiting.
         self.reason = "least expected cost over the availability regimes " + ", ".join(
             f"{r.name} {w:.2f}" for r, w in planned)
-        for choice in ((mode,) if mode != IDLE_M else ()) + (SPOT_M, mode):
-            if choice in near:
-                return _DECISION[choice]
-        return _DECISION[min(q, key=q.__getitem__)]
+        choice = next((c for c in ((mode,) if mode != IDLE_M else ()) + (SPOT_M, mode) if c in near),
+                      min(q, key=q.__getitem__))
+        young_h = self.age_ticks * tick_h
+        if self.hysteresis and choice == SPOT_M and mode == OD_M and young_h < obs.changeover_h - SLACK_EPS_H:
+            self.reason = (f"hysteresis: spot is back but its window ({young_h:.2f} h) is younger than a "
+                           f"changeover ({obs.changeover_h:g} h): staying on on-demand")
+            return ON_DEMAND
+        return _DECISION[choice]
 
     def misfit(self) -> str:
         """Why no fixed regime (shipped or learned) fits what this job has seen, or "" if one does.
