@@ -187,3 +187,17 @@ def test_a_coarse_grid_overstates_a_changeover_by_at_most_a_quarter_tick(tick_s,
     assert units.size <= planning.MAX_STATES
     assert round(plan_tick * 3600) % tick_s == 0
     assert 0 <= units.change * units.u_s - d * 3600 <= min(0.5 * d * 3600, tick_s / 4)
+
+
+@pytest.mark.parametrize("hysteresis", [True, False])
+def test_from_on_demand_spot_is_taken_only_once_its_window_has_outlasted_a_changeover(hysteresis):
+    """A window younger than a changeover may end before the launch pays (and then on-demand is paid
+    again): the plan would leave on-demand at once in a reliable zone, the hysteresis waits."""
+    reliable = Regime("reliable", (1e-3,) * planning.B, (5.0,) * planning.B)
+    policy = Default(regimes=[reliable], online=False, fit_z=None, budget=3_000, hysteresis=hysteresis)
+    at = lambda t, current, available: Observation(t * TICK, t * TICK, 20.0, 30.0, 0.2, 3.0, current, available, 0, TICK)  # noqa: E731
+    assert policy.decide(at(0, "idle", False)) in ("on-demand", "idle")
+    first = policy.decide(at(1, "on-demand", True))  # spot back for one 10-min tick < 0.2 h
+    assert first == ("on-demand" if hysteresis else "spot")
+    assert ("hysteresis" in policy.reason) == hysteresis
+    assert policy.decide(at(2, "on-demand", True)) == "spot"  # 20 min > 0.2 h: it outlasted a changeover

@@ -42,7 +42,14 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    ``-FIT_Z`` (after ``FIT_MIN_FLIPS`` run ends), it acts as Uniform Progress — with hysteresis
    for loose deadlines (C/R < 0.7), without for tight ones: the better variant on the development
    traces in every setting of bench/policy.py — and ``reason`` says so. Every decision leaves its reason in ``Default.reason``.
-7. Without a deadline (``deadline_h`` = inf) there is nothing to plan against: it compares the cost
+7. Hysteresis, which the plan lacks: from on-demand it takes spot only once the window has
+   outlasted a changeover (UP's rule 3 in spirit). The plan's hazards of young windows are the
+   regimes', fitted on 600 s probes that never see a window shorter than a tick; where windows
+   flicker more than that (finer ticks, a zone outside the prior), a window that ends before its
+   changeover is paid costs that changeover and another at the on-demand price to come back, for
+   no progress, and the plan keeps trying (bench/policy.py, cross-family at d = 0.2 h). It waits
+   at most one changeover of a spot window, so where the model is right it costs little.
+8. Without a deadline (``deadline_h`` = inf) there is nothing to plan against: it compares the cost
    per hour of progress of spot (hours billed over hours of progress per launch, from the windows
    seen: each launch pays the changeover again) with on-demand's, and leaves on-demand only after a
    quiet spell of spot (``QUIET_H``), so a zone of short windows cannot make it loop.
@@ -265,7 +272,7 @@ class Default(Policy):
             nearly flat, on the prior alone (a job's first decision: one plan, not eight).
         one_layer: keep one layer per plan (a one-off decision, as on ``resume``: a few MB).
         budget: states per plan (``Units.fit``); a one-off decision can afford a coarser grid.
-        hysteresis: from on-demand, take spot only once its window has outlasted a changeover (step 8).
+        hysteresis: from on-demand, take spot only once its window has outlasted a changeover (step 7).
     """
 
     name = "default"
