@@ -150,6 +150,28 @@ def test_waiting_for_capacity_until_the_next_try():
     assert action.kind == "retry-capacity" and "try 2" in action.reason
 
 
+def test_a_failed_update_that_was_not_a_capacity_refusal_is_retried_as_decided():
+    """Audit F6: pulumi failing otherwise (exit 255, a provider error) says nothing about capacity: the
+    same update again after the backoff, never the policy, the zone failover or a refusal's wording."""
+    def failover(*_):
+        raise AssertionError("the zone failover is for capacity refusals only")
+
+    memory = d.JobMemory(waiting_attempt=3, next_try=T0 + timedelta(minutes=2), tries=2, retrying_apply=True)
+    action, notes = d.decide_job(job(), [], memory, set(), T0, failover)
+    assert action is None and notes[0].kind == "retrying-apply" and "capacity" not in notes[0].reason.replace("not a capacity", "")
+    action, _ = d.decide_job(job(), [], memory, set(), T0 + timedelta(minutes=2), failover)
+    assert (action.kind, action.attempt, action.capacity, action.zone) == ("retry-apply", 3, None, None)
+    assert "try 3 after a failed update (not a capacity refusal)" in action.reason
+    moving = job(move={"from": "us-east-1a", "to": "us-east-1b", "step": "start"})
+    action, _ = d.decide_job(moving, [], memory, set(), T0 + timedelta(minutes=2), failover)
+    assert (action.kind, action.zone) == ("move", "us-east-1b") and "after a failed update" in action.reason
+    # capacity refusals: the failover decides, with the refusals counted apart from the other failures
+    seen: list[int] = []
+    refused = d.JobMemory(waiting_attempt=3, next_try=T0, tries=3, refusals=2)
+    action, _ = d.decide_job(job(), [], refused, set(), T0, lambda j, e, m, now: seen.append(m.refusals))
+    assert action.kind == "retry-capacity" and "try 4 after a capacity refusal" in action.reason and seen == [2]
+
+
 def test_a_crash_after_the_edit_is_finished_not_repeated():
     memory = d.JobMemory(intent={"kind": "resume", "attempt": 4, "state": "running"})
     action, _ = decide_one(job(attempt=4), [ev("preempted")], memory)
@@ -623,3 +645,71 @@ def test_one_jobs_targets_are_planned_with_that_job_alone(project, name):
     full = planner.run(cfg, name)
     for j in cfg.jobs:
         assert job_targets(cfg, name, j.id) == job_urns(full, j.id) != []
+
+
+GENERIC_FAILURE = "error: 1 error occurred:\n    * creating EC2 Instance: operation error EC2: RunInstances: InvalidParameterValue\n"
+
+
+def test_a_non_capacity_failure_retries_the_same_update_and_never_asks_the_policy(aws_stack, project, runner, fake_pulumi,
+                                                                                   monkeypatch, tmp_path):
+    """Audit F6 end to end: the first two updates fail with a provider error (not capacity); the watcher
+    retries the attempt it wrote with the backoff, spot as decided; the policy (which would pick
+    on-demand) and the zone failover are never asked. A capacity refusal after that counts as the first."""
+    from cli.lifecycle import capacity
+    from cli.watch import observe, watcher
+    from infra.config import Capacity
+
+    monkeypatch.setenv("FAKE_PULUMI_CAPACITY_FAILS", "3")
+    monkeypatch.setenv("FAKE_PULUMI_CAPACITY_MESSAGE", GENERIC_FAILURE)
+    asked: list[int] = []
+    failovers: list[int] = []
+    real = capacity.decide_zone_failover
+
+    def policy(now):
+        def choose(j, events):
+            asked.append(j.attempt)
+            return Capacity.SPOT if len(asked) == 1 else Capacity.ON_DEMAND  # the resume's own ask: spot
+        return choose
+
+    def recorded_failover(*args, **kwargs):
+        failovers.append(kwargs["refusals"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(capacity, "policy_capacity", policy)
+    monkeypatch.setattr(capacity, "decide_zone_failover", recorded_failover)
+    clock = [T0]
+    ref = stackfile.resolve("team", None)
+    from cli.commands import applier_for, cloud_for
+
+    records: list[dict] = []
+    report = watcher.Report(emit=records.append, warn=lambda w: records.append({"warning": w}), out=lambda line: None)
+    settings_ = watcher.Settings(ref, observe.Sources(events_dir=events_file(tmp_path / "ev.jsonl", ("train", 3, 0, "preempted", 30)),
+                                                      poll=False), applier_for(ref, False), once=True)
+
+    def once() -> bool:
+        return watcher.run(settings_, report, cloud_for=lambda c: cloud_for(c, ref), now=lambda: clock[0], rng=random.Random(1))
+
+    def row() -> dict:
+        return Journal.load(aws_stack).jobs["train"]
+
+    assert once() is False
+    assert (records[-1]["action"], records[-1]["result"]) == ("resume", "retrying-apply")
+    assert (the_job().attempt, the_job().capacity.value) == (4, "spot") and row()["refusals"] == 0
+    status = runner.invoke(app, ["status", "train", "--stack", "team", "--json"])
+    assert json.loads(status.stdout)[0]["watcher"]["status"] == "retrying-apply"
+    clock[0] = datetime.fromisoformat(records[-1]["next_try"])
+    assert once() is False
+    second = records[-1]
+    assert (second["action"], second["result"]) == ("retry-apply", "retrying-apply")
+    assert "capacity refusal" not in second["reason"].replace("not a capacity refusal", "")
+    assert datetime.fromisoformat(second["next_try"]) - clock[0] >= timedelta(seconds=30)  # the backoff still doubles
+    assert (the_job().attempt, the_job().capacity.value) == (4, "spot") and asked == [3] and failovers == []  # asked once, by the resume
+    # now the cloud refuses for capacity: the first refusal, whatever failed before it
+    monkeypatch.delenv("FAKE_PULUMI_CAPACITY_MESSAGE")
+    clock[0] = datetime.fromisoformat(second["next_try"])
+    assert once() is False
+    assert (records[-1]["action"], records[-1]["result"]) == ("retry-apply", "waiting-for-capacity")
+    assert row()["refusals"] == 1 and row()["tries"] == 3
+    clock[0] = datetime.fromisoformat(records[-1]["next_try"])
+    once()
+    assert failovers == [1] and "try 4 after a capacity refusal" in records[-1]["reason"]  # (it may move the job)

@@ -15,7 +15,7 @@ from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, LifecycleError, decide_complete, decide_resume
 from cli.watch.decide import Action, backoff, is_capacity_refusal, mark_failed, still_current
-from cli.watch.journal import Journal
+from cli.watch.journal import Journal, refusals_of
 from infra.config import Capacity, ConfigError, Job
 
 
@@ -66,6 +66,12 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
         if action.kind == "reapply":
             status = _reapply(ref, action.job, applier, out)
             return _done(journal, action, memo, now, status, {})
+        if action.kind == "retry-apply":  # the same decision again: what the file says, nothing re-decided
+            stale = still_current(stackfile.load(ref).job(action.job), action)
+            if stale:
+                return _done(journal, action, memo, now, "noop", {}, stale)
+            status = _reapply(ref, action.job, applier, out)
+            return _done(journal, action, memo, now, status, {})
         if action.kind == "move":
             return _move(ref, action, events, journal, memo, applier=applier, now=now, out=out, inventory=inventory)
         outcome = operations.change_job(ref, action.job, decide, applier=applier, out=out)
@@ -81,10 +87,13 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
         tries = int(memo.get("tries", 0)) + 1 if again else 1
         nxt = now + backoff(tries, rng)
         status = "waiting-for-capacity" if is_capacity_refusal(text) else "retrying-apply"
+        refusals = refusals_of(memo) if again else 0
         if status == "waiting-for-capacity":  # what the zone failover weighs: since when, and which zones refused
             memo["refused"] = {**memo.get("refused", {}), job.zone: now.isoformat()}
             if not again or "refused_since" not in memo:
                 memo["refused_since"] = now.isoformat()
+            refusals += 1
+        memo["refusals"] = refusals  # only capacity refusals: any other failure is retried as decided
         memo.update(status=status, waiting_attempt=job.attempt, tries=tries, next_try=nxt.isoformat(),
                     last_error=str(exc), at=now.isoformat(), last_action=f"{action.kind} (attempt {job.attempt}): {status}")
         journal.handle(action.consumes, now)
@@ -127,7 +136,7 @@ def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal:
 
 
 def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: str, fields: dict, reason: str = "") -> Result:
-    for key in ("intent", "waiting_attempt", "tries", "next_try", "last_error", "refused_since"):
+    for key in ("intent", "waiting_attempt", "tries", "next_try", "last_error", "refused_since", "refusals"):
         memo.pop(key, None)
     what = ", ".join(f"{k}={v}" for k, v in fields.items())
     memo.update(status=status, at=now.isoformat(), last_action=f"{action.kind}{' ' + what if what else ''} ({status})")

@@ -85,12 +85,16 @@ def merge(*batches: list[Seen]) -> dict[str, list[Seen]]:
 class JobMemory:
     """What the journal remembers of one job (see ``journal``)."""
 
-    waiting_attempt: int | None = None  # waiting for capacity for this attempt
+    waiting_attempt: int | None = None  # an update of this attempt failed: retried at ``next_try``
     next_try: datetime | None = None
-    tries: int = 0
+    tries: int = 0  # failed updates of ``waiting_attempt`` (the backoff's count)
     intent: dict | None = None  # an action started and not known finished: {"kind", "attempt", "state"}
     refused_since: datetime | None = None  # the first capacity refusal of ``waiting_attempt``
     refused: dict[str, datetime] = field(default_factory=dict)  # zone -> its last capacity refusal
+    refusals: int = 0  # of those tries, the ones the cloud refused for capacity or quota (what the failover weighs)
+    # The last failure was not a capacity refusal (pulumi failed otherwise): the same update is tried
+    # again after the backoff, the policy and the zone failover are not asked (nothing says capacity lacks).
+    retrying_apply: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,7 @@ class Action:
     re-checks it under the stack lock, so a signal for an old attempt never touches a new one."""
 
     job: str
-    kind: str  # resume | complete | mark-failed | retry-capacity | reapply | move
+    kind: str  # resume | complete | mark-failed | retry-capacity | retry-apply | reapply | move
     attempt: int
     reason: str
     consumes: tuple[str, ...] = ()
@@ -113,7 +117,7 @@ class Note:
     """Something seen and recorded without acting: a notice, a stale event, a wait."""
 
     job: str
-    kind: str  # notice | stale | waiting-for-capacity | waiting-for-nodes
+    kind: str  # notice | stale | waiting-for-capacity | retrying-apply | waiting-for-nodes
     reason: str
     ids: tuple[str, ...] = ()
     look: bool = False  # ask the cloud about this job's VMs now
@@ -144,6 +148,9 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
                       "and stopped before its update finished: applying it", tuple(memory.intent.get("consumes", ()))), notes
     waiting = memory.waiting_attempt == job.attempt and memory.next_try is not None
     if waiting and now < memory.next_try and (job.state is JobState.RUNNING or job.move is not None):
+        if memory.retrying_apply:
+            return None, [Note(job.id, "retrying-apply", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1}) "
+                               "of an update that failed (not a capacity refusal)")]
         return None, [Note(job.id, "waiting-for-capacity", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1})")]
     if job.move is not None and (waiting or not _awaiting_start(job, [s.event for s in events])):
         return _moving(job, [s.event for s in events], waiting, memory, now, failover), notes
@@ -151,6 +158,9 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     # about that attempt (preempted, stopped, failed before ``started``) act as in any zone. A resume
     # keeps the move at ``start`` (same zone and disks, a new attempt); its refusals reach the failover.
     moving = f" (the move to {job.move.to} stays at step start)" if job.move is not None else ""
+    if waiting and job.state is JobState.RUNNING and memory.retrying_apply:
+        return Action(job.id, "retry-apply", job.attempt, f"try {memory.tries + 1} after a failed update (not a capacity "
+                      f"refusal): the stack file's attempt {job.attempt} applied again, as decided"), notes
     if waiting and job.state is JobState.RUNNING:
         why = f"try {memory.tries + 1} after a capacity refusal"
         return _after_refusal(job, why, failover(job, [s.event for s in events], memory, now) if failover else None), notes
@@ -218,10 +228,11 @@ def _moving(job: Job, events: list[Event], retry_due: bool, memory: JobMemory, n
     zone that may move (the refused move's disks stay protected until an attempt started)."""
     move = job.move
     assert move is not None
-    if retry_due and _awaiting_start(job, events) and failover is not None:
+    if retry_due and not memory.retrying_apply and _awaiting_start(job, events) and failover is not None:
         why = f"try {memory.tries + 1} after a capacity refusal in {move.to}, the zone the job is moving to"
         return _after_refusal(job, why, failover(job, events, memory, now))
-    return Action(job.id, "move", job.attempt, f"continuing the move to {move.to} (step {move.step} recorded)", zone=move.to)
+    again = f"; try {memory.tries + 1} after a failed update (not a capacity refusal)" if retry_due and memory.retrying_apply else ""
+    return Action(job.id, "move", job.attempt, f"continuing the move to {move.to} (step {move.step} recorded){again}", zone=move.to)
 
 
 def _awaiting_start(job: Job, events: list[Event]) -> bool:

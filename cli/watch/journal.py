@@ -71,7 +71,8 @@ class Journal:
             out[job] = JobMemory(doc.get("waiting_attempt"), datetime.fromisoformat(nxt) if nxt else None,
                                  int(doc.get("tries", 0)), doc.get("intent"),
                                  datetime.fromisoformat(since) if since else None,
-                                 {z: datetime.fromisoformat(t) for z, t in (doc.get("refused") or {}).items()})
+                                 {z: datetime.fromisoformat(t) for z, t in (doc.get("refused") or {}).items()},
+                                 refusals_of(doc), doc.get("status") == "retrying-apply")
         return out
 
     def handle(self, ids, now: datetime) -> None:
@@ -80,6 +81,14 @@ class Journal:
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self.jobs.setdefault(job_id, {})
+
+
+def refusals_of(memo: dict[str, Any]) -> int:
+    """The capacity refusals a job's row counts (a row written before they were counted apart from
+    other failed updates: its tries, when its last failure was a refusal)."""
+    if "refusals" in memo:
+        return int(memo["refusals"])
+    return int(memo.get("tries", 0)) if memo.get("status") == "waiting-for-capacity" else 0
 
 
 def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:

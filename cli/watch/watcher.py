@@ -183,7 +183,7 @@ def zone_failover(zones: list[str], choose) -> deciding.Failover:
 
     def failover(job, events: list[Event], memory: deciding.JobMemory, now: datetime):
         return decide_zone_failover(
-            job, events, zones=zones, refused=memory.refused, refusals=memory.tries, refused_since=memory.refused_since,
+            job, events, zones=zones, refused=memory.refused, refusals=memory.refusals, refused_since=memory.refused_since,
             next_wait_h=deciding.mean_backoff(memory.tries + 1).total_seconds() / 3600, in_place=lambda: choose(job, events), now=now)
 
     return failover
