@@ -629,3 +629,21 @@ def test_two_log_uploads_at_once_send_each_chunk_once(emu, tmp_path):
     assert done.returncode == 0, done.stderr
     sent = [p for m, p in emu.state.requests if m == "POST" and "logs%2F000000000000.log" in p]
     assert len(sent) == 1, sent
+
+
+def test_gcp_the_trainer_waits_for_the_nvidia_driver_the_vm_asked_for(make_vm, emu, tmp_path):
+    """A Deep Learning VM image installs the driver at first boot (metadata install-nvidia-driver=True);
+    the trainer starts once nvidia-smi answers (a stand-in that fails until READY exists)."""
+    bin_dir = tmp_path / "gpu-bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n[ -e {tmp_path}/READY ]\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    emu.reset(attributes={"install-nvidia-driver": "True"})
+    vm = make_vm("gcp", command=f"touch {tmp_path}/TRAINED")
+    assert vm.boot(env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}).returncode == 0
+    assert vm.wait_for(lambda: "started" in names(vm.events()), 15), vm.debug_log()
+    time.sleep(3)  # the driver is still installing: the trainer waits
+    assert not (tmp_path / "TRAINED").exists()
+    (tmp_path / "READY").write_text("")
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    assert (tmp_path / "TRAINED").exists() and names(vm.events()) == ["started", "completed"]

@@ -53,6 +53,7 @@ class State:
     zone: str = "us-central1-a"
     preempted: bool = False
     maintenance_event: str = "NONE"
+    attributes: dict[str, str] = field(default_factory=dict)  # GCE custom metadata (instance/attributes/<key>)
     instance_action: dict[str, str] | None = None
     rebalance: dict[str, str] | None = None
     metadata_fault: Fault = field(default_factory=Fault)
@@ -419,7 +420,9 @@ def _make_handler(emu: Emulator):
                     {"access_token": GCS_TOKEN, "expires_in": 3599, "token_type": "Bearer"}
                 ),
             }
-            if rel in answers:
+            if rel.startswith("instance/attributes/") and rel.removeprefix("instance/attributes/") in s.attributes:
+                self._send(200, s.attributes[rel.removeprefix("instance/attributes/")])
+            elif rel in answers:
                 self._send(200, answers[rel])
             else:
                 self._send(404, "not found")

@@ -384,6 +384,25 @@ spotctl_exec_trainer() {
   exec setsid bash -c "$1"
 }
 
+# Deep Learning VM images install the NVIDIA driver at a boot disk's first boot when the VM's
+# metadata asks for it (install-nvidia-driver=True, which spotctl sets: infra/gcp.py). No unit
+# order is known to put that install before this one, so the trainer starts once nvidia-smi
+# answers, at most SPOTCTL_DRIVER_WAIT_S seconds (20 min) later; then it starts anyway and its own
+# error says why. A VM that did not ask waits for nothing.
+spotctl_wait_driver() {
+  local want deadline
+  want=$(spotctl_meta instance/attributes/install-nvidia-driver 2>/dev/null) || return 0
+  [ "${want,,}" = true ] || return 0
+  deadline=$(($(date +%s) + ${SPOTCTL_DRIVER_WAIT_S:-1200}))
+  until nvidia-smi >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ] || [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
+      spotctl_log "the NVIDIA driver is not ready (nvidia-smi fails): starting the trainer anyway"
+      return 0
+    fi
+    sleep 2
+  done
+}
+
 spotctl_has_progress() {
   [ -n "$(ls -A "$SPOTCTL_MOUNT/checkpoints" 2>/dev/null)" ] && return 0
   grep -qs '"event":"started"' "$SPOTCTL_MOUNT/.spotctl/events.jsonl"
@@ -404,6 +423,12 @@ spotctl_run() {
   local resume=0
   ! spotctl_has_progress || resume=1
   SPOTCTL_RECORD_BG=1 spotctl_record started "capacity=$SPOTCTL_CAPACITY" "machineType=$SPOTCTL_MACHINE_TYPE" "nodes=$SPOTCTL_WORLD_SIZE"
+  # After `started`: the driver's install is part of the changeover spotctl measures.
+  spotctl_wait_driver
+  if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
+    spotctl_log "stopped before the trainer started; the stop path records the event"
+    return 0
+  fi
   local rc=0 child logfd tee_pid log_start
   # Where this run's lines begin: an attempt's log goes on across reboots.
   log_start=$(stat -c %s "$(spotctl_trainer_log)" 2>/dev/null) || log_start=0
