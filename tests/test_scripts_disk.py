@@ -92,3 +92,14 @@ def test_a_disk_alias_must_be_a_device_path():
     with pytest.raises(ValueError, match="not an absolute device path"):
         ScriptContext(cloud="aws", stack="s", kind="job", name="j", command="true", event_bucket="b", region="r",
                       disk_aliases=("/dev/sdf; reboot",))
+
+
+@pytest.mark.parametrize("cloud,wait_s", [("aws", 600), ("gcp", 120)])
+def test_the_disk_wait_fits_how_each_cloud_attaches_it(cloud, wait_s):
+    """AWS attaches the volume after the instance exists (a VolumeAttachment) and runs user data once."""
+    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="r",
+                        disk_device="/dev/disk/by-id/x")
+    from infra.render import scripts_for
+
+    script = scripts_for(ctx).startup
+    assert f"\nSPOTCTL_DISK_WAIT_S={wait_s}\n" in script and '"$waited" -lt "$SPOTCTL_DISK_WAIT_S"' in script

@@ -504,6 +504,8 @@ spotctl_run() {
 # Mount the job disk by its stable device name. Format it only when it holds no filesystem and no
 # partition table (blkid -p exit status 2) and its first MiB reads as zeros, as a new disk does;
 # anything else is data and is never touched.
+# GCE attaches the disk with the instance.
+SPOTCTL_DISK_WAIT_S=120
 spotctl_prepare_disk() {
   if [ -z "$SPOTCTL_DISK_DEVICE" ]; then
     mkdir -p "$SPOTCTL_MOUNT"
@@ -518,7 +520,7 @@ spotctl_prepare_disk() {
         break
       fi
     done
-    [ -n "$found" ] || [ "$waited" -lt 120 ] || {
+    [ -n "$found" ] || [ "$waited" -lt "$SPOTCTL_DISK_WAIT_S" ] || {
       spotctl_log "job disk $SPOTCTL_DISK_DEVICE did not appear"
       return 1
     }
