@@ -707,6 +707,39 @@ def test_a_broken_shared_copy_is_named_and_keep_local_replaces_it(machines, runn
     assert done.exit_code == 0 and jobs_of(shared_text())["gang"]["state"] == "completed"
 
 
+def test_a_broken_local_file_is_replaced_by_keep_shared_and_saved_aside(machines, runner):
+    """Audit S3: the other way round from ``--keep local``: a hand edit broke this file; the good shared
+    copy replaces it and the broken file is kept (its bytes as they were) beside the index."""
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    broken = STACK.replace("spotctl:jobs:", "spotctl:jobs: [", 1).replace("\n", "\r\n")
+    path.write_bytes(broken.encode())
+    plain = cli(runner, "sync")
+    assert plain.exit_code == 1 and "not valid YAML" in plain.output
+    assert "`spotctl sync --stack team --keep shared` replaces it with the shared copy" in plain.output
+    assert path.read_bytes() == broken.encode() and shared_text() == STACK  # nothing pushed, nothing lost
+    k = cli(runner, "sync", "--keep", "shared")
+    assert k.exit_code == 0, k.output
+    saved = path.parent / ".spotctl" / "Pulumi.team.yaml.broken"
+    assert f"{PATH} is not a valid stack file (" in k.stderr and f"the file as it was is in {saved.relative_to(path.parent.parent)}" in k.stderr
+    assert saved.read_bytes() == broken.encode()
+    assert path.read_text() == STACK and shared_text() == STACK  # (its CRLF line ends kept)
+    assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0  # the file works again, and syncs
+    assert jobs_of(shared_text())["gang"]["state"] == "completed"
+    path.write_text("config: {")  # broken again: a second copy aside, the first kept
+    assert cli(runner, "sync", "--keep", "shared").exit_code == 0
+    assert saved.read_bytes() == broken.encode() and saved.with_name(saved.name + ".1").read_text() == "config: {"
+    assert jobs_of(path.read_text())["gang"]["state"] == "completed"
+
+
+def test_keep_shared_of_a_broken_file_never_synced_here_names_why_and_changes_nothing(machines, runner):
+    path = machines("laptop")
+    path.write_text("config: {")
+    r = cli(runner, "sync", "--events-bucket", "evts", "--keep", "shared")
+    assert r.exit_code == 1 and "there is none: fix the file by hand" in r.output
+    assert path.read_text() == "config: {"
+
+
 def test_a_watcher_that_started_cut_off_takes_the_lease_and_acts_once_the_bucket_is_back(machines, runner, tmp_path, monkeypatch):
     from cli.cloud import Cloud, CloudError
     from cli.watch import observe

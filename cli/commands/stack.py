@@ -78,7 +78,7 @@ def sync(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     events_bucket: BucketOpt = None,
-    keep: Annotated[Optional[Side], typer.Option("--keep", help="On a conflict, keep this side's version of the job.")] = None,
+    keep: Annotated[Optional[Side], typer.Option("--keep", help="On a conflict, keep this side's version of the job; a side that is not a valid stack file is replaced by the other (a broken local file is saved aside).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     import json
@@ -89,9 +89,23 @@ def sync(
 
     try:
         ref = stackfile.resolve(stack, stack_file)
-        cfg = stackfile.load(ref)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    try:
+        cfg = stackfile.load(ref)
+    except ConfigError as exc:
+        # --keep shared replaces a broken local file: where its shared copy is comes from the copy last synced
+        cfg = syncing.last_synced_config(ref.path) if keep is Side.SHARED else None
+        if cfg is None:
+            if keep is Side.SHARED:
+                note = ("\n--keep shared finds the shared copy through the copy this machine last synced, and there is "
+                        "none: fix the file by hand")
+            elif syncing.read_record(ref.path) is not None:
+                note = (f"\n`spotctl sync --stack {ref.name} --keep shared` replaces it with the shared copy "
+                        "(this file saved aside)")
+            else:
+                note = ""
+            raise fail(f"{exc}{note}") from None
     rec = syncing.read_record(ref.path)
     applier = None if events_bucket or rec else applier_for(ref, False)
     session = shared_copy(ref, cfg, events_bucket, applier, always=True, keep=keep.value if keep else None)

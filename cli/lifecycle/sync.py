@@ -25,6 +25,8 @@ merge base) and its generation live in ``stacks/.spotctl/`` beside the job index
   kept beside the index), and a job both have differently is a conflict unless ``keep`` says.
 - A shared copy that is not a valid stack file is named in the error (bucket and key), and
   ``spotctl sync --keep local`` replaces it with this file (conditional write) without reading it.
+  The other way round, ``spotctl sync --keep shared`` replaces a local file that is not valid with the
+  shared copy (the file as it was saved in ``stacks/.spotctl/<name>.broken``).
 
 Pure decisions (``merge``) are apart from I/O; the cloud is the ``cli.cloud.Cloud`` object.
 Longer than 420 lines because the merge and the session that pulls, pushes and marks unpushed edits
@@ -352,6 +354,10 @@ class Shared:
         return merged
 
     def _pull(self) -> Merged | None:
+        if self.keep == "shared":
+            replaced = self._replace_broken_local()
+            if replaced is not None:
+                return replaced
         try:
             generation = self.cloud.object_generation(self.bucket, self.key)
             rec = self._record()
@@ -394,6 +400,40 @@ class Shared:
             with contextlib.suppress(ConfigError):
                 stackfile._index(self.ref.path, merged.text, stackfile._parse(self.ref.path, merged.text))
         write_record(self.ref.path, Record(self.bucket, self.key, generation, theirs, bool(rec and rec.unpushed)))
+        self.pulled.append(merged)
+        return merged
+
+    def _replace_broken_local(self) -> Merged | None:
+        """``--keep shared`` while the local file is not a valid stack file (a hand edit gone wrong):
+        the shared copy replaces it whatever its generation, and the file as it was (bytes as they
+        are) is saved beside the index first, never lost. None when the local file is valid."""
+        path = self.ref.path
+        try:
+            _validated(path, stackfile._read_text(path), str(path))
+            return None
+        except ConfigError as exc:
+            problem = exc.problems[0] if exc.problems else str(exc)
+        try:
+            got = self.cloud.read_object(self.bucket, self.key)
+        except CloudError as exc:
+            raise ConfigError(str(path), [problem, f"{self.where()} cannot be read ({exc}): this file stays as it is"]) from None
+        if got is None:
+            raise ConfigError(str(path), [problem, f"{self.where()} does not exist: nothing to replace this file with"])
+        data, generation = got
+        where = self.where(generation)
+        theirs = as_text(data, where)
+        try:
+            _validated(path, theirs, where)
+        except ConfigError as exc:
+            raise ConfigError(where, [*exc.problems, f"not a valid stack file either: {path} stays as it is"]) from None
+        saved = save_aside(path, "broken")
+        stackfile.atomic_write(path, theirs)
+        with contextlib.suppress(ConfigError):
+            stackfile._index(path, theirs, stackfile._parse(path, theirs))
+        # this file's unpushed edits (if any) are in the saved copy: nothing here is left to push
+        write_record(path, Record(self.bucket, self.key, generation, theirs))
+        self.warn(f"{path} is not a valid stack file ({problem}): replaced with {where}; the file as it was is in {saved}")
+        merged = Merged(theirs, from_shared=[f"the whole file (this one was not valid: saved in {saved})"])
         self.pulled.append(merged)
         return merged
 
@@ -444,6 +484,34 @@ class Shared:
             lines.append(f"{self.ref.path} is behind {self.where(generation)}{synced}: the next command that changes it merges "
                          f"it first, or run `spotctl sync --stack {self.ref.name}`")
         return "\n".join(lines) or None
+
+
+def save_aside(path: Path, what: str) -> Path:
+    """Copy the stack file's bytes as they are beside the index (``stacks/.spotctl/<name>.<what>``,
+    numbered when one is there already), before spotctl replaces it; the copy's path."""
+    folder = base_path(path).parent
+    folder.mkdir(exist_ok=True)
+    data = Path(os.path.realpath(path)).read_bytes()
+    saved, n = folder / f"{path.name}.{what}", 1
+    while saved.exists():
+        saved, n = folder / f"{path.name}.{what}.{n}", n + 1
+    tmp = saved.with_name(f".{saved.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, saved)
+    return saved
+
+
+def last_synced_config(path: Path) -> Any:
+    """The ``StackConfig`` of the copy this machine last synced (the merge base), or None: what says
+    where the shared copy is (cloud, region) when the local file cannot be read."""
+    rec = read_record(path)
+    if rec is None or rec.base is None:
+        return None
+    where = f"{path} (last synced copy)"
+    try:
+        return validate(namespaced(stackfile.plain(_parse_as(path, rec.base, where).doc.get("config", {})), where), where)
+    except ConfigError:
+        return None
 
 
 @dataclass
