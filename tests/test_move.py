@@ -291,6 +291,29 @@ def test_no_apply_writes_one_step_per_run(project, runner):
     assert steps == ["snapshot", "restore", "start"]
 
 
+def test_a_watcher_carries_on_a_move_written_with_no_apply(project, runner, fake_pulumi, pulumi_state):
+    """Audit S1, as README says: a ``move:`` in the file is a move under way, whoever wrote it; the
+    watcher applies its recorded step and the next ones, and keeps the old disks until attempt 2 started."""
+    pulumi_state.seed("example-gcp")
+    (project / "events").mkdir()
+    r = runner.invoke(app, [a for a in MOVE_ARGS if a != "--yes"] + ["--no-apply"])
+    assert r.exit_code == 0, r.output
+    written = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (written.move.step, written.attempt) == ("snapshot", 1) and pulumi_calls(fake_pulumi) == []
+    w = runner.invoke(app, ["watch", "--stack", "example-gcp", "--once", "--no-poll", "--json", "--events-dir", "events"])
+    assert w.exit_code == 0, w.output
+    (record,) = [json.loads(line) for line in w.stdout.splitlines() if '"llm-pretrain"' in line]
+    assert (record["action"], record["result"]) == ("move", "moving")
+    assert steps_applied(fake_pulumi, project) == [("snapshot", "us-central1-a", 1), ("snapshot", "us-central1-a", 1),
+                                                   ("restore", "us-central1-a", 1), ("start", "us-central1-b", 2)]
+    first, second = [[c[i + 1].split("::")[-1] for i, a in enumerate(c) if a == "--target"]
+                     for c in pulumi_calls(fake_pulumi) if "up" in c][:2]
+    # the VMs --no-apply left running go by an update of their own, before any snapshot is taken
+    assert {"job-llm-pretrain-n0-vm", "job-llm-pretrain-n1-vm"} <= set(first) and not [t for t in first if "snapshot" in t]
+    assert "job-llm-pretrain-n0-m1-snapshot" in second and "job-llm-pretrain-n0-vm" not in second
+    assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]  # no release before it started
+
+
 def test_moving_to_an_unknown_zone_changes_nothing(project, runner):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     before = path.read_text()

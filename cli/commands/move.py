@@ -31,7 +31,8 @@ from infra.basics import ConfigError
     "node's disk (the job's VMs go), restore new disks from the snapshots in the target zone, start the next "
     "attempt there on them, and once that attempt has started (its `started` events, from --events-dir or "
     "--events-bucket) delete the old disks. The stack file records the step: if the move is interrupted, run "
-    "the same command again and it continues. With --replica-zones (GCP) the disks are restored as regional "
+    "the same command again and it continues; a `spotctl watch` of the stack continues it too, from the step the "
+    "file records (also one written with --no-apply). With --replica-zones (GCP) the disks are restored as regional "
     "persistent disks replicated in those two zones: a zonal job disk converted (--to-zone may be the job's zone).\n\n"
     "Example: spotctl move llm-pretrain --to-zone us-central1-b --stack team-a --events-dir ./events --yes",
 )

@@ -328,7 +328,9 @@ def _stray_vms_gone(ref: stackfile.StackRef, job_id: str, applier: Applier, out:
         if not stray:
             return
         out(f"job {job_id}: deleting {len(stray)} VM(s) a failed stop left before its disks are snapshotted")
-        applier.up(change_targets(new, stray, lambda: held, job_id), out)
+        # Only what the state holds: the file already declares the snapshots, and an update that created
+        # them here would take them before its deletes (Pulumi deletes last), of disks the VMs still write.
+        applier.up([u for u in change_targets(new, stray, lambda: held, job_id) if u in held.resources], out)
 
 
 def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> operations.Release:
