@@ -523,9 +523,27 @@ def test_kill_9_anywhere_never_makes_two_attempts(aws_stack, project, fake_pulum
     assert the_job().attempt == 4 and Journal.load(project / "stacks" / "Pulumi.team.yaml").jobs["train"].get("intent") is None
 
 
+def preempted_train_watcher(tmp_path: Path):
+    """A watcher of stack ``team`` whose events dir says train's attempt 3 was preempted: the records
+    it emits, its clock (``clock[0]``, starting at T0) and ``once()``, one cycle (its return: all ok)."""
+    from cli.commands import applier_for, cloud_for
+    from cli.watch import observe, watcher
+
+    clock = [T0]
+    ref = stackfile.resolve("team", None)
+    records: list[dict] = []
+    report = watcher.Report(emit=records.append, warn=lambda w: records.append({"warning": w}), out=lambda line: None)
+    settings_ = watcher.Settings(ref, observe.Sources(events_dir=events_file(tmp_path / "ev.jsonl", ("train", 3, 0, "preempted", 30)),
+                                                      poll=False), applier_for(ref, False), once=True)
+
+    def once() -> bool:
+        return watcher.run(settings_, report, cloud_for=lambda c: cloud_for(c, ref), now=lambda: clock[0], rng=random.Random(1))
+
+    return records, clock, once
+
+
 def test_capacity_refusals_back_off_ask_the_policy_each_try_then_succeed(aws_stack, project, runner, fake_pulumi, monkeypatch, tmp_path):
     from cli.lifecycle import capacity
-    from cli.watch import observe, watcher
     from infra.config import Capacity
 
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_FAILS", "2")
@@ -540,17 +558,7 @@ def test_capacity_refusals_back_off_ask_the_policy_each_try_then_succeed(aws_sta
         return choose
 
     monkeypatch.setattr(capacity, "policy_capacity", policy)
-    clock = [T0]
-    ref = stackfile.resolve("team", None)
-    from cli.commands import applier_for, cloud_for
-
-    records: list[dict] = []
-    report = watcher.Report(emit=records.append, warn=lambda w: records.append({"warning": w}), out=lambda line: None)
-    settings_ = watcher.Settings(ref, observe.Sources(events_dir=events_file(tmp_path / "ev.jsonl", ("train", 3, 0, "preempted", 30)),
-                                                      poll=False), applier_for(ref, False), once=True)
-
-    def once() -> bool:
-        return watcher.run(settings_, report, cloud_for=lambda c: cloud_for(c, ref), now=lambda: clock[0], rng=random.Random(1))
+    records, clock, once = preempted_train_watcher(tmp_path)
 
     assert once() is False
     first = records[-1]
@@ -656,7 +664,6 @@ def test_a_non_capacity_failure_retries_the_same_update_and_never_asks_the_polic
     retries the attempt it wrote with the backoff, spot as decided; the policy (which would pick
     on-demand) and the zone failover are never asked. A capacity refusal after that counts as the first."""
     from cli.lifecycle import capacity
-    from cli.watch import observe, watcher
     from infra.config import Capacity
 
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_FAILS", "3")
@@ -677,17 +684,7 @@ def test_a_non_capacity_failure_retries_the_same_update_and_never_asks_the_polic
 
     monkeypatch.setattr(capacity, "policy_capacity", policy)
     monkeypatch.setattr(capacity, "decide_zone_failover", recorded_failover)
-    clock = [T0]
-    ref = stackfile.resolve("team", None)
-    from cli.commands import applier_for, cloud_for
-
-    records: list[dict] = []
-    report = watcher.Report(emit=records.append, warn=lambda w: records.append({"warning": w}), out=lambda line: None)
-    settings_ = watcher.Settings(ref, observe.Sources(events_dir=events_file(tmp_path / "ev.jsonl", ("train", 3, 0, "preempted", 30)),
-                                                      poll=False), applier_for(ref, False), once=True)
-
-    def once() -> bool:
-        return watcher.run(settings_, report, cloud_for=lambda c: cloud_for(c, ref), now=lambda: clock[0], rng=random.Random(1))
+    records, clock, once = preempted_train_watcher(tmp_path)
 
     def row() -> dict:
         return Journal.load(aws_stack).jobs["train"]
