@@ -172,6 +172,17 @@ def test_a_failed_update_that_was_not_a_capacity_refusal_is_retried_as_decided()
     assert action.kind == "retry-capacity" and "try 4 after a capacity refusal" in action.reason and seen == [2]
 
 
+def test_a_retry_that_errs_before_its_update_keeps_what_kind_of_retry_it_is(tmp_path):
+    """A retry whose update never started (an "error" row) leaves the wait as it was: a failed update
+    stays one (not read as a capacity refusal), and old rows without the flag read it from their status."""
+    nxt = (T0 + timedelta(minutes=1)).isoformat()
+    rows = {"a": {"waiting_attempt": 3, "tries": 1, "next_try": nxt, "status": "error", "retrying_apply": True},
+            "b": {"waiting_attempt": 3, "tries": 2, "next_try": nxt, "status": "retrying-apply"},
+            "c": {"waiting_attempt": 3, "tries": 2, "next_try": nxt, "status": "waiting-for-capacity"}}
+    memory = Journal(tmp_path / "j.json", {}, rows).memory()
+    assert [(memory[k].retrying_apply, memory[k].refusals) for k in "abc"] == [(True, 0), (True, 0), (False, 2)]
+
+
 def test_a_crash_after_the_edit_is_finished_not_repeated():
     memory = d.JobMemory(intent={"kind": "resume", "attempt": 4, "state": "running"})
     action, _ = decide_one(job(attempt=4), [ev("preempted")], memory)
@@ -691,7 +702,7 @@ def test_a_non_capacity_failure_retries_the_same_update_and_never_asks_the_polic
 
     assert once() is False
     assert (records[-1]["action"], records[-1]["result"]) == ("resume", "retrying-apply")
-    assert (the_job().attempt, the_job().capacity.value) == (4, "spot") and row()["refusals"] == 0
+    assert (the_job().attempt, the_job().capacity.value) == (4, "spot") and row()["refusals"] == 0 and row()["retrying_apply"]
     status = runner.invoke(app, ["status", "train", "--stack", "team", "--json"])
     assert json.loads(status.stdout)[0]["watcher"]["status"] == "retrying-apply"
     clock[0] = datetime.fromisoformat(records[-1]["next_try"])
@@ -706,7 +717,7 @@ def test_a_non_capacity_failure_retries_the_same_update_and_never_asks_the_polic
     clock[0] = datetime.fromisoformat(second["next_try"])
     assert once() is False
     assert (records[-1]["action"], records[-1]["result"]) == ("retry-apply", "waiting-for-capacity")
-    assert row()["refusals"] == 1 and row()["tries"] == 3
+    assert row()["refusals"] == 1 and row()["tries"] == 3 and row()["retrying_apply"] is False
     clock[0] = datetime.fromisoformat(records[-1]["next_try"])
     once()
     assert failovers == [1] and "try 4 after a capacity refusal" in records[-1]["reason"]  # (it may move the job)

@@ -94,6 +94,7 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
                 memo["refused_since"] = now.isoformat()
             refusals += 1
         memo["refusals"] = refusals  # only capacity refusals: any other failure is retried as decided
+        memo["retrying_apply"] = status == "retrying-apply"  # kept by an "error" row: what the next try is
         memo.update(status=status, waiting_attempt=job.attempt, tries=tries, next_try=nxt.isoformat(),
                     last_error=str(exc), at=now.isoformat(), last_action=f"{action.kind} (attempt {job.attempt}): {status}")
         journal.handle(action.consumes, now)
@@ -136,7 +137,7 @@ def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal:
 
 
 def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: str, fields: dict, reason: str = "") -> Result:
-    for key in ("intent", "waiting_attempt", "tries", "next_try", "last_error", "refused_since", "refusals"):
+    for key in ("intent", "waiting_attempt", "tries", "next_try", "last_error", "refused_since", "refusals", "retrying_apply"):
         memo.pop(key, None)
     what = ", ".join(f"{k}={v}" for k, v in fields.items())
     memo.update(status=status, at=now.isoformat(), last_action=f"{action.kind}{' ' + what if what else ''} ({status})")

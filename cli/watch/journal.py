@@ -72,7 +72,7 @@ class Journal:
                                  int(doc.get("tries", 0)), doc.get("intent"),
                                  datetime.fromisoformat(since) if since else None,
                                  {z: datetime.fromisoformat(t) for z, t in (doc.get("refused") or {}).items()},
-                                 refusals_of(doc), doc.get("status") == "retrying-apply")
+                                 refusals_of(doc), bool(doc.get("retrying_apply", doc.get("status") == "retrying-apply")))
         return out
 
     def handle(self, ids, now: datetime) -> None:
