@@ -277,6 +277,10 @@ class Job(_Model):
     # Why spotctl left the job stopped when it did not finish what it started (a gang's stop that
     # failed midway); cleared by the next change of state. ``spotctl status`` shows it.
     stop_reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    # An update of the job spotctl started and has not seen finish (set before `pulumi up`, cleared
+    # after it succeeded): a kill -9 or a failed update leaves it, so `status` shows it and the same
+    # command, `resume` or `watch` apply the job again (cli/lifecycle/operations.py ``_mark_pending``).
+    applying: Annotated[str, StringConstraints(max_length=2000)] | None = None
 
     @field_validator("id")
     @classmethod

@@ -136,8 +136,9 @@ class Applier:
             )
 
     @contextlib.contextmanager
-    def exclusive(self, stack_file: Path) -> Iterator[None]:
-        """One spotctl update per stack at a time; waits, then gives up before anything is edited."""
+    def exclusive(self, stack_file: Path, wait: bool = True) -> Iterator[None]:
+        """One spotctl update per stack at a time; waits (unless not ``wait``), then gives up before
+        anything is edited. The lock is a file lock: a spotctl killed holding it holds it no more."""
         from filelock import FileLock, Timeout
 
         lock = FileLock(str(lock_path(stack_file).with_suffix(".apply.lock")), timeout=self.wait_s)
@@ -145,6 +146,8 @@ class Applier:
             try:
                 lock.acquire(timeout=0)
             except Timeout:
+                if not wait:
+                    raise ApplyError(f"cannot apply: stack {self.stack} is being updated by another spotctl") from None
                 self.step(f"waiting up to {self.wait_s:.0f} s for another spotctl's update of stack {self.stack}")
                 lock.acquire()
         except Timeout:

@@ -55,7 +55,9 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
     guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
     if applier:
         applier.preflight()
-    with guard:
+    with guard, contextlib.ExitStack() as proposal:
+        if confirm is not None and applier is not None:
+            proposal.enter_context(stackfile.proposing(ref.path))  # the edit stays on this machine until confirmed
         holder: dict[str, Any] = {}
 
         def fields(current: StackConfig, written: Any) -> dict[str, Any]:
@@ -67,12 +69,18 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             wrote = dict(change.fields)
             if job.stop_reason and wrote.get("state", "stopped") != "stopped":
                 wrote["stopReason"] = None  # the job leaves the stop it explained
-            holder["change"], holder["wrote"] = change, wrote
+            holder["change"], holder["wrote"], holder["pending"] = change, wrote, job.applying
             holder["before"] = {k: written.get(k, _MISSING) for k in wrote}
-            return {} if change.noop else wrote
+            if change.noop:
+                return {}
+            if confirm is not None and applier is not None:
+                stackfile.note_proposal(ref.path, job_id, holder["before"], wrote)  # before the write
+            return wrote
 
         old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, fields)
         change: Change = holder["change"]
+        if change.noop and applier is not None and holder["pending"]:
+            return _finish_pending(ref, job_id, new_cfg, holder["pending"], applier, out, confirm, proposal)
         if change.noop or applier is None:
             return Outcome(change, new_cfg, applied=False)
 
@@ -90,8 +98,11 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                 targets = change_targets(declared, dropped, applier.held, job_id)
                 if confirm is not None and not _previewed_and_confirmed(job_id, then, old_job, targets, applier, out, confirm):
                     raise _Declined
+                _mark_pending(ref.path, job_id, _pending_text(change), holder["before"], holder["wrote"], held=confirm is not None)
+                stackfile.publish(ref.path)  # confirmed: the edit (and its mark) reach the shared copy before the update
         except _Declined:
             return Outcome(change, old_cfg, applied=False, declined=True)
+        proposal.close()
         gang = bool(then)
         if gang:
             _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out, then)
@@ -109,26 +120,93 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                     stackfile.update_job(ref.path, job_id, lambda current, written: {"state": "stopped", "stopReason": why})
                     raise ApplyError(f"job {job_id}: left stopped at attempt {old_job.attempt}: {why}", detail=exc.detail) from None
             raise
-        _record_disk_kind(ref.path, job_id, new_cfg)
+        _applied(ref.path, job_id, new_cfg, holder["wrote"]["applying"])
         return Outcome(change, new_cfg, applied=True)
 
 
-def _record_disk_kind(path: Path, job_id: str, cfg: StackConfig) -> None:
-    """The job has run on its disk once an update of it was applied: record the disk's kind (GCP),
-    so adding or dropping ``diskReplicaZones`` by hand later is refused (``infra.config._disk_kind_checks``)."""
-    if cfg.cloud != "gcp":
-        return
+def _pending_text(change: Change) -> str:
+    """What the ``applying`` mark says: the change's plain fields and its reason."""
+    parts = ", ".join(f"{k}={v}" for k, v in change.fields.items() if not isinstance(v, (dict, list)))
+    return f"{parts}{': ' if parts else ''}{change.reason}"[:500]
+
+
+def _mark_pending(path: Path, job_id: str, text: str, before: dict[str, Any], wrote: dict[str, Any], held: bool) -> None:
+    """Mark the job ``applying: <what>`` before its update starts (cleared once applied: ``_applied``),
+    so an update that never finishes (kill -9, a watcher replaced) is seen (``status``) and applied
+    again (the same command, ``resume``, ``watch``); the mark is undone with the edit."""
+    current = stackfile.job_fields(path, job_id, ["applying"])
+    before["applying"] = current.get("applying", _MISSING)
+    wrote["applying"] = text
+    if held:
+        stackfile.note_proposal(path, job_id, before, wrote)
+    stackfile.update_job(path, job_id, lambda cur, written: {"applying": text})
+
+
+def _applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> None:
+    """The update of the job finished: its ``applying`` mark goes (while it is still this one), and
+    (GCP) the kind of disk it has run on is recorded, so adding or dropping ``diskReplicaZones`` by
+    hand later is refused (``infra.config._disk_kind_checks``)."""
 
     def fields(current: StackConfig, written: Any) -> dict[str, Any]:
         try:
             job = current.job(job_id)
         except KeyError:
             return {}
-        if job.disk_kind is not None or job.state.value == "pending":
-            return {}
-        return {"diskKind": "regional" if job.disk_replica_zones else "zonal"}
+        out: dict[str, Any] = {"applying": None} if pending is not None and written.get("applying") == pending else {}
+        if cfg.cloud == "gcp" and job.disk_kind is None and job.state.value != "pending":
+            out["diskKind"] = "regional" if job.disk_replica_zones else "zonal"
+        return out
 
     stackfile.update_job(path, job_id, fields)
+
+
+def _finish_pending(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, pending: str, applier: Applier,
+                    out: Callable[[str], None], confirm: Confirm | None, proposal: contextlib.ExitStack) -> Outcome:
+    """The job's file says an update was started and never finished (``applying``): apply the job as the
+    file has it (previewed and asked first when ``confirm``); the caller holds the update lock."""
+    proposal.close()  # nothing new is proposed: the file already holds what is applied
+    change = Change(job_id, {"applying": None}, f"the update started earlier and never finished is applied ({pending})")
+    targets = pending_targets(ref, job_id, cfg, applier)
+    if confirm is not None:
+        applier.preview(targets, out)
+        if not confirm(f"Do you want to finish this update of job {job_id}?"):
+            return Outcome(change, cfg, applied=False, declined=True)
+    applier.up(targets, out)
+    _applied(ref.path, job_id, cfg, pending)
+    return Outcome(change, cfg, applied=True)
+
+
+def pending_targets(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, applier: Applier) -> list[str]:
+    """The targets of an update of the job as the file has it when the file before the edit is unknown
+    (an interrupted update): what the state holds under the job and the file no longer declares is
+    what the edit dropped (``change_targets``)."""
+    new = job_targets(cfg, ref.name, job_id)
+    held = applier.held()
+    root = next((u for u in new if u.endswith(f"::job-{job_id}")), None)
+    return change_targets(new, held.under(root) if root else set(), lambda: held, job_id)
+
+
+def reapply(ref: stackfile.StackRef, job_id: str, applier: Applier, out: Callable[[str], None], only_pending: bool = False) -> str:
+    """Apply the job as the file has it (``watch``: an update another spotctl started and never
+    finished, or its own before a crash): "applied", or "busy" when a live spotctl holds the stack's
+    update lock now (it is applying it: nothing to do), or "noop" when the job is gone or, with
+    ``only_pending``, its ``applying`` mark went meanwhile (the update finished)."""
+    applier.preflight()
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(applier.exclusive(ref.path, wait=False))
+        except ApplyError:
+            return "busy"
+        cfg = stackfile.load(ref)
+        try:
+            job = cfg.job(job_id)
+        except KeyError:
+            return "noop"
+        if only_pending and job.applying is None:
+            return "noop"
+        applier.up(pending_targets(ref, job_id, cfg, applier), out)
+        _applied(ref.path, job_id, cfg, job.applying)
+        return "applied"
 
 
 def _previewed_and_confirmed(job_id: str, then: _Then | None, old_job: Job, targets: list[str], applier: Applier,
@@ -221,6 +299,7 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     the old gang is still running when the new rendezvous begins: the job is written as stopped
     (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
 
+    before = {k: v for k, v in before.items() if k != "applying"}  # the mark stays through the stop
     final = stackfile.job_fields(ref.path, job_id, list(before))
     stopped = {"state": "stopped"}
     _undo(ref.path, job_id, before, final)  # the job as it was (keys the change added removed), then stopped
@@ -242,7 +321,8 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
         # The stop began: some old nodes may be gone, so the file stays stopped. Say so, there and here.
         why = (f"the stop of every node of attempt {attempt} (before {then.next_step}) failed midway: {exc}; "
                f"some of its VMs may still run. {then.retry} (its update replaces or deletes what is left of attempt {attempt})")
-        stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why})
+        # stopReason says what is left to do (the mark's update never began): one explanation, not two.
+        stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why, "applying": None})
         raise ApplyError(f"job {job_id}: left stopped at attempt {attempt}: {why}", started=True, detail=exc.detail) from None
     stackfile.update_job(ref.path, job_id, lambda current, written: final)
 

@@ -451,6 +451,7 @@ def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         raise ConfigError(str(path), [f"locked by another spotctl for more than {timeout:.0f} s"]) from None
     counts[name] = 1
     try:
+        _drop_dead_proposal(path)
         session = _SHARED.get(_shared_name(path))
         if session is not None:
             session.pull()  # the shared copy's news first, so every decision under the lock sees them
@@ -504,6 +505,8 @@ def _commit(path: Path, old_text: str, new_text: str) -> None:
         return
     was = session.mark_unpushed()  # before the write: a kill -9 before the push leaves the mark
     atomic_write(path, new_text)
+    if held_back(path):
+        return  # an edit awaiting its confirmation (or its undo) stays here: pushed once confirmed (``publish``)
     try:
         session.push()
     except SharedCopyMoved:
@@ -535,6 +538,136 @@ def _synced(path: Path, edit: Callable[[], Any]) -> Any:
                 continue
     raise ConfigError(str(path), [f"the shared copy kept changing while this edit was written ({SYNC_TRIES} tries): "
                                   "run the command again"])
+
+
+# ---- a proposal: an edit awaiting its confirmation never leaves this machine --------------------------
+# ``operations.change_job`` writes the edit, previews it and asks. Until the answer, the edit is a
+# proposal: recorded in ``proposal_path`` (this process's pid, the job, the keys it set and what they
+# were), written to the local file only (``_commit`` marks it unpushed, and no push of any spotctl on
+# this machine sends the file while a live process holds a proposal), pushed once confirmed
+# (``publish``), undone otherwise. A proposal whose process died (kill -9 at the question) is undone
+# by the next spotctl that takes the stack file's lock, before it pulls: it was never confirmed.
+
+MISSING = object()  # a key the job did not have
+_local_only = threading.local()  # set while a dead proposal is undone (its writes are not pushed either)
+
+
+def proposal_path(path: Path) -> Path:
+    return index_path(path).with_name(f"{path.name}.proposal.json")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _proposal(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(proposal_path(path).read_text())
+        return doc if isinstance(doc, dict) and isinstance(doc.get("pid"), int) else None
+    except (OSError, ValueError):
+        return None
+
+
+def held_back(path: Path) -> bool:
+    """Whether the stack file holds an edit awaiting its confirmation (this or another live process's)."""
+    if getattr(_local_only, "on", False):
+        return True
+    doc = _proposal(path)
+    return doc is not None and _alive(doc["pid"])
+
+
+@contextlib.contextmanager
+def proposing(path: Path) -> Iterator[None]:
+    """While inside, this process's edits of ``path`` stay local (``held_back``) until ``publish``; on
+    leaving, the record goes, and what is still unpushed (edits other spotctls made meanwhile) is pushed."""
+    record = proposal_path(path)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(record, json.dumps({"pid": os.getpid()}) + "\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            record.unlink()
+        if _SHARED.get(_shared_name(path)) is not None:
+            with contextlib.suppress(ConfigError):
+                pull_shared(path)  # pushes what was held back meanwhile; an error here is the next command's
+
+
+def note_proposal(path: Path, job_id: str, before: Mapping[str, Any], wrote: Mapping[str, Any]) -> None:
+    """Record, before it is written, what the proposed edit sets (so a dead proposal can be undone)."""
+    doc = {"pid": os.getpid(), "job": job_id, "wrote": plain(dict(wrote)),
+           "before": {k: plain(v) for k, v in before.items() if v is not MISSING},
+           "missing": [k for k, v in before.items() if v is MISSING]}
+    atomic_write(proposal_path(path), json.dumps(doc, default=str) + "\n")
+
+
+def publish(path: Path) -> None:
+    """Push the confirmed edit now (a proposal is never pushed by ``_commit``): merged first with what
+    the shared copy got meanwhile (the same job changed there too is a conflict: an error, nothing applied)."""
+    session = _SHARED.get(_shared_name(path))
+    if session is None:
+        return
+    for _ in range(SYNC_TRIES):
+        try:
+            with locked(path):  # pulls (merges) first
+                session.push(force=True)
+                return
+        except SharedCopyMoved:
+            continue
+        except SharedCopyUnreachable as exc:
+            raise ConfigError(str(path), [f"{exc.source} {exc.problems[0]}: nothing was applied"]) from None
+    raise ConfigError(str(path), [f"the shared copy kept changing while this edit was pushed ({SYNC_TRIES} tries): "
+                                  "run the command again"])
+
+
+def restore_fields(path: Path, job_id: str, before: Mapping[str, Any], wrote: Mapping[str, Any]) -> None:
+    """Put back the keys an edit set, under the lock, each only while it still holds what the edit
+    wrote (a concurrent complete, failover or hand edit wins); a job removed meanwhile stays removed."""
+
+    def restore(config_map: Any, current: StackConfig) -> None:
+        try:
+            entry = job_entry(config_map, job_id)
+        except KeyError:
+            return
+        for name, value in before.items():
+            if name not in wrote or entry.get(name, MISSING) != wrote[name]:
+                continue
+            if value is MISSING:
+                entry.pop(name, None)
+            else:
+                entry[name] = value
+
+    if all(v is not MISSING for v in before.values()):
+        def keys(current: StackConfig, written: Any) -> dict[str, Any]:
+            return {k: v for k, v in before.items() if k in wrote and written.get(k, MISSING) == wrote[k]} if written else {}
+
+        update_job(path, job_id, keys)
+        return
+    edit(path, restore)
+
+
+def _drop_dead_proposal(path: Path) -> None:
+    """Undo the proposal of a spotctl that died at its question (under the lock, before the pull)."""
+    doc = _proposal(path)
+    if doc is None or _alive(doc["pid"]):
+        return
+    if isinstance(doc.get("job"), str) and isinstance(doc.get("wrote"), dict):
+        before = {**doc.get("before", {}), **{k: MISSING for k in doc.get("missing", [])}}
+        _local_only.on = True
+        try:
+            restore_fields(path, doc["job"], before, doc["wrote"])
+        except (ConfigError, KeyError, StopIteration):
+            pass  # the file changed by hand meanwhile: what it says now stands
+        finally:
+            _local_only.on = False
+    with contextlib.suppress(FileNotFoundError):
+        proposal_path(path).unlink()
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -775,6 +908,8 @@ def _splice_job_fields(text: str, job_id: str, fields: Mapping[str, Any]) -> str
         node = next((v for k, v in entry.value if k.value == name), None)
         if node is None:
             missing.append((name, value))
+        elif isinstance(node, yaml.ScalarNode) and node.start_mark.index == node.end_mark.index:
+            return None  # an empty value (`key:`, null as ruamel writes it): its marks are not where it would go
         elif (isinstance(node, yaml.ScalarNode) and not node.style) or (  # plain (None, or "" from the C loader),
                 isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.flow_style  # or a one-line {..}/[..]
                 and "\n" not in text[node.start_mark.index:node.end_mark.index]):  # as this writes them

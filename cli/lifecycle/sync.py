@@ -437,9 +437,10 @@ class Shared:
         self.pulled.append(merged)
         return merged
 
-    def push(self) -> str | None:
+    def push(self, force: bool = False) -> str | None:
         """Write the local file to the shared copy if it changed since the last sync; the new generation
-        (None: nothing to write, or unreachable at this command's pull: the local file alone, marked unpushed).
+        (None: nothing to write, unreachable at this command's pull: the local file alone, marked unpushed,
+        or an edit awaiting its confirmation in the file: ``stackfile.held_back``, unless ``force``, its confirmation).
 
         Raises:
             stackfile.SharedCopyMoved: someone else wrote the shared copy since this machine's pull.
@@ -449,6 +450,8 @@ class Shared:
             if self.strict:
                 self._unreachable(self.offline)
             return None
+        if not force and stackfile.held_back(self.ref.path):
+            return None  # stays marked unpushed: pushed with the confirmed edit, or once it is undone
         data = Path(os.path.realpath(self.ref.path)).read_bytes()  # pushed as it is, CRLF and BOM kept
         local = stackfile.decode(data, str(self.ref.path))
         rec = self._record()

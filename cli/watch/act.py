@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from cli.lifecycle import operations, stackfile
-from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
+from cli.lifecycle.apply import Applier, ApplyError
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, LifecycleError, decide_complete, decide_resume
 from cli.watch.decide import Action, backoff, is_capacity_refusal, mark_failed, still_current
@@ -64,7 +64,11 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
 
     try:
         if action.kind == "reapply":
-            status = _reapply(ref, action.job, applier, out)
+            if applier is None:
+                return _done(journal, action, memo, now, "noop", {})
+            status = operations.reapply(ref, action.job, applier, out, only_pending=not memo.get("intent"))
+            if status == "busy":  # a live spotctl is applying the stack now: look again next cycle
+                return Result(action, "noop", True, "another spotctl is updating the stack now")
             return _done(journal, action, memo, now, status, {})
         if action.kind == "retry-apply":  # the same decision again: what the file says, nothing re-decided
             stale = still_current(stackfile.load(ref).job(action.job), action)
@@ -144,19 +148,3 @@ def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: s
     journal.handle(action.consumes, now)
     journal.save(now)
     return Result(action, status, True, reason or action.reason, fields)
-
-
-def _reapply(ref: stackfile.StackRef, job_id: str, applier: Applier | None, out: Callable[[str], None]) -> str:
-    """Apply what the stack file already says for the job (a crashed watcher's unfinished update)."""
-    if applier is None:
-        return "noop"
-    applier.preflight()
-    with applier.exclusive(ref.path):
-        # The file before the crashed edit is unknown: what the job holds in the state and the file
-        # no longer declares is what the edit dropped (``change_targets``).
-        new = job_targets(stackfile.load(ref), ref.name, job_id)
-        held = applier.held()
-        root = next((u for u in new if u.endswith(f"::job-{job_id}")), None)
-        dropped = held.under(root) if root else set()
-        applier.up(change_targets(new, dropped, lambda: held, job_id), out)
-    return "applied"

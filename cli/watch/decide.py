@@ -152,6 +152,12 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
             return None, [Note(job.id, "retrying-apply", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1}) "
                                "of an update that failed (not a capacity refusal)")]
         return None, [Note(job.id, "waiting-for-capacity", f"next try {memory.next_try.isoformat()} (try {memory.tries + 1})")]
+    if job.applying is not None and not waiting:
+        # Another spotctl (a CLI killed mid-update, a watcher replaced, on any machine: the mark travels
+        # with the shared copy) started an update of the job and never finished it: apply what the file
+        # says. A live spotctl still applying it holds the stack's update lock: then nothing is done.
+        return Action(job.id, "reapply", job.attempt, f"an update of the job was started and never finished "
+                      f"({job.applying}): applying it"), notes
     if job.move is not None and (waiting or not _awaiting_start(job, [s.event for s in events])):
         return _moving(job, [s.event for s in events], waiting, memory, now, failover), notes
     # A move at step ``start`` whose new attempt has not started (every node) falls through: the facts

@@ -1,0 +1,186 @@
+"""An edit awaiting its confirmation stays on this machine (never pushed to the shared copy until
+confirmed; declined, interrupted or its process killed, it never leaves), and an update that was
+started but never finished is recorded in the job (``applying``), shown by ``status`` and applied
+again by the same command, ``resume`` or another machine's ``watch``. Moto S3 for the shared copy, the
+fake pulumi for the updates, a real process killed with SIGKILL during ``up``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pexpect
+import pytest
+
+import cli.commands as commands
+from cli.lifecycle import apply, stackfile, sync
+from tests.conftest import pulumi_calls
+from tests.test_sync import STACK, bucket, cli, events, jobs_of, machines, shared_text  # noqa: F401 (fixtures)
+from tests.test_terminal_session import session, updates
+
+
+def ups(log) -> int:
+    return sum(1 for c in pulumi_calls(log) if "up" in c)
+
+
+@pytest.fixture
+def synced(machines, runner, tmp_path, fake_pulumi, monkeypatch):  # noqa: F811
+    """The laptop and the watcher both synced; train's attempt 3 preempted; questions answered by ``answers``."""
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    monkeypatch.setattr(commands, "interactive", lambda: True)
+    seen = events(tmp_path / "ev.jsonl", ("train", 3, "preempted", 30))
+    return path, seen
+
+
+def asking(monkeypatch, answer):
+    """The question answered by ``answer(local text, shared text)``; returns what was seen at the question."""
+    seen = {}
+
+    def ask(question):
+        seen["local"], seen["shared"] = stackfile._read_text(stackfile.resolve("team", None).path), shared_text()
+        seen["proposal"] = stackfile._proposal(stackfile.resolve("team", None).path)
+        return answer()
+
+    monkeypatch.setattr(commands, "_ask", ask)
+    return seen
+
+
+def test_an_edit_awaiting_confirmation_is_not_pushed_and_a_no_never_leaves(synced, runner, monkeypatch, fake_pulumi):
+    path, seen_events = synced
+    seen = asking(monkeypatch, lambda: False)
+    result = cli(runner, "resume", "train", "--events-dir", str(seen_events))
+    assert result.exit_code == 0 and "not confirmed: nothing changed" in result.stdout, result.output
+    assert jobs_of(seen["local"])["train"]["attempt"] == 4 and jobs_of(seen["shared"])["train"]["attempt"] == 3
+    assert seen["proposal"]["pid"] == os.getpid() and seen["proposal"]["wrote"]["attempt"] == 4
+    assert path.read_text() == STACK == shared_text()
+    assert not sync.read_record(path).unpushed and not stackfile.proposal_path(path).exists()
+    assert ups(fake_pulumi) == 0
+
+
+def test_a_confirmed_edit_is_pushed_with_its_mark_before_the_update(synced, runner, monkeypatch, fake_pulumi):
+    path, seen_events = synced
+    seen = asking(monkeypatch, lambda: True)
+    real_up = apply.Applier.up
+    at_up = {}
+
+    def up(self, targets, out):
+        at_up["shared"] = jobs_of(shared_text())["train"]
+        return real_up(self, targets, out)
+
+    monkeypatch.setattr(apply.Applier, "up", up)
+    result = cli(runner, "resume", "train", "--events-dir", str(seen_events))
+    assert result.exit_code == 0 and "— applied" in result.stdout, result.output
+    assert jobs_of(seen["shared"])["train"]["attempt"] == 3  # not while the question waited
+    assert at_up["shared"]["attempt"] == 4 and at_up["shared"]["applying"].startswith("attempt=4, state=running")
+    final = jobs_of(shared_text())["train"]
+    assert (final["attempt"], final.get("applying")) == (4, None)  # the mark went once applied
+    assert jobs_of(path.read_text())["train"] == final and not sync.read_record(path).unpushed
+
+
+def test_a_proposal_whose_process_died_is_undone_by_the_next_lock_and_never_pushed(synced, runner, monkeypatch):
+    path, seen_events = synced
+    left = {}
+
+    def killed():  # what a kill -9 at the question leaves: the edited file, the proposal, the unpushed mark
+        left["text"] = path.read_bytes()
+        left["proposal"] = stackfile._proposal(path)
+        return False
+
+    asking(monkeypatch, killed)
+    assert cli(runner, "resume", "train", "--events-dir", str(seen_events)).exit_code == 0
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    path.write_bytes(left["text"])
+    stackfile.proposal_path(path).write_text(json.dumps({**left["proposal"], "pid": int(dead.stdout)}))
+    rec = sync.read_record(path)
+    sync.write_record(path, sync.Record(rec.bucket, rec.key, rec.generation, rec.base, True))
+    assert cli(runner, "sync").exit_code == 0  # the next lock: undone before the pull and the push
+    assert path.read_text() == STACK == shared_text() and not stackfile.proposal_path(path).exists()
+
+
+def test_a_live_proposal_holds_back_every_push_of_this_machine(synced, runner, monkeypatch):
+    path, _ = synced
+    stackfile.proposal_path(path).write_text(json.dumps({"pid": os.getppid()}))  # a live process at its question
+    assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0
+    assert jobs_of(path.read_text())["gang"]["state"] == "completed" and jobs_of(shared_text())["gang"]["state"] == "running"
+    assert sync.read_record(path).unpushed
+    stackfile.proposal_path(path).unlink()
+    assert cli(runner, "sync").exit_code == 0
+    assert jobs_of(shared_text())["gang"]["state"] == "completed"
+
+
+def test_an_update_killed_midway_is_marked_and_another_machines_watcher_applies_it(synced, runner, monkeypatch, fake_pulumi):
+    path, seen_events = synced
+
+    def killed(self, targets, out):
+        raise KeyboardInterrupt  # stands for kill -9 during `pulumi up`: nothing after it runs
+
+    real_up = apply.Applier.up
+    monkeypatch.setattr(apply.Applier, "up", killed)
+    cli(runner, "resume", "train", "--yes", "--events-dir", str(seen_events))
+    monkeypatch.setattr(apply.Applier, "up", real_up)
+    shared = jobs_of(shared_text())["train"]
+    assert shared["attempt"] == 4 and shared["applying"].startswith("attempt=4, state=running")
+    status = cli(runner, "status", "train", "--json")
+    (row,) = json.loads(status.stdout)
+    assert row["status"] == "update-pending" and "spotctl resume train" in row["status_reason"]
+
+    machines_watcher = path.parent.parent.parent / "watcher"
+    monkeypatch.chdir(machines_watcher)
+    acted = cli(runner, "watch", "--once", "--no-poll", "--json", "--events-dir", str(seen_events))
+    assert acted.exit_code == 0, acted.output
+    (action,) = [a for a in map(json.loads, acted.stdout.splitlines()) if a.get("job") == "train" and a["action"] != "record"]
+    assert action["action"] == "reapply" and action["result"] == "applied", action
+    assert ups(fake_pulumi) == 1
+    assert jobs_of(shared_text())["train"].get("applying") is None and jobs_of(shared_text())["train"]["attempt"] == 4
+    again = cli(runner, "watch", "--once", "--no-poll", "--json", "--events-dir", str(seen_events))
+    assert again.exit_code == 0 and ups(fake_pulumi) == 1  # applied once
+
+
+def test_the_watcher_leaves_an_update_a_live_spotctl_is_applying(synced, runner, monkeypatch, fake_pulumi):
+    path, seen_events = synced
+    monkeypatch.setattr(apply.Applier, "up", lambda self, targets, out: (_ for _ in ()).throw(KeyboardInterrupt))
+    cli(runner, "resume", "train", "--yes", "--events-dir", str(seen_events))
+    from filelock import FileLock
+
+    with FileLock(str(stackfile.lock_path(path).with_suffix(".apply.lock"))):  # a live spotctl's update
+        acted = cli(runner, "watch", "--once", "--no-poll", "--json", "--events-dir", str(seen_events))
+    assert acted.exit_code == 0, acted.output
+    (action,) = [a for a in map(json.loads, acted.stdout.splitlines()) if a.get("job") == "train" and a["action"] != "record"]
+    assert action["result"] == "noop" and "another spotctl" in action["detail"], action
+    assert jobs_of(path.read_text())["train"]["applying"]
+
+
+def test_kill_9_during_up_then_the_same_command_applies_it(tmp_path):
+    project, spotctl, log, transcript = session(tmp_path, FAKE_PULUMI_UP_SLEEP="60")
+    path = project / "stacks" / "Pulumi.team-a.yaml"
+    child = spotctl("resume", "vit-finetune", "--events-dir", "events", "--yes")
+    deadline = time.monotonic() + 120
+    while "up" not in updates(log):
+        assert child.isalive() and time.monotonic() < deadline, transcript.getvalue()
+        time.sleep(0.2)
+    os.killpg(child.pid, signal.SIGKILL)  # the CLI and its pulumi
+    child.expect(pexpect.EOF)
+    job = stackfile.load(stackfile.StackRef("team-a", path)).job("vit-finetune")
+    assert job.attempt == 4 and job.applying and job.applying.startswith("attempt=4, state=running")
+
+    status = spotctl("status", "vit-finetune", "--events-dir", "events", "--json")
+    status.expect(pexpect.EOF)
+    assert '"status": "update-pending"' in status.before
+
+    env = {k: v for k, v in child.env.items() if k != "FAKE_PULUMI_UP_SLEEP"}
+    again = pexpect.spawn(sys.executable, ["-m", "cli", "resume", "vit-finetune", "--events-dir", "events", "--yes"],
+                          cwd=str(project), env=env, encoding="utf-8", timeout=180)
+    again.expect(r"job vit-finetune: applying=None \(the update started earlier and never finished is applied")
+    again.expect(pexpect.EOF)
+    again.close()
+    assert again.exitstatus == 0
+    assert updates(log) == ["up", "up"]
+    job = stackfile.load(stackfile.StackRef("team-a", path)).job("vit-finetune")
+    assert (job.attempt, job.applying) == (4, None)
