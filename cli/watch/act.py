@@ -63,19 +63,13 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
         return change
 
     try:
-        if action.kind == "reapply":
-            if applier is None:
-                return _done(journal, action, memo, now, "noop", {})
-            status = operations.reapply(ref, action.job, applier, out, only_pending=not memo.get("intent"))
-            if status == "busy":  # a live spotctl is applying the stack now: look again next cycle
-                return Result(action, "noop", True, "another spotctl is updating the stack now")
-            return _done(journal, action, memo, now, status, {})
+        if action.kind == "reapply":  # its own crashed update, or one another spotctl left (the job's `applying`)
+            return _apply_again(ref, action, journal, memo, now, applier, out, only_pending=not memo.get("intent"))
         if action.kind == "retry-apply":  # the same decision again: what the file says, nothing re-decided
             stale = still_current(stackfile.load(ref).job(action.job), action)
             if stale:
                 return _done(journal, action, memo, now, "noop", {}, stale)
-            status = _reapply(ref, action.job, applier, out)
-            return _done(journal, action, memo, now, status, {})
+            return _apply_again(ref, action, journal, memo, now, applier, out)
         if action.kind == "move":
             return _move(ref, action, events, journal, memo, applier=applier, now=now, out=out, inventory=inventory)
         outcome = operations.change_job(ref, action.job, decide, applier=applier, out=out)
@@ -148,3 +142,14 @@ def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: s
     journal.handle(action.consumes, now)
     journal.save(now)
     return Result(action, status, True, reason or action.reason, fields)
+
+
+def _apply_again(ref: stackfile.StackRef, action: Action, journal: Journal, memo: dict, now: datetime,
+                 applier: Applier | None, out: Callable[[str], None], only_pending: bool = False) -> Result:
+    """Apply what the stack file already says for the job (``operations.reapply``)."""
+    if applier is None:
+        return _done(journal, action, memo, now, "noop", {})
+    status = operations.reapply(ref, action.job, applier, out, only_pending=only_pending)
+    if status == "busy":  # a live spotctl is applying the stack now: look again next cycle
+        return Result(action, "noop", True, "another spotctl is updating the stack now")
+    return _done(journal, action, memo, now, status, {})
