@@ -54,10 +54,11 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    seen: each launch pays the changeover again) with on-demand's, and leaves on-demand only after a
    quiet spell of spot (``QUIET_H``), so a zone of short windows cannot make it loop.
 
-Weakest out of sample (bench/policy.py): tight deadlines with long changeovers (d = 0.2 h, C/R = 0.92),
-where it closes 0.34 (LOO) / 0.41 (cross-family) of UP's gap to the optimum and never costs more
-than the better UP;
-planning on the zone's own hazards closes 0.39 there, on the true model 0.50 (bench/policy_ceiling.py).
+Weakest out of sample (bench/policy.py, 16 starts): long changeovers (d = 0.2 h) with C/R = 0.92,
+where it closes 0.38 (LOO) / 0.41 (cross-family) of UP's gap to the optimum, and C/R = 0.8
+cross-family (0.38); it never costs more than the better UP. Planning on each zone's own hazards
+closes 0.39 / 0.43 and 0.47 there (bench/policy_ceiling.py): the regime model, not learning it, is
+the limit.
 
 Plans are solved per (regime, job shape) and cached (``SPOTCTL_PLAN_CACHE`` plans, ~67 MB each at
 most: long jobs are planned on a coarser grid, ``Units.fit``); a one-off decision (``resume``) plans
