@@ -57,8 +57,8 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
 Weakest out of sample (bench/policy.py, 16 starts): long changeovers (d = 0.2 h) with C/R = 0.92,
 where it closes 0.38 (LOO) / 0.41 (cross-family) of UP's gap to the optimum, and C/R = 0.8
 cross-family (0.38); it never costs more than the better UP. Planning on each zone's own hazards
-closes 0.39 / 0.43 and 0.47 there (bench/policy_ceiling.py): the regime model, not learning it, is
-the limit.
+closes 0.39 / 0.43 and 0.47 there (bench/policy_ceiling.py): below 0.5 even with the zone known, so
+the regime model is the limit (better learning could win up to ~0.09 at C/R = 0.8 cross-family).
 
 Plans are solved per (regime, job shape) and cached (``SPOTCTL_PLAN_CACHE`` plans, ~67 MB each at
 most: long jobs are planned on a coarser grid, ``Units.fit``); a one-off decision (``resume``) plans
