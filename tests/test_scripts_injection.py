@@ -60,21 +60,35 @@ def shim_dir(tmp_path_factory) -> Path:
     return d
 
 
-def run_vm(emu, shim_dir, work: Path, *, kind="job", cloud="gcp", name="train", stack="team-a", command="true", env=None):
-    ctx = ScriptContext(cloud=cloud, stack=stack, kind=kind, name=name, command=command, event_bucket="bkt",
-                        region="us-central1", env=env or {})
-    vm = LocalVM(local_context(ctx, emu, work / "disk", work / "state"), work / "vm")
-    record = work / "recorded-command"
-    envs = {"PATH": f"{shim_dir}:{os.environ['PATH']}", "INJECTION_RECORD": str(record)}
+def run_vm(emu, shim_dir, work: Path, **spec) -> tuple[LocalVM, Path]:
+    """One VM booted, its command run to the end, then stopped; (the VM, where the shim recorded the command)."""
+    return run_vms(emu, shim_dir, [(work, spec)])[0]
+
+
+def run_vms(emu, shim_dir, vms: list[tuple[Path, dict]]) -> list[tuple[LocalVM, Path]]:
+    """``run_vm`` of several VMs at once: each step for all of them before the next (they wait on
+    the clock, not the CPU: a hypothesis example's two VMs take the time of one)."""
+    started = []
     try:
-        done = vm.boot(env=envs)
-        assert done.returncode == 0, done.stderr
-        assert vm.wait_exit("run.pid", 20), vm.debug_log()
-        shut, _ = vm.shutdown(env={**envs, "SPOTCTL_RECORD_BUDGET_S": "1"})
-        assert shut.returncode == 0
+        for work, spec in vms:
+            kind, cloud, name = spec.get("kind", "job"), spec.get("cloud", "gcp"), spec.get("name", "train")
+            ctx = ScriptContext(cloud=cloud, stack=spec.get("stack", "team-a"), kind=kind, name=name, command=spec.get("command", "true"),
+                                event_bucket="bkt", region="us-central1", env=spec.get("env") or {})
+            vm = LocalVM(local_context(ctx, emu, work / "disk", work / "state"), work / "vm")
+            record = work / "recorded-command"
+            envs = {"PATH": f"{shim_dir}:{os.environ['PATH']}", "INJECTION_RECORD": str(record)}
+            started.append((vm, record, envs))
+            done = vm.boot(env=envs)
+            assert done.returncode == 0, done.stderr
+        for vm, _, _ in started:
+            assert vm.wait_exit("run.pid", 20), vm.debug_log()
+        for vm, _, envs in started:
+            shut, _ = vm.shutdown(env={**envs, "SPOTCTL_RECORD_BUDGET_S": "1"})
+            assert shut.returncode == 0
     finally:
-        vm.kill_all()
-    return vm, record
+        for vm, _, _ in started:
+            vm.kill_all()
+    return [(vm, record) for vm, record, _ in started]
 
 
 def sourced_env(vm: LocalVM, key: str) -> str:
@@ -111,10 +125,10 @@ def test_agent_command_payload(emu, shim_dir, tmp_path):
 def test_generated_values_pass_through_verbatim(emu, shim_dir, tmp_path_factory, command, name, env_value, agent):
     work = tmp_path_factory.mktemp("gen")
     command = command or "true"
-    vm, record = run_vm(emu, shim_dir, work, name=name or "j", command=command, env={"V": env_value})
+    (vm, record), (_, pool_record) = run_vms(emu, shim_dir, [(work / "job", {"name": name or "j", "command": command, "env": {"V": env_value}}),
+                                                             (work / "pool", {"kind": "pool", "command": agent or "true"})])
     assert record.read_bytes().decode() == command
     assert sourced_env(vm, "V") == env_value
-    pool_vm, pool_record = run_vm(emu, shim_dir, work / "pool", kind="pool", command=agent or "true")
     assert pool_record.read_bytes().decode() == (agent or "true")
 
 
