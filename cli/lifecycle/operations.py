@@ -70,6 +70,7 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             if job.stop_reason and wrote.get("state", "stopped") != "stopped":
                 wrote["stopReason"] = None  # the job leaves the stop it explained
             holder["change"], holder["wrote"], holder["pending"] = change, wrote, job.applying
+            holder["applying"] = written.get("applying", _MISSING)  # what ``_mark_pending`` replaces
             holder["before"] = {k: written.get(k, _MISSING) for k in wrote}
             if change.noop:
                 return {}
@@ -98,7 +99,7 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                 targets = change_targets(declared, dropped, applier.held, job_id)
                 if confirm is not None and not _previewed_and_confirmed(job_id, then, old_job, targets, applier, out, confirm):
                     raise _Declined
-                _mark_pending(ref.path, job_id, _pending_text(change), holder["before"], holder["wrote"], held=confirm is not None)
+                _mark_pending(ref.path, job_id, _pending_text(change), holder, held=confirm is not None)
                 stackfile.publish(ref.path)  # confirmed: the edit (and its mark) reach the shared copy before the update
         except _Declined:
             return Outcome(change, old_cfg, applied=False, declined=True)
@@ -130,13 +131,12 @@ def _pending_text(change: Change) -> str:
     return f"{parts}{': ' if parts else ''}{change.reason}"[:500]
 
 
-def _mark_pending(path: Path, job_id: str, text: str, before: dict[str, Any], wrote: dict[str, Any], held: bool) -> None:
+def _mark_pending(path: Path, job_id: str, text: str, holder: dict[str, Any], held: bool) -> None:
     """Mark the job ``applying: <what>`` before its update starts (cleared once applied: ``_applied``),
     so an update that never finishes (kill -9, a watcher replaced) is seen (``status``) and applied
     again (the same command, ``resume``, ``watch``); the mark is undone with the edit."""
-    current = stackfile.job_fields(path, job_id, ["applying"])
-    before["applying"] = current.get("applying", _MISSING)
-    wrote["applying"] = text
+    before, wrote = holder["before"], holder["wrote"]
+    before["applying"], wrote["applying"] = holder["applying"], text
     if held:
         stackfile.note_proposal(path, job_id, before, wrote)
     stackfile.update_job(path, job_id, lambda cur, written: {"applying": text})

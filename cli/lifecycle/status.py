@@ -218,8 +218,9 @@ def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now:
     if job.state.value == "stopped" and job.stop_reason and not reason:
         reason = f"stopped by spotctl: {job.stop_reason}"
     if job.applying is not None and status != "needs-resume":
+        again = f"spotctl {'complete' if job.state.value == 'completed' else 'resume'} {job.id}"
         status, reason = "update-pending", (f"an update of the job was started and has not finished ({job.applying}); unless a "
-                                            f"spotctl is applying it now, `spotctl resume {job.id}` (or `spotctl watch`) applies it")
+                                            f"spotctl is applying it now, `{again}` (or `spotctl watch`) applies it")
     row["status"], row["status_reason"] = status, reason
     row["attempts"] = sorted({e.attempt for e in events if e.event == "started"})
     if vms is not None:
