@@ -327,35 +327,10 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     stackfile.update_job(ref.path, job_id, lambda current, written: final)
 
 
-class _Missing:
-    pass
-
-
-_MISSING = _Missing()
+_MISSING = stackfile.MISSING  # a key the job did not have
 
 
 def _undo(path: Path, job_id: str, before: dict[str, Any], wrote: dict[str, Any]) -> None:
-    """Put back the keys this command set, under the lock, each only while it still holds what
-    the command wrote (a concurrent complete, failover or hand edit wins); a job removed meanwhile
-    is left removed."""
-
-    def restore(config_map: Any, current: StackConfig) -> None:
-        try:
-            entry = stackfile.job_entry(config_map, job_id)
-        except KeyError:
-            return
-        for name, value in before.items():
-            if name not in wrote or entry.get(name, _MISSING) != wrote[name]:
-                continue
-            if value is _MISSING:
-                entry.pop(name, None)
-            else:
-                entry[name] = value
-
-    if all(v is not _MISSING for v in before.values()):
-        def keys(current: StackConfig, written: Any) -> dict[str, Any]:
-            return {k: v for k, v in before.items() if k in wrote and written.get(k, _MISSING) == wrote[k]} if written else {}
-
-        stackfile.update_job(path, job_id, keys)
-        return
-    stackfile.edit(path, restore)
+    """Put back the keys this command set (``stackfile.restore_fields``): each only while it still
+    holds what the command wrote, so a concurrent complete, failover or hand edit wins."""
+    stackfile.restore_fields(path, job_id, before, wrote)
