@@ -184,3 +184,28 @@ def test_kill_9_during_up_then_the_same_command_applies_it(tmp_path):
     assert updates(log) == ["up", "up"]
     job = stackfile.load(stackfile.StackRef("team-a", path)).job("vit-finetune")
     assert (job.attempt, job.applying) == (4, None)
+
+
+def test_a_complete_killed_during_its_update_is_finished_by_complete_again(project, runner, fake_pulumi, monkeypatch):
+    from cli.app import app
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    real_up = apply.Applier.up
+    monkeypatch.setattr(apply.Applier, "up", lambda self, targets, out: (_ for _ in ()).throw(KeyboardInterrupt))
+    runner.invoke(app, ["complete", "vit-finetune", "--stack", "example-gcp", "--yes"])
+    monkeypatch.setattr(apply.Applier, "up", real_up)
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("vit-finetune")
+    assert job.state.value == "completed" and job.applying.startswith("state=completed")
+    (row,) = json.loads(runner.invoke(app, ["status", "vit-finetune", "--stack", "example-gcp", "--json"]).stdout)
+    assert row["status"] == "update-pending" and "`spotctl complete vit-finetune`" in row["status_reason"]
+
+    monkeypatch.setattr(commands, "interactive", lambda: True)
+    no = runner.invoke(app, ["complete", "vit-finetune", "--stack", "example-gcp"], input="n\n")
+    assert no.exit_code == 0 and "Do you want to finish this update of job vit-finetune? [y/N]" in no.output, no.output
+    assert ups(fake_pulumi) == 0 and stackfile.load(stackfile.resolve("example-gcp", None)).job("vit-finetune").applying
+    done = runner.invoke(app, ["complete", "vit-finetune", "--stack", "example-gcp"], input="y\n")
+    assert done.exit_code == 0 and "the update started earlier and never finished is applied" in done.stdout, done.output
+    assert ups(fake_pulumi) == 1
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("vit-finetune")
+    assert (job.state.value, job.applying) == ("completed", None)
+    assert "applying: null" in path.read_text() or "applying:\n" in path.read_text()
