@@ -48,6 +48,7 @@ class Applier:
 
     def __init__(self, on_up=None, fail: bool = False, on_unprotect=None):
         self.unprotected: list[str] = []
+        self.protected: list[str] = []  # protected again after a failed cleanup
         self.ups: list[list[str]] = []
         self.on_up, self.fail, self.on_unprotect = on_up, fail, on_unprotect
         self.steps: list[str] = []
@@ -68,6 +69,9 @@ class Applier:
         if self.on_unprotect:
             self.on_unprotect()
         self.unprotected += urns
+
+    def protect(self, urns: list[str]) -> None:
+        self.protected += urns
 
     def up(self, targets: list[str], out) -> None:
         if self.on_up:

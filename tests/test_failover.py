@@ -9,6 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import boto3
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from cli.lifecycle.capacity import DEFAULT_MOVE_H, decide_zone_failover, move_ch
 from cli.lifecycle.events import Event
 from cli.policy.failover import FailoverObservation, make_failover
 from infra.config import Capacity, Job
-from tests.conftest import pulumi_calls
+from tests.conftest import data_labels, pulumi_calls
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -134,6 +135,11 @@ def refusing(project: Path, fake_pulumi: Path, pulumi_state, monkeypatch, tmp_pa
     monkeypatch.setattr(capacity, "policy_capacity", lambda now: lambda j, ev: Capacity.SPOT)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     with mock_aws():  # the stack's snapshots, listed once a move finished (none expired here)
+        # The job's volume in the cloud: a move's release checks its ownership tags there.
+        tags = data_labels("team", "train", "aws") | {"Name": "team-train-n0-m1-disk"}
+        boto3.client("ec2", region_name="us-east-1").create_volume(
+            AvailabilityZone="us-east-1a", Size=10,
+            TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
         yield events
 
 

@@ -17,7 +17,7 @@ from cli.lifecycle.move import next_step
 from cli.lifecycle.states import LifecycleError, may_delete_disks
 from cli.plan import mocks as planner
 from infra.config import ConfigError, Job, validate
-from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, pulumi_calls, stack_config
+from tests.conftest import AWS_BASE, GCP_BASE, aws_job, data_labels, gcp_job, pulumi_calls, stack_config
 
 T0 = datetime(2026, 11, 22, 4, 0, tzinfo=UTC)
 MOVE = {"from": "us-central1-a", "to": "us-central1-b"}
@@ -228,7 +228,7 @@ def steps_applied(log: Path, project: Path) -> list[tuple[str | None, str, int]]
 MOVE_ARGS = ["move", "llm-pretrain", "--to-zone", "us-central1-b", "--stack", "example-gcp", "--yes"]
 
 
-def test_move_applies_each_step_then_releases_after_started(project, runner, fake_pulumi, pulumi_state):
+def test_move_applies_each_step_then_releases_after_started(project, runner, fake_pulumi, pulumi_state, gce):
     pulumi_state.seed("example-gcp")  # Pulumi's state (the release targets only what it holds)
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     original = path.read_text()
@@ -261,6 +261,62 @@ def test_move_applies_each_step_then_releases_after_started(project, runner, fak
         [line for line in new.splitlines() if line.strip().startswith("#")]
     assert "move: null" in new and re.search(r"zoneHistory: \[\{lastAttempt: 1, moveBegan: '20[0-9-]+T[0-9:.]+Z', zone: us-central1-a\}\]", new)
     assert final.zone_history[0].move_began is not None  # the move's changeover is measured from here
+
+
+def held_disks(state, job: str) -> dict[str, bool]:
+    """The job's disks in Pulumi's state: name -> protected."""
+    return {u.rsplit("::", 1)[-1]: r["protect"] for u, r in state.resources().items()
+            if f"job-{job}-" in u and u.endswith(("-disk", "-volume"))}
+
+
+def test_a_moves_release_keeps_an_old_disk_relabelled_to_another_stack(project, runner, fake_pulumi, pulumi_state, gce):
+    """Audit F4: the release checked the labels the program declares (which cannot fail), not the
+    real disk's; it now decides through cleanup's rule on the cloud's disks, under the lock."""
+    pulumi_state.seed("example-gcp")
+    (project / "events").mkdir()
+    result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events")])
+    assert result.exit_code == 0 and "waiting for attempt 2" in result.stdout, result.output
+    gce.add_disk("us-central1-a", "example-gcp-llm-pretrain-n1-disk", data_labels("team-b", "llm-pretrain", node=1))
+    result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(started(project, 2))])
+    assert result.exit_code == 1
+    assert ("job llm-pretrain: the disks its move left are kept because its disk example-gcp-llm-pretrain-n1-disk is not "
+            "among the disks labelled for stack example-gcp in the cloud") in result.output
+    assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]] and gce.deleted == []
+    assert held_disks(pulumi_state, "llm-pretrain") == {"job-llm-pretrain-n0-disk": True, "job-llm-pretrain-n1-disk": True,
+                                                        "job-llm-pretrain-n0-m1-disk": True, "job-llm-pretrain-n1-m1-disk": True}
+    assert stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain").move.step == "start"  # the file says so
+
+
+def test_a_moves_release_on_aws_keeps_a_volume_owned_by_a_twin_stack(project, runner, fake_pulumi, pulumi_state, monkeypatch):
+    """The same rule on EC2 (moto): a volume tagged with another stack's owner value (example.aws has
+    example-aws's slug) is kept; the release deletes nothing."""
+    import boto3
+    from moto import mock_aws
+
+    from infra.naming import owner_value
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    pulumi_state.seed("example-aws")
+    args = ["move", "llm-pretrain", "--to-zone", "us-east-1b", "--stack", "example-aws", "--yes"]
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        for node, owner in ((0, owner_value("example-aws")), (1, owner_value("example.aws"))):
+            tags = data_labels("example-aws", "llm-pretrain", "aws", node) | {"spotctl:owner": owner,
+                                                                               "Name": f"example-aws-llm-pretrain-n{node}-disk"}
+            ec2.create_volume(AvailabilityZone="us-east-1a", Size=10,
+                              TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+        (project / "events").mkdir()
+        result = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
+        assert result.exit_code == 0, result.output
+        result = runner.invoke(app, [*args, "--events-dir", str(started(project, 5))])
+        assert result.exit_code == 1
+        (kept,) = [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]
+                   if {"Key": "spotctl:owner", "Value": owner_value("example.aws")} in v["Tags"]]
+        assert (f"job llm-pretrain: the disks its move left are kept because its disk {kept} does not carry this stack's "
+                "ownership labels") in result.output
+        assert len(ec2.describe_volumes()["Volumes"]) == 2
+    assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]
+    assert held_disks(pulumi_state, "llm-pretrain")["job-llm-pretrain-n1-volume"] is True
 
 
 def test_an_interrupted_move_continues_from_the_recorded_step(project, runner, fake_pulumi, monkeypatch):

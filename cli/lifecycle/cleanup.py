@@ -78,8 +78,8 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         if not owned:
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
         _recheck(ref, job, force)
-        taken = stackfile.take_job(ref.path, job_id)
         if not targets:  # nothing of the job in the state: dropping it from the file is all
+            stackfile.take_job(ref.path, job_id)
             return Cleanup(job_id, urns, disks, done=True)
         if leftovers:
             out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
@@ -87,6 +87,12 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         lifted = [d for d in disks if d in held.protected]
         try:
             applier.unprotect(lifted)  # right before the update that deletes them
+            _recheck(ref, job, force)  # a hand edit meanwhile (it does not take the lock)
+        except (ApplyError, LifecycleError):
+            _protect_again(applier, lifted)
+            raise
+        taken = stackfile.take_job(ref.path, job_id)
+        try:
             applier.up(targets, out)
         except ApplyError as exc:
             raise _failed(ref, applier, taken, lifted, exc) from None
@@ -104,6 +110,18 @@ def _targets(urns: list[str], disks: list[str], held: Held, job_id: str) -> list
     return change_targets([], dropped, lambda: lifting, job_id)
 
 
+def _protect_again(applier: Applier, lifted: list[str]) -> list[str]:
+    """Protect again what spotctl unprotected and the state still holds (what a failed update did
+    not delete); returns those URNs. Raises ApplyError when the state cannot be read or written."""
+    if not lifted:
+        return []
+    left = applier.held().resources
+    kept = [d for d in lifted if d in left]
+    if kept:
+        applier.protect(kept)
+    return kept
+
+
 def _failed(ref: stackfile.StackRef, applier: Applier, taken: tuple, lifted: list[str], exc: ApplyError) -> ApplyError:
     """The cleanup's update failed: the job goes back in the file (what was not deleted is still
     declared there) and the disks it did not delete are protected again; the error says what is left."""
@@ -111,15 +129,13 @@ def _failed(ref: stackfile.StackRef, applier: Applier, taken: tuple, lifted: lis
     job_id = taken[2].get("id")
     what = "failed midway" if exc.started else "did not start"
     try:
-        left = applier.held().resources if lifted else {}
-        kept = [d for d in lifted if d in left]
-        applier.protect(kept)
+        kept = _protect_again(applier, lifted)
     except ApplyError as again:
-        protection = f"its disks' protection could not be set again ({again})"
+        protection = f"; its disks' protection could not be set again ({again})"
     else:
-        protection = f"the disks not deleted are protected again ({', '.join(d.rsplit('::', 1)[-1] for d in kept)})" if kept else ""
+        protection = f"; the disks not deleted are protected again ({', '.join(d.rsplit('::', 1)[-1] for d in kept)})" if kept else ""
     return ApplyError(f"{exc}\njob {job_id}: the cleanup's update {what}: the job is kept in the stack file"
-                      f"{'; ' + protection if protection else ''}; run `spotctl cleanup {job_id} --yes` again to finish it",
+                      f"{protection}; run `spotctl cleanup {job_id} --yes` again to finish it",
                       started=exc.started, detail=exc.detail)
 
 

@@ -23,7 +23,6 @@ from cli.lifecycle.apply import Applier, ApplyError, job_plan, job_urns
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, attempt_outcome, check, may_delete_disks
 from infra.config import ConfigError, Job, StackConfig
-from infra.naming import owner_value
 
 REASONS = {
     "snapshot": "the job's VMs go (state stopped) and every node's disk is snapshotted in {frm}",
@@ -243,11 +242,12 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
         raise ConfigError(str(ref.path), [f"job {job_id}: --replica-zones: regional persistent disks are a GCP option"])
     # The recorded step may not have been applied (a failed or interrupted update): apply it again.
     resuming = job.move is not None and job.move.to == to and applier is not None
-    if resuming and not _step(ref, job_id, reapply, applier, out, confirm, result):
+    if resuming and not _step(ref, job_id, reapply, applier, out, confirm, result, inventory):
         return result
     while True:
         seen = events()
-        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now(), replicas), applier, out, confirm, result) or applier is None:
+        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now(), replicas), applier, out, confirm, result,
+                     inventory) or applier is None:
             break
     if not result.finished and result.steps and "move" not in result.steps[-1].fields and stackfile.load(ref).job(job_id).zone == to:
         result.finished, result.waiting = True, ""  # a regional disk's move: one step, nothing to release
@@ -269,7 +269,8 @@ def _prune(ref: stackfile.StackRef, inventory: Callable[[StackConfig], Inventory
 
 
 def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], applier: Applier | None,
-          out: Callable[[str], None], confirm: operations.Confirm | None, result: MoveOutcome) -> bool:
+          out: Callable[[str], None], confirm: operations.Confirm | None, result: MoveOutcome,
+          inventory: Callable[[StackConfig], Inventory] | None = None) -> bool:
     """One step: written and applied; False when the move stops here (done, waiting, declined)."""
     job = stackfile.load(ref).job(job_id)
     change = decide(job)
@@ -286,7 +287,7 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
     record = change.fields.get("move") or {}
     release = None
     if record.get("step") == "release":
-        release = _releaser(ref, job_id, applier)
+        release = _releaser(ref, job_id, applier, inventory)
     elif job.move is not None and record.get("to", job.move.to) != job.move.to:
         release = _forget_snapshots(ref, job_id, job)
     # A snapshot of a disk a VM still writes to is only crash-consistent: the VMs go first, by an update of their own.
@@ -333,31 +334,41 @@ def _stray_vms_gone(ref: stackfile.StackRef, job_id: str, applier: Applier, out:
         applier.up([u for u in change_targets(new, stray, lambda: held, job_id) if u in held.resources], out)
 
 
-def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None) -> operations.Release:
-    """Approve deleting the disks a move left behind through the one deletion rule, checking the
-    ownership labels the program declares on each; then lift their protection in Pulumi's state."""
+def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
+              inventory: Callable[[StackConfig], Inventory] | None) -> operations.Release:
+    """Approve deleting the disks a move left behind through the one deletion rule, decided under
+    the stack file's lock on the real disks: each must carry this exact stack's ownership labels
+    and the job's label in the cloud (``cleanup.disks_owned``, as ``cleanup`` decides), else the
+    release is refused naming it and every disk stays protected; then lift their protection."""
+    from cli.lifecycle.cleanup import disks_owned, physical_name
 
     def release(targets: list[str]) -> list[str]:
-
-        current = stackfile.load(ref)
-        job = current.job(job_id)
-        if job.move is None or job.move.step != "release":
-            return []
-        # What the job declared at step start (old disks and snapshots included), also when this
-        # is a release applied again after an interruption (the file already says release).
-        at_start = job.model_copy(update={"move": job.move.model_copy(update={"step": "start"})})
-        before = current.model_copy(update={"jobs": [at_start if j.id == job_id else j for j in current.jobs]})
-        plan = job_plan(before, ref.name, job_id)
-        gone = sorted(set(job_urns(plan, job_id)) - set(targets))
-        disks = [r for r in plan.resources if r.urn in gone and (r.urn.endswith("-disk") or r.urn.endswith("-volume"))]
-        for disk in disks:
-            ok, why = may_delete_disks(job, force=False, owned=_owned(disk.inputs, current.cloud, ref.name),
-                                       moved_and_started=True)
+        with stackfile.locked(ref.path):
+            current = stackfile.load(ref)
+            job = current.job(job_id)
+            if job.move is None or job.move.step != "release":
+                return []
+            # What the job declared at step start (old disks and snapshots included), also when this
+            # is a release applied again after an interruption (the file already says release).
+            at_start = job.model_copy(update={"move": job.move.model_copy(update={"step": "start"})})
+            before = current.model_copy(update={"jobs": [at_start if j.id == job_id else j for j in current.jobs]})
+            plan = job_plan(before, ref.name, job_id)
+            gone = sorted(set(job_urns(plan, job_id)) - set(targets))
+            disks = [r for r in plan.resources if r.urn in gone and (r.urn.endswith("-disk") or r.urn.endswith("-volume"))]
+            if not disks:
+                return gone
+            if applier is None or inventory is None:
+                raise LifecycleError(f"job {job_id}: the disks its move left are kept because their ownership labels "
+                                     "could not be checked")
+            held = applier.held()
+            names = {d.urn: physical_name(d.inputs, current.cloud) for d in disks}
+            owned, why = disks_owned(inventory(current).disks(), current, ref.name, job_id, names, held)
+            ok, rule = may_delete_disks(job, force=False, owned=owned, moved_and_started=True)
             if not ok:
-                raise LifecycleError(f"job {job_id}: disk {disk.name} is kept because {why}")
-        if applier is not None and disks:
-            held = applier.held()  # `state unprotect` of a URN the state lacks fails; such a disk never existed
-            applier.unprotect([d.urn for d in disks if d.urn in held.resources])
+                raise LifecycleError(f"job {job_id}: the disks its move left are kept because {why if not owned else rule}; "
+                                     "nothing deleted (if that disk is not this stack's, `pulumi state delete` its URN, "
+                                     f"then run `spotctl move {job_id} --to-zone {job.zone}` again)")
+            applier.unprotect([d.urn for d in disks if d.urn in held.protected])  # `state unprotect` of a URN not there fails
         return gone
 
     return release
@@ -418,9 +429,3 @@ def _existing_snapshots(ref: stackfile.StackRef, job_id: str, text: str) -> str:
             "If its labels are not these, it is not this job's: delete or rename it, then run the move again.",
         ]
     return "\n".join(lines)
-
-
-def _owned(inputs: dict[str, Any], cloud: str, stack: str) -> bool:
-    """The declared disk carries this exact stack's ownership labels/tags (as ``cleanup`` checks them)."""
-    marks, sep = (inputs.get("labels") or {}, "-") if cloud == "gcp" else (inputs.get("tags") or {}, ":")
-    return marks.get(f"spotctl{sep}managed") == "true" and marks.get(f"spotctl{sep}owner") == owner_value(stack)
