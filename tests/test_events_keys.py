@@ -274,7 +274,7 @@ def test_cleanup_orphans_ignores_a_completion_forged_in_another_jobs_folder(proj
         gce.stop()
 
 
-def test_a_move_is_not_released_by_a_start_forged_in_another_jobs_folder(project, runner, fake_pulumi, pulumi_state):
+def test_a_move_is_not_released_by_a_start_forged_in_another_jobs_folder(project, runner, fake_pulumi, pulumi_state, gce):
     """Audit F3: a forged ``started`` under bert-eval's prefix released a move's old disks."""
     from tests.test_move import MOVE_ARGS
 

@@ -135,11 +135,13 @@ def refusing(project: Path, fake_pulumi: Path, pulumi_state, monkeypatch, tmp_pa
     monkeypatch.setattr(capacity, "policy_capacity", lambda now: lambda j, ev: Capacity.SPOT)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     with mock_aws():  # the stack's snapshots, listed once a move finished (none expired here)
-        # The job's volume in the cloud: a move's release checks its ownership tags there.
-        tags = data_labels("team", "train", "aws") | {"Name": "team-train-n0-m1-disk"}
-        boto3.client("ec2", region_name="us-east-1").create_volume(
-            AvailabilityZone="us-east-1a", Size=10,
-            TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+        # The job's volumes in the cloud, every generation its moves may leave: a move's release
+        # checks their ownership tags there.
+        for name in ("team-train-n0-disk", *(f"team-train-n0-m{gen}-disk" for gen in range(1, 5))):
+            tags = data_labels("team", "train", "aws") | {"Name": name}
+            boto3.client("ec2", region_name="us-east-1").create_volume(
+                AvailabilityZone="us-east-1a", Size=10,
+                TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
         yield events
 
 

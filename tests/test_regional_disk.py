@@ -256,7 +256,7 @@ def test_the_conversion_restores_a_regional_disk_from_the_snapshot_under_the_nex
         assert disk.name == "job-train-n0-m1-disk" and "snapshot" not in disk.inputs and disk.protect  # ignore_changes: kept
 
 
-def test_spotctl_move_converts_a_zonal_disk_into_a_regional_one_then_moves_it_without_a_snapshot(project, runner, fake_pulumi,
+def test_spotctl_move_converts_a_zonal_disk_into_a_regional_one_then_moves_it_without_a_snapshot(project, runner, fake_pulumi, gce,
                                                                                                  pulumi_state):
     pulumi_state.seed("example-gcp")  # the release unprotects and deletes what Pulumi's state holds
     args = ["move", "llm-pretrain", "--to-zone", "us-central1-a", "--replica-zones", "us-central1-a,us-central1-b",

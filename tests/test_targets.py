@@ -79,7 +79,7 @@ def test_a_vm_never_created_is_not_targeted(project, runner, fake_pulumi, pulumi
     assert not [t for t in up_targets(fake_pulumi)[-1] if t.endswith("-vm")]
 
 
-def test_a_move_deletes_the_old_vms_before_the_snapshot_and_leaves_one_vm_per_node(project, runner, fake_pulumi, pulumi_state):
+def test_a_move_deletes_the_old_vms_before_the_snapshot_and_leaves_one_vm_per_node(project, runner, fake_pulumi, pulumi_state, gce):
     pulumi_state.seed("example-gcp")
     events = project / "events"
     events.mkdir()

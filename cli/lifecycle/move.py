@@ -362,7 +362,12 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
                                      "could not be checked")
             held = applier.held()
             names = {d.urn: physical_name(d.inputs, current.cloud) for d in disks}
-            owned, why = disks_owned(inventory(current).disks(), current, ref.name, job_id, names, held)
+            try:
+                listed = inventory(current).disks()
+            except CloudError as exc:
+                raise LifecycleError(f"job {job_id}: the disks its move left are kept because their ownership labels "
+                                     f"could not be checked: {exc}") from None
+            owned, why = disks_owned(listed, current, ref.name, job_id, names, held)
             ok, rule = may_delete_disks(job, force=False, owned=owned, moved_and_started=True)
             if not ok:
                 raise LifecycleError(f"job {job_id}: the disks its move left are kept because {why if not owned else rule}; "
