@@ -55,6 +55,13 @@ def test_cleanup_without_yes_is_a_dry_run(project, runner, fake_pulumi, pulumi_s
     assert not [c for c in pulumi_calls(fake_pulumi) if "up" in c or "unprotect" in c]
 
 
+def test_a_dry_run_without_pulumi_lists_what_the_plan_names(project, runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPOTCTL_PULUMI_ROOT", str(tmp_path / "no-pulumi"))
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"])
+    assert result.exit_code == 0, result.output
+    assert "  - delete urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob$gcp:compute/disk:Disk::job-bert-eval-n0-disk" in result.output
+
+
 def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi, pulumi_state, gce):
     pulumi_state.seed("example-gcp")
     state = json.loads(pulumi_state.path.read_text())  # protected, as a job's disk is until its completion is applied

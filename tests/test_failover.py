@@ -21,6 +21,7 @@ from cli.lifecycle.events import Event
 from cli.policy.failover import FailoverObservation, make_failover
 from infra.config import Capacity, Job
 from tests.conftest import data_labels, pulumi_calls
+from tests.test_cleanup import make_volume
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -138,10 +139,7 @@ def refusing(project: Path, fake_pulumi: Path, pulumi_state, monkeypatch, tmp_pa
         # The job's volumes in the cloud, every generation its moves may leave: a move's release
         # checks their ownership tags there.
         for name in ("team-train-n0-disk", *(f"team-train-n0-m{gen}-disk" for gen in range(1, 5))):
-            tags = data_labels("team", "train", "aws") | {"Name": name}
-            boto3.client("ec2", region_name="us-east-1").create_volume(
-                AvailabilityZone="us-east-1a", Size=10,
-                TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+            make_volume(boto3.client("ec2", region_name="us-east-1"), "us-east-1a", data_labels("team", "train", "aws") | {"Name": name})
         yield events
 
 

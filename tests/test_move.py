@@ -294,6 +294,7 @@ def test_a_moves_release_on_aws_keeps_a_volume_owned_by_a_twin_stack(project, ru
     from moto import mock_aws
 
     from infra.naming import owner_value
+    from tests.test_cleanup import make_volume
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     pulumi_state.seed("example-aws")
@@ -303,8 +304,7 @@ def test_a_moves_release_on_aws_keeps_a_volume_owned_by_a_twin_stack(project, ru
         for node, owner in ((0, owner_value("example-aws")), (1, owner_value("example.aws"))):
             tags = data_labels("example-aws", "llm-pretrain", "aws", node) | {"spotctl:owner": owner,
                                                                                "Name": f"example-aws-llm-pretrain-n{node}-disk"}
-            ec2.create_volume(AvailabilityZone="us-east-1a", Size=10,
-                              TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+            make_volume(ec2, "us-east-1a", tags)
         (project / "events").mkdir()
         result = runner.invoke(app, [*args, "--events-dir", str(project / "events")])
         assert result.exit_code == 0, result.output

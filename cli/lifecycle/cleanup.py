@@ -66,11 +66,17 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
             if yes:
                 stackfile.take_job(ref.path, job_id)
             return Cleanup(job_id, urns, disks, done=yes)
+        if not yes:
+            try:
+                held = applier.held()
+            except ApplyError:  # no `pulumi` here: list what the plan names (the update itself reads the state)
+                return Cleanup(job_id, urns, disks, done=False)
+            targets = _targets(urns, disks, held, job_id)
+            return Cleanup(job_id, targets, [d for d in disks if d in targets], done=False,
+                           leftovers=sorted(set(targets) - set(urns)))
         held = applier.held()
         targets = _targets(urns, disks, held, job_id)
         leftovers = sorted(set(targets) - set(urns))
-        if not yes:
-            return Cleanup(job_id, targets, [d for d in disks if d in targets], done=False, leftovers=leftovers)
         if inventory is None:
             raise LifecycleError(f"job {job_id}: its disks are kept because their ownership labels could not be checked")
         names = {r.urn: physical_name(r.inputs, cfg.cloud) for r in plan.resources if r.urn in disks}
