@@ -142,6 +142,24 @@ def test_a_cleanup_whose_update_fails_midway_keeps_the_job_and_protection_and_a_
     assert "llm-pretrain" not in path.read_text().split("jobs:")[1]
 
 
+def test_cleanup_keeps_a_disk_only_the_state_names(project, runner, fake_pulumi, pulumi_state, gce):
+    """A disk Pulumi's state holds under the job that the job does not declare (no name to check its
+    labels by) is never among what the update deletes: the cleanup is refused before any change."""
+    pulumi_state.seed("example-gcp")
+    state = json.loads(pulumi_state.path.read_text())
+    root = next(r["urn"] for r in state["deployment"]["resources"] if r["urn"].endswith("::job-bert-eval"))
+    state["deployment"]["resources"].append({"urn": root.replace("spotctl:gcp:TrainingJob::job-bert-eval",
+                                             "spotctl:gcp:TrainingJob$gcp:compute/disk:Disk::job-bert-eval-n0-m1-disk"),
+                                             "type": "gcp:compute/disk:Disk", "parent": root, "protect": False})
+    pulumi_state.path.write_text(json.dumps(state))
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 1
+    assert "Pulumi's state holds disk(s) job-bert-eval-n0-m1-disk the job does not declare" in result.output
+    assert path.read_text() == before and not [c for c in pulumi_calls(fake_pulumi) if "up" in c or "unprotect" in c]
+
+
 def test_cleanup_refuses_before_any_change_a_disk_relabelled_to_another_stack(project, runner, fake_pulumi, pulumi_state, gce):
     pulumi_state.seed("example-gcp")
     gce.add_disk("us-central1-c", "example-gcp-bert-eval-n0-disk", data_labels("team-b", "bert-eval"))

@@ -113,7 +113,13 @@ def _targets(urns: list[str], disks: list[str], held: Held, job_id: str) -> list
     root = next((u for u in urns if u.endswith(f"::job-{job_id}")), None)
     dropped = set(urns) | (held.under(root) if root else set())
     lifting = replace(held, protected=held.protected - set(disks))
-    return change_targets([], dropped, lambda: lifting, job_id)
+    targets = change_targets([], dropped, lambda: lifting, job_id)
+    # A disk only the state names (the plan does not) has no name to check its labels by: kept.
+    unchecked = [u.rsplit("::", 1)[-1] for u in targets if u not in urns and u.endswith(("-disk", "-volume"))]
+    if unchecked:
+        raise LifecycleError(f"job {job_id}: its disks are kept because Pulumi's state holds disk(s) {', '.join(unchecked)} "
+                             "the job does not declare (their ownership labels cannot be checked); nothing changed")
+    return targets
 
 
 def _protect_again(applier: Applier, lifted: list[str]) -> list[str]:
