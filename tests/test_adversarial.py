@@ -558,3 +558,15 @@ def test_7_names_with_a_trailing_newline_are_refused(value):
         stackfile.resolve(value, None)
     with pytest.raises(ConfigError):
         stackfile.resolve(None, Path(f"Pulumi.{value}.yaml\n"))
+
+
+def test_a_job_removed_while_a_command_ran_is_one_clear_error(ref):
+    """An edit of a job that is no longer in the file (a hand edit or `cleanup --no-apply` removed it
+    between two of a command's steps) names the job and the file, and writes nothing."""
+    stackfile.take_job(ref.path, "bert-eval")
+    before = ref.path.read_text()
+    with pytest.raises(ConfigError) as err:
+        stackfile.update_job(ref.path, "bert-eval", lambda current, written: {"applying": "attempt=3: resume"})
+    assert err.value.source == str(ref.path) and err.value.problems == [
+        "job bert-eval: no longer in the stack file (removed while this command ran)"]
+    assert ref.path.read_text() == before

@@ -961,6 +961,8 @@ def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[
         fields = dict(decide(current, written))
         if not fields:
             return current, current
+        if not written:  # removed since this command last read it (a hand edit, `cleanup --no-apply`)
+            raise ConfigError(str(path), [f"job {job_id}: no longer in the stack file (removed while this command ran)"])
         if part is not None:
             spliced = _splice_part(path, part, job_id, fields)
             if spliced is not None:
