@@ -243,6 +243,18 @@ def test_move_applies_each_step_then_releases_after_started(project, runner, fak
                                                    ("start", "us-central1-b", 2)]
     assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]  # old disks still protected
 
+    # Asked at a terminal and answered no: the old disks stay protected (approved only, never unprotected).
+    import cli.commands as commands
+
+    with pytest.MonkeyPatch.context() as tty:
+        tty.setattr(commands, "interactive", lambda: True)
+        asked = [a for a in MOVE_ARGS if a != "--yes"]
+        # (yes to the start step applied again, as every rerun of a move does; no to the release)
+        declined = runner.invoke(app, [*asked, "--events-dir", str(started(project, 2))], input="y\nn\n")
+    assert declined.exit_code == 0, declined.output
+    assert "move step release" in declined.stdout and "not confirmed: undone" in declined.stdout and not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]]
+    assert held_disks(pulumi_state, "llm-pretrain") == {"job-llm-pretrain-n0-disk": True, "job-llm-pretrain-n1-disk": True,
+                                                        "job-llm-pretrain-n0-m1-disk": True, "job-llm-pretrain-n1-m1-disk": True}
     result = runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(started(project, 2))])
     assert result.exit_code == 0, result.output
     assert "the move is finished" in result.stdout

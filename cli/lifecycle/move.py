@@ -339,15 +339,16 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
     """Approve deleting the disks a move left behind through the one deletion rule, decided under
     the stack file's lock on the real disks: each must carry this exact stack's ownership labels
     and the job's label in the cloud (``cleanup.disks_owned``, as ``cleanup`` decides), else the
-    release is refused naming it and every disk stays protected; then lift their protection."""
+    release is refused naming it and every disk stays protected; else they are approved, to be
+    unprotected right before the update that deletes them (after the preview and the question)."""
     from cli.lifecycle.cleanup import disks_owned, physical_name
 
-    def release(targets: list[str]) -> list[str]:
+    def release(targets: list[str]) -> operations.Approved:
         with stackfile.locked(ref.path):
             current = stackfile.load(ref)
             job = current.job(job_id)
             if job.move is None or job.move.step != "release":
-                return []
+                return operations.Approved([])
             # What the job declared at step start (old disks and snapshots included), also when this
             # is a release applied again after an interruption (the file already says release).
             at_start = job.model_copy(update={"move": job.move.model_copy(update={"step": "start"})})
@@ -356,7 +357,7 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
             gone = sorted(set(job_urns(plan, job_id)) - set(targets))
             disks = [r for r in plan.resources if r.urn in gone and (r.urn.endswith("-disk") or r.urn.endswith("-volume"))]
             if not disks:
-                return gone
+                return operations.Approved(gone)
             if applier is None or inventory is None:
                 raise LifecycleError(f"job {job_id}: the disks its move left are kept because their ownership labels "
                                      "could not be checked")
@@ -373,8 +374,8 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
                 raise LifecycleError(f"job {job_id}: the disks its move left are kept because {why if not owned else rule}; "
                                      "nothing deleted (if that disk is not this stack's, `pulumi state delete` its URN, "
                                      f"then run `spotctl move {job_id} --to-zone {job.zone}` again)")
-            applier.unprotect([d.urn for d in disks if d.urn in held.protected])  # `state unprotect` of a URN not there fails
-        return gone
+            # `state unprotect` of a URN the state does not hold fails: only those it holds protected
+            return operations.Approved(gone, [d.urn for d in disks if d.urn in held.protected])
 
     return release
 
@@ -384,15 +385,14 @@ def _forget_snapshots(ref: stackfile.StackRef, job_id: str, before: Job) -> oper
     ``retain_on_delete``): target them so Pulumi's state forgets them now, as a release does. No
     disk may be among what the edit drops (every earlier disk is ``held``)."""
 
-    def release(targets: list[str]) -> list[str]:
-
+    def release(targets: list[str]) -> operations.Approved:
         current = stackfile.load(ref)
         was = current.model_copy(update={"jobs": [before if j.id == job_id else j for j in current.jobs]})
         gone = sorted(set(job_urns(job_plan(was, ref.name, job_id), job_id)) - set(targets))
         disks = [u for u in gone if u.endswith("-disk") or u.endswith("-volume")]
         if disks:
             raise LifecycleError(f"job {job_id}: moving on would drop disk(s) {', '.join(disks)}: refused")
-        return [u for u in gone if u.endswith("-snapshot")]
+        return operations.Approved([u for u in gone if u.endswith("-snapshot")])
 
     return release
 

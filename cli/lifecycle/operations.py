@@ -7,12 +7,12 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
+from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
 from cli.lifecycle.states import Change
 from infra.config import ConfigError, Job, StackConfig
 
@@ -31,10 +31,19 @@ Confirm = Callable[[str], bool]
 """Asked after Pulumi's preview of the targeted update; False leaves everything as it was."""
 
 
-Release = Callable[[list[str]], list[str]]
+@dataclass(frozen=True)
+class Approved:
+    """What a ``Release`` approved: URNs the update must also target because the edit drops them
+    (so it deletes them), and the protected ones among them to unprotect right before that update."""
+
+    drop: list[str]
+    unprotect: list[str] = field(default_factory=list)
+
+
+Release = Callable[[list[str]], Approved]
 """Given the URNs a targeted update would touch, under the lock after the edit and before the preview:
-the URNs it must also target because the edit drops them (so the update deletes them), once
-approved and unprotected (``spotctl move`` releasing old disks); raises to refuse."""
+what it must also target and unprotect (``spotctl move`` releasing old disks); raises to refuse.
+Nothing is unprotected before the edit is confirmed: a no (or an interrupt) leaves every disk protected."""
 
 
 def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
@@ -95,8 +104,15 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                 declared = job_targets(new_cfg, ref.name, job_id)
                 # What the edit drops is targeted too (so the update deletes it): the one rule, in
                 # ``change_targets``. ``release`` adds what only a move's release may drop (old disks).
-                dropped = set(job_targets(old_cfg, ref.name, job_id)) | set(release(declared) if release is not None else ())
-                targets = change_targets(declared, dropped, applier.held, job_id)
+                approved = release(declared) if release is not None else Approved([])
+                dropped = set(job_targets(old_cfg, ref.name, job_id)) | set(approved.drop)
+                lifting = set(approved.unprotect)
+
+                def state() -> Held:  # as it will be once the approved disks are unprotected, right before the update
+                    held = applier.held()
+                    return replace(held, protected=held.protected - lifting) if lifting else held
+
+                targets = change_targets(declared, dropped, state, job_id)
                 if confirm is not None and not _previewed_and_confirmed(job_id, then, old_job, targets, applier, out, confirm):
                     raise _Declined
                 _mark_pending(ref.path, job_id, _pending_text(change), holder, held=confirm is not None)
@@ -109,11 +125,16 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             _stop_gang_first(ref, job_id, old_cfg, applier, holder["before"], out, then)
             # The stop deleted what the state held of the old VMs: a target gone from both the state
             # and the program would fail the update (``change_targets``).
-            targets = change_targets(declared, dropped, applier.held, job_id)
+            targets = change_targets(declared, dropped, state, job_id)
         try:
+            if lifting:
+                applier.unprotect(sorted(lifting))  # right before the update that deletes them
             applier.up(targets, out)
         except ApplyError as exc:
             if not exc.started:
+                if lifting:  # nothing was deleted: the disks are protected again, as the undone edit declares them
+                    with contextlib.suppress(ApplyError):
+                        applier.protect(sorted(lifting))
                 _undo(ref.path, job_id, holder["before"], holder["wrote"])
                 if gang:  # the old gang is gone: the file must not say it runs
                     why = (f"every node of attempt {old_job.attempt} was stopped, then {then.next_step} could not "
