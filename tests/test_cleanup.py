@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import boto3
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from moto import mock_aws
@@ -82,6 +83,71 @@ def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(proje
     assert [j.id for j in after.jobs] == ["llm-pretrain", "vit-finetune"]
     assert "# Two-node H100 pretraining" in path.read_text()  # other jobs' comments kept
     assert not [u for u in pulumi_state.resources() if "bert-eval" in u]  # Pulumi deleted every resource of the job
+
+
+def protected_bert_eval_disk(pulumi_state) -> None:
+    pulumi_state.seed("example-gcp")
+    state = json.loads(pulumi_state.path.read_text())  # protected, as a job's disk is until its completion is applied
+    for r in state["deployment"]["resources"]:
+        r["protect"] = r["protect"] or r["urn"].endswith("::job-bert-eval-n0-disk")
+    pulumi_state.path.write_text(json.dumps(state))
+
+
+DISK = "urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob$gcp:compute/disk:Disk::job-bert-eval-n0-disk"
+
+
+def test_cleanup_interrupted_during_its_update_puts_the_job_back_and_protects_the_disk(project, runner, fake_pulumi,
+                                                                                         pulumi_state, gce, monkeypatch):
+    """Ctrl-C (or SIGTERM/SIGHUP) during the update: the job back in the file, its disk protected
+    again, exit 130 naming what to run; the same command then finishes the cleanup."""
+    from cli.lifecycle import apply
+
+    protected_bert_eval_disk(pulumi_state)
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    real_up = apply.Applier.up
+
+    def interrupted(self, targets, on_output):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(apply.Applier, "up", interrupted)
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 130, result.output
+    assert "interrupted (SIGINT)" in result.stderr and "run `spotctl cleanup bert-eval --yes` again" in result.stderr
+    assert path.read_text() == before and pulumi_state.resources()[DISK]["protect"] is True
+    monkeypatch.setattr(apply.Applier, "up", real_up)
+    again = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
+    assert again.exit_code == 0, again.output
+    assert not [u for u in pulumi_state.resources() if "bert-eval" in u]
+
+
+def test_cleanup_killed_during_its_update_is_finished_by_the_same_command(project, runner, fake_pulumi, pulumi_state,
+                                                                          gce, monkeypatch):
+    """kill -9 cannot be caught: the job is out of the file and its disk unprotected, but a record
+    says so, and the next `cleanup JOB --yes` puts the job back, decides again and finishes."""
+    from cli.lifecycle import apply
+
+    class Killed(BaseException):
+        """The process ends here: nothing after it runs (not even `finally`, in the real kill)."""
+
+    protected_bert_eval_disk(pulumi_state)
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    real_up = apply.Applier.up
+
+    def killed(self, targets, on_output):
+        raise Killed
+
+    monkeypatch.setattr(apply.Applier, "up", killed)
+    with pytest.raises(Killed):
+        runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"], catch_exceptions=False)
+    assert "bert-eval" not in path.read_text() and pulumi_state.resources()[DISK]["protect"] is False
+    assert runner.invoke(app, ["status", "--stack", "example-gcp"]).exit_code == 0
+    monkeypatch.setattr(apply.Applier, "up", real_up)
+    again = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
+    assert again.exit_code == 0, again.output
+    assert "a cleanup of it was interrupted during its update: the job is back" in again.output
+    assert not [u for u in pulumi_state.resources() if "bert-eval" in u] and "bert-eval" not in path.read_text()
+    assert not (project / "stacks" / ".spotctl" / "Pulumi.example-gcp.yaml.cleanup.json").exists()
 
 
 def test_cleanup_that_cannot_start_puts_the_job_back(project, runner, fake_pulumi, pulumi_state, gce, monkeypatch):

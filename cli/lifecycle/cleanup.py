@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from cli.cloud import CloudDisk, CloudSnapshot, Inventory
@@ -55,6 +56,8 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         applier.preflight()
     guard = applier.exclusive(ref.path) if (yes and applier) else contextlib.nullcontext()
     with guard, stackfile.locked(ref.path):
+        if applier is not None:  # (the listing too: the job's resources are still in Pulumi's state)
+            _resume_interrupted(ref, job_id, out)
         cfg = stackfile.load(ref)
         job = _job(ref, cfg, job_id)
         allowed, why = may_delete_disks(job, force=force, owned=True)
@@ -91,17 +94,32 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
             out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
                 "(its completion was never applied): deleted by the same update")
         lifted = [d for d in disks if d in held.protected]
-        try:
-            applier.unprotect(lifted)  # right before the update that deletes them
-            _recheck(ref, job, force)  # a hand edit meanwhile (it does not take the lock)
-        except (ApplyError, LifecycleError):
-            _protect_again(applier, lifted)
-            raise
-        taken = stackfile.take_job(ref.path, job_id)
-        try:
-            applier.up(targets, out)
-        except ApplyError as exc:
-            raise _failed(ref, applier, taken, lifted, exc) from None
+        from cli.lifecycle.operations import Interrupted, _Signalled, _signals_raise
+
+        with _signals_raise():  # SIGTERM/SIGHUP raise as Ctrl-C does, so what follows is put right
+            try:
+                applier.unprotect(lifted)  # right before the update that deletes them
+                _recheck(ref, job, force)  # a hand edit meanwhile (it does not take the lock)
+            except BaseException:
+                with contextlib.suppress(ApplyError):
+                    _protect_again(applier, lifted)
+                raise
+            taken = stackfile.take_job(ref.path, job_id)
+            # Between here and the end of the update the job is out of the file and its disks are
+            # unprotected: a kill -9 cannot be caught, so the next `cleanup JOB --yes` finds this record.
+            _record_interrupted(ref.path, taken, lifted)
+            try:
+                applier.up(targets, out)
+            except ApplyError as exc:
+                raise _failed(ref, applier, taken, lifted, exc) from None
+            except (KeyboardInterrupt, _Signalled) as exc:
+                import signal
+
+                signum = getattr(exc, "signum", signal.SIGINT)
+                name = signal.Signals(signum).name
+                err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
+                raise Interrupted(str(err), signum) from None
+            _record_path(ref.path).unlink(missing_ok=True)
     return Cleanup(job_id, targets, [d for d in disks if d in targets], done=True, leftovers=leftovers)
 
 
@@ -134,10 +152,46 @@ def _protect_again(applier: Applier, lifted: list[str]) -> list[str]:
     return kept
 
 
+def _record_path(path: Path) -> Path:
+    return path.parent / ".spotctl" / f"{path.name}.cleanup.json"
+
+
+def _record_interrupted(path: Path, taken: tuple, lifted: list[str]) -> None:
+    """What a cleanup under way took out of the file and unprotected (removed once it is over)."""
+    import json
+
+    from cli.lifecycle.stackfile import atomic_write
+
+    block, index, entry = taken
+    _record_path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(_record_path(path), json.dumps({"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted}, default=str) + "\n")
+
+
+def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str], None]) -> None:
+    """A cleanup of ``job_id`` killed during its update (the record is there): the job goes back in
+    the file, so this cleanup decides and deletes again from the start (its disks' protection is
+    lifted again only after the checks). Another job's record is left for its own cleanup."""
+    import json
+
+    path = _record_path(ref.path)
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("job") != job_id:
+            return
+        taken = tuple(doc["taken"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if stackfile.put_back_job(ref.path, taken):
+        out(f"job {job_id}: a cleanup of it was interrupted during its update: the job is back in {ref.path}, "
+            "and this cleanup starts again")
+    path.unlink(missing_ok=True)
+
+
 def _failed(ref: stackfile.StackRef, applier: Applier, taken: tuple, lifted: list[str], exc: ApplyError) -> ApplyError:
     """The cleanup's update failed: the job goes back in the file (what was not deleted is still
     declared there) and the disks it did not delete are protected again; the error says what is left."""
     stackfile.put_back_job(ref.path, taken)
+    _record_path(ref.path).unlink(missing_ok=True)
     job_id = taken[2].get("id")
     what = "failed midway" if exc.started else "did not start"
     try:
