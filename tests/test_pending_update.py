@@ -123,10 +123,17 @@ def test_an_update_killed_midway_is_marked_and_another_machines_watcher_applies_
 
     real_up = apply.Applier.up
     monkeypatch.setattr(apply.Applier, "up", killed)
+    from datetime import UTC, datetime, timedelta
+
+    from cli.lifecycle import operations
+
+    began = datetime.now(UTC) - timedelta(minutes=11)  # the update began 11 min ago, and never finished
+    monkeypatch.setattr(operations, "_now", lambda: began)
     cli(runner, "resume", "train", "--yes", "--events-dir", str(seen_events))
     monkeypatch.setattr(apply.Applier, "up", real_up)
     shared = jobs_of(shared_text())["train"]
     assert shared["attempt"] == 4 and shared["applying"].startswith("attempt=4, state=running")
+    assert shared["applying"].endswith(f"(since {began.strftime('%Y-%m-%dT%H:%M:%SZ')})")
     status = cli(runner, "status", "train", "--json")
     (row,) = json.loads(status.stdout)
     assert row["status"] == "update-pending" and "spotctl resume train" in row["status_reason"]
@@ -143,9 +150,29 @@ def test_an_update_killed_midway_is_marked_and_another_machines_watcher_applies_
     assert again.exit_code == 0 and ups(fake_pulumi) == 1  # applied once
 
 
+def test_another_machines_watcher_leaves_a_young_mark_alone(synced, runner, monkeypatch, fake_pulumi):
+    """Audit: the update lock is only this machine's; a watcher elsewhere could apply the update a CLI
+    has just marked and is about to run (the CLI's own `up` then fails on Pulumi's lock and undoes the
+    file, while the watcher's runs). A mark younger than PENDING_GRACE is left alone."""
+    path, seen_events = synced
+    monkeypatch.setattr(apply.Applier, "up", lambda self, targets, out: (_ for _ in ()).throw(KeyboardInterrupt))
+    cli(runner, "resume", "train", "--yes", "--events-dir", str(seen_events))
+    monkeypatch.chdir(path.parent.parent.parent / "watcher")
+    acted = cli(runner, "watch", "--once", "--no-poll", "--json", "--events-dir", str(seen_events))
+    assert acted.exit_code == 0, acted.output
+    lines = [a for a in map(json.loads, acted.stdout.splitlines()) if a.get("job") == "train"]
+    assert not [a for a in lines if a["action"] != "record"] and ups(fake_pulumi) == 0, lines
+    assert jobs_of(shared_text())["train"]["applying"]
+
+
 def test_the_watcher_leaves_an_update_a_live_spotctl_is_applying(synced, runner, monkeypatch, fake_pulumi):
     path, seen_events = synced
     monkeypatch.setattr(apply.Applier, "up", lambda self, targets, out: (_ for _ in ()).throw(KeyboardInterrupt))
+    from datetime import UTC, datetime, timedelta
+
+    from cli.lifecycle import operations
+
+    monkeypatch.setattr(operations, "_now", lambda: datetime.now(UTC) - timedelta(minutes=11))  # past the grace
     cli(runner, "resume", "train", "--yes", "--events-dir", str(seen_events))
     from filelock import FileLock
 

@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +147,20 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
         return Outcome(change, new_cfg, applied=True)
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
 def _pending_text(change: Change) -> str:
-    """What the ``applying`` mark says: the change's plain fields and its reason."""
+    """What the ``applying`` mark says: the change's plain fields, its reason, and when the update
+    began (``(since <UTC time>)``: another machine's watcher leaves a mark that young alone,
+    ``states.PENDING_GRACE``, as the update may still be under way there)."""
     parts = ", ".join(f"{k}={v}" for k, v in change.fields.items() if not isinstance(v, (dict, list)))
-    return f"{parts}{': ' if parts else ''}{change.reason}"[:500]
+    since = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    head = f"{parts}: {change.reason}" if parts else change.reason
+    return f"{head[:460]} (since {since})"
+
+
 
 
 def _mark_pending(path: Path, job_id: str, text: str, holder: dict[str, Any], held: bool) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
@@ -194,3 +195,17 @@ def may_delete_disks(job: Job | None, *, force: bool, owned: bool, moved_and_sta
     if job.state is F and force:
         return True, "its job failed and --force was given"
     return False, f"its job is {job.state.value}" + (" (use --force for a failed job)" if job.state is F else "")
+
+
+PENDING_GRACE = timedelta(minutes=10)
+"""How long a watcher leaves another spotctl's ``applying`` mark alone: the update lock is only this
+machine's, and between writing the mark and taking Pulumi's own stack lock (``up``, or the refresh
+before it) another machine's CLI needs seconds; ten minutes cover that and any clock skew."""
+
+
+def pending_since(text: str) -> datetime | None:
+    """When the update an ``applying`` mark records began (None for a mark without the time)."""
+    import re
+
+    m = re.search(r"\(since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\)$", text or "")
+    return datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if m else None

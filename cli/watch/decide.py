@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
-from cli.lifecycle.states import Change, check
+from cli.lifecycle.states import PENDING_GRACE, Change, check, pending_since
 from infra.basics import JobState
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
@@ -117,7 +117,7 @@ class Note:
     """Something seen and recorded without acting: a notice, a stale event, a wait."""
 
     job: str
-    kind: str  # notice | stale | waiting-for-capacity | retrying-apply | waiting-for-nodes
+    kind: str  # notice | stale | waiting-for-capacity | retrying-apply | waiting-for-nodes | update-pending
     reason: str
     ids: tuple[str, ...] = ()
     look: bool = False  # ask the cloud about this job's VMs now
@@ -155,7 +155,13 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     if job.applying is not None and not waiting:
         # Another spotctl (a CLI killed mid-update, a watcher replaced, on any machine: the mark travels
         # with the shared copy) started an update of the job and never finished it: apply what the file
-        # says. A live spotctl still applying it holds the stack's update lock: then nothing is done.
+        # says. A live spotctl still applying it holds the stack's update lock (this machine's) or
+        # Pulumi's stack lock once its update runs; a young mark is left alone (``PENDING_GRACE``), as
+        # another machine's CLI may be between writing it and taking Pulumi's lock.
+        since = pending_since(job.applying)
+        if since is not None and now - since < PENDING_GRACE:
+            return None, [Note(job.id, "update-pending", f"an update began at {since.isoformat()} ({job.applying}); "
+                               f"applied again from {(since + PENDING_GRACE).isoformat()} if it never finishes")]
         return Action(job.id, "reapply", job.attempt, f"an update of the job was started and never finished "
                       f"({job.applying}): applying it"), notes
     if job.move is not None and (waiting or not _awaiting_start(job, [s.event for s in events])):
