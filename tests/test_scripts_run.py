@@ -542,6 +542,7 @@ def test_a_kept_boot_disk_uploads_the_next_attempts_log_from_its_start(emu, tmp_
             vms.append(vm)
             assert vm.boot(env={"SPOTCTL_BOOT_ID": f"boot-{attempt}"}).returncode == 0
             assert vm.wait_exit("run.pid", 20), vm.debug_log()
+            vm.kill_all()  # powered off before the next attempt boots its disk (they share the state dir and its pid files)
         chunks = dict(emu.state.log_chunks)
         mine = {n: c for n, c in chunks.items() if "/attempt-2/" in n}
         assert logs.read(None, "train", logs.LogKey(2, 0), mine) == b"two\n", sorted(chunks)
