@@ -332,6 +332,12 @@ class Held:
             todo.extend(children.get(urn, []))
         return out
 
+    def under_job(self, urns: Iterable[str], job_id: str) -> set[str]:
+        """Everything the state holds under the job's component (``job-<id>``, found among ``urns``:
+        a plan's URNs of the job), the component included; empty when ``urns`` has none."""
+        root = next((u for u in urns if u.endswith(f"::job-{job_id}")), None)
+        return self.under(root) if root else set()
+
 
 def held_in(deployment: dict) -> Held:
     """Read ``pulumi stack export``'s JSON (pure)."""

@@ -94,9 +94,9 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
             out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
                 "(its completion was never applied): deleted by the same update")
         lifted = [d for d in disks if d in held.protected]
-        from cli.lifecycle.operations import Interrupted, _Signalled, _signals_raise
+        from cli.lifecycle.operations import STOPS, Interrupted, signal_of, signals_raise
 
-        with _signals_raise():  # SIGTERM/SIGHUP raise as Ctrl-C does, so what follows is put right
+        with signals_raise():  # SIGTERM/SIGHUP raise as Ctrl-C does, so what follows is put right
             try:
                 applier.unprotect(lifted)  # right before the update that deletes them
                 _recheck(ref, job, force)  # a hand edit meanwhile (it does not take the lock)
@@ -112,11 +112,8 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
                 applier.up(targets, out)
             except ApplyError as exc:
                 raise _failed(ref, applier, taken, lifted, exc) from None
-            except (KeyboardInterrupt, _Signalled) as exc:
-                import signal
-
-                signum = getattr(exc, "signum", signal.SIGINT)
-                name = signal.Signals(signum).name
+            except STOPS as exc:
+                signum, name = signal_of(exc)
                 err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
                 raise Interrupted(str(err), signum) from None
             _record_path(ref.path).unlink(missing_ok=True)
@@ -128,8 +125,7 @@ def _targets(urns: list[str], disks: list[str], held: Held, job_id: str) -> list
     dropped, and the targets are those the state holds (``change_targets``, the one rule). Its
     disks are about to be unprotected; any other protected resource refuses the cleanup here,
     before anything changes."""
-    root = next((u for u in urns if u.endswith(f"::job-{job_id}")), None)
-    dropped = set(urns) | (held.under(root) if root else set())
+    dropped = set(urns) | held.under_job(urns, job_id)
     lifting = replace(held, protected=held.protected - set(disks))
     targets = change_targets([], dropped, lambda: lifting, job_id)
     # A disk only the state names (the plan does not) has no name to check its labels by: kept.

@@ -324,8 +324,7 @@ def _stray_vms_gone(ref: stackfile.StackRef, job_id: str, applier: Applier, out:
     with applier.exclusive(ref.path):
         new = job_targets(stackfile.load(ref), ref.name, job_id)
         held = applier.held()
-        root = next((u for u in new if u.endswith(f"::job-{job_id}")), None)
-        stray = sorted(u for u in (held.under(root) if root else set()) - set(new) if re.search(r"/instance:Instance::", u))
+        stray = sorted(u for u in held.under_job(new, job_id) - set(new) if re.search(r"/instance:Instance::", u))
         if not stray:
             return
         out(f"job {job_id}: deleting {len(stray)} VM(s) a failed stop left before its disks are snapshotted")

@@ -14,7 +14,7 @@ from typing import Any
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
-from cli.lifecycle.states import Change
+from cli.lifecycle.states import PENDING_STAMP, Change
 from infra.config import ConfigError, Job, StackConfig
 
 # ---- act ----------------------------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def _pending_text(change: Change) -> str:
     began (``(since <UTC time>)``: another machine's watcher leaves a mark that young alone,
     ``states.PENDING_GRACE``, as the update may still be under way there)."""
     parts = ", ".join(f"{k}={v}" for k, v in change.fields.items() if not isinstance(v, (dict, list)))
-    since = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = _now().strftime(PENDING_STAMP)
     head = f"{parts}: {change.reason}" if parts else change.reason
     return f"{head[:460]} (since {since})"
 
@@ -214,8 +214,7 @@ def pending_targets(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, appl
     what the edit dropped (``change_targets``)."""
     new = job_targets(cfg, ref.name, job_id)
     held = applier.held()
-    root = next((u for u in new if u.endswith(f"::job-{job_id}")), None)
-    return change_targets(new, held.under(root) if root else set(), lambda: held, job_id)
+    return change_targets(new, held.under_job(new, job_id), lambda: held, job_id)
 
 
 def reapply(ref: stackfile.StackRef, job_id: str, applier: Applier, out: Callable[[str], None], only_pending: bool = False) -> str:
@@ -262,14 +261,26 @@ class Interrupted(BaseException):  # noqa: N818 (like KeyboardInterrupt: not an 
         self.signum = signum
 
 
-class _Signalled(BaseException):  # noqa: N818
+class Signalled(BaseException):  # noqa: N818
+    """SIGTERM or SIGHUP inside ``signals_raise``."""
+
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
 
 
+STOPS = (KeyboardInterrupt, Signalled)
+"""What ends a command from outside (Ctrl-C, SIGTERM, SIGHUP inside ``signals_raise``)."""
+
+
+def signal_of(exc: BaseException) -> tuple[int, str]:
+    """The signal number and name of a ``STOPS`` (or an end of input at the question: SIGINT, as Ctrl-C)."""
+    signum = getattr(exc, "signum", signal.SIGINT)
+    return signum, signal.Signals(signum).name
+
+
 @contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
+def signals_raise() -> Iterator[None]:
     """SIGTERM and SIGHUP raise (as Ctrl-C does) instead of ending the process on the spot, so the
     undo runs; the handlers before are put back after. Only the main thread can set handlers."""
     if threading.current_thread() is not threading.main_thread():
@@ -277,7 +288,7 @@ def _signals_raise() -> Iterator[None]:
         return
 
     def raised(signum: int, frame: Any) -> None:
-        raise _Signalled(signum)
+        raise Signalled(signum)
 
     old = {s: signal.signal(s, raised) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -292,12 +303,12 @@ def _undone_unless_confirmed(path: Path, job_id: str, before: dict[str, Any], wr
     """Undo the edit (``_undo``) when the block does not finish: an error, a no, an interruption (a
     ``Confirm`` raises KeyboardInterrupt or EOFError when the question is interrupted or gets no answer)."""
     try:
-        with _signals_raise():
+        with signals_raise():
             yield
-    except (KeyboardInterrupt, EOFError, _Signalled) as exc:
+    except (*STOPS, EOFError) as exc:
         _undo(path, job_id, before, wrote)
-        signum = getattr(exc, "signum", signal.SIGINT)
-        raise Interrupted(f"job {job_id}: interrupted ({signal.Signals(signum).name}) before the update started: "
+        signum, name = signal_of(exc)
+        raise Interrupted(f"job {job_id}: interrupted ({name}) before the update started: "
                           f"the edit was undone, {path} is as it was and nothing was applied", signum) from None
     except BaseException:
         _undo(path, job_id, before, wrote)

@@ -203,9 +203,12 @@ machine's, and between writing the mark and taking Pulumi's own stack lock (``up
 before it) another machine's CLI needs seconds; ten minutes cover that and any clock skew."""
 
 
+PENDING_STAMP = "%Y-%m-%dT%H:%M:%SZ"  # the time in an ``applying`` mark: ``(since <UTC time>)``
+
+
 def pending_since(text: str) -> datetime | None:
     """When the update an ``applying`` mark records began (None for a mark without the time)."""
     import re
 
     m = re.search(r"\(since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\)$", text or "")
-    return datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if m else None
+    return datetime.strptime(m[1], PENDING_STAMP).replace(tzinfo=UTC) if m else None

@@ -122,6 +122,15 @@ def holder_path(stack_file: Path) -> Path:
     return stack_file.with_name(f".{stack_file.name}.watch.holder")
 
 
+def read_holder(stack_file: Path) -> dict[str, Any]:
+    """The holder file this checkout's last watcher wrote ({} when there is none or it is not one)."""
+    try:
+        doc = json.loads(holder_path(stack_file).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 class Lease:
     """One watcher per stack. ``acquire(wait_s)`` waits up to ``wait_s`` (0: not at all)."""
 
@@ -133,10 +142,10 @@ class Lease:
         self.previous: dict[str, Any] = {}  # the holder file as the previous watcher of this checkout left it
 
     def holder(self) -> str:
+        doc = read_holder(self.stack_file)
         try:
-            doc = json.loads(holder_path(self.stack_file).read_text())
             return f"{doc['holder']} (pid {doc['pid']} on {doc['host']}, since {doc['since']})"
-        except (OSError, ValueError, KeyError):
+        except KeyError:
             return "another spotctl watch"
 
     def acquire(self, wait_s: float = 0.0) -> None:
@@ -155,11 +164,7 @@ class Lease:
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         import socket
 
-        try:
-            previous = json.loads(holder_path(self.stack_file).read_text())
-            self.previous = previous if isinstance(previous, dict) else {}
-        except (OSError, ValueError):
-            self.previous = {}
+        self.previous = read_holder(self.stack_file)
         self.doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
                     "host": socket.gethostname(), "since": self.now().isoformat()}
         atomic_write(holder_path(self.stack_file), json.dumps(self.doc) + "\n")

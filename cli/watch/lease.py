@@ -333,7 +333,7 @@ def watcher_line(stack_file: Any, now: datetime, shared: Any = None, host: str |
     watcher starting at that moment."""
     import socket
 
-    from cli.watch.journal import holder_path
+    from cli.watch.journal import read_holder
 
     if shared is not None:
         key = watch_lease(shared.ref.name)
@@ -352,10 +352,10 @@ def watcher_line(stack_file: Any, now: datetime, shared: Any = None, host: str |
                     "the next `spotctl watch` takes it once it has seen it unchanged for a term)")
         if got is not None:
             return f"watcher: unknown ({shared.url(key)} is not a lease document: the next `spotctl watch` replaces it)"
+    doc = read_holder(stack_file)
     try:
-        doc = json.loads(holder_path(stack_file).read_text())
         pid, where, since = int(doc["pid"]), str(doc["host"]), str(doc["since"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None if shared is None else "watcher: none has held the lease"
     who = f"spotctl watch {pid}@{where} (since {since})"
     if where != (host or socket.gethostname()):
