@@ -254,27 +254,40 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
 
 
 # Tests whose scripts, trainers and drills run against the clock (preemption every 0.8 s, shutdown
-# budgets): under `-n auto --dist loadgroup` they share one worker, so two of them never compete
-# for the CPU with each other (the other workers run the rest of the suite).
-TIMED_FILES = {"test_drill.py", "test_drill_verdicts.py", "test_scripts_run.py", "test_scripts_reboot.py",
-               "test_pools_scripts.py", "test_terminal_session.py"}
+# budgets). They mostly wait (test_scripts_run.py: ~60 s wall for ~9 s CPU), so under `-n auto --dist
+# loadgroup` they run as two units of their own, each on one worker, never two of one unit at once,
+# while two more workers than cores run the CPU-bound rest (see pytest_xdist_auto_num_workers).
+TIMED_GROUPS = {"test_scripts_run.py": "timed-scripts",
+                **dict.fromkeys(("test_drill.py", "test_drill_verdicts.py", "test_scripts_reboot.py",
+                                 "test_pools_scripts.py", "test_terminal_session.py"), "timed-rest")}
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker per core for the CPU-bound tests plus one per timed unit, which sleep.
+
+    With one worker per core the timed units' waiting held a core's worth of worker idle for most of
+    the run (the suite's wall was the timed tests' ~4.7 min of mostly sleeping, back to back)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    return (os.cpu_count() or 1) + len(set(TIMED_GROUPS.values()))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own `loadgroup` scheduler
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`--dist loadgroup` with TIMED_FILES as one group, read from each test's id on the controller.
+    """`--dist loadgroup` with TIMED_GROUPS as units, read from each test's id on the controller.
 
     xdist's own loadgroup reads an ``xdist_group`` mark that its worker appends to the test's id
     (``id@group``); with pytest 9.2's structured ids that append no longer takes effect, and every
     test was scheduled alone (pytest-dev/pytest-xdist#1386, fix pending in #1388): the timed tests
-    ran on both workers at once. The group is the largest unit, so xdist hands it out first."""
+    ran on several workers at once. The groups are the largest units, so xdist hands them out first."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
 
     class TimedTogether(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "timed" if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in TIMED_FILES else super()._split_scope(nodeid)
+            group = TIMED_GROUPS.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+            return group or super()._split_scope(nodeid)
 
     return TimedTogether(config, log)
 

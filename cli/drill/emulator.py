@@ -99,7 +99,7 @@ class Emulator:
     def start(self) -> Emulator:
         handler = _make_handler(self)
         self._server = _Server(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="spotctl-emulator", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="spotctl-emulator", daemon=True)
         self._thread.start()
         return self
 
