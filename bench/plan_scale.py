@@ -5,15 +5,20 @@ Each side runs in its own fresh process (all in this one run): `plan` evaluates 
 (config validation, components, contract checks, recording monitor); each baseline registers the
 resources `plan` recorded (same types, names, inputs in plain values) with the same mock answers:
 
-- ``tree`` (the target's "raw"): bare ``CustomResource``/``ComponentResource``/``ProviderResource``
-  with the same parents, explicit provider, protect/deleteBeforeReplace/ignoreChanges, dependencies,
-  and ``register_outputs`` on every component: the same registrations the engine gets, the floor of
-  the SDK's registration machinery.
-- ``typed``: ``tree`` through the provider SDK's own classes (``pulumi_gcp.compute.Instance(...)``),
-  as any hand-written Pulumi program of these resources declares them; each typed resource makes an
-  Output for every property of its class, which bare registration does not.
-- ``flat``: bare classes with no parents, options or providers (this script's baseline until
-  2026-11-22; components are registered but not as parents).
+- ``typed`` (the target's "raw", like for like with the collector paused): the same resources
+  through the provider SDK's own classes (``pulumi_gcp.compute.Instance(...)``), with the same
+  parents, explicit provider, protect/deleteBeforeReplace/ignoreChanges, dependencies and
+  ``register_outputs`` on every component: what a plain Pulumi program of these resources pays, and
+  what spotctl's program must use (the classes check required arguments and translate names, which
+  a real ``pulumi up`` relies on). Each typed resource makes an Output for every property of its
+  class. Why this is the raw: the issue measured `plan` at 1.31-1.43x its raw at 1,000 jobs when
+  this script's first baseline (bare flat classes) put the same `plan` at 4-5x: its raw was a
+  program of the provider's classes, not bare registrations.
+- ``tree``: the same registrations as bare ``CustomResource``/``ComponentResource``/``ProviderResource``
+  with plain dicts: the floor of the SDK's registration machinery, which no program declaring these
+  resources through pulumi_gcp reaches (reported, a stricter bar than the target's).
+- ``flat``: bare classes with no parents, options or providers (this script's first baseline;
+  components are registered but not as parents).
 
 `plan` pauses Python's cyclic garbage collector while the program runs (``cli.plan.runtime``); ``tree``
 and ``typed`` are measured both as a plain program runs (collector on) and with it paused too, the
@@ -26,7 +31,7 @@ before their clock starts.
 Times are wall and CPU seconds (every thread) of the timed part; CPU is the steadier figure on a
 shared machine. Run on an idle machine, without PYTHONDONTWRITEBYTECODE.
 
-Run: uv run python bench/plan_scale.py [--jobs 1000 5000]
+Run: uv run python bench/plan_scale.py [--jobs 1000 5000] [--only typed+nogc tree+nogc]
 """
 
 from __future__ import annotations
@@ -170,18 +175,21 @@ def main() -> None:
         return child_raw(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--only", nargs="+", metavar="MODE", help="baselines to run, by child mode (e.g. typed+nogc tree+nogc)")
     args = parser.parse_args()
     from bench._stacks import write_stack
 
     baselines = {  # name -> child mode
-        "tree (the target's raw)": "tree",
-        "tree, GC paused as in plan": "tree+nogc",
+        "typed, GC paused (the raw)": "typed+nogc",
         "typed": "typed",
-        "typed, GC paused as in plan": "typed+nogc",
-        "tree, all plan's shortcuts": "tree+nogc+short",
+        "tree, GC paused as in plan": "tree+nogc",
+        "tree": "tree",
         "typed, all plan's shortcuts": "typed+nogc+short",
+        "tree, all plan's shortcuts": "tree+nogc+short",
         "flat": "flat",
     }
+    if args.only:
+        baselines = {name: mode for name, mode in baselines.items() if mode in args.only}
     for jobs in args.jobs:
         with tempfile.TemporaryDirectory() as tmp:
             stack = write_stack(Path(tmp), jobs)
