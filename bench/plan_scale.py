@@ -11,9 +11,9 @@ resources `plan` recorded (same types, names, inputs in plain values) with the s
   ``register_outputs`` on every component: what a plain Pulumi program of these resources pays, and
   what spotctl's program must use (the classes check required arguments and translate names, which
   a real ``pulumi up`` relies on). Each typed resource makes an Output for every property of its
-  class. Why this is the raw: the issue measured `plan` at 1.31-1.43x its raw at 1,000 jobs when
-  this script's first baseline (bare flat classes) put the same `plan` at 4-5x: its raw was a
-  program of the provider's classes, not bare registrations.
+  class. Why this is the raw: the issue measured `plan` at 1.31-1.43x its raw at 1,000 jobs while
+  this script's first baseline (bare flat classes) put the same `plan` at 4-5x: its raw cannot have
+  been bare registrations, and the provider's classes are what a program of these resources uses.
 - ``tree``: the same registrations as bare ``CustomResource``/``ComponentResource``/``ProviderResource``
   with plain dicts: the floor of the SDK's registration machinery, which no program declaring these
   resources through pulumi_gcp reaches (reported, a stricter bar than the target's).
