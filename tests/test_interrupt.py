@@ -15,7 +15,7 @@ import cli.commands as commands
 from cli.app import app
 from cli.lifecycle import operations
 from tests.test_confirm import verbs
-from tests.test_terminal_session import session, updates
+from tests.test_terminal_session import expect_or_dump, session, updates
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_a_signal_at_the_question_in_a_terminal_undoes_the_edit(tmp_path, sig, n
         child.sendintr()  # Ctrl-C typed at the terminal
     else:
         child.kill(sig)
-    child.expect(rf"job vit-finetune: interrupted \({name}\) before the update started: the edit was undone")
+    expect_or_dump(child, rf"job vit-finetune: interrupted \({name}\) before the update started: the edit was undone", transcript)
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 128 + sig, transcript.getvalue()
@@ -105,7 +105,7 @@ def test_resume_after_an_interrupted_question_still_resumes(tmp_path):
     child = spotctl("resume", "vit-finetune", "--events-dir", "events")
     child.expect(r"\[y/N\]: ")
     child.kill(signal.SIGTERM)
-    child.expect(pexpect.EOF)
+    expect_or_dump(child, pexpect.EOF, transcript)
     again = spotctl("resume", "vit-finetune", "--events-dir", "events", "--yes")
     again.expect(r"job vit-finetune: attempt=4, state=running .*— applied")
     again.expect(pexpect.EOF)

@@ -4,14 +4,17 @@ is tests/fixtures/fake_pulumi.py, which records every call."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import shutil
+import signal
 import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from tests.conftest import pulumi_calls
 
@@ -46,7 +49,8 @@ def session(tmp_path: Path, **env_over: str):
     (events / "vit.jsonl").write_text("".join(json.dumps({"job": "vit-finetune", "attempt": 3, "node": 0, "event": e, "time": t}) + "\n"
                                               for e, t in [("started", "2026-11-21T10:00:00Z"), ("preempted", "2026-11-21T13:00:00Z")]))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PULUMI_HOME": str(home), "SPOTCTL_PULUMI_ROOT": str(install.parent),
-           "FAKE_PULUMI_LOG": str(log), "COLUMNS": "100", "LINES": "40", "PYTHONPATH": str(ROOT), "TERM": "dumb", **env_over}
+           "FAKE_PULUMI_LOG": str(log), "COLUMNS": "100", "LINES": "40", "PYTHONPATH": str(ROOT), "TERM": "dumb",
+           "PYTHONFAULTHANDLER": "1", **env_over}  # SIGABRT prints every thread's stack (``expect_or_dump``)
     transcript = io.StringIO()
 
     def spotctl(*args: str) -> pexpect.spawn:
@@ -56,6 +60,18 @@ def session(tmp_path: Path, **env_over: str):
         return child
 
     return project, spotctl, log, transcript
+
+
+def expect_or_dump(child: pexpect.spawn, pattern: str, transcript: io.StringIO, timeout: float = 90) -> None:
+    """``child.expect(pattern)``; if it never comes, the child's threads' stacks (faulthandler, on
+    SIGABRT) and the whole transcript go into the failure, so a hang says where it hung."""
+    try:
+        child.expect(pattern, timeout=timeout)
+    except pexpect.TIMEOUT:
+        child.kill(signal.SIGABRT)
+        with contextlib.suppress(pexpect.TIMEOUT, pexpect.EOF):
+            child.expect(pexpect.EOF, timeout=15)
+        pytest.fail(f"no {pattern!r} within {timeout} s; the transcript, then the stacks:\n{transcript.getvalue()}")
 
 
 def test_readme_flow_in_a_terminal(tmp_path):
