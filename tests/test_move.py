@@ -433,3 +433,37 @@ def test_a_disk_in_another_zone_than_its_vm_is_refused(cloud, rule, monkeypatch)
     base, job = (GCP_BASE, gcp_job()) if cloud == "gcp" else (AWS_BASE, aws_job())
     with pytest.raises(ContractError, match=rule):
         planner.run(validate(stack_config(base, jobs=[job]), "test"), "team")
+
+
+def test_a_moves_release_is_decided_again_after_the_question(project, runner, fake_pulumi, pulumi_state, gce, monkeypatch):
+    """The ownership decision is made under the lock before the preview; a hand edit at the question
+    (it takes no lock: here someone resumed the job by hand) makes the release refuse right before the
+    unprotect: nothing unprotected or deleted, the release step undone, the hand edit kept."""
+    import cli.commands as commands
+
+    pulumi_state.seed("example-gcp")
+    (project / "events").mkdir()
+    assert runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events")]).exit_code == 0
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    asked = []
+
+    def ask(question):
+        asked.append(question)
+        if len(asked) == 2:  # the release's question: the file is edited by hand meanwhile
+            text = path.read_text()
+            at = text.index("id: llm-pretrain")
+            assert "attempt: 2" in text[at:]
+            path.write_text(text[:at] + text[at:].replace("attempt: 2", "attempt: 3", 1))
+        return True
+
+    monkeypatch.setattr(commands, "interactive", lambda: True)
+    monkeypatch.setattr(commands, "_ask", ask)
+    result = runner.invoke(app, [a for a in MOVE_ARGS if a != "--yes"] + ["--events-dir", str(started(project, 2))])
+    assert len(asked) == 2 and result.exit_code == 1, result.output
+    assert ("job llm-pretrain changed while the disks its move left were being released (now running, attempt 3, "
+            "us-central1-b); nothing deleted") in result.output
+    assert not [c for c in pulumi_calls(fake_pulumi) if c[:2] == ["state", "unprotect"]] and gce.deleted == []
+    assert held_disks(pulumi_state, "llm-pretrain") == {"job-llm-pretrain-n0-disk": True, "job-llm-pretrain-n1-disk": True,
+                                                        "job-llm-pretrain-n0-m1-disk": True, "job-llm-pretrain-n1-m1-disk": True}
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.attempt, job.move.step, job.applying) == (3, "start", None)  # the hand edit kept, the release undone

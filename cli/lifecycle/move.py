@@ -373,8 +373,24 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
                 raise LifecycleError(f"job {job_id}: the disks its move left are kept because {why if not owned else rule}; "
                                      "nothing deleted (if that disk is not this stack's, `pulumi state delete` its URN, "
                                      f"then run `spotctl move {job_id} --to-zone {job.zone}` again)")
+            seen = (job.state, job.attempt, job.zone, job.move)
+
+            def recheck() -> None:
+                """The job as the file has it right before the unprotect is still the one approved."""
+                with stackfile.locked(ref.path):
+                    try:
+                        now = stackfile.load(ref).job(job_id)
+                    except KeyError:
+                        raise LifecycleError(f"job {job_id} left the stack file while the disks its move left were "
+                                             "being released; nothing deleted") from None
+                if (now.state, now.attempt, now.zone, now.move) != seen or \
+                        not may_delete_disks(now, force=False, owned=True, moved_and_started=True)[0]:
+                    raise LifecycleError(f"job {job_id} changed while the disks its move left were being released (now "
+                                         f"{now.state.value}, attempt {now.attempt}, {now.zone}); nothing deleted: run "
+                                         f"`spotctl move {job_id} --to-zone {job.zone}` again to decide on the file as it is")
+
             # `state unprotect` of a URN the state does not hold fails: only those it holds protected
-            return operations.Approved(gone, [d.urn for d in disks if d.urn in held.protected])
+            return operations.Approved(gone, [d.urn for d in disks if d.urn in held.protected], recheck)
 
     return release
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
-from cli.lifecycle.states import PENDING_STAMP, Change
+from cli.lifecycle.states import PENDING_STAMP, Change, LifecycleError
 from infra.config import ConfigError, Job, StackConfig
 
 # ---- act ----------------------------------------------------------------------------------------------
@@ -39,6 +39,9 @@ class Approved:
 
     drop: list[str]
     unprotect: list[str] = field(default_factory=list)
+    recheck: Callable[[], None] | None = None
+    """Raises (a ``LifecycleError``) when what approved no longer holds: called right before the
+    unprotect, after the question (a hand edit meanwhile does not take the lock)."""
 
 
 Release = Callable[[list[str]], Approved]
@@ -128,9 +131,14 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             # and the program would fail the update (``change_targets``).
             targets = change_targets(declared, dropped, state, job_id)
         try:
+            if approved.recheck is not None:
+                approved.recheck()
             if lifting:
                 applier.unprotect(sorted(lifting))  # right before the update that deletes them
             applier.up(targets, out)
+        except LifecycleError:  # the release's recheck refused: nothing unprotected, nothing applied
+            _undo(ref.path, job_id, holder["before"], holder["wrote"])
+            raise
         except ApplyError as exc:
             if not exc.started:
                 if lifting:  # nothing was deleted: the disks are protected again, as the undone edit declares them
