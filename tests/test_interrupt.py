@@ -5,7 +5,9 @@ process in a pty (pexpect) sent the signal at the question."""
 
 from __future__ import annotations
 
+import io
 import signal
+import sys
 from pathlib import Path
 
 import pexpect
@@ -15,7 +17,7 @@ import cli.commands as commands
 from cli.app import app
 from cli.lifecycle import operations
 from tests.test_confirm import verbs
-from tests.test_terminal_session import expect_or_dump, session, updates
+from tests.test_terminal_session import ROOT, expect_or_dump, session, updates
 
 
 @pytest.fixture
@@ -112,3 +114,48 @@ def test_resume_after_an_interrupted_question_still_resumes(tmp_path):
     again.close()
     assert again.exitstatus == 0, transcript.getvalue()
     assert "attempt: 4" in Path(project / "stacks" / "Pulumi.team-a.yaml").read_text()
+
+
+def test_a_signal_that_misses_the_read_at_the_question_is_still_heard(tmp_path):
+    """CPython runs a Python handler only between bytecodes or when a blocked read() is interrupted: a
+    SIGTERM landing after the prompt but before input()'s read() (once in a loaded suite run) left the
+    question waiting for Enter forever. A signal caught on another thread never interrupts the main
+    thread's read either, which makes that race deterministic here. The question's wait wakes every 0.2 s."""
+    script = tmp_path / "ask.py"
+    script.write_text(
+        "import signal, sys, threading, time\n"
+        "from cli.commands import _ask\n"
+        "from cli.lifecycle.operations import Signalled, signals_raise\n"
+        "def late():\n"
+        "    time.sleep(0.5)  # the main thread waits for the answer by now\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # caught here; the main thread's read goes on\n"
+        "with signals_raise():\n"
+        "    threading.Thread(target=late).start()\n"
+        "    try:\n"
+        "        _ask('Proceed?')\n"
+        "    except Signalled as exc:\n"
+        "        print('heard', exc.signum)\n"
+        "        sys.exit(3)\n")
+    transcript = io.StringIO()
+    child = pexpect.spawn(sys.executable, [str(script)], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                                                              "PYTHONFAULTHANDLER": "1"}, encoding="utf-8", timeout=30)
+    child.logfile_read = transcript
+    child.expect(r"Proceed\? \[y/N\]: ")
+    expect_or_dump(child, "heard 15", transcript, timeout=20)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 3, transcript.getvalue()
+
+
+@pytest.mark.parametrize(("typed", "answer"), [("y\r", True), ("yes\r", True), ("n\r", False), ("\r", False), ("maybe\ry\r", True)])
+def test_the_question_on_a_terminal_reads_the_answer_as_click_does(tmp_path, typed, answer):
+    script = tmp_path / "ask.py"
+    script.write_text("from cli.commands import _ask\nprint('answer', _ask('Proceed?'))\n")
+    child = pexpect.spawn(sys.executable, [str(script)], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+                          encoding="utf-8", timeout=30)
+    child.expect(r"Proceed\? \[y/N\]: ")
+    child.send(typed)
+    child.expect(f"answer {answer}")
+    if typed.startswith("maybe"):
+        assert "Error: invalid input" in child.before
+    child.expect(pexpect.EOF)

@@ -234,10 +234,39 @@ def confirmer(yes: bool, preview_only: bool, no_apply: bool = False):
 def _ask(question: str) -> bool:
     """The question on the terminal; Ctrl-C or the end of input there (click's Abort) is a
     KeyboardInterrupt for the part, which undoes its edit (``operations.Interrupted``)."""
-    try:
+    if sys.stdin.isatty():
+        return _tty_confirm(question)
+    try:  # input from a pipe or CliRunner: click's question as it is
         return typer.confirm(question, default=False, err=True)
     except typer.Abort:
         raise KeyboardInterrupt from None
+
+
+def _tty_confirm(question: str) -> bool:
+    """``[y/N]`` on a terminal (as click asks it) whose wait always hears a signal.
+
+    ``input()`` writes its prompt and then blocks in read(); CPython runs a Python signal handler
+    only between bytecodes or when read() is interrupted, so a SIGTERM or Ctrl-C landing between
+    the prompt and the read was lost and the process waited for Enter forever (found by a test that
+    sends the signal as soon as the prompt shows). The wait is a select() with a timeout instead:
+    bytecode runs at least every 0.2 s, and a pending handler with it."""
+    import select
+
+    while True:
+        sys.stderr.write(f"{question} [y/N]: ")
+        sys.stderr.flush()
+        while not select.select([sys.stdin], [], [], 0.2)[0]:
+            pass
+        line = sys.stdin.readline()
+        if not line:  # the end of input (Ctrl-D): as click, an abort
+            sys.stderr.write("\n")
+            raise KeyboardInterrupt
+        answer = line.strip().lower()
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("n", "no", ""):
+            return False
+        sys.stderr.write("Error: invalid input\n")
 
 
 def interrupted(exc) -> typer.Exit:
