@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
@@ -102,6 +103,38 @@ def test_a_proposal_whose_process_died_is_undone_by_the_next_lock_and_never_push
     sync.write_record(path, sync.Record(rec.bucket, rec.key, rec.generation, rec.base, True))
     assert cli(runner, "sync").exit_code == 0  # the next lock: undone before the pull and the push
     assert path.read_text() == STACK == shared_text() and not stackfile.proposal_path(path).exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="start times come from /proc (Linux)")
+def test_a_proposal_whose_pid_another_process_reuses_is_undone_too(synced, runner, monkeypatch):
+    """A pid is reused once its process is gone: the record's start time tells the two apart."""
+    path, seen_events = synced
+    left = {}
+
+    def killed():
+        left["text"] = path.read_bytes()
+        left["proposal"] = stackfile._proposal(path)
+        return False
+
+    asking(monkeypatch, killed)
+    assert cli(runner, "resume", "train", "--events-dir", str(seen_events)).exit_code == 0
+    assert left["proposal"]["started"] == stackfile.process_started(os.getpid())  # recorded with the pid
+    other = subprocess.Popen(["sleep", "60"])  # alive, with the dead spotctl's pid as far as the record says
+    try:
+        path.write_bytes(left["text"])
+        stackfile.proposal_path(path).write_text(json.dumps({**left["proposal"], "pid": other.pid,
+                                                             "started": stackfile.process_started(other.pid) - 1}))
+        assert not stackfile.held_back(path)
+        rec = sync.read_record(path)
+        sync.write_record(path, sync.Record(rec.bucket, rec.key, rec.generation, rec.base, True))
+        assert cli(runner, "sync").exit_code == 0
+        assert path.read_text() == STACK == shared_text() and not stackfile.proposal_path(path).exists()
+        # the same record with the live process's own start time is a live proposal: held back
+        stackfile.proposal_path(path).write_text(json.dumps({"pid": other.pid, "started": stackfile.process_started(other.pid)}))
+        assert stackfile.held_back(path)
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_live_proposal_holds_back_every_push_of_this_machine(synced, runner, monkeypatch):

@@ -566,6 +566,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def process_started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot: field 22 of ``/proc/PID/stat``, proc(5)),
+    or None where there is no /proc (or no such process). With the pid it names one process: a pid
+    is reused once its process is gone, the pair is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])  # after the command name, which may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _proposer_alive(doc: dict[str, Any]) -> bool:
+    """The process that wrote a proposal record still runs (its pid, and its start time when recorded)."""
+    if not _alive(doc["pid"]):
+        return False
+    started = doc.get("started")
+    return started is None or process_started(doc["pid"]) in (None, started)
+
+
 def _proposal(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(proposal_path(path).read_text())
@@ -579,7 +598,7 @@ def held_back(path: Path) -> bool:
     if getattr(_local_only, "on", False):
         return True
     doc = _proposal(path)
-    return doc is not None and _alive(doc["pid"])
+    return doc is not None and _proposer_alive(doc)
 
 
 @contextlib.contextmanager
@@ -588,7 +607,7 @@ def proposing(path: Path) -> Iterator[None]:
     leaving, the record goes, and what is still unpushed (edits other spotctls made meanwhile) is pushed."""
     record = proposal_path(path)
     record.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(record, json.dumps({"pid": os.getpid()}) + "\n")
+    atomic_write(record, json.dumps({"pid": os.getpid(), "started": process_started(os.getpid())}) + "\n")
     try:
         yield
     finally:
@@ -601,7 +620,7 @@ def proposing(path: Path) -> Iterator[None]:
 
 def note_proposal(path: Path, job_id: str, before: Mapping[str, Any], wrote: Mapping[str, Any]) -> None:
     """Record, before it is written, what the proposed edit sets (so a dead proposal can be undone)."""
-    doc = {"pid": os.getpid(), "job": job_id, "wrote": plain(dict(wrote)),
+    doc = {"pid": os.getpid(), "started": process_started(os.getpid()), "job": job_id, "wrote": plain(dict(wrote)),
            "before": {k: plain(v) for k, v in before.items() if v is not MISSING},
            "missing": [k for k, v in before.items() if v is MISSING]}
     atomic_write(proposal_path(path), json.dumps(doc, default=str) + "\n")
@@ -655,7 +674,7 @@ def restore_fields(path: Path, job_id: str, before: Mapping[str, Any], wrote: Ma
 def _drop_dead_proposal(path: Path) -> None:
     """Undo the proposal of a spotctl that died at its question (under the lock, before the pull)."""
     doc = _proposal(path)
-    if doc is None or _alive(doc["pid"]):
+    if doc is None or _proposer_alive(doc):
         return
     if isinstance(doc.get("job"), str) and isinstance(doc.get("wrote"), dict):
         before = {**doc.get("before", {}), **{k: MISSING for k in doc.get("missing", [])}}
