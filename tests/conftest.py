@@ -262,17 +262,22 @@ TIMED_GROUPS = {"test_scripts_run.py": "timed-scripts",
                                  "test_pools_scripts.py", "test_terminal_session.py"), "timed-rest")}
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: plain `pytest -p no:xdist` must still load
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto`: one worker per core for the CPU-bound tests plus one per timed unit, which sleep.
+    """`-n auto --dist loadgroup` on 2 or more usable cores: one worker per core for the CPU-bound
+    tests plus one per timed unit, which mostly sleep.
 
     With one worker per core the timed units' waiting held a core's worth of worker idle for most of
-    the run (the suite's wall was the timed tests' ~4.7 min of mostly sleeping, back to back)."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None  # xdist's own hook reads it
-    return (os.cpu_count() or 1) + len(set(TIMED_GROUPS.values()))
+    the run (the suite's wall was the timed tests' ~4.7 min back to back). Cores are the ones this
+    process may run on (a container's or `taskset`'s share, as xdist counts them without psutil), and
+    on a single core the timed tests get no extra worker to compete with."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.getvalue("dist") != "loadgroup":
+        return None  # xdist's own hook decides
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + len(set(TIMED_GROUPS.values())) if cores >= 2 else None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own `loadgroup` scheduler
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own `loadgroup` scheduler
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """`--dist loadgroup` with TIMED_GROUPS as units, read from each test's id on the controller.
 

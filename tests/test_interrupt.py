@@ -95,7 +95,7 @@ def test_a_signal_at_the_question_in_a_terminal_undoes_the_edit(tmp_path, sig, n
     else:
         child.kill(sig)
     expect_or_dump(child, rf"job vit-finetune: interrupted \({name}\) before the update started: the edit was undone", transcript)
-    child.expect(pexpect.EOF)
+    expect_or_dump(child, pexpect.EOF, transcript)
     child.close()
     assert child.exitstatus == 128 + sig, transcript.getvalue()
     assert updates(log) == ["preview"]

@@ -67,6 +67,8 @@ def expect_or_dump(child: pexpect.spawn, pattern: str, transcript: io.StringIO, 
     SIGABRT) and the whole transcript go into the failure, so a hang says where it hung."""
     try:
         child.expect(pattern, timeout=timeout)
+    except pexpect.EOF:
+        pytest.fail(f"the process ended without {pattern!r}; the transcript:\n{transcript.getvalue()}")
     except pexpect.TIMEOUT:
         child.kill(signal.SIGABRT)
         with contextlib.suppress(pexpect.TIMEOUT, pexpect.EOF):

@@ -376,15 +376,15 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
             seen = (job.state, job.attempt, job.zone, job.move)
 
             def recheck() -> None:
-                """The job as the file has it right before the unprotect is still the one approved."""
+                """The job as the file has it right before the unprotect is still the one approved (its
+                state, attempt, zone and move record; the disks' labels were checked in the cloud above)."""
                 with stackfile.locked(ref.path):
                     try:
                         now = stackfile.load(ref).job(job_id)
                     except KeyError:
                         raise LifecycleError(f"job {job_id} left the stack file while the disks its move left were "
                                              "being released; nothing deleted") from None
-                if (now.state, now.attempt, now.zone, now.move) != seen or \
-                        not may_delete_disks(now, force=False, owned=True, moved_and_started=True)[0]:
+                if (now.state, now.attempt, now.zone, now.move) != seen:  # what the rule decided on
                     raise LifecycleError(f"job {job_id} changed while the disks its move left were being released (now "
                                          f"{now.state.value}, attempt {now.attempt}, {now.zone}); nothing deleted: run "
                                          f"`spotctl move {job_id} --to-zone {job.zone}` again to decide on the file as it is")
