@@ -467,3 +467,63 @@ def test_a_moves_release_is_decided_again_after_the_question(project, runner, fa
                                                         "job-llm-pretrain-n0-m1-disk": True, "job-llm-pretrain-n1-m1-disk": True}
     job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
     assert (job.attempt, job.move.step, job.applying) == (3, "start", None)  # the hand edit kept, the release undone
+
+
+def test_a_watcher_finishes_a_release_whose_update_was_killed(project, runner, fake_pulumi, pulumi_state, gce, monkeypatch):
+    """A release killed after its `applying` mark and before its old disks were unprotected used to be
+    applied again as a plain pending update, which refuses a protected disk, every cycle; the watcher
+    now carries on the move, whose release decides on the disks again under the lock and unprotects them."""
+    from datetime import UTC, datetime, timedelta
+
+    from cli.lifecycle import apply, operations
+
+    pulumi_state.seed("example-gcp")
+    (project / "events").mkdir()
+    assert runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events")]).exit_code == 0
+    began = datetime.now(UTC) - timedelta(minutes=11)  # older than the grace a watcher gives a live update
+    monkeypatch.setattr(operations, "_now", lambda: began)
+
+    real_up, ups = apply.Applier.up, []
+
+    def killed(self, targets, out):  # the start step applied again (as every rerun of a move does), then the release
+        ups.append(targets)
+        if len(ups) == 2:
+            raise KeyboardInterrupt  # stands for kill -9 during the release's `pulumi up`: nothing after it runs
+        return real_up(self, targets, out)
+
+    with monkeypatch.context() as m:
+        m.setattr(apply.Applier, "up", killed)
+        assert runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(started(project, 2))]).exit_code != 0
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert job.move.step == "release" and job.applying and "(since" in job.applying
+    # As a kill between the mark and the unprotect leaves it: the old disks protected still.
+    from cli.commands import applier_for
+
+    old = [u for u in pulumi_state.resources() if u.endswith(("::job-llm-pretrain-n0-disk", "::job-llm-pretrain-n1-disk"))]
+    applier_for(stackfile.resolve("example-gcp", None), False).protect(sorted(old))
+    assert held_disks(pulumi_state, "llm-pretrain") == {"job-llm-pretrain-n0-disk": True, "job-llm-pretrain-n1-disk": True,
+                                                        "job-llm-pretrain-n0-m1-disk": True, "job-llm-pretrain-n1-m1-disk": True}
+    w = runner.invoke(app, ["watch", "--stack", "example-gcp", "--once", "--no-poll", "--json", "--events-dir", "events"])
+    assert w.exit_code == 0, w.output
+    (record,) = [json.loads(line) for line in w.stdout.splitlines() if '"llm-pretrain"' in line and '"record"' not in line]
+    assert (record["action"], record["result"]) == ("move", "moved"), record
+    assert held_disks(pulumi_state, "llm-pretrain") == {"job-llm-pretrain-n0-m1-disk": True, "job-llm-pretrain-n1-m1-disk": True}
+    final = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (final.zone, final.move, final.applying) == ("us-central1-b", None, None)
+
+
+@pytest.mark.parametrize("step", ["snapshot", "restore", "start", "release"])
+def test_a_pending_move_step_is_carried_on_by_the_move_only_at_its_release(step):
+    """Only the release drops protected disks (approved by the move's own release): the other steps'
+    pending updates are applied again as they are."""
+    from datetime import UTC, datetime, timedelta
+
+    from cli.watch.decide import JobMemory, decide_job
+
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    job = Job.model_validate({"id": "train", "instance_type": "n1-standard-8", "zone": "us-central1-a", "command": "t",
+                              "state": "running", "attempt": 2, "applying": "move step: x (since 2026-11-22T11:40:00Z)",
+                              "move": {"from": "us-central1-a", "to": "us-central1-b", "step": step,
+                                       "began": (now - timedelta(hours=1)).isoformat()}})
+    action, _ = decide_job(job, [], JobMemory(), set(), now)
+    assert (action.kind, action.zone) == (("move", "us-central1-b") if step == "release" else ("reapply", None)), action

@@ -162,6 +162,11 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
         if since is not None and now - since < PENDING_GRACE:
             return None, [Note(job.id, "update-pending", f"an update began at {since.isoformat()} ({job.applying}); "
                                f"applied again from {(since + PENDING_GRACE).isoformat()} if it never finishes")]
+        if job.move is not None and job.move.step == "release":
+            # A move's release drops the old disks, which the state protects: only the move's own
+            # release may approve that (ownership decided again on the cloud's disks, under the lock).
+            return Action(job.id, "move", job.attempt, f"a move's release was started and never finished "
+                          f"({job.applying}): continuing the move to {job.move.to}", zone=job.move.to), notes
         return Action(job.id, "reapply", job.attempt, f"an update of the job was started and never finished "
                       f"({job.applying}): applying it"), notes
     if job.move is not None and (waiting or not _awaiting_start(job, [s.event for s in events])):
