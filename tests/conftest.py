@@ -254,7 +254,7 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
 
 
 # Tests whose scripts, trainers and drills run against the clock (preemption every 0.8 s, shutdown
-# budgets). They mostly wait (test_scripts_run.py: ~60 s wall for ~9 s CPU), so under `-n auto --dist
+# budgets). They mostly wait (test_scripts_run.py alone: ~3 min wall for ~18 s CPU), so under `-n auto --dist
 # loadgroup` they run as two units of their own, each on one worker, never two of one unit at once,
 # while two more workers than cores run the CPU-bound rest (see pytest_xdist_auto_num_workers).
 TIMED_GROUPS = {"test_scripts_run.py": "timed-scripts",
