@@ -159,3 +159,22 @@ def test_the_question_on_a_terminal_reads_the_answer_as_click_does(tmp_path, typ
     if typed.startswith("maybe"):
         assert "Error: invalid input" in child.before
     child.expect(pexpect.EOF)
+
+
+def test_two_answers_typed_at_once_answer_two_questions_out_of_line_mode(tmp_path):
+    """Out of line mode (a terminal in cbreak mode) one read hands over every line typed so far: the
+    second answer is kept for the second question (a move asks once per step), not left in a buffer
+    the wait for the next answer cannot see."""
+    script = tmp_path / "ask.py"
+    script.write_text("import sys, tty\ntty.setcbreak(sys.stdin.fileno())\nfrom cli.commands import _ask\n"
+                      "import time\nprint('ready', flush=True)\ntime.sleep(0.5)\n"
+                      "print('first', _ask('One?'))\nprint('second', _ask('Two?'))\n")
+    transcript = io.StringIO()
+    child = pexpect.spawn(sys.executable, [str(script)], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                                                              "PYTHONFAULTHANDLER": "1"}, encoding="utf-8", timeout=30)
+    child.logfile_read = transcript
+    child.expect("ready")
+    child.send("y\nn\n")  # both before the first question is asked
+    expect_or_dump(child, "first True", transcript, timeout=20)
+    expect_or_dump(child, "second False", transcript, timeout=20)
+    child.expect(pexpect.EOF)

@@ -503,6 +503,13 @@ def test_a_watcher_finishes_a_release_whose_update_was_killed(project, runner, f
     applier_for(stackfile.resolve("example-gcp", None), False).protect(sorted(old))
     assert held_disks(pulumi_state, "llm-pretrain") == {"job-llm-pretrain-n0-disk": True, "job-llm-pretrain-n1-disk": True,
                                                         "job-llm-pretrain-n0-m1-disk": True, "job-llm-pretrain-n1-m1-disk": True}
+    # A watcher that applies nothing (--no-apply) writes no next step over the pending release (it
+    # used to write the move's end, `move: null`, leaving the old disks unreleased for good).
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    pending = path.read_bytes()
+    w = runner.invoke(app, ["watch", "--stack", "example-gcp", "--once", "--no-poll", "--no-apply", "--json", "--events-dir", "events"])
+    assert w.exit_code == 0, w.output
+    assert path.read_bytes() == pending
     w = runner.invoke(app, ["watch", "--stack", "example-gcp", "--once", "--no-poll", "--json", "--events-dir", "events"])
     assert w.exit_code == 0, w.output
     (record,) = [json.loads(line) for line in w.stdout.splitlines() if '"llm-pretrain"' in line and '"record"' not in line]
@@ -527,3 +534,14 @@ def test_a_pending_move_step_is_carried_on_by_the_move_only_at_its_release(step)
                                        "began": (now - timedelta(hours=1)).isoformat()}})
     action, _ = decide_job(job, [], JobMemory(), set(), now)
     assert (action.kind, action.zone) == (("move", "us-central1-b") if step == "release" else ("reapply", None)), action
+
+
+def test_a_move_continued_after_another_spotctl_finished_it_does_nothing():
+    """A watcher read the move before waiting for the update lock; another spotctl finished the move
+    meanwhile: applying the recorded step again is nothing (it was an AssertionError that ended watch)."""
+    from cli.lifecycle.move import reapply
+
+    job = Job.model_validate({"id": "train", "instance_type": "n1-standard-8", "zone": "us-central1-b", "command": "t",
+                              "state": "running", "attempt": 2})
+    change = reapply(job)
+    assert change.noop and change.fields == {} and "finished meanwhile" in change.reason

@@ -250,15 +250,11 @@ def _tty_confirm(question: str) -> bool:
     the prompt and the read was lost and the process waited for Enter forever (found by a test that
     sends the signal as soon as the prompt shows). The wait is a select() with a timeout instead:
     bytecode runs at least every 0.2 s, and a pending handler with it."""
-    import select
-
     while True:
         sys.stderr.write(f"{question} [y/N]: ")
         sys.stderr.flush()
-        while not select.select([sys.stdin], [], [], 0.2)[0]:
-            pass
-        line = sys.stdin.readline()
-        if not line:  # the end of input (Ctrl-D): as click, an abort
+        line = _tty_line()
+        if line is None:  # the end of input (Ctrl-D): as click, an abort
             sys.stderr.write("\n")
             raise KeyboardInterrupt
         answer = line.strip().lower()
@@ -267,6 +263,30 @@ def _tty_confirm(question: str) -> bool:
         if answer in ("n", "no", ""):
             return False
         sys.stderr.write("Error: invalid input\n")
+
+
+_TYPED = bytearray()  # typed past the last answer: a terminal out of line mode hands over several lines at once
+
+
+def _tty_line() -> str | None:
+    """The next line typed at the terminal (None at the end of input), read from the descriptor
+    itself, so nothing typed ahead waits in a buffer select() cannot see."""
+    import os
+    import select
+
+    fd = sys.stdin.fileno()
+    while b"\n" not in _TYPED:
+        while not select.select([fd], [], [], 0.2)[0]:
+            pass
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            if not _TYPED:
+                return None
+            break  # a last line without its newline
+        _TYPED.extend(chunk)
+    line, _, rest = bytes(_TYPED).partition(b"\n")
+    _TYPED[:] = rest
+    return line.decode("utf-8", errors="replace")
 
 
 def interrupted(exc) -> typer.Exit:

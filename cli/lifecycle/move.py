@@ -199,8 +199,10 @@ def _not_started(job: Job, events: list[Event]) -> list[int]:
 
 
 def reapply(job: Job) -> Change:
-    """The recorded step written again, so it is applied again (a move continued after an interruption)."""
-    assert job.move is not None
+    """The recorded step written again, so it is applied again (a move continued after an interruption);
+    nothing once the move finished meanwhile (another spotctl carried it on while this one waited)."""
+    if job.move is None:
+        return Change(job.id, {}, "the move finished meanwhile", noop=True)
     return Change(job.id, {"move": _record(job, job.move.step)},
                   f"move step {job.move.step} again (continuing a move that may have been interrupted)")
 
@@ -240,6 +242,11 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
         raise ConfigError(str(ref.path), [f"job {job_id}: --to-zone {to!r} is not in spotctl:zones {cfg.zones}"])
     if replicas is not None and cfg.cloud != "gcp":
         raise ConfigError(str(ref.path), [f"job {job_id}: --replica-zones: regional persistent disks are a GCP option"])
+    if applier is None and job.applying is not None:
+        # The file's step was never applied (its update is pending): a next step written over it
+        # (the release's end, `move: null`) would drop the old disks from the file unreleased.
+        result.waiting = f"an update of the job is pending ({job.applying}); --no-apply writes no step over it"
+        return result
     # The recorded step may not have been applied (a failed or interrupted update): apply it again.
     resuming = job.move is not None and job.move.to == to and applier is not None
     if resuming and not _step(ref, job_id, reapply, applier, out, confirm, result, inventory):

@@ -571,8 +571,8 @@ def process_started(pid: int) -> int | None:
     or None where there is no /proc (or no such process). With the pid it names one process: a pid
     is reused once its process is gone, the pair is not."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])  # after the command name, which may hold spaces
+        stat = Path(f"/proc/{pid}/stat").read_bytes()  # the command name may be any bytes
+        return int(stat.rsplit(b")", 1)[1].split()[19])  # after the command name, which may hold spaces
     except (OSError, ValueError, IndexError):
         return None
 

@@ -123,6 +123,12 @@ def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal:
         return _done(journal, action, memo, now, "noop", {}, f"the stack file is at attempt {job.attempt} "
                      f"({job.state.value}) now: no move")
     assert action.zone is not None
+    if job.applying is not None and applier is not None:  # a pending step: leave it to a live spotctl applying it
+        try:
+            with applier.exclusive(ref.path, wait=False):
+                pass
+        except ApplyError:
+            return Result(action, "noop", True, "another spotctl is updating the stack now")  # as _apply_again
     moved = move_job(ref, action.job, action.zone, events=lambda: events, applier=applier, out=out, now=lambda: now,
                      inventory=inventory)
     if not moved.steps:
