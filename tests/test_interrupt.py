@@ -116,6 +116,15 @@ def test_resume_after_an_interrupted_question_still_resumes(tmp_path):
     assert "attempt: 4" in Path(project / "stacks" / "Pulumi.team-a.yaml").read_text()
 
 
+def asking_script(script: Path) -> tuple[pexpect.spawn, io.StringIO]:
+    """``script`` (which asks through ``cli.commands._ask``) started in a pty, with its transcript."""
+    transcript = io.StringIO()
+    child = pexpect.spawn(sys.executable, [str(script)], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                                                              "PYTHONFAULTHANDLER": "1"}, encoding="utf-8", timeout=30)
+    child.logfile_read = transcript
+    return child, transcript
+
+
 def test_a_signal_that_misses_the_read_at_the_question_is_still_heard(tmp_path):
     """CPython runs a Python handler only between bytecodes or when a blocked read() is interrupted: a
     SIGTERM landing after the prompt but before input()'s read() (once in a loaded suite run) left the
@@ -136,10 +145,7 @@ def test_a_signal_that_misses_the_read_at_the_question_is_still_heard(tmp_path):
         "    except Signalled as exc:\n"
         "        print('heard', exc.signum)\n"
         "        sys.exit(3)\n")
-    transcript = io.StringIO()
-    child = pexpect.spawn(sys.executable, [str(script)], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-                                                              "PYTHONFAULTHANDLER": "1"}, encoding="utf-8", timeout=30)
-    child.logfile_read = transcript
+    child, transcript = asking_script(script)
     child.expect(r"Proceed\? \[y/N\]: ")
     expect_or_dump(child, "heard 15", transcript, timeout=20)
     child.expect(pexpect.EOF)
@@ -151,8 +157,7 @@ def test_a_signal_that_misses_the_read_at_the_question_is_still_heard(tmp_path):
 def test_the_question_on_a_terminal_reads_the_answer_as_click_does(tmp_path, typed, answer):
     script = tmp_path / "ask.py"
     script.write_text("from cli.commands import _ask\nprint('answer', _ask('Proceed?'))\n")
-    child = pexpect.spawn(sys.executable, [str(script)], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-                          encoding="utf-8", timeout=30)
+    child, _ = asking_script(script)
     child.expect(r"Proceed\? \[y/N\]: ")
     child.send(typed)
     child.expect(f"answer {answer}")
@@ -169,10 +174,7 @@ def test_two_answers_typed_at_once_answer_two_questions_out_of_line_mode(tmp_pat
     script.write_text("import sys, tty\ntty.setcbreak(sys.stdin.fileno())\nfrom cli.commands import _ask\n"
                       "import time\nprint('ready', flush=True)\ntime.sleep(0.5)\n"
                       "print('first', _ask('One?'))\nprint('second', _ask('Two?'))\n")
-    transcript = io.StringIO()
-    child = pexpect.spawn(sys.executable, [str(script)], env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-                                                              "PYTHONFAULTHANDLER": "1"}, encoding="utf-8", timeout=30)
-    child.logfile_read = transcript
+    child, transcript = asking_script(script)
     child.expect("ready")
     child.send("y\nn\n")  # both before the first question is asked
     expect_or_dump(child, "first True", transcript, timeout=20)
