@@ -255,11 +255,24 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
 
 # Tests whose scripts, trainers and drills run against the clock (preemption every 0.8 s, shutdown
 # budgets). They mostly wait (test_scripts_run.py alone: ~3 min wall for ~18 s CPU), so under `-n auto --dist
-# loadgroup` they run as two units of their own, each on one worker, never two of one unit at once,
-# while two more workers than cores run the CPU-bound rest (see pytest_xdist_auto_num_workers).
+# loadgroup` they run as units of their own, each on one worker, never two tests of one unit at once,
+# while more workers than cores run the CPU-bound rest (see pytest_xdist_auto_num_workers).
 TIMED_GROUPS = {"test_scripts_run.py": "timed-scripts",
                 **dict.fromkeys(("test_drill.py", "test_drill_verdicts.py", "test_scripts_reboot.py",
                                  "test_pools_scripts.py", "test_terminal_session.py"), "timed-rest")}
+# test_scripts_run.py's budget tests (~100 s of its ~3 min, waiting out real budgets) are a unit of their own.
+TIMED_BUDGETS = ("test_shutdown_path_finishes_in_budget_under_faults", "test_gcp_worst_case_at_real_budgets_fits_the_30s_notice",
+                 "test_a_stop_waits_for_the_trainers_group_not_its_leader")
+TIMED_UNITS = 3
+
+
+def timed_unit(nodeid: str) -> str | None:
+    """The timed unit a test belongs to (by its file, and for test_scripts_run.py its function), or None."""
+    path, _, name = nodeid.partition("::")
+    group = TIMED_GROUPS.get(path.rsplit("/", 1)[-1])
+    if group == "timed-scripts" and name.split("[", 1)[0] in TIMED_BUDGETS:
+        return "timed-scripts-budgets"
+    return group
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of xdist's: plain `pytest -p no:xdist` must still load
@@ -274,12 +287,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.getvalue("dist") != "loadgroup":
         return None  # xdist's own hook decides
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores + len(set(TIMED_GROUPS.values())) if cores >= 2 else None
+    return cores + TIMED_UNITS if cores >= 2 else None
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own `loadgroup` scheduler
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`--dist loadgroup` with TIMED_GROUPS as units, read from each test's id on the controller.
+    """`--dist loadgroup` with the timed units (``timed_unit``), read from each test's id on the controller.
 
     xdist's own loadgroup reads an ``xdist_group`` mark that its worker appends to the test's id
     (``id@group``); with pytest 9.2's structured ids that append no longer takes effect, and every
@@ -291,8 +304,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
     class TimedTogether(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            group = TIMED_GROUPS.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
-            return group or super()._split_scope(nodeid)
+            return timed_unit(nodeid) or super()._split_scope(nodeid)
 
     return TimedTogether(config, log)
 

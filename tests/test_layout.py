@@ -123,3 +123,14 @@ def test_app_holds_no_domain_logic():
     tree = ast.parse((ROOT / "cli" / "app.py").read_text())
     defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert defs == ["main"]
+
+
+def test_the_timed_units_are_as_many_as_the_extra_workers_and_name_real_tests():
+    from tests.conftest import TIMED_BUDGETS, TIMED_GROUPS, TIMED_UNITS, timed_unit
+
+    units = {timed_unit(f"tests/{f}::t") for f in TIMED_GROUPS} | {timed_unit(f"tests/test_scripts_run.py::{n}[x]") for n in TIMED_BUDGETS}
+    assert len(units) == TIMED_UNITS and None not in units
+    source = (Path(__file__).parent / "test_scripts_run.py").read_text()
+    assert all(f"def {name}(" in source for name in TIMED_BUDGETS)  # a renamed test would silently leave the unit
+    assert all((Path(__file__).parent / f).exists() for f in TIMED_GROUPS)
+    assert timed_unit("tests/test_move.py::test_x") is None
