@@ -238,3 +238,19 @@ def test_the_changeover_of_a_later_boot_ends_at_its_own_first_progress_line(tmp_
             assert at >= go_at - 0.01, (second["time"], go_at)
         finally:
             v.kill_all()
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_line_a_power_loss_cut_short_is_ended_before_the_next_boot_writes(vm, cloud):
+    """A trainer may write a line's text and its newline in two writes (unbuffered Python does); a
+    power loss between them left the next boot's first line glued to it (once in a suite run)."""
+    v = vm(cloud)
+    boot(v, "boot-1")
+    assert v.wait_for(lambda: len(trainer_log(v)) == 1, 10)
+    v.kill_all()
+    log = v.disk / ".spotctl" / "logs" / "attempt-1-node-0.log"
+    with log.open("a") as fh:
+        fh.write("step 7 of 10")  # the text of a line whose newline the power loss took
+    boot(v, "boot-2")
+    assert v.wait_for(lambda: len(trainer_log(v)) == 2, 10), v.debug_log()
+    assert "\nstep 7 of 10\nstart step=0 resume=1\n" in log.read_text()

@@ -451,6 +451,11 @@ spotctl_run() {
     return 0
   fi
   local rc=0 child logfd tee_pid log_start
+  # A last line the previous boot's power loss cut short is ended here, so this run's lines start
+  # on lines of their own (a trainer may write a line's text and its newline in two writes).
+  if [ -s "$(spotctl_trainer_log)" ] && [ -n "$(tail -c 1 "$(spotctl_trainer_log)")" ]; then
+    printf '\n' >>"$(spotctl_trainer_log)"
+  fi
   # Where this run's lines begin: an attempt's log goes on across reboots.
   log_start=$(stat -c %s "$(spotctl_trainer_log)" 2>/dev/null) || log_start=0
   # The trainer's output goes to its log on the job disk and to this script's output. tee is this
