@@ -169,8 +169,6 @@ def _pending_text(change: Change) -> str:
     return f"{head[:460]} (since {since})"
 
 
-
-
 def _mark_pending(path: Path, job_id: str, text: str, holder: dict[str, Any], held: bool) -> None:
     """Mark the job ``applying: <what>`` before its update starts (cleared once applied: ``_applied``),
     so an update that never finishes (kill -9, a watcher replaced) is seen (``status``) and applied

@@ -556,12 +556,13 @@ def proposal_path(path: Path) -> Path:
     return index_path(path).with_name(f"{path.name}.proposal.json")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """A process with this pid runs on this machine (another user's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # another user's process
         return True
     return True
 
@@ -579,7 +580,7 @@ def process_started(pid: int) -> int | None:
 
 def _proposer_alive(doc: dict[str, Any]) -> bool:
     """The process that wrote a proposal record still runs (its pid, and its start time when recorded)."""
-    if not _alive(doc["pid"]):
+    if not pid_alive(doc["pid"]):
         return False
     started = doc.get("started")
     return started is None or process_started(doc["pid"]) in (None, started)

@@ -49,6 +49,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cli.cloud import CloudError, PreconditionFailed
+from cli.lifecycle.stackfile import pid_alive
 from infra.naming import watch_lease
 
 VERSION = 1
@@ -133,16 +134,6 @@ def decide(current: Holder | None, me: Holder, predecessor: Predecessor | None, 
     if unchanged_s >= max(term.total_seconds(), current.term_s):
         return "take"
     return "lapsing" if current.expires <= now else "held"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class BucketLease:
