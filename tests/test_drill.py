@@ -52,6 +52,16 @@ def running(tag: str, argv: str) -> bool:
     return any(line.split(" ", 1)[-1] == argv for line in tagged(tag))
 
 
+def brief(report: dict) -> str:
+    """A failed drill in a few lines (pytest cuts a long dict's repr before the verdict)."""
+    lines = [f"verdict {report['verdict']}: {report['reason']}; outputs identical: {report['outputs_identical']}"]
+    for a in report["attempts"]:
+        lines.append(f"  attempt {a['attempt']} {a['outcome']} after {a['seconds']} s: steps {a['start_progress']}-"
+                     f"{a['end_progress']}, checkpoints {a['checkpoints']}, lost {a['lost_work']}")
+        lines += [f"    | {line}" for line in a["log_tail"]]
+    return "\n".join(lines)
+
+
 def drill_json(runner, *args: str) -> tuple[int, dict]:
     result = runner.invoke(app, ["drill", "--json", *args])
     return result.exit_code, json.loads(result.stdout)
@@ -62,7 +72,7 @@ def test_example_is_reentrant_with_identical_outputs(runner, cloud, monkeypatch)
     tag = new_tag()
     monkeypatch.setenv(TAG_KEY, tag)
     code, report = drill_json(runner, "--cloud", cloud, "--time-scale", "60", "--preempt-every", "0.8", "--verify", "--", EXAMPLE)
-    assert code == 0, report
+    assert code == 0, brief(report)
     assert report["verdict"] == "reentrant" and report["ok"] is True
     assert report["preemptions"] >= 2
     assert report["outputs_identical"] is True
@@ -112,12 +122,29 @@ def test_failing_command_did_not_finish(runner):
     assert report["verdict"] == "did-not-finish" and report["attempts"][0]["outcome"] == "failed"
 
 
+def test_a_failed_startup_script_says_why(runner, monkeypatch):
+    """The trainer never started, so its log is empty: the report carries the startup script's own words."""
+    import cli.drill.runner as drill_runner
+
+    class BrokenBoot(drill_runner.LocalVM):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            self.startup.write_text("echo 'mount: /mnt/job: special device /dev/sdb does not exist' >&2; exit 32\n")
+
+    monkeypatch.setattr(drill_runner, "LocalVM", BrokenBoot)
+    code, report = drill_json(runner, "--", "echo never")
+    assert code == 1
+    assert report["verdict"] == "did-not-finish" and report["reason"] == "attempt 1 failed"
+    assert report["attempts"][0]["log_tail"] == ["startup script exited 32:",
+                                                 "mount: /mnt/job: special device /dev/sdb does not exist"]
+
+
 def test_drill_a_stack_job(project, runner):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     text = path.read_text().replace("command: python eval.py", f"command: {EXAMPLE} --steps 200")
     path.write_text(text)
     code, report = drill_json(runner, "--stack", "example-gcp", "--job", "bert-eval", "--preempt-every", "0.6")
-    assert code == 0, report
+    assert code == 0, brief(report)
     assert report["command"] == f"{EXAMPLE} --steps 200"
     result = runner.invoke(app, ["drill", "--stack", "example-gcp", "--job", "nope"])
     assert result.exit_code == 1
@@ -209,7 +236,7 @@ def test_trace_driven_preemptions(runner, tmp_path):
     # 1 = spot available. Runs of 2 ticks x 30 s at time-scale 60 -> preempted after 1 s each time.
     trace.write_text(json.dumps({"metadata": {"gap_seconds": 30}, "data": [1, 1, 0, 0, 1, 1, 0, 1, 1, 0] + [1] * 50}))
     code, report = drill_json(runner, "--trace", str(trace), "--time-scale", "60", "--", f"{EXAMPLE} --step-seconds 0.01")
-    assert code == 0, report
+    assert code == 0, brief(report)
     assert report["preemptions"] == 3
     assert [a["outcome"] for a in report["attempts"]] == ["preempted"] * 3 + ["completed"]
     assert all(0.9 < a["seconds"] < 6 for a in report["attempts"][:3])  # 1 s of spot, then the shutdown path

@@ -102,6 +102,24 @@ def test_a_signal_at_the_question_in_a_terminal_undoes_the_edit(tmp_path, sig, n
     assert path.read_bytes() == before
 
 
+def test_ctrl_c_at_the_question_is_heard_when_sigint_was_inherited_as_ignored(tmp_path):
+    """A command started from a script's background job inherits SIGINT ignored (bash does that, and
+    Python then installs no handler): Ctrl-C typed at the question still answers it (once, a whole
+    suite started that way hung here for 90 s)."""
+    project, spotctl, log, transcript = session(tmp_path)
+    path = project / "stacks" / "Pulumi.team-a.yaml"
+    before = path.read_bytes()
+    child = spotctl("complete", "vit-finetune", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    child.expect(r"\[y/N\]: ")
+    child.sendintr()
+    expect_or_dump(child, r"job vit-finetune: interrupted \(SIGINT\) before the update started: the edit was undone",
+                   transcript, timeout=30)
+    expect_or_dump(child, pexpect.EOF, transcript)
+    child.close()
+    assert child.exitstatus == 130, transcript.getvalue()
+    assert updates(log) == ["preview"] and path.read_bytes() == before
+
+
 def test_resume_after_an_interrupted_question_still_resumes(tmp_path):
     project, spotctl, log, transcript = session(tmp_path)
     child = spotctl("resume", "vit-finetune", "--events-dir", "events")

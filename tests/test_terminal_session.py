@@ -53,9 +53,9 @@ def session(tmp_path: Path, **env_over: str):
            "PYTHONFAULTHANDLER": "1", **env_over}  # SIGABRT prints every thread's stack (``expect_or_dump``)
     transcript = io.StringIO()
 
-    def spotctl(*args: str) -> pexpect.spawn:
+    def spotctl(*args: str, preexec_fn=None) -> pexpect.spawn:
         child = pexpect.spawn(sys.executable, ["-m", "cli", *args], cwd=str(project), env=env, encoding="utf-8",
-                              timeout=180, dimensions=(40, 100))
+                              timeout=180, dimensions=(40, 100), preexec_fn=preexec_fn)
         child.logfile_read = transcript
         return child
 

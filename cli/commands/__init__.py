@@ -249,7 +249,26 @@ def _tty_confirm(question: str) -> bool:
     only between bytecodes or when read() is interrupted, so a SIGTERM or Ctrl-C landing between
     the prompt and the read was lost and the process waited for Enter forever (found by a test that
     sends the signal as soon as the prompt shows). The wait is a select() with a timeout instead:
-    bytecode runs at least every 0.2 s, and a pending handler with it."""
+    bytecode runs at least every 0.2 s, and a pending handler with it.
+
+    Ctrl-C typed at the question always answers it, also when SIGINT was inherited as ignored
+    (a command started from a script's background job: bash ignores SIGINT there, and Python then
+    installs no handler): the question is interactive, and the key is the user's answer."""
+    import signal
+    import threading
+
+    inherited = signal.getsignal(signal.SIGINT)
+    hear = inherited is signal.SIG_IGN and threading.current_thread() is threading.main_thread()
+    if hear:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _tty_answer(question)
+    finally:
+        if hear:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _tty_answer(question: str) -> bool:
     while True:
         sys.stderr.write(f"{question} [y/N]: ")
         sys.stderr.flush()

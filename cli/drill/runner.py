@@ -247,7 +247,11 @@ class Drill:
             started = time.monotonic()
             boot = vm.boot()
             if boot.returncode != 0:
+                # The startup script's own words say why (the trainer never started: its log is empty).
                 rec.outcome = "failed"
+                rec.seconds = round(time.monotonic() - started, 3)
+                rec.log_tail = [f"startup script exited {boot.returncode}:",
+                                *(boot.stderr or boot.stdout).splitlines()[-LOG_TAIL_LINES:]]
                 break
             # Counted from the end of the boot (the command runs from there): on a loaded machine the
             # startup script alone can outlast a sub-second interval, and the attempt would run nothing.
