@@ -87,6 +87,37 @@ def test_running_job_with_a_preemption_of_its_current_attempt_resumes():
     assert change.fields == {"attempt": 5, "state": "running"}
 
 
+def test_an_attempt_that_reported_progress_then_completed_is_completed():
+    """A real attempt records its first ``progress`` (and may record a rebalance recommendation or a
+    checkpoint timeout) before ``completed``: informational, they never hide the completion (resume
+    said "nothing says it stopped" and --force started the finished job again)."""
+    for extra in ("progress", "rebalance-recommendation", "checkpoint-timeout"):
+        with pytest.raises(LifecycleError, match="attempt 4 completed; run `spotctl complete train`"):
+            decide_resume(job(state="running", attempt=4), [ev("started", 4), ev(extra, 4, 1), ev("completed", 4, 60)])
+
+
+def test_a_stop_seen_after_a_nodes_completion_ends_nothing():
+    """The VM was preempted (or stopped) between the trainer's exit and the end of its run: the scripts
+    record both; the work is done, and a new attempt would only find it done."""
+    for late in ("preemption-notice", "preempted", "stopped"):
+        with pytest.raises(LifecycleError, match="attempt 4 completed"):
+            decide_resume(job(state="running", attempt=4), [ev("started", 4), ev("completed", 4, 60), ev(late, 4, 60.1)])
+
+
+def test_a_gang_completes_when_every_node_did_and_one_preempted_node_still_stops_it():
+    def node(n: int, event: str, minutes: float = 0) -> Event:
+        return Event("train", 4, n, event, T0 + timedelta(minutes=minutes))
+
+    gang = job(state="running", attempt=4, nodes=2)
+    half = decide_resume(gang, [node(0, "started"), node(1, "started"), node(0, "completed", 60)])
+    assert half.noop and "nothing says it stopped" in half.reason
+    with pytest.raises(LifecycleError, match="attempt 4 completed"):
+        decide_resume(gang, [node(0, "completed", 60), node(1, "completed", 61), node(1, "preempted", 61.1)])
+    # node 1 was preempted mid-work: its completion is not node 0's
+    resumed = decide_resume(gang, [node(0, "completed", 60), node(1, "preempted", 61)])
+    assert resumed.fields == {"attempt": 5, "state": "running"}
+
+
 def test_resume_refuses_completed_and_needs_force_for_failed():
     with pytest.raises(LifecycleError, match="job train is completed; there is nothing to resume"):
         decide_resume(job(state="completed"), [])

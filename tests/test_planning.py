@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.policy import planning
-from cli.policy.planning import OD_M, SPOT_M, Plan, Regime, Units, bucket_of, fit_regime, runs
+from cli.policy.grid import MAX_STATES, Units
+from cli.policy.planning import OD_M, SPOT_M, Plan, Regime, bucket_of, fit_regime, runs
 from cli.policy.policies import Default, Observation
 from cli.policy.simulate import Job, Trace, all_on_demand_cost, omniscient, simulate
 from tests.test_policy import OCT22, dev_traces
@@ -184,7 +185,7 @@ def planning_unsafe(obs: Observation) -> set[str]:
 @pytest.mark.parametrize("deadline_h", [52.17, 60.0, 80.0])
 def test_a_coarse_grid_overstates_a_changeover_by_at_most_a_quarter_tick(tick_s, d, deadline_h):
     units, plan_tick = Units.fit(tick_s / 3600, d, 48.0, deadline_h)
-    assert units.size <= planning.MAX_STATES
+    assert units.size <= MAX_STATES
     assert round(plan_tick * 3600) % tick_s == 0
     assert 0 <= units.change * units.u_s - d * 3600 <= min(0.5 * d * 3600, tick_s / 4)
 

@@ -14,13 +14,16 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from cli.drill.emulator import Emulator, Fault
 from cli.drill.localvm import LocalVM, local_context
+from cli.lifecycle.events import Event
+from cli.lifecycle.states import attempt_outcome
+from infra.basics import JobState
 from infra.render import NOTICE_S, TRAINER_STOP_BUDGET_S, ScriptContext
 
 TRAINER = Path(__file__).parent / "fixtures" / "trainer.py"
@@ -260,6 +263,26 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
         assert 0 <= progress - last_ckpt < 20 + 2  # at most a checkpoint interval (and a line in flight)
         # (a preemption landing right on a checkpoint step loses nothing: 1 time in 20)
         assert attempt.lost_steps == progress - last_ckpt and (attempt.lost_hours > 0) == (progress > last_ckpt)
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_notice_as_the_trainer_finishes_does_not_undo_the_completion(make_vm, emu, cloud, tmp_path):
+    """The trainer exits 0; the run then waits for the log (a process it left holds the pipe: here
+    4 s; an upload does the same on a loaded VM); a notice in that wait used to make the finished job
+    a preempted one (no `completed`, a new attempt). Found by the drill on a loaded CI machine."""
+    holder = tmp_path / "holder.pid"
+    vm = make_vm(cloud, command=f"setsid sleep 4 & echo $! > {holder}")
+    assert vm.boot().returncode == 0
+    assert vm.wait_for(lambda: holder.exists() and not vm.alive("trainer.pid"), 15), vm.debug_log()
+    emu.notice_aws() if cloud == "aws" else emu.preempt_gcp()
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    time.sleep(1.5)  # the watcher's next poll sees the notice
+    done, _ = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    events = [Event("train", e["attempt"], e["node"], e["event"], datetime.now(UTC)) for e in vm.events()]
+    assert "completed" in names(vm.events()) and "preempted" not in names(vm.events()), (names(vm.events()), vm.debug_log())
+    assert attempt_outcome(events, 1) is JobState.COMPLETED
+    assert (vm.disk / ".spotctl" / "completed").exists()
 
 
 def test_failed_records_exit_code(make_vm, emu):

@@ -107,6 +107,19 @@ def test_completed_on_every_node_completes_and_some_nodes_wait():
     assert action is None and notes[0].kind == "waiting-for-nodes" and "[0]" in notes[0].reason
 
 
+def test_a_preemption_after_a_nodes_completion_completes_and_never_resumes():
+    """The VM went (a notice, then preempted) between the trainer's finish and the end of its run:
+    the scripts record both. A resume would start a new attempt that only finds the work done."""
+    action, _ = decide_one(job(), [ev("started"), ev("progress", minutes=1), ev("completed", minutes=60),
+                                   ev("preemption-notice", minutes=60.1), ev("preempted", minutes=60.2)])
+    assert action.kind == "complete", action
+    gang = job(id="gang", nodes=2, attempt=1)
+    # node 1's own preemption, mid-work, still resumes the gang
+    action, _ = decide_one(gang, [ev("completed", 1, 0, job_id="gang"), ev("preempted", 1, 0, 0.1, job_id="gang"),
+                                  ev("preempted", 1, 1, 0.2, job_id="gang")])
+    assert (action.kind, action.reason) == ("resume", "node 1 of attempt 1 preempted (seen in test)")
+
+
 def test_failure_is_final_unless_max_failures_allows_a_retry():
     action, _ = decide_one(job(), [ev("failed")])
     assert action.kind == "mark-failed" and "maxFailures 0" in action.reason

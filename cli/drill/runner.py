@@ -299,7 +299,8 @@ class Drill:
             lead = NOTICE_S["aws"] / self.spec.time_scale
             emu.notice_aws(lead_s=lead)
             # The watcher sees the notice within its poll; the instance is terminated at the notice time.
-            vm.wait_for(lambda: any(e["event"] == "preempted" for e in vm.events()), lead)
+            # This attempt's: the job disk's event log holds every earlier attempt's `preempted` too.
+            vm.wait_for(lambda: any(e["event"] == "preempted" and e["attempt"] == vm.ctx.attempt for e in vm.events()), lead)
             vm.shutdown(timeout=NOTICE_S["aws"] + 5)
 
     def run(self) -> Report:

@@ -111,7 +111,7 @@ def _movable(job: Job, events: list[Event]) -> None:
         raise LifecycleError(f"job {job.id} is completed; there is nothing to move (spotctl cleanup {job.id} deletes its disks)")
     if job.state is F:
         raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force` first, then move it")
-    if job.state is R and attempt_outcome(events, job.attempt) is C:
+    if job.state is R and attempt_outcome(events, job.attempt, job.nodes) is C:
         # The job finished and the file is not marked yet (no watcher ran since): a move would stop
         # it and start a new attempt from its last checkpoint. As ``resume`` says (decide_resume).
         raise LifecycleError(f"job {job.id}: attempt {job.attempt} completed (its events say so); there is nothing "

@@ -74,18 +74,28 @@ class Change:
         return f"job {self.job_id}: {parts} ({self.reason})"
 
 
-def attempt_outcome(events: Iterable[Event], attempt: int) -> JobState | None:
+# What a node's VM may report after its trainer finished: the VM was preempted or stopped between
+# the trainer's exit and the end of its run (the scripts then record both). It ends nothing.
+MOOT_AFTER_COMPLETED = frozenset({"preempted", "preemption-notice", "maintenance-notice", "stopped"})
+
+
+def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> JobState | None:
     """What the events of one attempt say happened to it (any node counts: one preempted node
-    stops the whole gang), or None when they say nothing conclusive."""
+    stops the whole gang; completed takes every node), or None when they say nothing conclusive.
+
+    Informational events (``progress``, a rebalance recommendation, a checkpoint timeout) say
+    nothing either way: an attempt that reported its first progress and then completed is completed.
+    """
     mine = [e for e in events if e.attempt == attempt]
-    kinds = {e.event for e in mine}
+    done = {e.node for e in mine if e.event == "completed"}
+    kinds = {e.event for e in mine if not (e.node in done and e.event in MOOT_AFTER_COMPLETED)}
     if "preempted" in kinds or "preemption-notice" in kinds:
         return PR
     if "failed" in kinds:
         return F
     if "stopped" in kinds:
         return S
-    if mine and all(e.event in ("started", "completed") for e in mine) and "completed" in kinds:
+    if done and done >= set(range(nodes)):
         return C
     return None
 
@@ -123,7 +133,7 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
         return again
     state = job.state
     if state is R:
-        seen = attempt_outcome(events, job.attempt)
+        seen = attempt_outcome(events, job.attempt, job.nodes)
         if seen is None:
             if not force:
                 return Change(job.id, {}, f"is running attempt {job.attempt}; nothing says it stopped (use --force to start a new attempt anyway)", noop=True)

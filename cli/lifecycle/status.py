@@ -207,7 +207,7 @@ def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now:
     now = now or datetime.now(UTC)
     seen = list(events) + (cloud_events(vms, job, now) if vms is not None else [])
     row = job_status(job, events, now)
-    outcome = attempt_outcome(seen, job.attempt)
+    outcome = attempt_outcome(seen, job.attempt, job.nodes)
     status, reason = job.state.value, ""
     if job.state.value in ("running", "pending") and outcome is not None and outcome.value in ("preempted", "stopped"):
         source = "the cloud" if any(e.details.get("source") == "cloud" for e in seen if e.attempt == job.attempt) else "its events"

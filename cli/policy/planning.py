@@ -29,11 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from cli.policy.grid import Units
+
 AGE_EDGES_H = (0.0, 1 / 6, 1 / 3, 2 / 3, 4 / 3, 8 / 3, 16 / 3)  # bucket b: (edge[b], edge[b+1]]; the last is open
 B = len(AGE_EDGES_H)
 INF = np.float32(1e12)
 IDLE_M, SPOT_M, OD_M = 0, 1, 2
-MAX_STATES = 400_000  # (steps + 1) * (work + 1) per plan: ~67 MB of float32 values, ~0.4 s to solve
 MAX_PLANS_CACHED = int(os.environ.get("SPOTCTL_PLAN_CACHE", "12"))  # each plan up to ~67 MB
 REGIMES_FILE = Path(__file__).with_name("regimes.json")
 
@@ -234,65 +235,6 @@ def _rates_at(regime: Regime, ages: np.ndarray) -> np.ndarray:
     return np.array(regime.up_rate)[np.clip(idx, 0, B - 1)]
 
 
-@dataclass(frozen=True)
-class Units:
-    """A job on the integer timeline of the simulator: units of ``gcd(tick, changeover)`` seconds."""
-
-    u_s: int
-    tick: int
-    change: int
-    work: int
-    deadline: int
-
-    @classmethod
-    def of(cls, tick_h: float, changeover_h: float, job_h: float, deadline_h: float) -> Units:
-        tick_s = max(1, round(tick_h * 3600))
-        d_s = round(changeover_h * 3600)
-        u = math.gcd(tick_s, d_s) if d_s else tick_s
-        return cls(u, tick_s // u, d_s // u, -(-round(job_h * 3600) // u), round(deadline_h * 3600) // u)
-
-    @classmethod
-    def fit(cls, tick_h: float, changeover_h: float, job_h: float, deadline_h: float,
-            budget: int = MAX_STATES) -> tuple[Units, float]:
-        """Units and planning tick for a job, coarsened until ``steps * work`` fits ``budget``.
-
-        The exact units come first; then coarser units that divide the tick, the changeover rounded up
-        by at most half of it and a quarter tick (every switch pays the excess: at d = 0.2 h on 320 s
-        ticks a third more made tight deadlines shun spot, bench/policy.py cross-family); then
-        planning ticks that are whole multiples of the decision tick.
-        """
-        tick_s = max(1, round(tick_h * 3600))
-        d_s = round(changeover_h * 3600)
-        exact = cls.of(tick_h, changeover_h, job_h, deadline_h)
-        if exact.size <= budget:
-            return exact, tick_h
-        fallback = None
-        for m in range(1, 1000):
-            plan_s = tick_s * m
-            for u in _divisors(plan_s, at_least=exact.u_s):
-                units = cls(u, plan_s // u, -(-d_s // u), -(-round(job_h * 3600) // u), round(deadline_h * 3600) // u)
-                if units.size <= budget:
-                    if units.change * u - d_s <= min(0.5 * d_s, tick_s / 4) or not d_s:
-                        return units, plan_s / 3600
-                    fallback = fallback or (units, plan_s / 3600)
-                    break
-        if fallback is None:
-            raise ValueError(f"a {deadline_h} h deadline is too long to plan")
-        return fallback
-
-    @property
-    def size(self) -> int:
-        return (self.steps + 1) * (self.max_work + 1)
-
-    @property
-    def steps(self) -> int:
-        return -(-self.deadline // self.tick)
-
-    @property
-    def max_work(self) -> int:
-        return self.work + 2 * self.change
-
-
 class Plan:
     """Expected cost-to-go for one job under one regime: ``V[i, mode, available, bucket, work left]``.
 
@@ -314,32 +256,46 @@ class Plan:
         """E[V(next) | availability a, each bucket], for (mode if spot stays, mode if it flips)."""
         flip = self.flip[a][:, None]
         adv = self.advance[:, None]
+        keep, stay_ = 1 - flip, 1 - adv
         out = {}
         for stay, flipped in ((IDLE_M, IDLE_M), (OD_M, OD_M), (SPOT_M, IDLE_M)):
             if stay == SPOT_M and a == 0:
                 continue
             same = Vn[stay, a]
-            aged = np.concatenate([same[1:], same[-1:]], axis=0)
-            out[stay, flipped] = (1 - flip) * ((1 - adv) * same + adv * aged) + flip * Vn[flipped, 1 - a, 0][None, :]
+            # (1 - flip) * ((1 - adv) * same + adv * <each bucket's next, the last its own>) + flip * V[flipped,
+            # not a, bucket 0], in place: the same values with fewer copies.
+            e = stay_ * same
+            e[:-1] += adv[:-1] * same[1:]
+            e[-1:] += adv[-1:] * same[-1:]
+            e *= keep
+            e += flip * Vn[flipped, 1 - a, 0][None, :]
+            out[stay, flipped] = e
         return out
 
     def _run(self, E: np.ndarray, price: float, launch: bool, remaining: int) -> np.ndarray:
-        """Cost of running one tick (or finishing within it) from every work-left value."""
-        u = self.units
-        W = u.max_work
-        e = np.arange(W + 1) + (u.change if launch else 0)
-        q = np.full(E.shape, INF, np.float32)
-        finish = e <= min(u.tick, remaining)
-        q[:, finish] = price * e[finish]
-        cont = ~finish & (e > u.tick) & (e - u.tick <= W)
-        q[:, cont] = price * u.tick + E[:, e[cont] - u.tick]
+        """Cost of running one tick (or finishing within it) from every work-left value x: with e = x
+        plus the changeover on a launch, e <= min(tick, remaining) finishes (cost e), e > tick runs a
+        tick, then E at e - tick; both are ranges of x, hence slices (the hot loop: masks were 3x slower)."""
+        u, c = self.units, (self.units.change if launch else 0)
+        q = np.empty(E.shape, np.float32)
+        n = max(0, min(min(u.tick, remaining) - c, u.max_work) + 1)
+        q[:, :n] = price * np.arange(c, n + c)
+        lo, hi = max(n, u.tick - c + 1), min(u.max_work, u.max_work + u.tick - c)
+        q[:, n:lo] = INF  # the deadline comes within the tick before the work is done
+        q[:, max(lo, hi + 1):] = INF  # more work than a plan holds
+        if lo <= hi:
+            q[:, lo:hi + 1] = price * u.tick + E[:, lo + c - u.tick:hi + c - u.tick + 1]
         return q
 
     def _solve(self) -> np.ndarray:
         u = self.units
         W = u.max_work
         k0 = self.keep_from
-        V = np.full((2 if self.one_layer else u.steps + 1 - k0, 3, 2, B, W + 1), INF, np.float32)
+        # Not np.full (tens of MB, a sixth of the solve): the loop writes each layer's allowed rows; the
+        # last layer (nothing left to decide) and spot while unavailable stay INF.
+        V = np.empty((2 if self.one_layer else u.steps + 1 - k0, 3, 2, B, W + 1), np.float32)
+        V[-1] = V[0] = INF  # (one layer: the two rolling layers)
+        V[:, SPOT_M, 0] = INF
         V[..., 0] = 0.0
         for i in range(u.steps - 1, k0 - 1, -1):
             remaining = u.deadline - i * u.tick
@@ -394,11 +350,6 @@ class Plan:
         if available:
             out[SPOT_M] = run(1.0, mode != SPOT_M, SPOT_M, IDLE_M)
         return out
-
-
-def _divisors(n: int, at_least: int) -> list[int]:
-    small = [x for x in range(1, math.isqrt(n) + 1) if n % x == 0]
-    return sorted(x for x in {*small, *(n // x for x in small)} if x >= at_least)
 
 
 _PLANS: dict[tuple, Plan] = {}

@@ -78,14 +78,13 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from cli.policy.fitcheck import FitCheck
+from cli.policy.grid import MAX_STATES, Units
 from cli.policy.planning import (
     IDLE_M,
-    MAX_STATES,
     OD_M,
     SPOT_M,
     OnlineRegime,
     Regime,
-    Units,
     bucket_of,
     mixed,
     plan_for,

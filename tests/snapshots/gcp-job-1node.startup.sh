@@ -245,6 +245,12 @@ spotctl_trainer_pid() {
   printf '%s' "$pid"
 }
 
+# The job completed on this disk (spotctl_run's marker, written as its trainer exited 0 unsignaled)
+# and no trainer process is left: a stop or notice now has nothing to stop or record.
+spotctl_finished() {
+  [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ] && ! spotctl_trainer_pid >/dev/null
+}
+
 # Wait (at most $1 seconds) for tee to have written the trainer's last lines to its log: tee ends
 # when the last writer of its pipe has gone. The stop path runs in another process than tee's
 # parent (spotctl_run), hence tee.pid.
@@ -456,6 +462,12 @@ spotctl_run() {
     wait "$child" || rc=$?
     kill -0 "$child" 2>/dev/null || break
   done
+  # Whether a stop had signaled the trainer when it exited, taken now: the waits and the log upload
+  # below take seconds, and a stop that begins in them must not make a finished job a stopped one.
+  local signaled=0
+  [ ! -e "$SPOTCTL_STATE_DIR/signaled" ] || signaled=1
+  # The marker at once (the event follows the log's upload): a power-off in between keeps it.
+  [ "$rc" -ne 0 ] || [ "$signaled" -ne 0 ] || : >"$SPOTCTL_MOUNT/.spotctl/completed"
   # In a stop the leader may be gone while the rest of its group still checkpoints (see
   # spotctl_trainer_pid): wait for the group, within the budget. This script is the unit's main
   # process; once it exits, systemd SIGKILLs every process left in the unit (KillMode=mixed: "the
@@ -473,11 +485,11 @@ spotctl_run() {
   # Not during a stop: those seconds belong to the checkpoint and the events (the log's last
   # lines since the watcher's last upload stay on the job disk).
   [ -e "$SPOTCTL_STATE_DIR/stopping" ] || spotctl_upload_log 5
-  if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
-    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
-  elif [ "$rc" -eq 0 ]; then
-    : >"$SPOTCTL_MOUNT/.spotctl/completed"
+  if [ "$rc" -eq 0 ] && [ "$signaled" -eq 0 ]; then
+    # It finished on its own, before any stop reached it: completed, also when a stop began since.
     spotctl_record completed
+  elif [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
+    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
   else
     spotctl_record failed "exit_code=$rc"
   fi
@@ -688,6 +700,10 @@ spotctl_main() {
 # trainer, and record `preempted` once it has stopped.
 spotctl_notice() {
   [ ! -e "$SPOTCTL_STATE_DIR/notice" ] || return 0
+  if spotctl_finished; then
+    spotctl_log "notice after the job completed: nothing to record ($*)"
+    return 0
+  fi
   # The notice's details, one per line: the shutdown path records `preempted` with them if this
   # watcher is gone before it could.
   printf '%s\n' "$@" >"$SPOTCTL_STATE_DIR/notice"
@@ -711,6 +727,12 @@ spotctl_preempted_once() {
   (
     flock -w 15 6 || true
     [ ! -e "$SPOTCTL_STATE_DIR/preempted-recorded" ] || exit 0
+    # The trainer finished on its own as the notice came (spotctl_run recorded `completed`): the
+    # work is done, and a `preempted` would only start an attempt that finds it done.
+    if spotctl_finished; then
+      spotctl_log "the job completed as the notice came: no preempted event"
+      exit 0
+    fi
     spotctl_wait_tee 2  # the trainer's last lines may still be in tee's pipe
     spotctl_checkpoint_flush 2
     local progress
@@ -764,7 +786,7 @@ spotctl_shutdown() {
     return 0
   fi
   : >"$SPOTCTL_STATE_DIR/shutdown"
-  if [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ] && ! spotctl_trainer_pid >/dev/null; then
+  if spotctl_finished; then
     spotctl_log "stop after completion: nothing to record"
     return 0
   fi
