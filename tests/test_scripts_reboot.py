@@ -193,6 +193,27 @@ def test_units_started_before_main_on_a_later_boot_forget_the_last_boots_markers
             v.kill_all()
 
 
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_later_boot_of_a_completed_job_never_runs_it_again(tmp_path, cloud):
+    """AWS starts the enabled units at a stop/start without user data's main: the run itself checks
+    the job's completion on its disk (the trainer ran twice)."""
+    with Emulator() as emu:
+        ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="bkt", region="us-east-1",
+                            command=f"echo start; echo x >> {tmp_path}/RUNS", poll_interval_s=1)
+        v = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+        try:
+            assert v.boot(env={"SPOTCTL_BOOT_ID": "boot-1"}).returncode == 0
+            assert v.wait_for(lambda: "completed" in lifecycle(v), 20), v.debug_log()
+            v.kill_all()
+            unit = start_unit(v, "run", "boot-2")
+            assert unit.wait(20) == 0
+            assert (tmp_path / "RUNS").read_text() == "x\n"
+            assert lifecycle(v) == ["started", "completed", "completed"]
+            assert v.events()[-1]["details"] == {"reason": "already completed"}
+        finally:
+            v.kill_all()
+
+
 def lifecycle(v: LocalVM) -> list[str]:
     """The events but the trainer's own (progress, checkpoint)."""
     return [e["event"] for e in v.events() if e["event"] not in ("progress", "checkpoint")]

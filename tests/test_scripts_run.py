@@ -285,6 +285,41 @@ def test_a_notice_as_the_trainer_finishes_does_not_undo_the_completion(make_vm, 
     assert (vm.disk / ".spotctl" / "completed").exists()
 
 
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_stop_of_the_unit_as_the_trainer_finishes_still_records_completed(make_vm, emu, cloud, tmp_path):
+    """The stop path runs first (it records nothing for a finished job), then systemd SIGTERMs the
+    job unit (KillMode=mixed) while its run waits for the log: the run still records `completed`
+    (it used to die there, leaving no end event at all)."""
+    holder = tmp_path / "holder.pid"
+    vm = make_vm(cloud, command=f"setsid sleep 3 & echo $! > {holder}")
+    assert vm.boot().returncode == 0
+    assert vm.wait_for(lambda: holder.exists() and not vm.alive("trainer.pid"), 15), vm.debug_log()
+    assert vm.wait_for(lambda: (vm.disk / ".spotctl" / "completed").exists(), 5), vm.debug_log()
+    done, _ = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    os.kill(vm.pid("run.pid"), signal.SIGTERM)
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    assert names(vm.events()) == ["started", "completed"], vm.debug_log()
+
+
+def test_a_gang_node_that_completed_runs_again_in_a_later_attempt_and_a_single_node_never(make_vm, emu, tmp_path):
+    """A gang's later attempt (another node was preempted mid-work) needs every rank for its
+    rendezvous: a node's completion counts within its own attempt only. One node: never again."""
+    runs = tmp_path / "RUNS"
+    gang = make_vm("gcp", attempt=3, command=f"echo x >> {runs}", world_size=2)
+    assert gang.boot().returncode == 0
+    assert gang.wait_for(lambda: "completed" in names(gang.events()), 20), gang.debug_log()
+    later = make_vm("gcp", attempt=4, command=f"echo x >> {runs}", world_size=2)
+    assert later.boot().returncode == 0
+    assert later.wait_for(lambda: names(later.events()).count("completed") == 2, 20), later.debug_log()
+    assert runs.read_text() == "x\nx\n" and later.events()[-1]["details"] == {}
+    alone = make_vm("gcp", attempt=5, command=f"echo x >> {runs}", disk=tmp_path / "disk1")
+    assert alone.boot().returncode == 0 and alone.wait_for(lambda: "completed" in names(alone.events()), 20)
+    again = make_vm("gcp", attempt=6, command=f"echo x >> {runs}", disk=tmp_path / "disk1")
+    assert again.boot().returncode == 0
+    assert runs.read_text() == "x\nx\nx\n" and again.events()[-1]["details"] == {"reason": "already completed"}
+
+
 def test_failed_records_exit_code(make_vm, emu):
     vm = make_vm("aws", env={"STEPS": "5", "EXIT_CODE": "3"})
     vm.boot()

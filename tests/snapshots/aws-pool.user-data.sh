@@ -356,7 +356,7 @@ spotctl_trainer_pid() {
 # The job completed on this disk (spotctl_run's marker, written as its trainer exited 0 unsignaled)
 # and no trainer process is left: a stop or notice now has nothing to stop or record.
 spotctl_finished() {
-  [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ] && ! spotctl_trainer_pid >/dev/null
+  spotctl_already_completed && ! spotctl_trainer_pid >/dev/null
 }
 
 # Wait (at most $1 seconds) for tee to have written the trainer's last lines to its log: tee ends
@@ -503,11 +503,27 @@ spotctl_has_progress() {
   grep -qs '"event":"started"' "$SPOTCTL_MOUNT/.spotctl/events.jsonl"
 }
 
+# This node's work is done on its disk: its trainer exited 0 unsignaled. A job of one node never
+# runs again (a stop/start, a reboot, a new attempt: its command may not be reentrant). A gang's
+# node only within the attempt that completed: a later attempt of the gang (another node was
+# preempted mid-work) needs every rank back for its rendezvous.
+spotctl_already_completed() {
+  local marker=$SPOTCTL_MOUNT/.spotctl/completed
+  [ -e "$marker" ] || return 1
+  [ "$SPOTCTL_WORLD_SIZE" -le 1 ] || [ "$(cat "$marker" 2>/dev/null)" = "$SPOTCTL_ATTEMPT" ]
+}
+
 # The job itself: run the command exactly as written, record how it ended.
 spotctl_run() {
   spotctl_identity
   if [ -z "$SPOTCTL_COMMAND" ]; then
     spotctl_log "no command to run"
+    return 0
+  fi
+  # AWS starts the enabled units at a later boot without main (a stop/start of a finished job).
+  if spotctl_already_completed; then
+    spotctl_log "this job already completed on this disk; not running it again"
+    spotctl_record completed "reason=already completed"
     return 0
   fi
   mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
@@ -549,8 +565,9 @@ spotctl_run() {
   # below take seconds, and a stop that begins in them must not make a finished job a stopped one.
   local signaled=0
   [ ! -e "$SPOTCTL_STATE_DIR/signaled" ] || signaled=1
-  # The marker at once (the event follows the log's upload): a power-off in between keeps it.
-  [ "$rc" -ne 0 ] || [ "$signaled" -ne 0 ] || : >"$SPOTCTL_MOUNT/.spotctl/completed"
+  # The marker at once (the event follows the log's upload): a power-off in between keeps it. It
+  # names the attempt (spotctl_already_completed).
+  [ "$rc" -ne 0 ] || [ "$signaled" -ne 0 ] || printf '%s' "$SPOTCTL_ATTEMPT" >"$SPOTCTL_MOUNT/.spotctl/completed"
   # In a stop the leader may be gone while the rest of its group still checkpoints (see
   # spotctl_trainer_pid): wait for the group, within the budget. This script is the unit's main
   # process; once it exits, systemd SIGKILLs every process left in the unit (KillMode=mixed: "the
@@ -559,7 +576,9 @@ spotctl_run() {
   if [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
     spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S" || spotctl_log "trainer's processes still running after ${SPOTCTL_STOP_BUDGET_S}s"
   fi
-  trap - TERM INT
+  # A stop from here on (systemd's SIGTERM to this unit: KillMode=mixed) lets this run record how
+  # the trainer ended: the stop path records nothing for a job that completed (spotctl_finished).
+  trap ': >"$SPOTCTL_STATE_DIR/stopping"' TERM INT
   rm -f "$SPOTCTL_STATE_DIR/trainer.pid"
   # tee ends when the last writer closes the pipe; a process the trainer left running may keep it
   # open, so at most 5 s.
@@ -778,7 +797,7 @@ spotctl_main() {
     spotctl_record failed "reason=job disk $SPOTCTL_DISK_DEVICE could not be mounted"
     return 1
   fi
-  if [ -e "$SPOTCTL_MOUNT/.spotctl/completed" ]; then
+  if spotctl_already_completed; then
     spotctl_log "this job already completed on this disk; not running it again"
     spotctl_record completed "reason=already completed"
     return 0
