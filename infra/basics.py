@@ -1,14 +1,34 @@
 """The few config names the CLI needs before any stack file is read: the namespace, the job states,
-the capacities and ConfigError. Kept apart from ``infra.config`` (pydantic models) so that
+the capacities, ConfigError and which events a completion makes moot. Kept apart from ``infra.config`` (pydantic models) so that
 ``spotctl --help`` and option parsing never pay for building the models."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
 NAMESPACE = "spotctl"
 MAX_JOB_NODES = 64  # nodes of one job (a gang); a `started` event claiming more is not believed either
+
+# What a node's VM may report after its trainer finished: the VM was preempted or stopped between
+# the trainer's exit and the end of its run (the scripts may then record both). It ends nothing.
+MOOT_AFTER_COMPLETED = frozenset({"preempted", "preemption-notice", "maintenance-notice", "stopped"})
+
+class _Ends(Protocol):
+    attempt: int
+    node: int
+    event: str
+
+
+E = TypeVar("E", bound=_Ends)
+
+
+def without_moot(events: Iterable[E]) -> list[E]:
+    """``events`` but a node's stop, preemption or notice in an attempt in which that node completed."""
+    events = list(events)
+    done = {(e.attempt, e.node) for e in events if e.event == "completed"}
+    return [e for e in events if not ((e.attempt, e.node) in done and e.event in MOOT_AFTER_COMPLETED)]
 
 
 class JobState(enum.StrEnum):

@@ -212,6 +212,19 @@ def test_old_events_without_details_fall_back_to_the_stack_file():
     assert (a.capacity, a.nodes, a.machine_type, a.from_events, a.vm_hours) == ("on-demand", 2, "g5.2xlarge", False, 4.0)
 
 
+def test_a_preemption_after_the_completion_is_not_a_preemption_nor_lost_work():
+    """The VM went between the trainer's exit and the end of its run (the scripts recorded both,
+    in either order): the attempt completed, nothing was lost (also in status's Timeline)."""
+    from cli.lifecycle.events import Timeline
+
+    cfg = cfg_with(attempt=1, state="completed")
+    for late in (2.001, 1.999):  # preempted recorded just after, or (the race) just before `completed`
+        events = [event(1, "started", 0), event(1, "completed", 2.0), event(1, "preempted", late, progress=600)]
+        (a,) = job_ledger(cfg.jobs[0], events, T0 + timedelta(hours=3)).attempts
+        assert (a.outcome, a.lost_hours, a.vm_hours) == ("completed", None, 2.0)
+        assert [how for _, _, how in Timeline.of(events, T0).runs] == ["completed"]
+
+
 def test_work_lost_where_the_events_say():
     cfg = cfg_with(attempt=2, state="running")
     events = [event(1, "started", 0), event(1, "checkpoint", 1.0, step=100), event(1, "checkpoint", 2.0, step=200),

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from infra.basics import MAX_JOB_NODES, Capacity
+from infra.basics import MAX_JOB_NODES, Capacity, without_moot
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
     from infra.config import Job
@@ -148,7 +148,7 @@ class JobLedger:
 def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedger:
     """The attempts of ``job`` from its events; ``now`` ends an attempt still running."""
     by_attempt: dict[int, list[EventLike]] = {}
-    for e in events:
+    for e in without_moot(events):  # a node's stop after its own completion ends nothing
         by_attempt.setdefault(e.attempt, []).append(e)
     checkpoints = sorted((Checkpoint(_checkpoint_time(e), _int(e.details.get("step")), e.attempt)
                           for evs in by_attempt.values() for e in evs if e.event == "checkpoint"), key=lambda c: c.time)

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infra.basics import without_moot
+
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
     from infra.config import Job
 
@@ -185,7 +187,7 @@ class Timeline:
     @classmethod
     def of(cls, events: Iterable[Event], now: datetime) -> Timeline:
         by_attempt: dict[int, list[Event]] = {}
-        for e in events:
+        for e in without_moot(events):  # a node's stop after its own completion ends nothing
             by_attempt.setdefault(e.attempt, []).append(e)
         runs = []
         for attempt in sorted(by_attempt):

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
-from infra.basics import Capacity, JobState
+from infra.basics import Capacity, JobState, without_moot
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
     from infra.config import Job
@@ -74,11 +74,6 @@ class Change:
         return f"job {self.job_id}: {parts} ({self.reason})"
 
 
-# What a node's VM may report after its trainer finished: the VM was preempted or stopped between
-# the trainer's exit and the end of its run (the scripts then record both). It ends nothing.
-MOOT_AFTER_COMPLETED = frozenset({"preempted", "preemption-notice", "maintenance-notice", "stopped"})
-
-
 def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> JobState | None:
     """What the events of one attempt say happened to it (any node counts: one preempted node
     stops the whole gang; completed takes every node), or None when they say nothing conclusive.
@@ -86,9 +81,9 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
     Informational events (``progress``, a rebalance recommendation, a checkpoint timeout) say
     nothing either way: an attempt that reported its first progress and then completed is completed.
     """
-    mine = [e for e in events if e.attempt == attempt]
+    mine = without_moot(e for e in events if e.attempt == attempt)  # a node's stop after its completion ends nothing
     done = {e.node for e in mine if e.event == "completed"}
-    kinds = {e.event for e in mine if not (e.node in done and e.event in MOOT_AFTER_COMPLETED)}
+    kinds = {e.event for e in mine}
     if "preempted" in kinds or "preemption-notice" in kinds:
         return PR
     if "failed" in kinds:

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
-from cli.lifecycle.states import MOOT_AFTER_COMPLETED, PENDING_GRACE, Change, check, pending_since
-from infra.basics import JobState
+from cli.lifecycle.states import PENDING_GRACE, Change, check, pending_since
+from infra.basics import MOOT_AFTER_COMPLETED, JobState
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
     import random
