@@ -11,9 +11,12 @@ from typing import Protocol, TypeVar
 NAMESPACE = "spotctl"
 MAX_JOB_NODES = 64  # nodes of one job (a gang); a `started` event claiming more is not believed either
 
-# What a node's VM may report after its trainer finished: the VM was preempted or stopped between
-# the trainer's exit and the end of its run (the scripts may then record both). It ends nothing.
-MOOT_AFTER_COMPLETED = frozenset({"preempted", "preemption-notice", "maintenance-notice", "stopped"})
+# A node's trainer that ended on its own (exit 0: completed; otherwise: failed) ended its attempt
+# there; a stop, preemption or notice its VM reports as well (in the seconds between the trainer's
+# exit and the end of its run, in either order) ends nothing more.
+ENDED_ON_ITS_OWN = frozenset({"completed", "failed"})
+MOOT_AFTER_ITS_OWN_END = frozenset({"preempted", "preemption-notice", "maintenance-notice", "stopped"})
+
 
 class _Ends(Protocol):
     attempt: int
@@ -24,11 +27,20 @@ class _Ends(Protocol):
 E = TypeVar("E", bound=_Ends)
 
 
+def ended_nodes(events: Iterable[_Ends]) -> set[tuple[int, int]]:
+    """(attempt, node) of every node whose trainer ended on its own."""
+    return {(e.attempt, e.node) for e in events if e.event in ENDED_ON_ITS_OWN}
+
+
+def is_moot(e: _Ends, ended: set[tuple[int, int]]) -> bool:
+    return e.event in MOOT_AFTER_ITS_OWN_END and (e.attempt, e.node) in ended
+
+
 def without_moot(events: Iterable[E]) -> list[E]:
-    """``events`` but a node's stop, preemption or notice in an attempt in which that node completed."""
+    """``events`` but a node's stop, preemption or notice in an attempt in which it ended on its own."""
     events = list(events)
-    done = {(e.attempt, e.node) for e in events if e.event == "completed"}
-    return [e for e in events if not ((e.attempt, e.node) in done and e.event in MOOT_AFTER_COMPLETED)]
+    ended = ended_nodes(events)
+    return [e for e in events if not is_moot(e, ended)]
 
 
 class JobState(enum.StrEnum):

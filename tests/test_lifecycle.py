@@ -102,6 +102,9 @@ def test_a_stop_seen_after_a_nodes_completion_ends_nothing():
     for late in ("preemption-notice", "preempted", "stopped"):
         with pytest.raises(LifecycleError, match="attempt 4 completed"):
             decide_resume(job(state="running", attempt=4), [ev("started", 4), ev("completed", 4, 60), ev(late, 4, 60.1)])
+        # a trainer that failed on its own: failed, in either order with the stop (resume needs --force)
+        with pytest.raises(LifecycleError, match="resume it anyway with --force"):
+            decide_resume(job(state="running", attempt=4), [ev("started", 4), ev(late, 4, 59.9), ev("failed", 4, 60)])
 
 
 def test_a_gang_completes_when_every_node_did_and_one_preempted_node_still_stops_it():

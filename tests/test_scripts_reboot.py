@@ -193,12 +193,14 @@ def test_units_started_before_main_on_a_later_boot_forget_the_last_boots_markers
             v.kill_all()
 
 
+@pytest.mark.parametrize("kind", ["job", "pool"])
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
-def test_a_later_boot_of_a_completed_job_never_runs_it_again(tmp_path, cloud):
+def test_a_later_boot_of_a_completed_job_never_runs_it_again_and_a_pools_agent_does(tmp_path, cloud, kind):
     """AWS starts the enabled units at a stop/start without user data's main: the run itself checks
-    the job's completion on its disk (the trainer ran twice)."""
+    the job's completion on its disk (the trainer ran twice). A pool's agent is a service: it starts
+    at every boot, whatever its last exit."""
     with Emulator() as emu:
-        ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="bkt", region="us-east-1",
+        ctx = ScriptContext(cloud=cloud, stack="team-a", kind=kind, name="train", event_bucket="bkt", region="us-east-1",
                             command=f"echo start; echo x >> {tmp_path}/RUNS", poll_interval_s=1)
         v = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
         try:
@@ -207,9 +209,13 @@ def test_a_later_boot_of_a_completed_job_never_runs_it_again(tmp_path, cloud):
             v.kill_all()
             unit = start_unit(v, "run", "boot-2")
             assert unit.wait(20) == 0
-            assert (tmp_path / "RUNS").read_text() == "x\n"
-            assert lifecycle(v) == ["started", "completed", "completed"]
-            assert v.events()[-1]["details"] == {"reason": "already completed"}
+            if kind == "pool":
+                assert (tmp_path / "RUNS").read_text() == "x\nx\n"
+                assert lifecycle(v) == ["started", "completed", "started", "completed"]
+            else:
+                assert (tmp_path / "RUNS").read_text() == "x\n"
+                assert lifecycle(v) == ["started", "completed", "completed"]
+                assert v.events()[-1]["details"] == {"reason": "already completed"}
         finally:
             v.kill_all()
 

@@ -303,6 +303,25 @@ def test_a_stop_of_the_unit_as_the_trainer_finishes_still_records_completed(make
     assert names(vm.events()) == ["started", "completed"], vm.debug_log()
 
 
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_trainer_that_failed_before_a_stop_is_failed_not_stopped(make_vm, emu, cloud, tmp_path):
+    """It exited 3 on its own; a stop came while its run waited for the log: `failed` (counted against
+    maxFailures), not `stopped` (a new attempt, the failure forgotten)."""
+    holder = tmp_path / "holder.pid"
+    vm = make_vm(cloud, command=f"setsid sleep 4.5 & echo $! > {holder}; exit 3")
+    assert vm.boot().returncode == 0
+    assert vm.wait_for(lambda: holder.exists() and not vm.alive("trainer.pid"), 15), vm.debug_log()
+    done, _ = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert vm.alive("run.pid"), "the run ended before the unit's stop: this machine is too slow for the test's window"
+    os.kill(vm.pid("run.pid"), signal.SIGTERM)
+    assert vm.wait_exit("run.pid", 20), vm.debug_log()
+    assert ("failed", {"exit_code": "3"}) in [(e["event"], e["details"]) for e in vm.events()], vm.debug_log()
+    # the stop path, which found no trainer, may record `stopped` as well: it ends nothing more
+    events = [Event("train", e["attempt"], e["node"], e["event"], datetime.now(UTC)) for e in vm.events()]
+    assert attempt_outcome(events, 1) is JobState.FAILED
+
+
 def test_a_gang_node_that_completed_runs_again_in_a_later_attempt_and_a_single_node_never(make_vm, emu, tmp_path):
     """A gang's later attempt (another node was preempted mid-work) needs every rank for its
     rendezvous: a node's completion counts within its own attempt only. One node: never again."""

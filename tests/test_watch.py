@@ -118,6 +118,9 @@ def test_a_preemption_after_a_nodes_completion_completes_and_never_resumes():
     action, _ = decide_one(gang, [ev("completed", 1, 0, job_id="gang"), ev("preempted", 1, 0, 0.1, job_id="gang"),
                                   ev("preempted", 1, 1, 0.2, job_id="gang")])
     assert (action.kind, action.reason) == ("resume", "node 1 of attempt 1 preempted (seen in test)")
+    # a trainer that failed on its own, then its VM stopped: the failure counts (a resume would forget it)
+    action, _ = decide_one(job(), [ev("started"), ev("stopped", minutes=30), ev("failed", minutes=30.1, exit_code="3")])
+    assert action.kind == "mark-failed", action
 
 
 def test_failure_is_final_unless_max_failures_allows_a_retry():

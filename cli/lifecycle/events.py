@@ -187,7 +187,7 @@ class Timeline:
     @classmethod
     def of(cls, events: Iterable[Event], now: datetime) -> Timeline:
         by_attempt: dict[int, list[Event]] = {}
-        for e in without_moot(events):  # a node's stop after its own completion ends nothing
+        for e in without_moot(events):  # a node's stop after its trainer ended on its own ends nothing
             by_attempt.setdefault(e.attempt, []).append(e)
         runs = []
         for attempt in sorted(by_attempt):

@@ -81,7 +81,7 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
     Informational events (``progress``, a rebalance recommendation, a checkpoint timeout) say
     nothing either way: an attempt that reported its first progress and then completed is completed.
     """
-    mine = without_moot(e for e in events if e.attempt == attempt)  # a node's stop after its completion ends nothing
+    mine = without_moot(e for e in events if e.attempt == attempt)  # a node's stop after its trainer ended on its own ends nothing
     done = {e.node for e in mine if e.event == "completed"}
     kinds = {e.event for e in mine}
     if "preempted" in kinds or "preemption-notice" in kinds:

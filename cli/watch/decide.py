@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import PENDING_GRACE, Change, check, pending_since
-from infra.basics import MOOT_AFTER_COMPLETED, JobState
+from infra.basics import JobState, ended_nodes, is_moot
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
     import random
@@ -190,11 +190,10 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
         return Action(job.id, "resume", job.attempt, f"the stack file says {job.state.value}: needs resume"), notes
     if job.state is not JobState.RUNNING:
         return None, notes
-    # A node's preemption or stop recorded after its own completion (its VM went between the trainer's
-    # exit and the end of its run) ends nothing: that node's work is done.
-    completed = {s.event.node for s in events if s.event.attempt == job.attempt and s.event.event == "completed"}
-    current = [s for s in fresh if s.event.attempt == job.attempt
-               and not (s.event.node in completed and s.event.event in MOOT_AFTER_COMPLETED)]
+    # A node's preemption or stop recorded as well as its trainer's own end (completed or failed: the
+    # VM went between the trainer's exit and the end of its run) ends nothing more.
+    ended = ended_nodes(s.event for s in events)
+    current = [s for s in fresh if s.event.attempt == job.attempt and not is_moot(s.event, ended)]
     facts = [s for s in current if s.event.event in ENDS]
     notices = [s for s in current if s.event.event not in FACTS]
     ids = tuple(s.id for s in facts)

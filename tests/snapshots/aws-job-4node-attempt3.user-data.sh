@@ -599,13 +599,15 @@ spotctl_run() {
   # Not during a stop: those seconds belong to the checkpoint and the events (the log's last
   # lines since the watcher's last upload stay on the job disk).
   [ -e "$SPOTCTL_STATE_DIR/stopping" ] || spotctl_upload_log 5
-  if [ "$rc" -eq 0 ] && [ "$signaled" -eq 0 ]; then
-    # It finished on its own, before any stop reached it: completed, also when a stop began since.
+  # It ended on its own, before any stop reached it: completed or failed by its exit code, also when
+  # a stop began since (a failure recorded as a stop would be retried without counting against
+  # maxFailures).
+  if [ "$signaled" -eq 0 ] && [ "$rc" -eq 0 ]; then
     spotctl_record completed
-  elif [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
-    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
-  else
+  elif [ "$signaled" -eq 0 ]; then
     spotctl_record failed "exit_code=$rc"
+  else
+    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
   fi
   return "$rc"
 }

@@ -440,9 +440,7 @@ spotctl_has_progress() {
 # node only within the attempt that completed: a later attempt of the gang (another node was
 # preempted mid-work) needs every rank back for its rendezvous.
 spotctl_already_completed() {
-  local marker=$SPOTCTL_MOUNT/.spotctl/completed
-  [ -e "$marker" ] || return 1
-  [ "$SPOTCTL_WORLD_SIZE" -le 1 ] || [ "$(cat "$marker" 2>/dev/null)" = "$SPOTCTL_ATTEMPT" ]
+  return 1  # a pool's agent is a service: it starts at every boot, whatever its last exit
 }
 
 # The job itself: run the command exactly as written, record how it ended.
@@ -505,7 +503,6 @@ spotctl_run() {
   [ ! -e "$SPOTCTL_STATE_DIR/signaled" ] || signaled=1
   # The marker at once (the event follows the log's upload): a power-off in between keeps it. It
   # names the attempt (spotctl_already_completed).
-  [ "$rc" -ne 0 ] || [ "$signaled" -ne 0 ] || printf '%s' "$SPOTCTL_ATTEMPT" >"$SPOTCTL_MOUNT/.spotctl/completed"
   # In a stop the leader may be gone while the rest of its group still checkpoints (see
   # spotctl_trainer_pid): wait for the group, within the budget. This script is the unit's main
   # process; once it exits, systemd SIGKILLs every process left in the unit (KillMode=mixed: "the
@@ -525,13 +522,15 @@ spotctl_run() {
   # Not during a stop: those seconds belong to the checkpoint and the events (the log's last
   # lines since the watcher's last upload stay on the job disk).
   [ -e "$SPOTCTL_STATE_DIR/stopping" ] || spotctl_upload_log 5
-  if [ "$rc" -eq 0 ] && [ "$signaled" -eq 0 ]; then
-    # It finished on its own, before any stop reached it: completed, also when a stop began since.
+  # It ended on its own, before any stop reached it: completed or failed by its exit code, also when
+  # a stop began since (a failure recorded as a stop would be retried without counting against
+  # maxFailures).
+  if [ "$signaled" -eq 0 ] && [ "$rc" -eq 0 ]; then
     spotctl_record completed
-  elif [ -e "$SPOTCTL_STATE_DIR/stopping" ]; then
-    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
-  else
+  elif [ "$signaled" -eq 0 ]; then
     spotctl_record failed "exit_code=$rc"
+  else
+    spotctl_log "trainer exited with $rc during a stop; the stop path records the event"
   fi
   return "$rc"
 }
