@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Protocol, TypeVar
 
 NAMESPACE = "spotctl"
@@ -66,3 +67,24 @@ class ConfigError(Exception):
         self.source = source
         self.problems = list(problems)
         super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
+
+
+class _Timed(_Ends, Protocol):
+    time: datetime
+
+
+T = TypeVar("T", bound=_Timed)
+
+
+def attempt_end(events: Iterable[T], nodes: int | None = None) -> T | None:
+    """The event that ended an attempt, from its events (moot ones dropped first): its first
+    preemption, stop or failure (one node's ends the gang), else its last completion once every node
+    (``nodes``; None: any one) completed; None while it runs."""
+    evs = sorted(without_moot(events), key=lambda e: e.time)
+    stops = [e for e in evs if e.event in ("preempted", "stopped", "failed")]
+    if stops:
+        return stops[0]
+    done = [e for e in evs if e.event == "completed"]
+    if done and (nodes is None or {e.node for e in done} >= set(range(nodes))):
+        return done[-1]
+    return None

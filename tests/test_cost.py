@@ -225,6 +225,23 @@ def test_a_preemption_after_the_completion_is_not_a_preemption_nor_lost_work():
         assert [how for _, _, how in Timeline.of(events, T0).runs] == ["completed"]
 
 
+def test_a_gang_ends_at_its_first_preemption_or_its_last_completion():
+    """One node's preemption ends the gang (the watcher resumes it whole), also after another node
+    completed; a gang completes when its last node does: every node's VM runs until then."""
+    from cli.lifecycle.events import Timeline
+
+    cfg = cfg_with(attempt=1, state="running", nodes=2)
+    preempted = [event(1, "started", 0), event(1, "started", 0, node=1), event(1, "completed", 1.0),
+                 event(1, "preempted", 2.0, node=1)]
+    (a,) = job_ledger(cfg.jobs[0], preempted, T0 + timedelta(hours=3)).attempts
+    assert (a.outcome, a.end, a.vm_hours) == ("preempted", T0 + timedelta(hours=2), 4.0)
+    done = [event(1, "started", 0), event(1, "started", 0, node=1), event(1, "completed", 1.0), event(1, "completed", 1.5, node=1)]
+    (a,) = job_ledger(cfg.jobs[0], done, T0 + timedelta(hours=3)).attempts
+    assert (a.outcome, a.end, a.vm_hours) == ("completed", T0 + timedelta(hours=1.5), 3.0)
+    assert [(end, how) for _, end, how in Timeline.of(preempted, T0).runs] == [(T0 + timedelta(hours=2), "preempted")]
+    assert [(end, how) for _, end, how in Timeline.of(done, T0).runs] == [(T0 + timedelta(hours=1.5), "completed")]
+
+
 def test_work_lost_where_the_events_say():
     cfg = cfg_with(attempt=2, state="running")
     events = [event(1, "started", 0), event(1, "checkpoint", 1.0, step=100), event(1, "checkpoint", 2.0, step=200),

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from infra.basics import MAX_JOB_NODES, Capacity, without_moot
+from infra.basics import MAX_JOB_NODES, Capacity, attempt_end
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
     from infra.config import Job
@@ -148,7 +148,7 @@ class JobLedger:
 def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedger:
     """The attempts of ``job`` from its events; ``now`` ends an attempt still running."""
     by_attempt: dict[int, list[EventLike]] = {}
-    for e in without_moot(events):  # a node's stop after its trainer ended on its own ends nothing
+    for e in events:
         by_attempt.setdefault(e.attempt, []).append(e)
     checkpoints = sorted((Checkpoint(_checkpoint_time(e), _int(e.details.get("step")), e.attempt)
                           for evs in by_attempt.values() for e in evs if e.event == "checkpoint"), key=lambda c: c.time)
@@ -159,10 +159,11 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
         started = [e for e in evs if e.event == "started"]
         start = started[0].time
         details = next((e.details for e in started if e.details.get("capacity")), {})
-        ends = [e for e in evs if e.event in END_EVENTS and e.time >= start]
+        nodes = n if (n := _int(details.get("nodes"))) is not None and 0 < n <= MAX_JOB_NODES else job.nodes
+        last = attempt_end([e for e in evs if e.event in END_EVENTS and e.time >= start], nodes)
         later = [by_attempt[n] for n in numbers[i + 1:]]
-        if ends:
-            end, outcome = ends[0].time, ends[0].event
+        if last is not None:
+            end, outcome = last.time, last.event
         elif number == job.attempt and job.active and not later:
             end, outcome = max(now, start), "running"
         elif later:
@@ -175,7 +176,7 @@ def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedge
             # an event's details are data from a VM: only known values count, else the stack file's
             capacity=details.get("capacity") if details.get("capacity") in ("spot", "on-demand") else job.capacity.value,
             machine_type=details.get("machineType") or job.machine_type or job.instance_type or "",
-            nodes=n if (n := _int(details.get("nodes"))) is not None and 0 < n <= MAX_JOB_NODES else job.nodes,
+            nodes=nodes,
             start=start, end=end, outcome=outcome, from_events=bool(details),
             lost_hours=lost_h, lost_steps=lost_steps,
         ))

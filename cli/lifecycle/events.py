@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infra.basics import without_moot
+from infra.basics import attempt_end
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
     from infra.config import Job
@@ -187,7 +187,7 @@ class Timeline:
     @classmethod
     def of(cls, events: Iterable[Event], now: datetime) -> Timeline:
         by_attempt: dict[int, list[Event]] = {}
-        for e in without_moot(events):  # a node's stop after its trainer ended on its own ends nothing
+        for e in events:
             by_attempt.setdefault(e.attempt, []).append(e)
         runs = []
         for attempt in sorted(by_attempt):
@@ -195,8 +195,7 @@ class Timeline:
             starts = [e.time for e in evs if e.event == "started"]
             if not starts:
                 continue
-            ends = [e for e in evs if e.event in ("preempted", "stopped", "failed", "completed")]
-            end = min(ends, key=lambda e: e.time) if ends else None
+            end = attempt_end(evs)
             runs.append((min(starts), end.time if end else now, end.event if end else "running"))
         return cls(runs[0][0] if runs else None, runs)
 
