@@ -333,6 +333,11 @@ def test_a_gang_node_that_completed_runs_again_in_a_later_attempt_and_a_single_n
     assert later.boot().returncode == 0
     assert later.wait_for(lambda: names(later.events()).count("completed") == 2, 20), later.debug_log()
     assert runs.read_text() == "x\nx\n" and later.events()[-1]["details"] == {}
+    # within its attempt it never runs again, also when a power loss left the marker empty (its event says it)
+    (later.disk / ".spotctl" / "completed").write_text("")
+    rebooted = make_vm("gcp", attempt=4, command=f"echo x >> {runs}", world_size=2)
+    assert rebooted.boot().returncode == 0
+    assert runs.read_text() == "x\nx\n" and rebooted.events()[-1]["details"] == {"reason": "already completed"}
     alone = make_vm("gcp", attempt=5, command=f"echo x >> {runs}", disk=tmp_path / "disk1")
     assert alone.boot().returncode == 0 and alone.wait_for(lambda: "completed" in names(alone.events()), 20)
     again = make_vm("gcp", attempt=6, command=f"echo x >> {runs}", disk=tmp_path / "disk1")

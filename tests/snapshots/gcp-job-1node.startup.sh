@@ -421,7 +421,9 @@ spotctl_has_progress() {
 spotctl_already_completed() {
   local marker=$SPOTCTL_MOUNT/.spotctl/completed
   [ -e "$marker" ] || return 1
-  [ "$SPOTCTL_WORLD_SIZE" -le 1 ] || [ "$(cat "$marker" 2>/dev/null)" = "$SPOTCTL_ATTEMPT" ]
+  [ "$SPOTCTL_WORLD_SIZE" -le 1 ] || [ "$(cat "$marker" 2>/dev/null)" = "$SPOTCTL_ATTEMPT" ] ||
+    # (a marker a power loss left empty, or an older spotctl's: this node's own event says it)
+    grep -qsF "\"attempt\":$SPOTCTL_ATTEMPT,\"node\":$SPOTCTL_NODE_RANK,\"event\":\"completed\"" "$SPOTCTL_MOUNT/.spotctl/events.jsonl"
 }
 
 # The job itself: run the command exactly as written, record how it ended.
