@@ -1,6 +1,6 @@
 """The few config names the CLI needs before any stack file is read: the namespace, the job states,
-the capacities, ConfigError and which events a completion makes moot. Kept apart from ``infra.config`` (pydantic models) so that
-``spotctl --help`` and option parsing never pay for building the models."""
+the capacities, ConfigError, and how an attempt's events end it. Kept apart from ``infra.config``
+(pydantic models) so that ``spotctl --help`` and option parsing never pay for building the models."""
 
 from __future__ import annotations
 
