@@ -671,8 +671,10 @@ def test_an_upload_keeps_to_its_budget_across_its_requests(emu, tmp_path, cloud)
     start = float((tmp_path / "start").read_text())
     made = [(float(at), float(limit)) for at, limit in (line.split() for line in calls.read_text().splitlines())]
     assert made, "no request made"
-    # Whole seconds (date +%s): a request may end up to 1 s after start + budget, never later.
-    late = [(round(at - start, 2), limit) for at, limit in made if at + limit > start + 2 + 1]
+    # Whole seconds (date +%s): a request may end up to 1 s after start + budget, plus the time from the
+    # script's reading of the clock to this stub's (a fork and exec: on a loaded machine one straddled
+    # a second and came 3 ms late); the old code's 2 s per request ends up to 1.8 s later.
+    late = [(round(at - start, 2), limit) for at, limit in made if at + limit > start + 2 + 1 + 0.5]
     assert late == [], made
 
 
