@@ -265,23 +265,34 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
         assert attempt.lost_steps == progress - last_ckpt and (attempt.lost_hours > 0) == (progress > last_ckpt)
 
 
+def exited_holding_the_log(make_vm, cloud: str, tmp_path: Path, hold_s: float, exit_code: int = 0) -> LocalVM:
+    """A VM whose trainer has exited (``exit_code``) while a process it left holds its log's pipe for
+    ``hold_s`` seconds: its run waits for tee that long (at most 5 s) before recording the end."""
+    holder = tmp_path / "holder.pid"
+    vm = make_vm(cloud, command=f"setsid sleep {hold_s} & echo $! > {holder}" + (f"; exit {exit_code}" if exit_code else ""))
+    assert vm.boot().returncode == 0
+    assert vm.wait_for(lambda: holder.exists() and not vm.alive("trainer.pid"), 15), vm.debug_log()
+    return vm
+
+
+def outcome(vm: LocalVM) -> JobState | None:
+    """What the VM's recorded events say of attempt 1, as spotctl reads them."""
+    return attempt_outcome([Event("train", e["attempt"], e["node"], e["event"], datetime.now(UTC)) for e in vm.events()], 1)
+
+
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_a_notice_as_the_trainer_finishes_does_not_undo_the_completion(make_vm, emu, cloud, tmp_path):
     """The trainer exits 0; the run then waits for the log (a process it left holds the pipe: here
     4 s; an upload does the same on a loaded VM); a notice in that wait used to make the finished job
     a preempted one (no `completed`, a new attempt). Found by the drill on a loaded CI machine."""
-    holder = tmp_path / "holder.pid"
-    vm = make_vm(cloud, command=f"setsid sleep 4 & echo $! > {holder}")
-    assert vm.boot().returncode == 0
-    assert vm.wait_for(lambda: holder.exists() and not vm.alive("trainer.pid"), 15), vm.debug_log()
+    vm = exited_holding_the_log(make_vm, cloud, tmp_path, 4)
     emu.notice_aws() if cloud == "aws" else emu.preempt_gcp()
     assert vm.wait_exit("run.pid", 20), vm.debug_log()
     time.sleep(1.5)  # the watcher's next poll sees the notice
     done, _ = vm.shutdown()
     assert done.returncode == 0, done.stderr
-    events = [Event("train", e["attempt"], e["node"], e["event"], datetime.now(UTC)) for e in vm.events()]
     assert "completed" in names(vm.events()) and "preempted" not in names(vm.events()), (names(vm.events()), vm.debug_log())
-    assert attempt_outcome(events, 1) is JobState.COMPLETED
+    assert outcome(vm) is JobState.COMPLETED
     assert (vm.disk / ".spotctl" / "completed").exists()
 
 
@@ -290,10 +301,7 @@ def test_a_stop_of_the_unit_as_the_trainer_finishes_still_records_completed(make
     """The stop path runs first (it records nothing for a finished job), then systemd SIGTERMs the
     job unit (KillMode=mixed) while its run waits for the log: the run still records `completed`
     (it used to die there, leaving no end event at all)."""
-    holder = tmp_path / "holder.pid"
-    vm = make_vm(cloud, command=f"setsid sleep 4.5 & echo $! > {holder}")  # the run's wait for tee: at most 5 s
-    assert vm.boot().returncode == 0
-    assert vm.wait_for(lambda: holder.exists() and not vm.alive("trainer.pid"), 15), vm.debug_log()
+    vm = exited_holding_the_log(make_vm, cloud, tmp_path, 4.5)  # the run's wait for tee: at most 5 s
     assert vm.wait_for(lambda: (vm.disk / ".spotctl" / "completed").exists(), 5), vm.debug_log()
     done, _ = vm.shutdown()
     assert done.returncode == 0, done.stderr
@@ -307,19 +315,14 @@ def test_a_stop_of_the_unit_as_the_trainer_finishes_still_records_completed(make
 def test_a_trainer_that_failed_before_a_stop_is_failed_not_stopped(make_vm, emu, cloud, tmp_path):
     """It exited 3 on its own; a stop came while its run waited for the log: `failed` (counted against
     maxFailures), not `stopped` (a new attempt, the failure forgotten)."""
-    holder = tmp_path / "holder.pid"
-    vm = make_vm(cloud, command=f"setsid sleep 4.5 & echo $! > {holder}; exit 3")
-    assert vm.boot().returncode == 0
-    assert vm.wait_for(lambda: holder.exists() and not vm.alive("trainer.pid"), 15), vm.debug_log()
+    vm = exited_holding_the_log(make_vm, cloud, tmp_path, 4.5, exit_code=3)
     done, _ = vm.shutdown()
     assert done.returncode == 0, done.stderr
     assert vm.alive("run.pid"), "the run ended before the unit's stop: this machine is too slow for the test's window"
     os.kill(vm.pid("run.pid"), signal.SIGTERM)
     assert vm.wait_exit("run.pid", 20), vm.debug_log()
     assert ("failed", {"exit_code": "3"}) in [(e["event"], e["details"]) for e in vm.events()], vm.debug_log()
-    # the stop path, which found no trainer, may record `stopped` as well: it ends nothing more
-    events = [Event("train", e["attempt"], e["node"], e["event"], datetime.now(UTC)) for e in vm.events()]
-    assert attempt_outcome(events, 1) is JobState.FAILED
+    assert outcome(vm) is JobState.FAILED  # the stop path, which found no trainer, may record `stopped` too: moot
 
 
 def test_a_gang_node_that_completed_runs_again_in_a_later_attempt_and_a_single_node_never(make_vm, emu, tmp_path):

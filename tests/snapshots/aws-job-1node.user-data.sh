@@ -476,6 +476,15 @@ spotctl_already_completed() {
     grep -qsF "\"attempt\":$SPOTCTL_ATTEMPT,\"node\":$SPOTCTL_NODE_RANK,\"event\":\"completed\"" "$SPOTCTL_MOUNT/.spotctl/events.jsonl"
 }
 
+# Where the job already completed on this disk: say so, record it again (the watcher may not have
+# seen it), and succeed, so the caller runs nothing.
+spotctl_completed_before() {
+  spotctl_already_completed || return 1
+  spotctl_log "this job already completed on this disk; not running it again"
+  spotctl_record completed "reason=already completed"
+  return 0  # (whatever the record's upload did: the job must not run again)
+}
+
 # The job itself: run the command exactly as written, record how it ended.
 spotctl_run() {
   spotctl_identity
@@ -484,11 +493,7 @@ spotctl_run() {
     return 0
   fi
   # AWS starts the enabled units at a later boot without main (a stop/start of a finished job).
-  if spotctl_already_completed; then
-    spotctl_log "this job already completed on this disk; not running it again"
-    spotctl_record completed "reason=already completed"
-    return 0
-  fi
+  ! spotctl_completed_before || return 0
   mkdir -p "$SPOTCTL_MOUNT/.spotctl/logs"
   cd "${SPOTCTL_CWD:-$SPOTCTL_MOUNT}" || return 1
   # A resume whenever the disk shows training already ran here: a checkpoint, or an earlier
@@ -761,11 +766,7 @@ spotctl_main() {
     spotctl_record failed "reason=job disk $SPOTCTL_DISK_DEVICE could not be mounted"
     return 1
   fi
-  if spotctl_already_completed; then
-    spotctl_log "this job already completed on this disk; not running it again"
-    spotctl_record completed "reason=already completed"
-    return 0
-  fi
+  ! spotctl_completed_before || return 0
   spotctl_write_env
   if [ -z "${SPOTCTL_NO_SYSTEMD:-}" ] && [ -d /run/systemd/system ]; then
     spotctl_fstab || spotctl_log "could not add the job disk to $SPOTCTL_FSTAB"
