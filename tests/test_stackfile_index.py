@@ -64,10 +64,12 @@ def test_an_indexed_edit_validates_only_the_job_and_writes_what_the_whole_file_p
     assert validated and set(validated) == {1}  # never the whole file
     assert [j.id for j in after.jobs] == ["vit-finetune"] and after.job("vit-finetune").state.value == fields.get("state", "running")
     # the index follows the edit: the next edit of another job is indexed too, and the file stays valid
-    validated.clear()
-    set_fields(ref, "llm-pretrain", {"state": "preempted"})
-    assert set(validated) == {1}
+    for job in ("llm-pretrain", "bert-eval"):  # before and after the job whose length changed
+        validated.clear()
+        set_fields(ref, job, {"state": "preempted"})
+        assert set(validated) == {1}, job
     assert stackfile.load(ref).job("llm-pretrain").state.value == "preempted"
+    assert stackfile.load(ref).job("bert-eval").state.value == "preempted"
     assert "# Single A100 run that was preempted twice" in ref.path.read_text()
 
 
@@ -78,6 +80,27 @@ def test_load_job_reads_one_job_once_indexed_and_the_whole_file_otherwise(ref, v
     assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["bert-eval"]
     with pytest.raises(KeyError, match="did you mean 'bert-eval'"):
         stackfile.load_job(ref, "bert-evl").job("bert-evl")
+
+
+def test_one_jobs_edit_in_a_new_process_hashes_nothing_whole(ref, monkeypatch):
+    """Issue 20: the guard is the text's CRC-32; no sha256 of the whole file on the indexed path (only
+    of the job's part, for its parse), and the index is rewritten, not re-derived from the whole text."""
+    stackfile.load(ref)
+    stackfile._PARSED.clear()  # a new process
+    stackfile._LAST_DIGEST.clear()
+    real, whole = stackfile.sha256, len(ref.path.read_bytes())
+
+    def no_hash(data):
+        assert len(data) < whole - 200, f"hashed {len(data)} bytes of {whole}"
+        return real(data)
+
+    monkeypatch.setattr(stackfile, "sha256", no_hash)
+    monkeypatch.setattr(stackfile, "_index", lambda *a: (_ for _ in ()).throw(AssertionError("indexed whole")))
+    assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["bert-eval"]
+    set_fields(ref, "bert-eval", {"state": "preempted", "attempt": 12})
+    set_fields(ref, "llm-pretrain", {"state": "preempted"})
+    monkeypatch.undo()
+    assert stackfile.load(ref).job("bert-eval").attempt == 12
 
 
 def test_a_text_validated_for_another_file_still_indexes_this_one(ref, tmp_path):
@@ -103,7 +126,7 @@ def test_a_hand_edit_after_indexing_is_read_whole(ref):
 
 
 def test_a_hand_edit_of_the_same_size_and_time_is_seen(ref, validated):
-    """The guard is the whole text's sha256, never size + mtime + inode: an edit in place within the
+    """The guard is the whole text's CRC-32 and length, never size + mtime + inode: an edit in place within the
     file system's timestamp granularity (here: the mtime put back) is still seen, and the whole
     file is validated (the edit made another job invalid)."""
     import os
@@ -125,11 +148,28 @@ def test_a_hand_edit_of_the_same_size_and_time_is_seen(ref, validated):
     assert validated == [3] and ref.path.read_text() == edited  # the whole file, and nothing written
 
 
+def forged(index: bytes, change) -> bytes:
+    """The index with ``change(segments)`` applied to its job segments (its guard still true)."""
+    parsed = stackfile._Index.from_bytes(index)
+    change(parsed.segments)
+    return parsed.to_bytes()
+
+
+def with_header(index: bytes, **keys) -> bytes:
+    head, rest = index.split(b"\n", 1)
+    return json.dumps({**json.loads(head), **keys}).encode() + b"\n" + rest
+
+
 @pytest.mark.parametrize("damage", [
-    lambda index: "not json",
-    lambda index: json.dumps({**index, "jobs": [[j, a + 3, b + 3] for j, a, b in index["jobs"]]}),  # forged lines
-    lambda index: json.dumps({**index, "jobs": [[j, 0, 10**6] for j, _, _ in index["jobs"]]}),
-    lambda index: json.dumps({**index, "rules": "another spotctl"}),
+    lambda index: b"not an index",
+    lambda index: index[:-3],  # torn
+    lambda index: index + b"\0",
+    lambda index: forged(index, lambda s: s.__setitem__(0, s[0] + 3)),  # forged lines: every job 3 characters later
+    lambda index: forged(index, lambda s: s.__setitem__(1, 10**6)),
+    lambda index: forged(index, lambda s: s.__setitem__(3, 0)),  # an empty job
+    lambda index: with_header(index, rules="another spotctl"),
+    lambda index: with_header(index, jobs=2),
+    lambda index: index.replace(b"vit-finetune", b"vit-finetunf"),
 ])
 def test_a_damaged_index_only_means_the_whole_file(ref, damage):
     original = ref.path.read_bytes()
@@ -137,7 +177,7 @@ def test_a_damaged_index_only_means_the_whole_file(ref, damage):
     ref.path.write_bytes(original)
     stackfile.load(ref)
     path = stackfile.index_path(ref.path)
-    path.write_text(damage(json.loads(path.read_text())))
+    path.write_bytes(damage(path.read_bytes()))
     set_fields(ref, "vit-finetune", {"state": "preempted"})
     assert ref.path.read_bytes() == expected
 

@@ -410,7 +410,7 @@ def load_job(ref: StackRef, job_id: str, text: str | None = None) -> StackConfig
     jobs; the config then holds only that job. Otherwise the whole file is loaded (and indexed).
     ``text``: the file's text, already read."""
     text = _read_text(ref.path) if text is None else text
-    cached = _parsed(text)[1]
+    cached = _parsed(text)[1] if _PARSED else None  # (a new process has nothing parsed: no hash of the whole text)
     if cached is not None and "cfg" in cached:
         return load(ref, text)  # validated already; indexed for this file too if it was another's text
     part = _job_part(ref.path, text, job_id)
@@ -701,7 +701,7 @@ def atomic_write(path: Path, text: str) -> None:
         old = target.read_bytes()
     except FileNotFoundError:
         old = b""
-    if b"\r\n" in old:
+    if b"\r" in old and b"\r\n" in old:  # (memchr first: a two-byte search is ~80x slower, issue 20)
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
     if old.startswith(BOM.encode()):
         text = BOM + text
@@ -710,8 +710,8 @@ def atomic_write(path: Path, text: str) -> None:
     mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))  # (one C encode, not a text layer's chunks)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
@@ -1025,21 +1025,33 @@ def job_fields(path: Path, job_id: str, names: list[str]) -> dict[str, Any]:
 
 
 # ---- the job index: one job read and edited in a time independent of the stack's size ----------------
-# A stack file spotctl validated whole is recorded by its content hash (and the validation code's),
-# with the lines of every job. While the file still has that hash, a command about one job reads and
-# validates only the stack-wide settings and that job's lines: every cross-job rule of
-# infra/config.py compares only job ids (unique, not a pool's name), and an edit of one job never
-# changes its id. A file with anchors or aliases, or not in plain block layout, is never indexed;
-# anything unexpected falls back to the whole file. The index is a cache: a stale or damaged one
-# only means the whole file is read.
+# A stack file spotctl validated whole is recorded by a cheap guard of its whole text (its length
+# and CRC-32) and the validation code's fingerprint, with the place of every job. While the file
+# still passes the guard, a command about one job reads and validates only the stack-wide settings
+# and that job's lines: every cross-job rule of infra/config.py compares only job ids (unique, not a
+# pool's name), and an edit of one job never changes its id. A file with anchors or aliases, or not
+# in plain block layout, is never indexed; anything unexpected falls back to the whole file. The
+# index is a cache: a stale or damaged one only means the whole file is read.
+#
+# Why these choices (issue 20: the cost of one job's edit must not grow with the stack): the guard
+# is content, not size + mtime + inode (an in-place edit within the file system's timestamp
+# granularity keeps those), and CRC-32 rather than sha256 (3x cheaper over a 2 MB file; it catches
+# every edit within 32 bits and any other with odds 2^-32; a forged collision gains nothing: the
+# job's lines are still parsed from the file as it is and must hold exactly that job, and `plan`,
+# `up` and every whole-file command validate the file as it is). Jobs are stored as the lengths of
+# the text's segments (the gap before each job, the job), not absolute offsets, so an edit changes
+# one number instead of shifting every later job's; the ids and lengths are stored raw (a space-
+# separated line and a machine-word array) rather than as JSON, so reading and rewriting the index
+# is a few memory copies at any size.
 
-INDEX_VERSION = 2  # 2: jobs by character offsets (1: by lines)
+INDEX_VERSION = 3  # 3: guard by CRC-32, segment lengths in binary (2: JSON, offsets, sha256; 1: by lines)
 _RULES: list[str] = []
+_WORD = "I"  # array typecode of a segment length (4 bytes: a stack file is far below 4 GiB)
 
 
 def index_path(path: Path) -> Path:
     """Where a stack file's job index lives (beside ``spotctl policy fit``'s learned file)."""
-    return path.parent / ".spotctl" / f"{path.name}.index.json"
+    return path.parent / ".spotctl" / f"{path.name}.index"
 
 
 def sync_record_path(path: Path) -> Path:
@@ -1071,8 +1083,19 @@ def code_fingerprint(version: int, *sources: Path) -> str:
     return "/".join(parts)
 
 
-def _digest(text: str) -> str:
-    return _parsed(text)[0]  # the in-process parse cache's key: the sha256 of the text
+_LAST_GUARD: list[tuple[str, str]] = []  # (text, its guard): a command checks the same text twice (read, then under the lock)
+
+
+def _guard(text: str) -> str:
+    """The index's whole-file guard of ``text``: its length and CRC-32 (why: the section's comment)."""
+    last = _LAST_GUARD[0] if _LAST_GUARD else None
+    if last is not None and last[0] == text:  # a memcmp, cheaper than the CRC
+        return last[1]
+    import zlib
+
+    guard = f"{len(text)}:{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}"
+    _LAST_GUARD[:] = [(text, guard)]
+    return guard
 
 
 def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
@@ -1089,7 +1112,7 @@ def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
         if not isinstance(entry, yaml.MappingNode) or entry.flow_style:
             return None
         ident = next((v.value for k, v in entry.value if k.value == "id" and isinstance(v, yaml.ScalarNode)), None)
-        if not isinstance(ident, str):
+        if not isinstance(ident, str) or not ident or ident.split() != [ident]:  # (ids are stored space-separated)
             return None
         start, end = entry.start_mark.line, _last_line(entry) + 1
         dash = len(lines[start]) - len(lines[start].lstrip(" "))
@@ -1101,39 +1124,94 @@ def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
     return spans
 
 
+@dataclass
+class _Index:
+    """A stack file's job index: what it guards and where each job's lines are (character offsets into
+    the LF text without a byte-order mark, whole lines)."""
+
+    guard: str  # _guard of the text it indexes
+    nodes: int  # the YAML nodes of the whole text (MAX_NODES holds for an edit of one job)
+    ids: str  # the job ids in file order, space-separated
+    segments: Any  # array: per job, the characters before it (since the previous job's end), then its own
+
+    def find(self, job_id: str) -> int | None:
+        """The job's place in file order, or None."""
+        at = f" {self.ids} ".find(f" {job_id} ")
+        return None if at < 0 else self.ids.count(" ", 0, at)
+
+    def span(self, at: int) -> tuple[int, int]:
+        """[start, end) of the ``at``-th job."""
+        start = sum(self.segments[:2 * at + 1])
+        return start, start + self.segments[2 * at + 1]
+
+    def spans(self) -> list[tuple[str, int, int]]:
+        """(id, start, end) of every job in file order."""
+        import itertools
+
+        ends = list(itertools.accumulate(self.segments))
+        return [(ident, ends[2 * k], ends[2 * k + 1]) for k, ident in enumerate(self.ids.split(" "))]
+
+    def to_bytes(self) -> bytes:
+        head = json.dumps({"version": INDEX_VERSION, "rules": _rules(), "guard": self.guard, "nodes": self.nodes,
+                           "jobs": len(self.segments) // 2})
+        return b"\n".join((head.encode(), self.ids.encode(), self.segments.tobytes()))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> _Index | None:
+        """The index in ``data`` when written by this code under these rules and whole, else None."""
+        import array
+
+        try:
+            head, ids, raw = data.split(b"\n", 2)
+            meta = json.loads(head)
+            segments = array.array(_WORD)
+            segments.frombytes(raw)
+            index = cls(meta["guard"], meta["nodes"], ids.decode(), segments)
+            ok = (meta["version"] == INDEX_VERSION and meta["rules"] == _rules() and isinstance(index.nodes, int)
+                  and isinstance(index.guard, str) and meta["jobs"] > 0 and len(segments) == 2 * meta["jobs"]
+                  and index.ids.count(" ") == meta["jobs"] - 1)
+        except (ValueError, KeyError, TypeError):  # (json, utf-8 and a torn array are ValueErrors)
+            return None
+        return index if ok else None
+
+
 def _index(path: Path, text: str, parsed: _Parsed) -> None:
     """Index ``text``, just validated whole (by ``load`` or a whole-file edit): each job's place as
-    character offsets into the text (whole lines), so reading or splicing one job slices the text
-    instead of splitting it into lines (what grew with the stack, bench/resume.py)."""
+    lengths of the text's segments (see the section's comment)."""
+    import array
     import itertools
 
     lines = text.split("\n")
     spans = _job_spans(lines, parsed)
-    digest = _digest(text)
     if spans is not None:
         starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))  # of each line
-        chars = [[ident, starts[a], min(starts[b], len(text))] for ident, a, b in spans]
-        _write_index(path, {"version": INDEX_VERSION, "rules": _rules(), "sha256": digest,
-                            "nodes": parsed.nodes, "jobs": chars})
+        segments, previous = array.array(_WORD), 0
+        for _, a, b in spans:
+            start, end = starts[a], min(starts[b], len(text))
+            segments.extend((start - previous, end - start))
+            previous = end
+        _write_index(path, _Index(_guard(text), parsed.nodes, " ".join(ident for ident, _, _ in spans), segments))
     # a later load of this text in this process need not index it again (absolute: a relative path
     # names another file once the working directory changes)
-    _remember(digest, indexed=os.path.abspath(path))
+    _remember(_parsed(text)[0], indexed=os.path.abspath(path))
 
 
-def _write_index(path: Path, index: dict[str, Any]) -> None:
-    write_cache(index_path(path), index)
+def _write_index(path: Path, index: _Index) -> None:
+    write_cache(index_path(path), index.to_bytes())
 
 
 def write_cache(target: Path, value: Any) -> None:
-    """Write a cache file (the job index, status's per-job cache) whole or not at all, never failing."""
+    """Write a cache file (the job index, status's per-job cache) whole or not at all, never failing.
+    ``value``: the bytes to write, or a value written as JSON."""
     import tempfile
 
+    data = value if isinstance(value, bytes) else json.dumps(value, separators=(",", ":")).encode()
     tmp = None
     try:
         target.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(value, separators=(",", ":")))  # one C-encoded string: json.dump streams in Python
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, target)  # no fsync: a torn cache does not parse, and then the whole file is read
     except OSError:
         if tmp is not None:
@@ -1141,15 +1219,13 @@ def write_cache(target: Path, value: Any) -> None:
                 os.unlink(tmp)
 
 
-def _read_index(path: Path, text: str) -> dict[str, Any] | None:
+def _read_index(path: Path, text: str) -> _Index | None:
     """The index of exactly this text under these rules, or None."""
     try:
-        index = json.loads(index_path(path).read_text(encoding="utf-8"))
-        ok = (index["version"] == INDEX_VERSION and index["rules"] == _rules() and index["sha256"] == _digest(text)
-              and isinstance(index["nodes"], int) and isinstance(index["jobs"], list) and index["jobs"])
-    except (OSError, ValueError, KeyError, TypeError):
+        index = _Index.from_bytes(index_path(path).read_bytes())
+    except OSError:
         return None
-    return index if ok else None
+    return index if index is not None and index.guard == _guard(text) else None
 
 
 def read_text(path: Path) -> str:
@@ -1169,20 +1245,16 @@ def job_digests(ref: StackRef, text: str) -> list[tuple[str, str]] | None:
     index = _read_index(ref.path, text)
     if index is None:
         return None
-    try:
-        return [(str(ident), sha256(text[int(start):int(end)].encode("utf-8", "surrogatepass")).hexdigest())
-                for ident, start, end in index["jobs"]]
-    except (TypeError, ValueError):
-        return None
+    return [(ident, sha256(text[start:end].encode("utf-8", "surrogatepass")).hexdigest()) for ident, start, end in index.spans()]
 
 
 @dataclass
 class _Part:
     """One job's lines of an indexed file, and the config they make with the stack-wide settings."""
 
-    index: dict[str, Any]
+    index: _Index
     text: str  # the whole file
-    at: int  # the job's place in index["jobs"]
+    at: int  # the job's place in the index
     prefix: str  # the lines before the first job
     block: str  # the job's lines
     suffix: str  # the lines after the last job
@@ -1210,13 +1282,12 @@ def _read_part(path: Path, text: str, job_id: str) -> _Part | None:
     index = _read_index(path, text)
     if index is None:
         return None
+    at = index.find(job_id)
+    if at is None:
+        return None  # the whole file names the job's absence (with "did you mean")
     try:
-        spans = index["jobs"]
-        at = next((i for i, span in enumerate(spans) if span[0] == job_id), None)
-        if at is None:
-            return None  # the whole file names the job's absence (with "did you mean")
-        first, last = int(spans[0][1]), int(spans[-1][2])
-        start, end = int(spans[at][1]), int(spans[at][2])
+        first, last = index.span(0)[0], sum(index.segments)
+        start, end = index.span(at)
         if not (0 <= first <= start < end <= last <= len(text)
                 and all(i == 0 or text[i - 1] == "\n" for i in (first, start))  # whole lines
                 and all(i == len(text) or text[i - 1] == "\n" for i in (end, last))):
@@ -1234,7 +1305,7 @@ def _read_part(path: Path, text: str, job_id: str) -> _Part | None:
 
 
 def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
-                 ) -> tuple[str, StackConfig, dict[str, Any]] | None:
+                 ) -> tuple[str, StackConfig, _Index] | None:
     """(the new file, its config of this job, its index) with ``fields`` set in the job's lines, or
     None when the whole file must be edited instead (an id changed, an unusual layout, or a result
     the one-job check refuses: the whole file then names the problem with the job's real index)."""
@@ -1255,7 +1326,7 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     if not (tail > head and new_part.startswith(part.prefix) and new_part.endswith(part.suffix)
             and new_part[tail - 1:tail] == part.block[-1:]):  # (still whole lines)
         return None  # the splice reached outside the job's lines
-    nodes = part.index["nodes"] - part.nodes + parsed.nodes
+    nodes = part.index.nodes - part.nodes + parsed.nodes
     if nodes > MAX_NODES:
         return None
     try:
@@ -1263,10 +1334,8 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     except ConfigError:
         return None
     block = new_part[head:tail]
-    spans = part.index["jobs"]
-    _, start, end = spans[part.at]
+    start, end = part.index.span(part.at)
     text = part.text[:start] + block + part.text[end:]  # one copy of the file, no split into lines
-    shift = len(block) - (end - start)
-    if shift:  # (a value of another length: the jobs after this one move)
-        spans = spans[:part.at] + [[job_id, start, end + shift]] + [[i, a + shift, b + shift] for i, a, b in spans[part.at + 1:]]
-    return text, new, {**part.index, "sha256": _digest(text), "nodes": nodes, "jobs": spans}
+    segments = part.index.segments[:]  # (a copy: the part may be read again)
+    segments[2 * part.at + 1] = len(block)  # the jobs after it keep their gaps: nothing else changes
+    return text, new, _Index(_guard(text), nodes, part.index.ids, segments)
