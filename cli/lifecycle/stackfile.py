@@ -146,7 +146,15 @@ def _read_text(path: Path) -> str:
         raise ConfigError(str(path), ["stack file not found"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
-    return decode(data, str(path))
+    last = _LAST_READ[0] if _LAST_READ else None
+    if last is not None and last[0] == data:  # read again under the lock: the same text object, so every
+        return last[1]  # cache keyed by it (guard, part, parse) answers by identity (issue 20)
+    text = decode(data, str(path))
+    _LAST_READ[:] = [(data, text)]
+    return text
+
+
+_LAST_READ: list[tuple[bytes, str]] = []  # the last bytes read and their text
 
 
 def decode(data: bytes, where: str) -> str:
@@ -1191,6 +1199,8 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
             segments.extend((start - previous, end - start))
             previous = end
         _write_index(path, _Index(_guard(text), parsed.nodes, " ".join(ident for ident, _, _ in spans), segments))
+        with contextlib.suppress(OSError):  # an earlier version's index (JSON) says nothing any more
+            index_path(path).with_name(f"{path.name}.index.json").unlink()
     # a later load of this text in this process need not index it again (absolute: a relative path
     # names another file once the working directory changes)
     _remember(_parsed(text)[0], indexed=os.path.abspath(path))
