@@ -24,6 +24,19 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """An xdist worker that has run its last test exits without a full garbage collection of its heap
+    (the Pulumi SDKs, moto's backends, hypothesis): the controller waits for the last worker to exit
+    before it reports, and that collection was seconds of the suite's tail on a loaded machine. Only
+    the interpreter's teardown after the session changes (atexit: after every test and fixture)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import atexit
+        import gc
+
+        atexit.register(gc.freeze)
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
