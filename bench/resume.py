@@ -7,9 +7,10 @@ read and validated, and indexed); `cli` the median whole command in a fresh proc
 imports, read + validate, the policy's decision, locked atomic write) on the file as spotctl left it;
 `in-process` the same steps without start-up and imports (spotctl's own work; wall and CPU seconds, since
 the machine may be shared; the stack file module's in-process caches emptied first, as in a new process).
-`write` is the floor no whole-file atomic edit can go below: the same file's bytes written, fsynced and
-renamed into place (the system calls alone, measured in the same run); `beyond it` the in-process figure
-less that floor, the work spotctl itself adds. Each repeat resumes another job.
+`sync` is the time the in-process command spent in fsync and rename (the stack file's atomic write and
+the index's rename): the kernel putting a file five times larger on disk, which no whole-file atomic
+edit avoids; `beyond it` the in-process figure less that, the work spotctl itself does (medians per
+command). Each repeat resumes another job.
 
 Run: uv run python bench/resume.py [--repeat N] [--jobs 1000 5000] [--commands resume failover complete]
 """
@@ -70,35 +71,32 @@ def in_process(command: str, path: Path, job: str) -> None:
 def forget() -> None:
     """Empty the stack file module's in-process caches: the next command runs as in a new process."""
     for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_GUARD, stackfile._LAST_PART, stackfile._RULES,
-                  stackfile._LAST_READ):
+                  stackfile._LAST_READ, stackfile._LAST_WRITTEN):
         cache.clear()
 
 
-def write_floor(path: Path, repeat: int) -> float:
-    """The median time of what no edit of a whole file can skip: writing the file's bytes to a temp
-    file, its fsync, the rename over the file and the directory's fsync (stackfile.atomic_write's
-    system calls alone), on a copy of ``path`` beside it."""
-    data, copy = path.read_bytes(), path.with_name(f"{path.name}.floor")
-    copy.write_bytes(data)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        tmp = copy.with_name(f".{copy.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, copy)
-        dir_fd = os.open(copy.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        times.append(time.perf_counter() - t0)
-    copy.unlink()
-    return statistics.median(times)
+class SyncCalls:
+    """Times the file system's durability calls (``os.fsync``, ``os.replace``) made while it is entered:
+    the share of a whole-file atomic edit that is the kernel writing the file to disk, which grows with
+    the file whatever spotctl does (the bytes must reach the disk before the rename)."""
+
+    def __enter__(self) -> SyncCalls:
+        self.seconds, self._saved = 0.0, (os.fsync, os.replace)
+
+        def timed(call):
+            def run(*args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - t0
+            return run
+
+        os.fsync, os.replace = (timed(call) for call in self._saved)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.fsync, os.replace = self._saved
 
 
 def main() -> None:
@@ -108,7 +106,7 @@ def main() -> None:
     parser.add_argument("--commands", nargs="+", default=["resume", "failover", "complete"], choices=["resume", "failover", "complete"])
     args = parser.parse_args()
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k == "HOME"}}
-    print(f"{'command':>9} {'jobs':>6} {'first s':>8} {'cli median s':>13} {'in-process median s':>20} {'its CPU s':>8} {'write s':>9} {'beyond it s':>12}")
+    print(f"{'command':>9} {'jobs':>6} {'first s':>8} {'cli median s':>13} {'in-process median s':>20} {'its CPU s':>8} {'sync s':>9} {'beyond it s':>12}")
     for k, command in enumerate(args.commands):
         figures = {}
         for n in args.jobs:
@@ -126,23 +124,26 @@ def main() -> None:
                     return time.perf_counter() - t0
 
                 first = cli("job-0000")
-                cli_times, core_times, cpu_times = [], [], []
+                cli_times, core_times, cpu_times, sync_times, beyond_times = [], [], [], [], []
                 for r in range(1, args.repeat + 1):
                     cli_times.append(cli(f"job-{(2 * r * 7 + 2 * k * 101) % n:04d}"))
                     forget()
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    in_process(command, path, f"job-{(2 * r * 7 + 2 * k * 101 + 1) % n:04d}")
-                    core_times.append(time.perf_counter() - t0)
-                    cpu_times.append(time.process_time() - c0)
-                floor = write_floor(path, 2 * args.repeat + 1)
-                figures[n] = statistics.median(cli_times), statistics.median(core_times), statistics.median(cpu_times), floor
+                    with SyncCalls() as sync:
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        in_process(command, path, f"job-{(2 * r * 7 + 2 * k * 101 + 1) % n:04d}")
+                        core_times.append(time.perf_counter() - t0)
+                        cpu_times.append(time.process_time() - c0)
+                    sync_times.append(sync.seconds)
+                    beyond_times.append(core_times[-1] - sync.seconds)
+                figures[n] = (statistics.median(cli_times), statistics.median(core_times), statistics.median(cpu_times),
+                              statistics.median(sync_times), statistics.median(beyond_times))
                 print(f"{command:>9} {n:>6} {first:>8.3f} {figures[n][0]:>13.3f} {figures[n][1]:>20.3f} {figures[n][2]:>8.3f}"
-                      f" {floor:>9.4f} {figures[n][1] - floor:>12.4f}")
+                      f" {figures[n][3]:>9.4f} {figures[n][4]:>12.4f}")
         small, large = min(figures), max(figures)
         if small != large:
             print(f"  {command}: {large} / {small} jobs: cli {figures[large][0] / figures[small][0]:.2f} x, in-process "
                   f"{figures[large][1] / figures[small][1]:.2f} x, its CPU {figures[large][2] / figures[small][2]:.2f} x (target <= 1.2 x); "
-                  f"in-process beyond the file's write {(figures[large][1] - figures[large][3]) / (figures[small][1] - figures[small][3]):.2f} x")
+                  f"in-process beyond fsync + rename {figures[large][4] / figures[small][4]:.2f} x")
         print(f"  {command}: in-process at {small} jobs: {figures[small][1]:.3f} s, CPU {figures[small][2]:.3f} s (target <= 0.3 s)")
 
 

@@ -147,14 +147,14 @@ def _read_text(path: Path) -> str:
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     last = _LAST_READ[0] if _LAST_READ else None
-    if last is not None and last[0] == data:  # read again under the lock: the same text object, so every
-        return last[1]  # cache keyed by it (guard, part, parse) answers by identity (issue 20)
+    if last is not None and last[1] == data:  # read again under the lock: the same text object, so every
+        return last[0]  # cache keyed by it (guard, part, parse) answers by identity (issue 20)
     text = decode(data, str(path))
-    _LAST_READ[:] = [(data, text)]
+    _LAST_READ[:] = [(text, data)]
     return text
 
 
-_LAST_READ: list[tuple[bytes, str]] = []  # the last bytes read and their text
+_LAST_READ: list[tuple[str, bytes]] = []  # the last text read and its bytes
 
 
 def decode(data: bytes, where: str) -> str:
@@ -698,6 +698,27 @@ def _drop_dead_proposal(path: Path) -> None:
         proposal_path(path).unlink()
 
 
+_LAST_WRITTEN: list[tuple[str, bytes]] = []  # the last text atomic_write wrote as is, and its bytes
+
+
+def _line_ends(path: Path) -> tuple[bool, bool]:
+    """(whether the file starts with a byte-order mark, whether it has a CRLF line end), read in fixed
+    chunks: a 2 MB stack file is not copied into memory once more for two facts (issue 20)."""
+    chunk, bom, crlf, previous = bytearray(1 << 16), False, False, b""
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            first = True
+            while not crlf and (size := fh.readinto(chunk)):
+                view = bytes(chunk[:size]) if size < len(chunk) else chunk
+                if first:
+                    bom, first = view.startswith(BOM.encode()), False
+                crlf = b"\r" in view and (b"\r\n" in view or (previous == b"\r" and view[:1] == b"\n"))
+                previous = view[-1:]
+    except FileNotFoundError:
+        pass
+    return bom, crlf
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so readers only ever see the old or the new content.
 
@@ -705,21 +726,21 @@ def atomic_write(path: Path, text: str) -> None:
     line ends (CRLF) and byte-order mark are kept, since ``_read_text`` hands out LF text without one.
     """
     target = Path(os.path.realpath(path))
-    try:
-        old = target.read_bytes()
-    except FileNotFoundError:
-        old = b""
-    if b"\r" in old and b"\r\n" in old:  # (memchr first: a two-byte search is ~80x slower, issue 20)
+    bom, crlf = _line_ends(target)
+    if crlf:
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
-    if old.startswith(BOM.encode()):
+    if bom:
         text = BOM + text
+    data = text.encode("utf-8")  # (one C encode, not a text layer's chunks)
+    if not (bom or crlf):
+        _LAST_WRITTEN[:] = [(text, data)]  # the index's guard of this text is the CRC of these bytes
     import tempfile
 
     mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))  # (one C encode, not a text layer's chunks)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
@@ -996,6 +1017,7 @@ def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[
             if spliced is not None:
                 new_text, new, index = spliced
                 _commit(path, text, new_text)
+                index.guard = _guard(new_text)  # (after the write: the CRC of the bytes written)
                 _write_index(path, index)
                 return current, new  # (only this job: never kept as the whole file's config)
             # something unusual: the whole file, with the fields already decided
@@ -1101,7 +1123,10 @@ def _guard(text: str) -> str:
         return last[1]
     import zlib
 
-    guard = f"{len(text)}:{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}"
+    # the bytes of this very text when just read or written as is (no BOM, LF): no copy of 2 MB to encode
+    known = next((data for seen, data in (*_LAST_READ, *_LAST_WRITTEN)
+                  if seen is text and not data.startswith(BOM.encode()) and b"\r" not in data), None)
+    guard = f"{len(text)}:{zlib.crc32(known if known is not None else text.encode('utf-8', 'surrogatepass')):08x}"
     _LAST_GUARD[:] = [(text, guard)]
     return guard
 
@@ -1348,4 +1373,4 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     text = part.text[:start] + block + part.text[end:]  # one copy of the file, no split into lines
     segments = part.index.segments[:]  # (a copy: the part may be read again)
     segments[2 * part.at + 1] = len(block)  # the jobs after it keep their gaps: nothing else changes
-    return text, new, _Index(_guard(text), nodes, part.index.ids, segments)
+    return text, new, _Index("", nodes, part.index.ids, segments)  # (its guard once written: ``_update_job``)
