@@ -212,3 +212,19 @@ def test_a_resume_of_an_indexed_stack_of_many_jobs_keeps_every_other_job(ref):
     assert [(j.id, j.attempt, j.state.value) for j in cfg.jobs if j.state.value == "running"] == [("job-17", 3, "running"), ("job-49", 3, "running")]
     assert all(j.attempt == 2 for j in cfg.jobs if j.id not in ("job-17", "job-49"))
     assert ref.path.read_text().count("    # job ") == 50
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (b"a: 1\nb: 2\n", (False, False)),
+    (b"\xef\xbb\xbfa: 1\r\nb: 2\r\n", (True, True)),
+    (b"#" * ((1 << 16) - 1) + b"\r\nb: 2\n", (False, True)),  # the CRLF across two chunks
+    (b"#" * (1 << 16) + b"\r\nb: 2\n", (False, True)),  # in the second chunk
+    (b"#" * ((1 << 16) - 1) + b"\r#\nb: 2\n", (False, False)),  # a lone CR at a chunk's end
+    (b"\xef\xbb\xbf" + b"#" * 70000 + b"\n", (True, False)),
+    (b"", (False, False)),
+])
+def test_line_ends_are_read_in_chunks_as_the_whole_file_says(tmp_path, data, expected):
+    path = tmp_path / "f.yaml"
+    path.write_bytes(data)
+    assert stackfile._line_ends(path) == expected == (data.startswith(stackfile.BOM.encode()), b"\r\n" in data)
+    assert stackfile._line_ends(tmp_path / "missing.yaml") == (False, False)

@@ -712,7 +712,7 @@ def _line_ends(path: Path) -> tuple[bool, bool]:
                 view = bytes(chunk[:size]) if size < len(chunk) else chunk
                 if first:
                     bom, first = view.startswith(BOM.encode()), False
-                crlf = b"\r" in view and (b"\r\n" in view or (previous == b"\r" and view[:1] == b"\n"))
+                crlf = (previous == b"\r" and view[:1] == b"\n") or (b"\r" in view and b"\r\n" in view)
                 previous = view[-1:]
     except FileNotFoundError:
         pass
