@@ -5,12 +5,13 @@ stale, damaged or forged index, or a file it does not handle, only means the who
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 import infra.config
-from cli.lifecycle import operations, stackfile
+from cli.lifecycle import cachefile, operations, stackfile
 from cli.lifecycle.states import decide_resume
 from infra.config import ConfigError
 
@@ -82,23 +83,29 @@ def test_load_job_reads_one_job_once_indexed_and_the_whole_file_otherwise(ref, v
         stackfile.load_job(ref, "bert-evl").job("bert-evl")
 
 
-def test_one_jobs_edit_in_a_new_process_hashes_nothing_whole(ref, monkeypatch):
-    """Issue 20: the guard is the text's CRC-32; no sha256 of the whole file on the indexed path (only
-    of the job's part, for its parse), and the index is rewritten, not re-derived from the whole text."""
+def test_one_jobs_edit_in_a_new_process_hashes_the_whole_text_once_each_side(ref, monkeypatch):
+    """Issue 20: the guard is the sha256 of the whole text, hashed from the bytes read (the file before)
+    and written (after): twice per edit, never more, and the index is rewritten, not re-derived from the
+    whole text."""
     stackfile.load(ref)
-    stackfile._PARSED.clear()  # a new process
-    stackfile._LAST_DIGEST.clear()
-    real, whole = stackfile.sha256, len(ref.path.read_bytes())
+    for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_GUARD, stackfile._LAST_PART,
+                  stackfile._LAST_READ, stackfile._LAST_WRITTEN):
+        cache.clear()  # a new process
+    real, whole, hashed = stackfile.sha256, len(ref.path.read_bytes()), []
 
-    def no_hash(data):
-        assert len(data) < whole - 200, f"hashed {len(data)} bytes of {whole}"
+    def counting(data):
+        if len(data) > whole - 200:
+            hashed.append(len(data))
         return real(data)
 
-    monkeypatch.setattr(stackfile, "sha256", no_hash)
+    monkeypatch.setattr(stackfile, "sha256", counting)
     monkeypatch.setattr(stackfile, "_index", lambda *a: (_ for _ in ()).throw(AssertionError("indexed whole")))
     assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["bert-eval"]
+    assert len(hashed) == 1
     set_fields(ref, "bert-eval", {"state": "preempted", "attempt": 12})
+    assert len(hashed) == 2  # the text read again under the lock is the same: not hashed again; the new one once
     set_fields(ref, "llm-pretrain", {"state": "preempted"})
+    assert len(hashed) == 3  # the file just written is known by its hash
     monkeypatch.undo()
     assert stackfile.load(ref).job("bert-eval").attempt == 12
 
@@ -160,6 +167,12 @@ def with_header(index: bytes, **keys) -> bytes:
     return json.dumps({**json.loads(head), **keys}).encode() + b"\n" + rest
 
 
+def sealed_payload(path: Path) -> bytes:
+    data = cachefile.read(path, stackfile.CACHE_LIMIT)
+    assert data is not None
+    return data
+
+
 @pytest.mark.parametrize("damage", [
     lambda index: b"not an index",
     lambda index: index[:-3],  # torn
@@ -171,13 +184,19 @@ def with_header(index: bytes, **keys) -> bytes:
     lambda index: with_header(index, jobs=2),
     lambda index: index.replace(b"vit-finetune", b"vit-finetunf"),
 ])
-def test_a_damaged_index_only_means_the_whole_file(ref, damage):
+@pytest.mark.parametrize("sealed", [True, False])
+def test_a_damaged_index_only_means_the_whole_file(ref, damage, sealed):
+    """Damaged and sealed (as a bug of ours would write it) or as anyone without the key writes it."""
     original = ref.path.read_bytes()
     expected = whole_file_result(ref, "vit-finetune", {"state": "preempted"})
     ref.path.write_bytes(original)
     stackfile.load(ref)
     path = stackfile.index_path(ref.path)
-    path.write_bytes(damage(path.read_bytes()))
+    damaged = damage(sealed_payload(path))
+    if sealed:
+        cachefile.write(path, damaged)
+    else:
+        path.write_bytes(damaged)
     set_fields(ref, "vit-finetune", {"state": "preempted"})
     assert ref.path.read_bytes() == expected
 
@@ -228,3 +247,130 @@ def test_line_ends_are_read_in_chunks_as_the_whole_file_says(tmp_path, data, exp
     path.write_bytes(data)
     assert stackfile._line_ends(path) == expected == (data.startswith(stackfile.BOM.encode()), b"\r\n" in data)
     assert stackfile._line_ends(tmp_path / "missing.yaml") == (False, False)
+
+
+def crc_forged(text: str, index: stackfile._Index) -> str:
+    """A valid stack file of the same length and CRC-32 as ``text`` (8 characters of a comment chosen
+    by linear algebra over GF(2): a CRC is affine) whose last job is really elsewhere: what the index
+    calls its lines is a copy inside its own ``command: |`` text (an audit's attack on a CRC guard)."""
+    import zlib
+
+    (_, a0, _), _, (_, c0, c1) = index.spans()
+    assert c1 == len(text)
+    job = text[c0:c1].split("\n", 1)[1]  # (without its comment line)
+    fake = "".join(f"    {line}\n" for line in job.rstrip("\n").split("\n"))
+    fake += "          # " + "x" * (c1 - c0 - len(fake) - 13) + "\n"
+    real = text[a0:c0] + job.replace("command: python eval.py", "command: |")
+    for comment in ("    # Two-node H100 pretraining: the master keeps one internal IP across preemptions.\n",
+                    "    # Single A100 run that was preempted twice and now runs on-demand to make its deadline.\n"):
+        real = real.replace(comment, "")
+    real = real.replace('--master-addr "$MASTER_ADDR" train.py --ckpt "$SPOTCTL_CHECKPOINT_DIR"', "train.py")
+    pad = c0 - a0 - len(real) - len("  # @@@@@@@@\n")
+    assert pad >= 0
+    real = "  # " + "-" * pad + "@@@@@@@@\n" + real
+    forged_text = text[:a0] + real + fake
+    assert len(forged_text) == len(text)
+    at, target = forged_text.index("@@@@@@@@"), zlib.crc32(text.encode())
+
+    def crc(chars: list[int]) -> int:
+        return zlib.crc32((forged_text[:at] + "".join(map(chr, chars)) + forged_text[at + 8:]).encode())
+
+    base = [0x40] * 8
+    start = crc(base)
+    basis: list[tuple[int, set]] = []
+    for i in range(8):
+        for bit in range(5):
+            chars = base[:]
+            chars[i] ^= 1 << bit
+            value, chosen = crc(chars) ^ start, {(i, bit)}
+            for b_value, b_chosen in basis:
+                if value ^ b_value < value:
+                    value, chosen = value ^ b_value, chosen ^ b_chosen
+            if value:
+                basis.append((value, chosen))
+                basis.sort(key=lambda x: -x[0])
+    want, chosen = target ^ start, set()
+    for b_value, b_chosen in basis:
+        if want ^ b_value < want:
+            want, chosen = want ^ b_value, chosen ^ b_chosen
+    assert want == 0
+    chars = base[:]
+    for i, bit in chosen:
+        chars[i] ^= 1 << bit
+    forged_text = forged_text[:at] + "".join(map(chr, chars)) + forged_text[at + 8:]
+    assert zlib.crc32(forged_text.encode()) == target and len(forged_text) == len(text)
+    return forged_text
+
+
+def test_a_file_forged_to_the_indexed_length_and_crc_is_edited_where_its_job_really_is(ref):
+    """The guard is a cryptographic hash: a same-length, same-CRC-32 file (built in milliseconds) is
+    not the indexed text, so the edit goes through the whole file and changes the real job, not the
+    copy inside another value at the indexed offsets (a CRC guard edited the copy and said done)."""
+    text = ref.path.read_text()
+    stackfile.load(ref)
+    forged_text = crc_forged(text, stackfile._Index.from_bytes(sealed_payload(stackfile.index_path(ref.path))))
+    ref.path.write_text(forged_text)  # a git pull, a hand edit
+    stackfile._PARSED.clear()
+    cfg = stackfile.load(stackfile.StackRef(STACK, ref.path))
+    copy_text = cfg.job("bert-eval").command
+    assert copy_text.startswith("- id: bert-eval")  # the file is valid whole: the copy is bert-eval's command
+    stackfile.index_path(ref.path).write_bytes(b"")  # (load indexed the new text: put the old index back)
+    ref.path.write_text(text)
+    stackfile._PARSED.clear()
+    stackfile.load(ref)
+    ref.path.write_text(forged_text)
+    for cache in (stackfile._PARSED, stackfile._LAST_GUARD, stackfile._LAST_PART, stackfile._LAST_READ, stackfile._LAST_WRITTEN):
+        cache.clear()
+    set_fields(ref, "bert-eval", {"state": "preempted", "attempt": 3})
+    after = stackfile.load(ref).job("bert-eval")
+    assert after.state.value == "preempted" and after.attempt == 3 and after.command == copy_text
+
+
+def test_an_index_sealed_by_another_key_is_ignored(ref, validated):
+    """A cache file carried by a commit or written by anyone without this user's key: the whole file."""
+    stackfile.load(ref)
+    path = stackfile.index_path(ref.path)
+    payload, ours = sealed_payload(path), cachefile._KEY[:]
+    cachefile._KEY[:] = [b"k" * cachefile.KEY_BYTES]  # another user's spotctl
+    try:
+        cachefile.write(path, payload)
+    finally:
+        cachefile._KEY[:] = ours
+    assert path.read_bytes().endswith(payload) and cachefile.read(path, stackfile.CACHE_LIMIT) is None
+    stackfile._PARSED.clear()
+    validated.clear()
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert validated and max(validated) == 3  # the whole file
+
+
+@pytest.mark.parametrize("hostile", ["deep", "fifo", "huge", "link"])
+def test_a_hostile_cache_file_never_stops_or_hangs_a_command(ref, runner, hostile, tmp_path):
+    """A damaged or hostile index or status cache (deeply nested JSON, a FIFO, a link to a device) only
+    means the whole file: the command still works, no traceback, no wait."""
+    from cli.app import app
+    from cli.lifecycle.status import status_cache_path
+
+    stackfile.load(ref)
+    for path in (stackfile.index_path(ref.path), status_cache_path(ref.path)):
+        path.unlink(missing_ok=True)
+        if hostile == "deep":
+            cachefile.write(path, b"[" * 100_000)
+        elif hostile == "fifo":
+            os.mkfifo(path)
+        elif hostile == "huge":
+            path.symlink_to("/dev/zero")
+        else:
+            (tmp_path / "elsewhere").write_bytes(b"x")
+            path.symlink_to(tmp_path / "elsewhere")
+    stackfile._PARSED.clear()
+    result = runner.invoke(app, ["status", "--stack-file", str(ref.path)])
+    assert result.exit_code == 0, result.output
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert stackfile.load(ref).job("vit-finetune").state.value == "preempted"
+
+
+def test_a_file_with_cr_line_ends_loads_and_is_not_indexed(ref):
+    """YAML breaks lines at a lone CR too; the index counts LF lines: such a file is simply not indexed."""
+    ref.path.write_bytes(ref.path.read_bytes().replace(b"\n", b"\r"))
+    stackfile.index_path(ref.path).unlink(missing_ok=True)
+    assert [j.id for j in stackfile.load(ref).jobs] == ["llm-pretrain", "vit-finetune", "bert-eval"]

@@ -162,16 +162,22 @@ def test_a_damaged_or_foreign_status_cache_only_means_the_file_is_read(project, 
 
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     expected = runner.invoke(app, ["status", "--stack", "example-gcp", "--json"]).stdout
+    from cli.lifecycle import cachefile
+    from cli.lifecycle.stackfile import CACHE_LIMIT
+
     cache = status_cache_path(path)
-    good = json.loads(cache.read_text())
+    good = json.loads(cachefile.read(cache, CACHE_LIMIT))
     wrong = {**good, "jobs": {k: [d, {**facts, "attempt": 99}] for k, (d, facts) in good["jobs"].items()}}
     broken = {**good, "jobs": {k: [d, {"id": k}] for k, (d, _) in good["jobs"].items()}}
     for damage in ("{not json", json.dumps({**wrong, "fingerprint": "another spotctl"}), json.dumps(broken),
-                   json.dumps({**good, "jobs": []})):
-        cache.write_text(damage)
+                   json.dumps({**good, "jobs": []}), "[" * 100_000):
+        cachefile.write(cache, damage.encode())  # (sealed: as a bug of ours would write it)
         assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
     # a cached job whose lines differ (same id) is never taken for it
-    cache.write_text(json.dumps({**wrong, "jobs": {k: ["0" * 64, f] for k, (_, f) in wrong["jobs"].items()}}))
+    cachefile.write(cache, json.dumps({**wrong, "jobs": {k: ["0" * 64, f] for k, (_, f) in wrong["jobs"].items()}}).encode())
+    assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
+    # nor a cache this user's spotctl did not seal (a commit carried it, someone else wrote it), however right it looks
+    cache.write_text(json.dumps(wrong))
     assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
 
 

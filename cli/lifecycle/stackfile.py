@@ -598,7 +598,7 @@ def _proposal(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(proposal_path(path).read_text())
         return doc if isinstance(doc, dict) and isinstance(doc.get("pid"), int) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (a damaged or hostile record never stops every edit)
         return None
 
 
@@ -733,7 +733,7 @@ def atomic_write(path: Path, text: str) -> None:
         text = BOM + text
     data = text.encode("utf-8")  # (one C encode, not a text layer's chunks)
     if not (bom or crlf):
-        _LAST_WRITTEN[:] = [(text, data)]  # the index's guard of this text is the CRC of these bytes
+        _LAST_WRITTEN[:] = [(text, data)]  # the index's guard of this text is the hash of these bytes
     import tempfile
 
     mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
@@ -1017,7 +1017,7 @@ def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[
             if spliced is not None:
                 new_text, new, index = spliced
                 _commit(path, text, new_text)
-                index.guard = _guard(new_text)  # (after the write: the CRC of the bytes written)
+                index.guard = _guard(new_text)  # (after the write: the hash of the bytes written)
                 _write_index(path, index)
                 return current, new  # (only this job: never kept as the whole file's config)
             # something unusual: the whole file, with the fields already decided
@@ -1055,26 +1055,28 @@ def job_fields(path: Path, job_id: str, names: list[str]) -> dict[str, Any]:
 
 
 # ---- the job index: one job read and edited in a time independent of the stack's size ----------------
-# A stack file spotctl validated whole is recorded by a cheap guard of its whole text (its length
-# and CRC-32) and the validation code's fingerprint, with the place of every job. While the file
-# still passes the guard, a command about one job reads and validates only the stack-wide settings
-# and that job's lines: every cross-job rule of infra/config.py compares only job ids (unique, not a
-# pool's name), and an edit of one job never changes its id. A file with anchors or aliases, or not
-# in plain block layout, is never indexed; anything unexpected falls back to the whole file. The
-# index is a cache: a stale or damaged one only means the whole file is read.
+# A stack file spotctl validated whole is recorded by the sha256 of its whole text and the
+# validation code's fingerprint, with the place of every job. While the file still has that hash, a
+# command about one job reads and validates only the stack-wide settings and that job's lines: every
+# cross-job rule of infra/config.py compares only job ids (unique, not a pool's name), and an edit of
+# one job never changes its id. A file with anchors or aliases, or not in plain block layout, is never
+# indexed; anything unexpected falls back to the whole file. The index is a cache: a stale, damaged
+# or foreign one only means the whole file is read.
 #
-# Why these choices (issue 20: the cost of one job's edit must not grow with the stack): the guard
-# is content, not size + mtime + inode (an in-place edit within the file system's timestamp
-# granularity keeps those), and CRC-32 rather than sha256 (3x cheaper over a 2 MB file; it catches
-# every edit within 32 bits and any other with odds 2^-32; a forged collision gains nothing: the
-# job's lines are still parsed from the file as it is and must hold exactly that job, and `plan`,
-# `up` and every whole-file command validate the file as it is). Jobs are stored as the lengths of
-# the text's segments (the gap before each job, the job), not absolute offsets, so an edit changes
-# one number instead of shifting every later job's; the ids and lengths are stored raw (a space-
-# separated line and a machine-word array) rather than as JSON, so reading and rewriting the index
-# is a few memory copies at any size.
+# Why these choices (issue 20: the cost of one job's edit must not grow with the stack; and an
+# adversary): the guard is content, not size + mtime + inode (an in-place edit within the file
+# system's timestamp granularity keeps those), and a cryptographic hash, not a CRC: a CRC is linear,
+# so a file of the same length and CRC is built in milliseconds, and an audit did so with a copy of a
+# job inside another job's `command: |` text at the old offsets: the edit changed that text and
+# reported success (OpenSSL's sha256 is ~1 ms for a 2 MB file, hashed from the bytes read or written,
+# never a re-encoded copy). The index file itself is sealed with this user's key
+# (``cli.lifecycle.cachefile``): the folder is in the checkout, and a forged index could name any
+# lines as a job's. Jobs are stored as the lengths of the text's segments (the gap before each job,
+# the job), not absolute offsets, so an edit changes one number instead of shifting every later
+# job's; the ids and lengths are stored raw (a space-separated line and a machine-word array) rather
+# than as JSON, so reading and rewriting the index is a few memory copies at any size.
 
-INDEX_VERSION = 3  # 3: guard by CRC-32, segment lengths in binary (2: JSON, offsets, sha256; 1: by lines)
+INDEX_VERSION = 4  # 4: sealed, guard by sha256; 3: CRC-32 (forgeable), segment lengths in binary; 2: JSON offsets; 1: lines
 _RULES: list[str] = []
 _WORD = "I"  # array typecode of a segment length (4 bytes: a stack file is far below 4 GiB)
 
@@ -1117,16 +1119,14 @@ _LAST_GUARD: list[tuple[str, str]] = []  # (text, its guard): a command checks t
 
 
 def _guard(text: str) -> str:
-    """The index's whole-file guard of ``text``: its length and CRC-32 (why: the section's comment)."""
+    """The index's whole-file guard of ``text``: its sha256 (why: the section's comment)."""
     last = _LAST_GUARD[0] if _LAST_GUARD else None
-    if last is not None and last[0] == text:  # a memcmp, cheaper than the CRC
+    if last is not None and last[0] == text:  # a memcmp, cheaper than the hash
         return last[1]
-    import zlib
-
     # the bytes of this very text when just read or written as is (no BOM, LF): no copy of 2 MB to encode
     known = next((data for seen, data in (*_LAST_READ, *_LAST_WRITTEN)
                   if seen is text and not data.startswith(BOM.encode()) and b"\r" not in data), None)
-    guard = f"{len(text)}:{zlib.crc32(known if known is not None else text.encode('utf-8', 'surrogatepass')):08x}"
+    guard = sha256(known if known is not None else text.encode("utf-8", "surrogatepass")).hexdigest()
     _LAST_GUARD[:] = [(text, guard)]
     return guard
 
@@ -1196,6 +1196,8 @@ class _Index:
 
         try:
             head, ids, raw = data.split(b"\n", 2)
+            if len(head) > 4096:
+                return None
             meta = json.loads(head)
             segments = array.array(_WORD)
             segments.frombytes(raw)
@@ -1203,7 +1205,7 @@ class _Index:
             ok = (meta["version"] == INDEX_VERSION and meta["rules"] == _rules() and isinstance(index.nodes, int)
                   and isinstance(index.guard, str) and meta["jobs"] > 0 and len(segments) == 2 * meta["jobs"]
                   and index.ids.count(" ") == meta["jobs"] - 1)
-        except (ValueError, KeyError, TypeError):  # (json, utf-8 and a torn array are ValueErrors)
+        except (ValueError, KeyError, TypeError, RecursionError):  # (json, utf-8 and a torn array are ValueErrors)
             return None
         return index if ok else None
 
@@ -1215,14 +1217,18 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
     import itertools
 
     lines = text.split("\n")
-    spans = _job_spans(lines, parsed)
+    try:
+        spans = _job_spans(lines, parsed)
+        if spans is not None:
+            starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))  # of each line
+            segments, previous = array.array(_WORD), 0
+            for _, a, b in spans:
+                start, end = starts[a], min(starts[b], len(text))
+                segments.extend((start - previous, end - start))
+                previous = end
+    except (IndexError, OverflowError):  # YAML's line breaks are not only LF (a lone CR, NEL): not indexed
+        spans = None
     if spans is not None:
-        starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))  # of each line
-        segments, previous = array.array(_WORD), 0
-        for _, a, b in spans:
-            start, end = starts[a], min(starts[b], len(text))
-            segments.extend((start - previous, end - start))
-            previous = end
         _write_index(path, _Index(_guard(text), parsed.nodes, " ".join(ident for ident, _, _ in spans), segments))
         with contextlib.suppress(OSError):  # an earlier version's index (JSON) says nothing any more
             index_path(path).with_name(f"{path.name}.index.json").unlink()
@@ -1236,30 +1242,22 @@ def _write_index(path: Path, index: _Index) -> None:
 
 
 def write_cache(target: Path, value: Any) -> None:
-    """Write a cache file (the job index, status's per-job cache) whole or not at all, never failing.
-    ``value``: the bytes to write, or a value written as JSON."""
-    import tempfile
+    """Write a cache file (the job index, status's per-job cache) whole or not at all, never failing,
+    sealed (``cli.lifecycle.cachefile``). ``value``: the bytes to write, or a value written as JSON."""
+    from cli.lifecycle import cachefile
 
-    data = value if isinstance(value, bytes) else json.dumps(value, separators=(",", ":")).encode()
-    tmp = None
-    try:
-        target.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)  # no fsync: a torn cache does not parse, and then the whole file is read
-    except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    cachefile.write(target, value if isinstance(value, bytes) else json.dumps(value, separators=(",", ":")).encode())
+
+
+CACHE_LIMIT = 1 << 26  # bytes of a cache file read at most (a 5,000-job index is ~60 KB)
 
 
 def _read_index(path: Path, text: str) -> _Index | None:
-    """The index of exactly this text under these rules, or None."""
-    try:
-        index = _Index.from_bytes(index_path(path).read_bytes())
-    except OSError:
-        return None
+    """The index of exactly this text under these rules, sealed by this user's spotctl, or None."""
+    from cli.lifecycle import cachefile
+
+    data = cachefile.read(index_path(path), CACHE_LIMIT)
+    index = _Index.from_bytes(data) if data is not None else None
     return index if index is not None and index.guard == _guard(text) else None
 
 

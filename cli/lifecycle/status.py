@@ -112,11 +112,16 @@ def _fingerprint() -> str:
 
 
 def _read_cache(path: Path) -> dict[str, list[Any]]:
+    """The per-job cache when this user's spotctl sealed it (``cli.lifecycle.cachefile``), else empty."""
+    from cli.lifecycle import cachefile
+    from cli.lifecycle.stackfile import CACHE_LIMIT
+
     try:
-        cache = json.loads(status_cache_path(path).read_text(encoding="utf-8"))
-        if cache["fingerprint"] == _fingerprint() and isinstance(cache["jobs"], dict):
+        data = cachefile.read(status_cache_path(path), CACHE_LIMIT)
+        cache = json.loads(data) if data is not None else None
+        if cache is not None and cache["fingerprint"] == _fingerprint() and isinstance(cache["jobs"], dict):
             return cache["jobs"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         pass
     return {}
 
