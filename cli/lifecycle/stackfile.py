@@ -595,11 +595,21 @@ def _proposer_alive(doc: dict[str, Any]) -> bool:
 
 
 def _proposal(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(proposal_path(path).read_text())
-        return doc if isinstance(doc, dict) and isinstance(doc.get("pid"), int) else None
-    except (OSError, ValueError, RecursionError):  # (a damaged or hostile record never stops every edit)
-        return None
+    """The proposal record when this user's spotctl wrote it (sealed: a forged record, say one a commit
+    carried, would otherwise have its "before" values written into the job when it is undone)."""
+    from cli.lifecycle import cachefile
+
+    doc = cachefile.open_record(proposal_path(path))
+    return doc if doc is not None and isinstance(doc.get("pid"), int) else None
+
+
+def write_proposal(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write the proposal record of ``path``, sealed (``_proposal``), durably (it outlives a kill -9)."""
+    from cli.lifecycle import cachefile
+
+    record = proposal_path(path)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(record, cachefile.seal_record(dict(doc)) + "\n")
 
 
 def held_back(path: Path) -> bool:
@@ -615,8 +625,7 @@ def proposing(path: Path) -> Iterator[None]:
     """While inside, this process's edits of ``path`` stay local (``held_back``) until ``publish``; on
     leaving, the record goes, and what is still unpushed (edits other spotctls made meanwhile) is pushed."""
     record = proposal_path(path)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(record, json.dumps({"pid": os.getpid(), "started": process_started(os.getpid())}) + "\n")
+    write_proposal(path, {"pid": os.getpid(), "started": process_started(os.getpid())})
     try:
         yield
     finally:
@@ -632,7 +641,7 @@ def note_proposal(path: Path, job_id: str, before: Mapping[str, Any], wrote: Map
     doc = {"pid": os.getpid(), "started": process_started(os.getpid()), "job": job_id, "wrote": plain(dict(wrote)),
            "before": {k: plain(v) for k, v in before.items() if v is not MISSING},
            "missing": [k for k, v in before.items() if v is MISSING]}
-    atomic_write(proposal_path(path), json.dumps(doc, default=str) + "\n")
+    write_proposal(path, doc)
 
 
 def publish(path: Path) -> None:
