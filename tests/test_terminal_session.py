@@ -16,7 +16,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from tests.conftest import pulumi_calls
+from tests.conftest import STACKS_ONLY, pulumi_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def session(tmp_path: Path, **env_over: str):
     """The README's project (a copy of stacks/, team-a selected, vit-finetune preempted in events/)
     and a ``spotctl(*args)`` that starts it in a pty; returns (project, spotctl, pulumi log, transcript)."""
     project = tmp_path / "infra-team"
-    shutil.copytree(ROOT / "stacks", project / "stacks")
+    shutil.copytree(ROOT / "stacks", project / "stacks", ignore=STACKS_ONLY)
     shutil.copy(ROOT / "Pulumi.yaml", project / "Pulumi.yaml")
     # cp stacks/Pulumi.example-gcp.yaml stacks/Pulumi.team-a.yaml; pulumi stack select team-a
     shutil.copy(project / "stacks" / "Pulumi.example-gcp.yaml", project / "stacks" / "Pulumi.team-a.yaml")

@@ -87,7 +87,7 @@ def write(target: Path, data: bytes) -> None:
     import tempfile
 
     secret = key()
-    if secret is None:
+    if secret is None or os.path.islink(target.parent):  # (a linked folder: never written through)
         return
     tmp = None
     try:
@@ -150,24 +150,20 @@ def seal_record(record: dict[str, Any]) -> str:
 def open_record(target: Path, limit: int = 1 << 20) -> dict[str, Any] | None:
     """The record in ``target`` when this user's spotctl sealed it, else None (missing, damaged, not a
     regular file, or written by anyone else: a commit can carry such a file into the checkout). Without
-    a key (no writable home) an unsealed record counts only in a file of this user's that no one else
-    may write."""
+    a key (no writable home) no record is taken from disk: a file a ``git pull`` wrote is this user's
+    own, so nothing but the key tells spotctl's records from a commit's."""
     from _operator import _compare_digest
 
-    found = _bounded(target, limit)
+    secret = key()
+    found = _bounded(target, limit) if secret is not None else None
     if found is None:
         return None
-    raw, info = found
+    raw, _ = found
     try:
         outer = json.loads(raw)
         record = outer["record"]
         body = json.dumps(record, sort_keys=True)
     except (ValueError, KeyError, TypeError, RecursionError):
         return None
-    if not isinstance(record, dict):
-        return None
-    secret = key()
-    if secret is not None:
-        mac = outer.get("sealed")
-        return record if isinstance(mac, str) and _compare_digest(mac.encode(), _mac(secret, body.encode())) else None
-    return record if info.st_uid == os.getuid() and not info.st_mode & 0o022 else None
+    mac = outer.get("sealed") if isinstance(record, dict) else None
+    return record if isinstance(mac, str) and _compare_digest(mac.encode(), _mac(secret, body.encode())) else None

@@ -154,28 +154,29 @@ def _record_path(path: Path) -> Path:
 
 def _record_interrupted(path: Path, taken: tuple, lifted: list[str]) -> None:
     """What a cleanup under way took out of the file and unprotected (removed once it is over)."""
-    import json
-
+    from cli.lifecycle import cachefile
     from cli.lifecycle.stackfile import atomic_write
 
     block, index, entry = taken
     _record_path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(_record_path(path), json.dumps({"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted}, default=str) + "\n")
+    atomic_write(_record_path(path), cachefile.seal_record({"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted}) + "\n")
 
 
 def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str], None]) -> None:
     """A cleanup of ``job_id`` killed during its update (the record is there): the job goes back in
     the file, so this cleanup decides and deletes again from the start (its disks' protection is
     lifted again only after the checks). Another job's record is left for its own cleanup."""
-    import json
+    from cli.lifecycle import cachefile
 
     path = _record_path(ref.path)
+    doc = cachefile.open_record(path)  # sealed: a record a commit carried would put its own job in the file
     try:
-        doc = json.loads(path.read_text())
-        if doc.get("job") != job_id:
+        if doc is None or doc.get("job") != job_id:
             return
         taken = tuple(doc["taken"])
-    except (OSError, ValueError, KeyError, TypeError):
+        if len(taken) != 3 or not isinstance(taken[2], dict) or taken[2].get("id") != job_id:
+            return
+    except (KeyError, TypeError):
         return
     if stackfile.put_back_job(ref.path, taken):
         out(f"job {job_id}: a cleanup of it was interrupted during its update: the job is back in {ref.path}, "

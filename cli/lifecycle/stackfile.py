@@ -509,21 +509,21 @@ def _commit(path: Path, old_text: str, new_text: str) -> None:
     the other machines (the watcher) cannot see, or they act on the same event again."""
     session = _SHARED.get(_shared_name(path))
     if session is None:
-        atomic_write(path, new_text)
+        write_stack(path, new_text)
         return
     was = session.mark_unpushed()  # before the write: a kill -9 before the push leaves the mark
-    atomic_write(path, new_text)
+    write_stack(path, new_text)
     if held_back(path):
         return  # an edit awaiting its confirmation (or its undo) stays here: pushed once confirmed (``publish``)
     try:
         session.push()
     except SharedCopyMoved:
-        atomic_write(path, old_text)
+        write_stack(path, old_text)
         session.mark_unpushed(was)
         session.pull()
         raise
     except SharedCopyUnreachable as exc:
-        atomic_write(path, old_text)
+        write_stack(path, old_text)
         session.mark_unpushed(was)
         raise ConfigError(str(path), [f"{exc.source} {exc.problems[0]}: the edit was undone here and nothing was applied; "
                                       "run the command again"]) from None
@@ -707,15 +707,29 @@ def _drop_dead_proposal(path: Path) -> None:
         proposal_path(path).unlink()
 
 
+def write_stack(path: Path, text: str) -> None:
+    """Write the stack file atomically; a symlinked stack file is written where it points."""
+    atomic_write(path, text, follow=True)
+
+
 _LAST_WRITTEN: list[tuple[str, bytes]] = []  # the last text atomic_write wrote as is, and its bytes
 
 
 def _line_ends(path: Path) -> tuple[bool, bool]:
     """(whether the file starts with a byte-order mark, whether it has a CRLF line end), read in fixed
     chunks: a 2 MB stack file is not copied into memory once more for two facts (issue 20)."""
+    import stat
+
     chunk, bom, crlf, previous = bytearray(1 << 16), False, False, b""
     try:
-        with open(path, "rb", buffering=0) as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # (a link or a device is no old file)
+    except OSError:
+        return bom, crlf
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return bom, crlf
+    try:
+        with open(fd, "rb", buffering=0) as fh:
             first = True
             while not crlf and (size := fh.readinto(chunk)):
                 view = bytes(chunk[:size]) if size < len(chunk) else chunk
@@ -728,13 +742,25 @@ def _line_ends(path: Path) -> tuple[bool, bool]:
     return bom, crlf
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str, follow: bool = False) -> None:
     """Write ``text`` to ``path`` so readers only ever see the old or the new content.
 
-    A symlinked stack file is written where it points (the link stays a link); the old file's
+    ``follow``: a symlinked file is written where it points (the link stays a link): for the stack
+    file only (``write_stack``). spotctl's own records are never written through a link: a link is
+    replaced by the file, and a ``.spotctl`` folder that is a link is refused (a commit can carry a
+    link there to any file of the user's: an audit made one overwrite the cache key). The old file's
     line ends (CRLF) and byte-order mark are kept, since ``_read_text`` hands out LF text without one.
+
+    Raises:
+        ConfigError: the record's folder is a symbolic link.
     """
-    target = Path(os.path.realpath(path))
+    if follow:
+        target = Path(os.path.realpath(path))
+    else:
+        target = Path(os.path.abspath(path))
+        if target.parent.name == ".spotctl" and os.path.islink(target.parent):
+            raise ConfigError(str(target.parent), ["a symbolic link: spotctl writes its records only into a real folder "
+                                                   "(remove the link; spotctl makes the folder)"])
     bom, crlf = _line_ends(target)
     if crlf:
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
@@ -745,7 +771,7 @@ def atomic_write(path: Path, text: str) -> None:
         _LAST_WRITTEN[:] = [(text, data)]  # the index's guard of this text is the hash of these bytes
     import tempfile
 
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+    mode = target.stat().st_mode & 0o777 if target.exists() and not target.is_symlink() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -396,7 +396,7 @@ class Shared:
                       f"were not merged in (the shared copy is the team's live file: a job removed there stays removed); "
                       f"this file as it was is in {saved}: to add one, put it back and run `spotctl sync --stack {self.ref.name}`")
         if merged.text != ours:
-            stackfile.atomic_write(self.ref.path, merged.text)
+            stackfile.write_stack(self.ref.path, merged.text)
             with contextlib.suppress(ConfigError):
                 stackfile._index(self.ref.path, merged.text, stackfile._parse(self.ref.path, merged.text))
         write_record(self.ref.path, Record(self.bucket, self.key, generation, theirs, bool(rec and rec.unpushed)))
@@ -427,7 +427,7 @@ class Shared:
         except ConfigError as exc:
             raise ConfigError(where, [*exc.problems, f"not a valid stack file either: {path} stays as it is"]) from None
         saved = save_aside(path, "broken")
-        stackfile.atomic_write(path, theirs)
+        stackfile.write_stack(path, theirs)
         with contextlib.suppress(ConfigError):
             stackfile._index(path, theirs, stackfile._parse(path, theirs))
         # this file's unpushed edits (if any) are in the saved copy: nothing here is left to push
