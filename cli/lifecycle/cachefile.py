@@ -167,3 +167,17 @@ def open_record(target: Path, limit: int = 1 << 20) -> dict[str, Any] | None:
         return None
     mac = outer.get("sealed") if isinstance(record, dict) else None
     return record if isinstance(mac, str) and _compare_digest(mac.encode(), _mac(secret, body.encode())) else None
+
+
+def save_record(target: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` sealed to ``target``, atomically and durably (``stackfile.atomic_write``)."""
+    from cli.lifecycle.stackfile import atomic_write
+
+    atomic_write(target, seal_record(record) + "\n")
+
+
+def read_bounded(target: Path, limit: int = 1 << 24) -> bytes | None:
+    """The bytes of ``target`` when it is a regular file of at most ``limit`` bytes (never a FIFO, a
+    device or a link), else None: for files beside the stack file that are shared on purpose."""
+    found = _bounded(target, limit)
+    return None if found is None else found[0]

@@ -183,9 +183,12 @@ def stack_capacity(stack_path: Path, stack: str, cfg: StackConfig,
 
 def read_learned(path: Path) -> Mapping[str, Any]:
     """The learned file, or nothing (absent, unreadable or another version: the shipped prior holds)."""
+    from cli.lifecycle import cachefile
+
+    data = cachefile.read_bounded(path)  # (a team may share it through the repository: bounded, not sealed)
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = json.loads(data) if data is not None else None
+    except (ValueError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) and doc.get("version") == LEARNED_VERSION else {}
 

@@ -37,7 +37,6 @@ only with the other open.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -79,29 +78,29 @@ class Record:
 
 
 def read_record(path: Path) -> Record | None:
-    """The record, or None (never synced; a damaged record counts as none: the next pull has no base)."""
+    """The record, or None (never synced; a damaged record counts as none: the next pull has no base).
+    Sealed with this user's key, the base inside it (``cli.lifecycle.cachefile``): a record or base a
+    commit carried would otherwise pick the side of every job's merge, or claim unpushed edits."""
+    from cli.lifecycle import cachefile
+
+    doc = cachefile.open_record(record_path(path), limit=1 << 26)
     try:
-        doc = json.loads(record_path(path).read_text(encoding="utf-8"))
-        if doc["version"] != RECORD_VERSION:
+        if doc is None or doc["version"] != RECORD_VERSION:
             return None
-        bucket, key, generation = str(doc["bucket"]), str(doc["key"]), doc["generation"]
+        bucket, key, generation, base = str(doc["bucket"]), str(doc["key"]), doc["generation"], doc.get("base")
         unpushed = bool(doc.get("unpushed", False))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
-    try:
-        base = base_path(path).read_text(encoding="utf-8")
-    except OSError:
-        base = None
-    return Record(bucket, key, None if generation is None else str(generation), base, unpushed)
+    return Record(bucket, key, None if generation is None else str(generation), base if isinstance(base, str) else None, unpushed)
 
 
 def write_record(path: Path, rec: Record) -> None:
+    from cli.lifecycle import cachefile
+
     record_path(path).parent.mkdir(exist_ok=True)
-    if rec.base is not None:
-        stackfile.atomic_write(base_path(path), rec.base)
-    stackfile.atomic_write(record_path(path), json.dumps(
-        {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key, "generation": rec.generation,
-         "unpushed": rec.unpushed}, sort_keys=True) + "\n")
+    cachefile.save_record(record_path(path), {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key,
+                                              "generation": rec.generation, "unpushed": rec.unpushed, "base": rec.base})
+    base_path(path).unlink(missing_ok=True)  # (where an earlier version kept the base, unsealed)
 
 
 def as_text(data: bytes, where: str) -> str:
