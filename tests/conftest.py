@@ -26,6 +26,16 @@ STACKS_ONLY = shutil.ignore_patterns(".spotctl", ".*.lock", ".*.tmp", ".*.json",
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# spotctl seals its caches and records with a per-user key in $XDG_CONFIG_HOME/spotctl (cli.lifecycle.cachefile):
+# the suite uses a key of its own, never the developer's; one folder for the controller, its workers and every
+# spotctl they start (set once, inherited)
+if "SPOTCTL_TEST_CONFIG_HOME" not in os.environ:
+    import tempfile
+
+    os.environ["SPOTCTL_TEST_CONFIG_HOME"] = tempfile.mkdtemp(prefix="spotctl-test-config-")
+    _MADE_CONFIG_HOME = os.environ["SPOTCTL_TEST_CONFIG_HOME"]  # removed when this process's session ends
+os.environ["XDG_CONFIG_HOME"] = os.environ["SPOTCTL_TEST_CONFIG_HOME"]
+
 
 def _imported_by_tests() -> list[str]:
     """The absolute imports of the test files and their fixtures (modules, by name), in file order."""
@@ -83,6 +93,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         import gc
 
         atexit.register(gc.freeze)
+    elif "_MADE_CONFIG_HOME" in globals():
+        shutil.rmtree(_MADE_CONFIG_HOME, ignore_errors=True)
 
 
 @pytest.fixture
