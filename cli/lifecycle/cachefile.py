@@ -33,18 +33,11 @@ def key_path() -> Path:
 
 def _read_key(path: Path) -> bytes | None:
     """The key in ``path`` when it is this user's own regular file, private (0600) and whole."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+    found = _bounded(path, KEY_BYTES)
+    if found is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            return None
-        data = os.read(fd, KEY_BYTES + 1)
-    finally:
-        os.close(fd)
-    return data if len(data) == KEY_BYTES else None
+    data, info = found
+    return data if len(data) == KEY_BYTES and info.st_uid == os.getuid() and not info.st_mode & 0o077 else None
 
 
 def key() -> bytes | None:
