@@ -54,3 +54,28 @@ def test_a_key_that_is_not_private_and_whole_turns_sealing_off(home, tmp_path, b
     assert not target.exists() and cachefile.read(target, 100) is None
     target.write_text(cachefile.seal_record({"pid": 1}))
     assert cachefile.open_record(target) is None
+
+
+@pytest.mark.parametrize("hostile", ["zero", "fifo", "deep"])
+def test_files_beside_a_stack_file_are_read_bounded(tmp_path, hostile):
+    """The sync record, the watcher's journal and holder and the learned policy file: a committed link to
+    /dev/zero, a FIFO or deeply nested JSON reads as absent or damaged, never for ever or as a traceback."""
+    from cli.lifecycle import capacity, sync
+    from cli.watch import journal
+
+    stack = tmp_path / "Pulumi.team.yaml"
+    stack.write_text("config: {}\n")
+    (tmp_path / ".spotctl").mkdir()
+    paths = [sync.record_path(stack), journal.holder_path(stack), journal.journal_path(stack), tmp_path / "learned.json"]
+    for path in paths:
+        if hostile == "zero":
+            path.symlink_to("/dev/zero")
+        elif hostile == "fifo":
+            os.mkfifo(path)
+        else:
+            path.write_text("[" * 100_000)
+    assert sync.read_record(stack) is None
+    assert journal.read_holder(stack) == {}
+    assert capacity.read_learned(tmp_path / "learned.json") == {}
+    loaded = journal.Journal.load(stack)
+    assert (loaded.jobs, loaded.handled) == ({}, {})  # set aside, a fresh journal

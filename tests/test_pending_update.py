@@ -347,29 +347,3 @@ def test_a_cleanup_record_a_commit_carried_puts_no_job_in_the_file(project):
     record.write_text(cachefile.seal_record({"job": "bert-eval", "taken": ["", 0, miner], "lifted": []}))
     cleanup._resume_interrupted(ref, "bert-eval", said.append)
     assert path.read_bytes() == before and not said
-
-
-def test_a_watcher_journal_or_sync_record_a_commit_carried_is_not_taken(project):
-    """A forged journal could hold a job in "waiting for capacity" for ever or mark real events handled;
-    a forged sync record (and its merge base) would pick the side of every job's merge: unsealed, both
-    count as absent (the journal is set aside, as any foreign file there); sealed (ours), both are read."""
-    from cli.lifecycle import cachefile
-    from cli.watch.journal import Journal, journal_path
-
-    path = project / "stacks" / "Pulumi.example-gcp.yaml"
-    waiting = {"jobs": {"llm-pretrain": {"waiting_attempt": 3, "next_try": "9999-12-31T00:00:00+00:00"}},
-               "handled": {"evt-1": "2026-11-22T00:00:00+00:00"}}
-    journal_path(path).write_text(json.dumps(waiting))
-    forged = Journal.load(path)
-    assert (forged.jobs, forged.handled) == ({}, {}) and journal_path(path).with_suffix(".json.bad").exists()
-    cachefile.save_record(journal_path(path), waiting)
-    ours = Journal.load(path)
-    assert (ours.jobs, ours.handled) == (waiting["jobs"], waiting["handled"])
-
-    record = {"version": sync.RECORD_VERSION, "bucket": "b", "key": "k", "generation": "7", "unpushed": True,
-              "base": path.read_text()}
-    sync.record_path(path).parent.mkdir(exist_ok=True)
-    sync.record_path(path).write_text(json.dumps({"record": record}))
-    assert sync.read_record(path) is None
-    sync.write_record(path, sync.Record("b", "k", "7", path.read_text(), True))
-    assert sync.read_record(path) == sync.Record("b", "k", "7", path.read_text(), True)

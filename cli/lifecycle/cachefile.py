@@ -47,7 +47,11 @@ def key() -> bytes | None:
         return _KEY[0]
     path = key_path()
     found = _read_key(path)
-    if found is None and not path.exists():
+    try:
+        absent = found is None and not os.path.lexists(path)
+    except OSError:  # (a folder this user may not search: a container's or sudo's HOME)
+        absent = False
+    if absent:
         import secrets
         import tempfile
 
@@ -162,15 +166,8 @@ def open_record(target: Path, limit: int = 1 << 20) -> dict[str, Any] | None:
     return record if isinstance(mac, str) and _compare_digest(mac.encode(), _mac(secret, body.encode())) else None
 
 
-def save_record(target: Path, record: dict[str, Any]) -> None:
-    """Write ``record`` sealed to ``target``, atomically and durably (``stackfile.atomic_write``)."""
-    from cli.lifecycle.stackfile import atomic_write
-
-    atomic_write(target, seal_record(record) + "\n")
-
-
-def read_bounded(target: Path, limit: int = 1 << 24) -> bytes | None:
+def read_bounded(target: Path, limit: int = 1 << 26) -> bytes | None:
     """The bytes of ``target`` when it is a regular file of at most ``limit`` bytes (never a FIFO, a
-    device or a link), else None: for files beside the stack file that are shared on purpose."""
+    device or a link: a committed link to /dev/zero read for ever), else None."""
     found = _bounded(target, limit)
     return None if found is None else found[0]

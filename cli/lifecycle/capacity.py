@@ -183,11 +183,10 @@ def stack_capacity(stack_path: Path, stack: str, cfg: StackConfig,
 
 def read_learned(path: Path) -> Mapping[str, Any]:
     """The learned file, or nothing (absent, unreadable or another version: the shipped prior holds)."""
-    from cli.lifecycle import cachefile
+    from cli.lifecycle.cachefile import read_bounded
 
-    data = cachefile.read_bounded(path)  # (a team may share it through the repository: bounded, not sealed)
     try:
-        doc = json.loads(data) if data is not None else None
+        doc = json.loads(read_bounded(path) or b"null")  # (a team may share it through the repository: bounded)
     except (ValueError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) and doc.get("version") == LEARNED_VERSION else {}

@@ -37,6 +37,7 @@ only with the other open.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,29 +79,32 @@ class Record:
 
 
 def read_record(path: Path) -> Record | None:
-    """The record, or None (never synced; a damaged record counts as none: the next pull has no base).
-    Sealed with this user's key, the base inside it (``cli.lifecycle.cachefile``): a record or base a
-    commit carried would otherwise pick the side of every job's merge, or claim unpushed edits."""
-    from cli.lifecycle import cachefile
+    """The record, or None (never synced; a damaged record counts as none: the next pull has no base)."""
+    from cli.lifecycle.cachefile import read_bounded
 
-    doc = cachefile.open_record(record_path(path), limit=1 << 26)
     try:
-        if doc is None or doc["version"] != RECORD_VERSION:
+        doc = json.loads(read_bounded(record_path(path)) or b"null")
+        if doc["version"] != RECORD_VERSION:
             return None
-        bucket, key, generation, base = str(doc["bucket"]), str(doc["key"]), doc["generation"], doc.get("base")
+        bucket, key, generation = str(doc["bucket"]), str(doc["key"]), doc["generation"]
         unpushed = bool(doc.get("unpushed", False))
-    except (KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
-    return Record(bucket, key, None if generation is None else str(generation), base if isinstance(base, str) else None, unpushed)
+    data = read_bounded(base_path(path))
+    try:
+        base = None if data is None else data.decode("utf-8")
+    except UnicodeDecodeError:
+        base = None
+    return Record(bucket, key, None if generation is None else str(generation), base, unpushed)
 
 
 def write_record(path: Path, rec: Record) -> None:
-    from cli.lifecycle import cachefile
-
     record_path(path).parent.mkdir(exist_ok=True)
-    cachefile.save_record(record_path(path), {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key,
-                                              "generation": rec.generation, "unpushed": rec.unpushed, "base": rec.base})
-    base_path(path).unlink(missing_ok=True)  # (where an earlier version kept the base, unsealed)
+    if rec.base is not None:
+        stackfile.atomic_write(base_path(path), rec.base)
+    stackfile.atomic_write(record_path(path), json.dumps(
+        {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key, "generation": rec.generation,
+         "unpushed": rec.unpushed}, sort_keys=True) + "\n")
 
 
 def as_text(data: bytes, where: str) -> str:

@@ -15,7 +15,7 @@ holder file also records (a restart on this checkout takes its dead predecessor'
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from cli.lifecycle.stackfile import atomic_write
 
 if TYPE_CHECKING:
     from cli.watch.decide import JobMemory
@@ -43,32 +45,26 @@ class Journal:
 
     @classmethod
     def load(cls, stack_file: Path) -> Journal:
-        """The journal this user's spotctl wrote here (sealed: ``cli.lifecycle.cachefile``). Anything
-        else (damaged, or not sealed with this key: a commit can carry one, and a forged journal could
-        hold a job in "waiting for capacity" for ever, or mark real events handled) is set aside."""
-        from cli.lifecycle import cachefile
+        from cli.lifecycle.cachefile import read_bounded
 
         path = journal_path(stack_file)
         if not os.path.lexists(path):
             return cls(path)
-        doc = cachefile.open_record(path, limit=1 << 26)
         try:
-            if doc is not None:
-                return cls(path, dict(doc.get("handled", {})), dict(doc.get("jobs", {})))
-        except (TypeError, ValueError):
-            pass
-        # Written atomically, so this is not a torn write: something else wrote here. Start afresh
-        # (the state machine still makes every action idempotent) and keep the file.
-        with contextlib.suppress(OSError):
+            doc = json.loads(read_bounded(path) or b"")
+            if not isinstance(doc, dict):
+                raise ValueError("not a journal")
+        except (ValueError, RecursionError):
+            # Written atomically, so this is not a torn write: something else wrote here. Start
+            # afresh (the state machine still makes every action idempotent) and keep the file.
             os.replace(path, path.with_suffix(".json.bad"))
-        return cls(path)
+            return cls(path)
+        return cls(path, dict(doc.get("handled", {})), dict(doc.get("jobs", {})))
 
     def save(self, now: datetime) -> None:
-        from cli.lifecycle import cachefile
-
         cutoff = (now - KEEP_HANDLED).isoformat()
         self.handled = {k: v for k, v in self.handled.items() if v >= cutoff}
-        cachefile.save_record(self.path, {"handled": self.handled, "jobs": self.jobs})
+        atomic_write(self.path, json.dumps({"handled": self.handled, "jobs": self.jobs}, indent=1, sort_keys=True) + "\n")
 
     def memory(self) -> dict[str, JobMemory]:
         from cli.watch.decide import JobMemory  # (not for `status`, which reads only the jobs' rows)
@@ -132,9 +128,13 @@ def holder_path(stack_file: Path) -> Path:
 
 def read_holder(stack_file: Path) -> dict[str, Any]:
     """The holder file this checkout's last watcher wrote ({} when there is none or it is not one)."""
-    from cli.lifecycle import cachefile
+    from cli.lifecycle.cachefile import read_bounded
 
-    return cachefile.open_record(holder_path(stack_file)) or {}  # (sealed: a forged one names another's lease)
+    try:
+        doc = json.loads(read_bounded(holder_path(stack_file)) or b"null")
+    except (ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 class Lease:
@@ -170,12 +170,10 @@ class Lease:
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         import socket
 
-        from cli.lifecycle import cachefile
-
         self.previous = read_holder(self.stack_file)
         self.doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
                     "host": socket.gethostname(), "since": self.now().isoformat()}
-        cachefile.save_record(holder_path(self.stack_file), self.doc)
+        atomic_write(holder_path(self.stack_file), json.dumps(self.doc) + "\n")
 
     def predecessor(self) -> Predecessor | None:
         """The bucket lease the previous watcher of this checkout held (it no longer holds this lock)."""
@@ -189,9 +187,7 @@ class Lease:
 
     def record(self, lease_id: str) -> None:
         """Note the bucket lease this watcher holds (read by the next watcher of this checkout)."""
-        from cli.lifecycle import cachefile
-
-        cachefile.save_record(holder_path(self.stack_file), {**self.doc, "lease": lease_id})
+        atomic_write(holder_path(self.stack_file), json.dumps({**self.doc, "lease": lease_id}) + "\n")
 
     def release(self) -> None:
         if self.lock.is_locked:
