@@ -204,4 +204,4 @@ def test_every_path_the_unit_must_write_exists_before_it_starts(sandbox, google,
     assert missing == [], missing
     assert len(paths) >= 5, paths  # the shipped unit's three, the venv, and this VM's home's two
     calls = sandbox["log"].read_text()
-    assert f"chown spotctl: {ctx.home} {ctx.home}/.pulumi {ctx.home}/.cache" in calls  # the unit's user writes them
+    assert f"chown spotctl: {ctx.home} {ctx.home}/.pulumi {ctx.home}/.cache {ctx.home}/.config {ctx.home}/.config/spotctl" in calls  # the unit's user writes them

@@ -50,16 +50,18 @@ install_packages() {
   fi
 }
 
-# An unprivileged user with a home for uv's cache and ~/.pulumi; the unit runs as it. Both
-# directories must exist before the unit starts: its ReadWritePaths= names them, and systemd fails a
+# An unprivileged user with a home for uv's cache, ~/.pulumi and ~/.config/spotctl (the key that seals
+# spotctl's records beside the stack file: cli/lifecycle/cachefile.py; private, 0700); the unit runs as
+# it. These directories must exist before the unit starts: its ReadWritePaths= names them, and systemd fails a
 # unit whose ReadWritePaths= path is missing (226/NAMESPACE) unless it is prefixed with "-"
 # (systemd.exec(5), ReadWritePaths=).
 ensure_user() {
   if ! id -u "$WATCH_USER" >/dev/null 2>&1; then
     useradd --system --create-home --home-dir "$WATCH_HOME" --shell /usr/sbin/nologin "$WATCH_USER"
   fi
-  mkdir -p "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache"
-  chown "$WATCH_USER:" "$WATCH_HOME" "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache"
+  mkdir -p "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache" "$WATCH_HOME/.config/spotctl"
+  chown "$WATCH_USER:" "$WATCH_HOME" "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache" "$WATCH_HOME/.config" "$WATCH_HOME/.config/spotctl"
+  chmod 0700 "$WATCH_HOME/.config/spotctl"
 }
 
 # $1 URL of a .tar.gz, $2 directory: the archive's files (first path component dropped) land in $2.
@@ -144,7 +146,7 @@ install_unit() {
     printf 'WorkingDirectory=%s\n' "$PROJECT_DIR"
     printf 'ReadWritePaths=%s\n' "$PROJECT_DIR/.venv"
     # The home this VM's user really has (the shipped unit names /home/spotctl).
-    printf 'ReadWritePaths=%s %s\n' "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache"
+    printf 'ReadWritePaths=%s %s %s\n' "$WATCH_HOME/.pulumi" "$WATCH_HOME/.cache" "$WATCH_HOME/.config/spotctl"
   } >"$SYSTEMD_DIR/spotctl-watch@.service.d/10-watcher-vm.conf"
   systemctl daemon-reload
   systemctl enable --now "$UNIT"
