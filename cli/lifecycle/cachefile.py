@@ -69,6 +69,12 @@ def key() -> bytes | None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         found = _read_key(path)
+    if found is None:
+        import sys
+
+        print(f"spotctl: {path}: no usable key (it must be this user's own file, 0600, of {KEY_BYTES} bytes, in a "
+              "folder spotctl may write): its caches are off, and an edit or cleanup interrupted midway is not "
+              "recovered automatically", file=sys.stderr)
     _KEY[:] = [found]
     return found
 

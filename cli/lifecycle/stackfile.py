@@ -689,9 +689,18 @@ def restore_fields(path: Path, job_id: str, before: Mapping[str, Any], wrote: Ma
     edit(path, restore)
 
 
+_WARNED: list[Path] = []  # (once per process)
+
+
 def _drop_dead_proposal(path: Path) -> None:
     """Undo the proposal of a spotctl that died at its question (under the lock, before the pull)."""
     doc = _proposal(path)
+    if doc is None and os.path.lexists(proposal_path(path)) and not _WARNED:
+        import sys
+
+        _WARNED.append(path)
+        print(f"spotctl: {proposal_path(path)}: not a record this user's spotctl sealed (an earlier version's, or "
+              "carried by a commit): ignored; remove it once you have checked the stack file", file=sys.stderr)
     if doc is None or _proposer_alive(doc):
         return
     if isinstance(doc.get("job"), str) and isinstance(doc.get("wrote"), dict):
