@@ -53,7 +53,7 @@ def test_a_key_that_is_not_private_and_whole_turns_sealing_off(home, tmp_path, b
     target = tmp_path / "cache"
     cachefile.write(target, b"data")
     assert not target.exists() and cachefile.read(target, 100) is None
-    target.write_text(cachefile.seal_record({"pid": 1}))
+    target.write_text(cachefile.seal_record({"pid": 1}, target))
     assert cachefile.open_record(target) is None
 
 
@@ -80,3 +80,16 @@ def test_files_beside_a_stack_file_are_read_bounded(tmp_path, hostile):
     assert capacity.read_learned(tmp_path / "learned.json") == {}
     loaded = journal.Journal.load(stack)
     assert (loaded.jobs, loaded.handled) == ({}, {})  # set aside, a fresh journal
+
+
+def test_a_record_is_bound_to_its_file(home, tmp_path):
+    """A record sealed for one stack file's proposal, copied beside another stack file, is not that file's;
+    nor does a sealed cache pass for a record."""
+    one, other = tmp_path / "Pulumi.a.yaml.proposal.json", tmp_path / "Pulumi.b.yaml.proposal.json"
+    one.write_text(cachefile.seal_record({"pid": 1, "job": "train"}, one))
+    assert cachefile.open_record(one) == {"pid": 1, "job": "train"}
+    other.write_bytes(one.read_bytes())
+    assert cachefile.open_record(other) is None
+    cache = tmp_path / "cache"
+    cachefile.write(cache, b'{"record": {"pid": 1}}')
+    assert cachefile.open_record(cache) is None

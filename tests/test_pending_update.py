@@ -346,6 +346,6 @@ def test_a_cleanup_record_a_commit_carried_puts_no_job_in_the_file(project):
     record.write_text(json.dumps({"job": "bert-eval", "taken": ["", 0, miner], "lifted": []}))
     cleanup._resume_interrupted(ref, "bert-eval", said.append)
     assert path.read_bytes() == before and not said
-    record.write_text(cachefile.seal_record({"job": "bert-eval", "taken": ["", 0, miner], "lifted": []}))
+    record.write_text(cachefile.seal_record({"job": "bert-eval", "taken": ["", 0, miner], "lifted": []}, record))
     cleanup._resume_interrupted(ref, "bert-eval", said.append)
     assert path.read_bytes() == before and not said

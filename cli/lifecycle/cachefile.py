@@ -79,10 +79,16 @@ def key() -> bytes | None:
     return found
 
 
-def _mac(secret: bytes, data: bytes) -> bytes:
+def _mac(secret: bytes, data: bytes, person: bytes = b"spotctl-cache") -> bytes:
     from _blake2 import blake2b  # (built in: no OpenSSL load for a short command)
 
-    return blake2b(data, key=secret, digest_size=32, person=b"spotctl-cache").hexdigest().encode()
+    return blake2b(data, key=secret, digest_size=32, person=person).hexdigest().encode()
+
+
+def _record_mac(secret: bytes, target: Path, body: str) -> bytes:
+    """A record's MAC, bound to its file's name (a record of one stack file copied beside another is not
+    that file's) and apart from the caches' (another ``person``)."""
+    return _mac(secret, target.name.encode() + b"\0" + body.encode(), person=b"spotctl-record")
 
 
 def write(target: Path, data: bytes) -> None:
@@ -141,12 +147,12 @@ def read(target: Path, limit: int) -> bytes | None:
     return data if _compare_digest(mac, _mac(secret, data)) else None
 
 
-def seal_record(record: dict[str, Any]) -> str:
-    """A record spotctl acts on later (an edit's proposal, undone if its process died) as JSON, sealed
-    with this user's key when there is one (``open_record`` refuses it otherwise)."""
+def seal_record(record: dict[str, Any], target: Path) -> str:
+    """A record spotctl acts on later (an edit's proposal, undone if its process died), to be written to
+    ``target``, as JSON sealed with this user's key when there is one (``open_record`` refuses it otherwise)."""
     body = json.dumps(record, default=str, sort_keys=True)
     secret = key()
-    sealed = {} if secret is None else {"sealed": _mac(secret, body.encode()).decode()}
+    sealed = {} if secret is None else {"sealed": _record_mac(secret, target, body).decode()}
     return json.dumps({**sealed, "record": json.loads(body)}, sort_keys=True)
 
 
@@ -169,7 +175,7 @@ def open_record(target: Path, limit: int = 1 << 20) -> dict[str, Any] | None:
     except (ValueError, KeyError, TypeError, RecursionError):
         return None
     mac = outer.get("sealed") if isinstance(record, dict) else None
-    return record if isinstance(mac, str) and _compare_digest(mac.encode(), _mac(secret, body.encode())) else None
+    return record if isinstance(mac, str) and _compare_digest(mac.encode(), _record_mac(secret, target, body)) else None
 
 
 def read_bounded(target: Path, limit: int = 1 << 26) -> bytes | None:

@@ -159,7 +159,8 @@ def _record_interrupted(path: Path, taken: tuple, lifted: list[str]) -> None:
 
     block, index, entry = taken
     _record_path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(_record_path(path), cachefile.seal_record({"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted}) + "\n")
+    atomic_write(_record_path(path), cachefile.seal_record({"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted},
+                                                          _record_path(path)) + "\n")
 
 
 def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str], None]) -> None:

@@ -609,7 +609,7 @@ def write_proposal(path: Path, doc: Mapping[str, Any]) -> None:
 
     record = proposal_path(path)
     record.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(record, cachefile.seal_record(dict(doc)) + "\n")
+    atomic_write(record, cachefile.seal_record(dict(doc), record) + "\n")
 
 
 def held_back(path: Path) -> bool:
