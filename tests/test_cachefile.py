@@ -3,6 +3,7 @@ agreed on by processes that race to make it, and refused (caches and records off
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -93,3 +94,33 @@ def test_a_record_is_bound_to_its_file(home, tmp_path):
     cache = tmp_path / "cache"
     cachefile.write(cache, b'{"record": {"pid": 1}}')
     assert cachefile.open_record(cache) is None
+
+
+def test_a_watcher_journal_or_holder_a_commit_carried_is_not_taken(tmp_path, capsys):
+    """A forged journal could hold a job in "waiting for capacity" for ever or mark real events handled,
+    a forged holder name another watcher's bucket lease: unsealed they are not taken (the watcher sets the
+    journal aside, `status` leaves it); sealed (ours) they are; without a key the watcher keeps its own
+    memory unsealed, as earlier versions wrote it (said on stderr)."""
+    from cli.watch import journal
+
+    stack = tmp_path / "Pulumi.team.yaml"
+    waiting = {"jobs": {"llm": {"waiting_attempt": 3, "next_try": "9999-12-31T00:00:00+00:00"}},
+               "handled": {"evt-1": "2026-11-22T00:00:00+00:00"}}
+    path = journal.journal_path(stack)
+    path.write_text(json.dumps(waiting))
+    assert journal.watcher_view(stack, []) == {} and path.exists()  # a reader leaves it
+    forged = journal.Journal.load(stack)
+    assert (forged.jobs, forged.handled) == ({}, {}) and path.with_suffix(".json.bad").exists() and not path.exists()
+    cachefile.save_record(path, waiting)
+    ours = journal.Journal.load(stack)
+    assert (ours.jobs, ours.handled) == (waiting["jobs"], waiting["handled"])
+    journal.holder_path(stack).write_text(json.dumps({"holder": "x", "lease": "theirs"}))
+    assert journal.read_holder(stack) == {}
+    saved = cachefile._KEY[:]
+    cachefile._KEY[:] = [None]  # no usable key
+    try:
+        path.write_text(json.dumps(waiting))  # as an earlier version wrote it
+        assert journal.Journal.load(stack).jobs == waiting["jobs"]
+        assert journal.read_holder(stack) == {"holder": "x", "lease": "theirs"}
+    finally:
+        cachefile._KEY[:] = saved

@@ -573,8 +573,12 @@ def test_status_names_this_checkouts_watcher_from_its_holder_file_without_taking
 
     stack_file = tmp_path / "Pulumi.team.yaml"
     assert leasing.watcher_line(stack_file, T0) is None  # no watcher ever ran here: nothing to say
-    holder_path(stack_file).write_text(json.dumps({"holder": "spotctl watch 41@vm", "pid": 41, "host": "vm",
-                                                   "since": "2026-11-22T08:00:00+00:00"}) + "\n")
+    from cli.lifecycle import cachefile
+
+    doc = {"holder": "spotctl watch 41@vm", "pid": 41, "host": "vm", "since": "2026-11-22T08:00:00+00:00"}
+    holder_path(stack_file).write_text(json.dumps(doc) + "\n")  # not sealed: a commit's, say: not this checkout's watcher
+    assert leasing.watcher_line(stack_file, T0, host="vm", alive=lambda pid: pid == 41) is None
+    cachefile.save_record(holder_path(stack_file), doc)
     who = "spotctl watch 41@vm (since 2026-11-22T08:00:00+00:00)"
     assert leasing.watcher_line(stack_file, T0, host="vm", alive=lambda pid: pid == 41) == f"watcher: {who}"
     assert leasing.watcher_line(stack_file, T0, host="vm", alive=lambda pid: False) == (

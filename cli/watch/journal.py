@@ -15,7 +15,7 @@ holder file also records (a restart on this checkout takes its dead predecessor'
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from cli.lifecycle.stackfile import atomic_write
 
 if TYPE_CHECKING:
     from cli.watch.decide import JobMemory
@@ -44,27 +42,33 @@ class Journal:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, stack_file: Path) -> Journal:
-        from cli.lifecycle.cachefile import read_bounded
+    def load(cls, stack_file: Path, set_aside: bool = True) -> Journal:
+        """The journal this user's spotctl wrote here, sealed (``cli.lifecycle.cachefile``): a forged one
+        (a commit can carry it) could hold a job in "waiting for capacity" for ever or mark real events
+        handled. Anything else here is set aside (``set_aside``: the watcher; a reader such as `status`
+        under another user's key leaves it) and the journal starts afresh (every action is idempotent)."""
+        from cli.lifecycle import cachefile
 
         path = journal_path(stack_file)
         if not os.path.lexists(path):
             return cls(path)
+        doc = cachefile.open_record(path, limit=1 << 26, unsealed_without_key=True)
         try:
-            doc = json.loads(read_bounded(path) or b"")
-            if not isinstance(doc, dict):
-                raise ValueError("not a journal")
-        except (ValueError, RecursionError):
-            # Written atomically, so this is not a torn write: something else wrote here. Start
-            # afresh (the state machine still makes every action idempotent) and keep the file.
-            os.replace(path, path.with_suffix(".json.bad"))
-            return cls(path)
-        return cls(path, dict(doc.get("handled", {})), dict(doc.get("jobs", {})))
+            if doc is not None:
+                return cls(path, dict(doc.get("handled", {})), dict(doc.get("jobs", {})))
+        except (TypeError, ValueError):
+            pass
+        if set_aside:  # written atomically, so not a torn write: something else wrote here; kept for a look
+            with contextlib.suppress(OSError):
+                os.replace(path, path.with_suffix(".json.bad"))
+        return cls(path)
 
     def save(self, now: datetime) -> None:
+        from cli.lifecycle import cachefile
+
         cutoff = (now - KEEP_HANDLED).isoformat()
         self.handled = {k: v for k, v in self.handled.items() if v >= cutoff}
-        atomic_write(self.path, json.dumps({"handled": self.handled, "jobs": self.jobs}, indent=1, sort_keys=True) + "\n")
+        cachefile.save_record(self.path, {"handled": self.handled, "jobs": self.jobs})
 
     def memory(self) -> dict[str, JobMemory]:
         from cli.watch.decide import JobMemory  # (not for `status`, which reads only the jobs' rows)
@@ -98,7 +102,7 @@ def refusals_of(memo: dict[str, Any]) -> int:
 def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
     """What the watcher sees of each job (for ``spotctl status``): ``status`` (needs-resume,
     waiting-for-capacity, retrying-apply, or how its last action ended), ``next_try``, ``last_action``."""
-    memo = Journal.load(stack_file).jobs if journal_path(stack_file).exists() else {}
+    memo = Journal.load(stack_file, set_aside=False).jobs if journal_path(stack_file).exists() else {}
     out = {}
     for job in jobs:
         entry = memo.get(job.id, {})
@@ -128,13 +132,9 @@ def holder_path(stack_file: Path) -> Path:
 
 def read_holder(stack_file: Path) -> dict[str, Any]:
     """The holder file this checkout's last watcher wrote ({} when there is none or it is not one)."""
-    from cli.lifecycle.cachefile import read_bounded
+    from cli.lifecycle import cachefile
 
-    try:
-        doc = json.loads(read_bounded(holder_path(stack_file)) or b"null")
-    except (ValueError, RecursionError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    return cachefile.open_record(holder_path(stack_file), unsealed_without_key=True) or {}  # (sealed: a forged one names another's lease)
 
 
 class Lease:
@@ -170,10 +170,12 @@ class Lease:
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         import socket
 
+        from cli.lifecycle import cachefile
+
         self.previous = read_holder(self.stack_file)
         self.doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
                     "host": socket.gethostname(), "since": self.now().isoformat()}
-        atomic_write(holder_path(self.stack_file), json.dumps(self.doc) + "\n")
+        cachefile.save_record(holder_path(self.stack_file), self.doc)
 
     def predecessor(self) -> Predecessor | None:
         """The bucket lease the previous watcher of this checkout held (it no longer holds this lock)."""
@@ -187,7 +189,9 @@ class Lease:
 
     def record(self, lease_id: str) -> None:
         """Note the bucket lease this watcher holds (read by the next watcher of this checkout)."""
-        atomic_write(holder_path(self.stack_file), json.dumps({**self.doc, "lease": lease_id}) + "\n")
+        from cli.lifecycle import cachefile
+
+        cachefile.save_record(holder_path(self.stack_file), {**self.doc, "lease": lease_id})
 
     def release(self) -> None:
         if self.lock.is_locked:
