@@ -121,6 +121,10 @@ def test_a_watcher_journal_or_holder_a_commit_carried_is_not_taken(tmp_path, cap
     try:
         path.write_text(json.dumps(waiting))  # as an earlier version wrote it
         assert journal.Journal.load(stack).jobs == waiting["jobs"]
+        cachefile._KEY[:] = saved
+        cachefile.save_record(path, waiting)  # sealed by a run that had the key
+        cachefile._KEY[:] = [None]
+        assert journal.Journal.load(stack).jobs == waiting["jobs"]  # not thrown away by a keyless one
         assert journal.read_holder(stack) == {"holder": "x", "lease": "theirs"}
     finally:
         cachefile._KEY[:] = saved

@@ -173,8 +173,8 @@ def open_record(target: Path, limit: int = 1 << 20, unsealed_without_key: bool =
     raw, _ = found
     try:
         outer = json.loads(raw)
-        if secret is None:  # (unsealed_without_key: as this version writes it without a key, or as earlier ones did)
-            plain = outer.get("record", outer) if "sealed" not in outer else None
+        if secret is None:  # (unsealed_without_key: as this version writes it, with a key or without, or as earlier ones did)
+            plain = outer.get("record", outer)
             return plain if isinstance(plain, dict) else None
         record = outer["record"]
         body = json.dumps(record, sort_keys=True)
