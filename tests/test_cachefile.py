@@ -128,3 +128,27 @@ def test_a_watcher_journal_or_holder_a_commit_carried_is_not_taken(tmp_path, cap
         assert journal.read_holder(stack) == {"holder": "x", "lease": "theirs"}
     finally:
         cachefile._KEY[:] = saved
+
+
+def test_a_sync_record_not_sealed_here_is_named_and_not_taken(tmp_path, capsys):
+    """A forged sync record (a commit's) would name another bucket or, with its merge base, pick the side of
+    every job's merge; an earlier version's or another user's is not this user's either: none is taken, and
+    stderr names it and its bucket (a stack never stops being shared silently). Ours is read, its base bound
+    by its hash (a base swapped beside it is not taken)."""
+    from cli.lifecycle import sync
+
+    stack = tmp_path / "stacks" / "Pulumi.team.yaml"
+    stack.parent.mkdir()
+    stack.write_text("config: {}\n")
+    (stack.parent / ".spotctl").mkdir()
+    legacy = {"version": sync.RECORD_VERSION, "bucket": "attacker-bucket", "key": "k", "generation": "7", "unpushed": True}
+    sync.record_path(stack).write_text(json.dumps(legacy))
+    sync.base_path(stack).write_text("config: {forged: true}\n")
+    sync._SAID.clear()
+    assert sync.read_record(stack) is None
+    err = capsys.readouterr().err
+    assert "did not seal" in err and "attacker-bucket" in err and "spotctl sync --events-bucket" in err
+    sync.write_record(stack, sync.Record("team-bucket", "k", "8", "config: {}\n", False))
+    assert sync.read_record(stack) == sync.Record("team-bucket", "k", "8", "config: {}\n", False)
+    sync.base_path(stack).write_text("config: {forged: true}\n")  # the base swapped beside a sealed record
+    assert sync.read_record(stack).base is None

@@ -79,32 +79,75 @@ class Record:
 
 
 def read_record(path: Path) -> Record | None:
-    """The record, or None (never synced; a damaged record counts as none: the next pull has no base)."""
-    from cli.lifecycle.cachefile import read_bounded
+    """The record, or None (never synced; a damaged record counts as none: the next pull has no base).
 
+    Sealed with this user's key (``cli.lifecycle.cachefile``), the merge base bound to it by its hash: a
+    record or base a commit carried would otherwise name another bucket or pick the side of every job's
+    merge. One not sealed by this key (an earlier version's, another user's after ``sudo``, a commit's)
+    counts as none, and stderr names it and its bucket once, so a stack never stops being shared silently.
+    Without a usable key, records are as earlier versions kept them (stderr has said the key is missing).
+    """
+    from cli.lifecycle import cachefile
+
+    doc = cachefile.open_record(record_path(path), unsealed_without_key=True)
+    if doc is None:
+        _say_unsealed(path)
+        return None
     try:
-        doc = json.loads(read_bounded(record_path(path)) or b"null")
         if doc["version"] != RECORD_VERSION:
             return None
         bucket, key, generation = str(doc["bucket"]), str(doc["key"]), doc["generation"]
-        unpushed = bool(doc.get("unpushed", False))
-    except (ValueError, KeyError, TypeError, RecursionError):
+        unpushed, base_hash = bool(doc.get("unpushed", False)), doc.get("base")
+    except (KeyError, TypeError):
         return None
-    data = read_bounded(base_path(path))
-    try:
-        base = None if data is None else data.decode("utf-8")
-    except UnicodeDecodeError:
-        base = None
+    data = cachefile.read_bounded(base_path(path))
+    base = None
+    if data is not None and (base_hash is None and cachefile.key() is None
+                             or base_hash == stackfile.sha256(data).hexdigest()):
+        try:
+            base = data.decode("utf-8")
+        except UnicodeDecodeError:
+            base = None
     return Record(bucket, key, None if generation is None else str(generation), base, unpushed)
 
 
+_SAID: list[Path] = []
+
+
+def _say_unsealed(path: Path) -> None:
+    """Name, once per process, a sync record this user's spotctl did not seal (and the bucket it names)."""
+    import sys
+
+    from cli.lifecycle import cachefile
+
+    where = record_path(path)
+    if where in _SAID or not os.path.lexists(where):
+        return
+    _SAID.append(where)
+    data = cachefile.read_bounded(where)
+    try:
+        named = json.loads(data or b"null")
+        named = named.get("record", named)
+        bucket = f" (it names bucket {named['bucket']}, object {named['key']})" if isinstance(named, dict) else ""
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        bucket = ""
+    print(f"spotctl: {where}: a sync record this user's spotctl did not seal (an earlier version's, another user's, or one a "
+          f"commit carried){bucket}: {path} is not synced with a shared copy until you run `spotctl sync "
+          f"--events-bucket BUCKET` for it (after checking which bucket is the team's)", file=sys.stderr)
+
+
 def write_record(path: Path, rec: Record) -> None:
+    from cli.lifecycle import cachefile
+
     record_path(path).parent.mkdir(exist_ok=True)
+    base_hash = None
     if rec.base is not None:
+        base_path(path).unlink(missing_ok=True)  # (written anew: nothing of a file found there is kept, its line ends included)
         stackfile.atomic_write(base_path(path), rec.base)
-    stackfile.atomic_write(record_path(path), json.dumps(
-        {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key, "generation": rec.generation,
-         "unpushed": rec.unpushed}, sort_keys=True) + "\n")
+        data = cachefile.read_bounded(base_path(path))
+        base_hash = None if data is None else stackfile.sha256(data).hexdigest()
+    cachefile.save_record(record_path(path), {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key,
+                                              "generation": rec.generation, "unpushed": rec.unpushed, "base": base_hash})
 
 
 def as_text(data: bytes, where: str) -> str:
