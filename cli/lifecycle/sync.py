@@ -128,7 +128,7 @@ def _say_unsealed(path: Path) -> None:
     try:
         named = json.loads(data or b"null")
         named = named.get("record", named)
-        bucket = f" (it names bucket {named['bucket']}, object {named['key']})" if isinstance(named, dict) else ""
+        bucket = f" (it names bucket {str(named['bucket'])!r}, object {str(named['key'])!r})" if isinstance(named, dict) else ""  # (!r: no control characters of a forged file reach the terminal)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         bucket = ""
     print(f"spotctl: {where}: a sync record this user's spotctl did not seal (an earlier version's, another user's, or one a "
@@ -140,6 +140,9 @@ def write_record(path: Path, rec: Record) -> None:
     from cli.lifecycle import cachefile
 
     record_path(path).parent.mkdir(exist_ok=True)
+    if os.path.islink(record_path(path).parent):  # refused before anything there is touched (as atomic_write refuses it)
+        raise ConfigError(str(record_path(path).parent), ["a symbolic link: spotctl writes its records only into a real folder "
+                                                          "(remove the link; spotctl makes the folder)"])
     base_hash = None
     if rec.base is not None:
         base_path(path).unlink(missing_ok=True)  # (written anew: nothing of a file found there is kept, its line ends included)
