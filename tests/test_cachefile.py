@@ -152,3 +152,19 @@ def test_a_sync_record_not_sealed_here_is_named_and_not_taken(tmp_path, capsys):
     assert sync.read_record(stack) == sync.Record("team-bucket", "k", "8", "config: {}\n", False)
     sync.base_path(stack).write_text("config: {forged: true}\n")  # the base swapped beside a sealed record
     assert sync.read_record(stack).base is None
+
+
+def test_a_key_made_between_the_first_read_and_the_check_is_taken(home, monkeypatch):
+    """The race a fresh suite's workers hit: another process published the key just after this one found
+    none; this one must take that key (it took none: caches off, records refused, for its whole life)."""
+    home.parent.mkdir(parents=True)
+    home.write_bytes(b"k" * cachefile.KEY_BYTES)
+    os.chmod(home, 0o600)
+    real, calls = cachefile._read_key, []
+
+    def first_misses(path):
+        calls.append(path)
+        return None if len(calls) == 1 else real(path)
+
+    monkeypatch.setattr(cachefile, "_read_key", first_misses)
+    assert cachefile.key() == b"k" * cachefile.KEY_BYTES

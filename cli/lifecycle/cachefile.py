@@ -47,11 +47,7 @@ def key() -> bytes | None:
         return _KEY[0]
     path = key_path()
     found = _read_key(path)
-    try:
-        absent = found is None and not os.path.lexists(path)
-    except OSError:  # (a folder this user may not search: a container's or sudo's HOME)
-        absent = False
-    if absent:
+    if found is None and not os.path.lexists(path):  # (lexists: False too for a folder this user may not search)
         import secrets
         import tempfile
 
@@ -68,7 +64,8 @@ def key() -> bytes | None:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        found = _read_key(path)
+    if found is None:  # read again: made above, or by a concurrent spotctl since the first read (a race a fresh
+        found = _read_key(path)  # suite's five workers hit: the key appeared between the read and the check)
     if found is None:
         import sys
 
