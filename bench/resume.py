@@ -70,7 +70,7 @@ def in_process(command: str, path: Path, job: str) -> None:
 
 def forget() -> None:
     """Empty the stack file module's in-process caches: the next command runs as in a new process."""
-    for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_GUARD, stackfile._LAST_PART, stackfile._RULES,
+    for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_PART, stackfile._RULES,
                   stackfile._LAST_READ, stackfile._LAST_WRITTEN):
         cache.clear()
 

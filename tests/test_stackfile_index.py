@@ -88,7 +88,7 @@ def test_one_jobs_edit_in_a_new_process_hashes_the_whole_text_once_each_side(ref
     and written (after): twice per edit, never more, and the index is rewritten, not re-derived from the
     whole text."""
     stackfile.load(ref)
-    for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_GUARD, stackfile._LAST_PART,
+    for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_PART,
                   stackfile._LAST_READ, stackfile._LAST_WRITTEN):
         cache.clear()  # a new process
     real, whole, hashed = stackfile.sha256, len(ref.path.read_bytes()), []
@@ -319,7 +319,7 @@ def test_a_file_forged_to_the_indexed_length_and_crc_is_edited_where_its_job_rea
     stackfile._PARSED.clear()
     stackfile.load(ref)
     ref.path.write_text(forged_text)
-    for cache in (stackfile._PARSED, stackfile._LAST_GUARD, stackfile._LAST_PART, stackfile._LAST_READ, stackfile._LAST_WRITTEN):
+    for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_PART, stackfile._LAST_READ, stackfile._LAST_WRITTEN):
         cache.clear()
     set_fields(ref, "bert-eval", {"state": "preempted", "attempt": 3})
     after = stackfile.load(ref).job("bert-eval")

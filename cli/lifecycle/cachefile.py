@@ -1,5 +1,6 @@
-"""spotctl's cache files beside a stack file (``stacks/.spotctl/``: the job index, status's per-job
-cache), sealed with a key only this user's spotctl knows.
+"""spotctl's caches and records beside a stack file (``stacks/.spotctl/``: the job index, status's
+per-job cache, an edit's proposal, a cleanup's record, the sync record; the watcher's journal and
+holder), sealed with a key only this user's spotctl knows.
 
 Why: a cache there decides which lines of the stack file an edit touches and what ``status`` shows
 without reading the whole file, and the folder is in the repository's tree: a commit can carry a file
@@ -111,24 +112,33 @@ def write(target: Path, data: bytes) -> None:
                 os.unlink(tmp)
 
 
-def _bounded(target: Path, limit: int) -> tuple[bytes, os.stat_result] | None:
-    """(the bytes, the stat) of ``target`` when it is a regular file (not followed through a link) of at
-    most ``limit`` bytes, else None: a FIFO never blocks, a device never floods."""
+def open_regular(target: Path) -> tuple[int, os.stat_result] | None:
+    """(an open descriptor, its stat) of ``target`` when it is a regular file, not followed through a link,
+    else None: a FIFO never blocks, a device or a committed link is no file of spotctl's."""
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return None
+    return fd, info
+
+
+def _bounded(target: Path, limit: int) -> tuple[bytes, os.stat_result] | None:
+    """(the bytes, the stat) of ``target`` when it is a regular file (``open_regular``) of at most
+    ``limit`` bytes, else None."""
+    opened = open_regular(target)
+    if opened is None:
+        return None
+    fd, info = opened
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            raw = fh.read(limit + 1)
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(limit + 1) if info.st_size <= limit else None
     except OSError:
         return None
-    finally:
-        os.close(fd)
-    return (raw, info) if len(raw) <= limit else None
+    return (raw, info) if raw is not None and len(raw) <= limit else None
 
 
 def read(target: Path, limit: int) -> bytes | None:
@@ -193,3 +203,16 @@ def save_record(target: Path, record: dict[str, Any]) -> None:
     from cli.lifecycle.stackfile import atomic_write
 
     atomic_write(target, seal_record(record, target) + "\n")
+
+
+_SAID: list[Path] = []
+
+
+def say_once(where: Path, what: str) -> None:
+    """Tell the user, once per process, what is wrong with a file of spotctl's (``where``)."""
+    if where in _SAID:
+        return
+    _SAID.append(where)
+    import sys
+
+    print(f"spotctl: {where}: {what}", file=sys.stderr)

@@ -155,12 +155,10 @@ def _record_path(path: Path) -> Path:
 def _record_interrupted(path: Path, taken: tuple, lifted: list[str]) -> None:
     """What a cleanup under way took out of the file and unprotected (removed once it is over)."""
     from cli.lifecycle import cachefile
-    from cli.lifecycle.stackfile import atomic_write
 
     block, index, entry = taken
     _record_path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(_record_path(path), cachefile.seal_record({"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted},
-                                                          _record_path(path)) + "\n")
+    cachefile.save_record(_record_path(path), {"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted})
 
 
 def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str], None]) -> None:

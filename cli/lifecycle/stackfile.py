@@ -306,13 +306,21 @@ def sha256(data: bytes):
 _LAST_DIGEST: list[tuple[str, str]] = []  # (text, its sha256): a command reads the same text several times
 
 
-def _parsed(text: str) -> tuple[str, dict[str, Any] | None]:
+def _digest(text: str) -> str:
+    """The sha256 of ``text``: the parse cache's key and the job index's guard (one hash of a text, not one each)."""
     last = _LAST_DIGEST[0] if _LAST_DIGEST else None
     if last is not None and last[0] == text:  # a memcmp, far cheaper than hashing megabytes again
-        digest = last[1]
-    else:
-        digest = sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-        _LAST_DIGEST[:] = [(text, digest)]
+        return last[1]
+    # the bytes of this very text when just read or written as is (no BOM, LF): no copy of 2 MB to encode
+    known = next((data for seen, data in (*_LAST_READ, *_LAST_WRITTEN)
+                  if seen is text and not data.startswith(BOM.encode()) and b"\r" not in data), None)
+    digest = sha256(known if known is not None else text.encode("utf-8", "surrogatepass")).hexdigest()
+    _LAST_DIGEST[:] = [(text, digest)]
+    return digest
+
+
+def _parsed(text: str) -> tuple[str, dict[str, Any] | None]:
+    digest = _digest(text)
     with _PARSED_LOCK:
         entry = _PARSED.get(digest)
         if entry is not None:
@@ -607,9 +615,8 @@ def write_proposal(path: Path, doc: Mapping[str, Any]) -> None:
     """Write the proposal record of ``path``, sealed (``_proposal``), durably (it outlives a kill -9)."""
     from cli.lifecycle import cachefile
 
-    record = proposal_path(path)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(record, cachefile.seal_record(dict(doc), record) + "\n")
+    proposal_path(path).parent.mkdir(parents=True, exist_ok=True)
+    cachefile.save_record(proposal_path(path), dict(doc))
 
 
 def held_back(path: Path) -> bool:
@@ -689,18 +696,14 @@ def restore_fields(path: Path, job_id: str, before: Mapping[str, Any], wrote: Ma
     edit(path, restore)
 
 
-_WARNED: list[Path] = []  # (once per process)
-
-
 def _drop_dead_proposal(path: Path) -> None:
     """Undo the proposal of a spotctl that died at its question (under the lock, before the pull)."""
     doc = _proposal(path)
-    if doc is None and os.path.lexists(proposal_path(path)) and not _WARNED:
-        import sys
+    if doc is None and os.path.lexists(proposal_path(path)):
+        from cli.lifecycle import cachefile
 
-        _WARNED.append(path)
-        print(f"spotctl: {proposal_path(path)}: not a record this user's spotctl sealed (an earlier version's, or "
-              "carried by a commit): ignored; remove it once you have checked the stack file", file=sys.stderr)
+        cachefile.say_once(proposal_path(path), "not a record this user's spotctl sealed (an earlier version's, or carried "
+                                                "by a commit): ignored; remove it once you have checked the stack file")
     if doc is None or _proposer_alive(doc):
         return
     if isinstance(doc.get("job"), str) and isinstance(doc.get("wrote"), dict):
@@ -716,6 +719,19 @@ def _drop_dead_proposal(path: Path) -> None:
         proposal_path(path).unlink()
 
 
+def refuse_linked_folder(target: Path) -> None:
+    """Refuse to write a record into a ``.spotctl`` folder that is a symbolic link (a commit can carry
+    one pointing anywhere the user may write).
+
+    Raises:
+        ConfigError: naming the folder.
+    """
+    folder = Path(os.path.abspath(target)).parent
+    if folder.name == ".spotctl" and os.path.islink(folder):
+        raise ConfigError(str(folder), ["a symbolic link: spotctl writes its records only into a real folder "
+                                        "(remove the link; spotctl makes the folder)"])
+
+
 def write_stack(path: Path, text: str) -> None:
     """Write the stack file atomically; a symlinked stack file is written where it points."""
     atomic_write(path, text, follow=True)
@@ -727,27 +743,20 @@ _LAST_WRITTEN: list[tuple[str, bytes]] = []  # the last text atomic_write wrote 
 def _line_ends(path: Path) -> tuple[bool, bool]:
     """(whether the file starts with a byte-order mark, whether it has a CRLF line end), read in fixed
     chunks: a 2 MB stack file is not copied into memory once more for two facts (issue 20)."""
-    import stat
+    from cli.lifecycle.cachefile import open_regular
 
     chunk, bom, crlf, previous = bytearray(1 << 16), False, False, b""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # (a link or a device is no old file)
-    except OSError:
+    opened = open_regular(path)  # (a link or a device is no old file)
+    if opened is None:
         return bom, crlf
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return bom, crlf
-    try:
-        with open(fd, "rb", buffering=0) as fh:
-            first = True
-            while not crlf and (size := fh.readinto(chunk)):
-                view = bytes(chunk[:size]) if size < len(chunk) else chunk
-                if first:
-                    bom, first = view.startswith(BOM.encode()), False
-                crlf = (previous == b"\r" and view[:1] == b"\n") or (b"\r" in view and b"\r\n" in view)
-                previous = view[-1:]
-    except FileNotFoundError:
-        pass
+    with open(opened[0], "rb", buffering=0) as fh:
+        first = True
+        while not crlf and (size := fh.readinto(chunk)):
+            view = bytes(chunk[:size]) if size < len(chunk) else chunk
+            if first:
+                bom, first = view.startswith(BOM.encode()), False
+            crlf = (previous == b"\r" and view[:1] == b"\n") or (b"\r" in view and b"\r\n" in view)
+            previous = view[-1:]
     return bom, crlf
 
 
@@ -767,9 +776,7 @@ def atomic_write(path: Path, text: str, follow: bool = False) -> None:
         target = Path(os.path.realpath(path))
     else:
         target = Path(os.path.abspath(path))
-        if target.parent.name == ".spotctl" and os.path.islink(target.parent):
-            raise ConfigError(str(target.parent), ["a symbolic link: spotctl writes its records only into a real folder "
-                                                   "(remove the link; spotctl makes the folder)"])
+        refuse_linked_folder(target)
     bom, crlf = _line_ends(target)
     if crlf:
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
@@ -1159,20 +1166,7 @@ def code_fingerprint(version: int, *sources: Path) -> str:
     return "/".join(parts)
 
 
-_LAST_GUARD: list[tuple[str, str]] = []  # (text, its guard): a command checks the same text twice (read, then under the lock)
-
-
-def _guard(text: str) -> str:
-    """The index's whole-file guard of ``text``: its sha256 (why: the section's comment)."""
-    last = _LAST_GUARD[0] if _LAST_GUARD else None
-    if last is not None and last[0] == text:  # a memcmp, cheaper than the hash
-        return last[1]
-    # the bytes of this very text when just read or written as is (no BOM, LF): no copy of 2 MB to encode
-    known = next((data for seen, data in (*_LAST_READ, *_LAST_WRITTEN)
-                  if seen is text and not data.startswith(BOM.encode()) and b"\r" not in data), None)
-    guard = sha256(known if known is not None else text.encode("utf-8", "surrogatepass")).hexdigest()
-    _LAST_GUARD[:] = [(text, guard)]
-    return guard
+_guard = _digest  # the index's whole-file guard of a text: its sha256 (why: the section's comment)
 
 
 def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
@@ -1278,7 +1272,7 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
             index_path(path).with_name(f"{path.name}.index.json").unlink()
     # a later load of this text in this process need not index it again (absolute: a relative path
     # names another file once the working directory changes)
-    _remember(_parsed(text)[0], indexed=os.path.abspath(path))
+    _remember(_digest(text), indexed=os.path.abspath(path))
 
 
 def _write_index(path: Path, index: _Index) -> None:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.cloud import CloudError, PreconditionFailed
-from cli.lifecycle import stackfile
+from cli.lifecycle import cachefile, stackfile
 from infra.config import ConfigError, namespaced, validate
 from infra.naming import shared_stack_file
 
@@ -87,8 +87,6 @@ def read_record(path: Path) -> Record | None:
     counts as none, and stderr names it and its bucket once, so a stack never stops being shared silently.
     Without a usable key, records are as earlier versions kept them (stderr has said the key is missing).
     """
-    from cli.lifecycle import cachefile
-
     doc = cachefile.open_record(record_path(path), unsealed_without_key=True)
     if doc is None:
         _say_unsealed(path)
@@ -111,19 +109,11 @@ def read_record(path: Path) -> Record | None:
     return Record(bucket, key, None if generation is None else str(generation), base, unpushed)
 
 
-_SAID: list[Path] = []
-
-
 def _say_unsealed(path: Path) -> None:
     """Name, once per process, a sync record this user's spotctl did not seal (and the bucket it names)."""
-    import sys
-
-    from cli.lifecycle import cachefile
-
     where = record_path(path)
-    if where in _SAID or not os.path.lexists(where):
+    if not os.path.lexists(where):
         return
-    _SAID.append(where)
     data = cachefile.read_bounded(where)
     try:
         named = json.loads(data or b"null")
@@ -131,24 +121,19 @@ def _say_unsealed(path: Path) -> None:
         bucket = f" (it names bucket {str(named['bucket'])!r}, object {str(named['key'])!r})" if isinstance(named, dict) else ""  # (!r: no control characters of a forged file reach the terminal)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         bucket = ""
-    print(f"spotctl: {where}: a sync record this user's spotctl did not seal (an earlier version's, another user's, or one a "
-          f"commit carried){bucket}: {path} is not synced with a shared copy until you run `spotctl sync "
-          f"--events-bucket BUCKET` for it (after checking which bucket is the team's)", file=sys.stderr)
+    cachefile.say_once(where, f"a sync record this user's spotctl did not seal (an earlier version's, another user's, or one a "
+                              f"commit carried){bucket}: {path} is not synced with a shared copy until you run `spotctl sync "
+                              f"--events-bucket BUCKET` for it (after checking which bucket is the team's)")
 
 
 def write_record(path: Path, rec: Record) -> None:
-    from cli.lifecycle import cachefile
-
     record_path(path).parent.mkdir(exist_ok=True)
-    if os.path.islink(record_path(path).parent):  # refused before anything there is touched (as atomic_write refuses it)
-        raise ConfigError(str(record_path(path).parent), ["a symbolic link: spotctl writes its records only into a real folder "
-                                                          "(remove the link; spotctl makes the folder)"])
+    stackfile.refuse_linked_folder(record_path(path))  # (before anything there is touched)
     base_hash = None
     if rec.base is not None:
-        base_path(path).unlink(missing_ok=True)  # (written anew: nothing of a file found there is kept, its line ends included)
-        stackfile.atomic_write(base_path(path), rec.base)
-        data = cachefile.read_bounded(base_path(path))
-        base_hash = None if data is None else stackfile.sha256(data).hexdigest()
+        base_path(path).unlink(missing_ok=True)  # written anew: nothing of a file found there is kept (its line ends),
+        stackfile.atomic_write(base_path(path), rec.base)  # so the file holds exactly the text's UTF-8
+        base_hash = stackfile.sha256(rec.base.encode("utf-8")).hexdigest()
     cachefile.save_record(record_path(path), {"version": RECORD_VERSION, "bucket": rec.bucket, "key": rec.key,
                                               "generation": rec.generation, "unpushed": rec.unpushed, "base": base_hash})
 

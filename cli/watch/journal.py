@@ -24,6 +24,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cli.lifecycle import cachefile
+
 if TYPE_CHECKING:
     from cli.watch.decide import JobMemory
     from cli.watch.lease import Predecessor
@@ -47,8 +49,6 @@ class Journal:
         (a commit can carry it) could hold a job in "waiting for capacity" for ever or mark real events
         handled. Anything else here is set aside (``set_aside``: the watcher; a reader such as `status`
         under another user's key leaves it) and the journal starts afresh (every action is idempotent)."""
-        from cli.lifecycle import cachefile
-
         path = journal_path(stack_file)
         if not os.path.lexists(path):
             return cls(path)
@@ -64,8 +64,6 @@ class Journal:
         return cls(path)
 
     def save(self, now: datetime) -> None:
-        from cli.lifecycle import cachefile
-
         cutoff = (now - KEEP_HANDLED).isoformat()
         self.handled = {k: v for k, v in self.handled.items() if v >= cutoff}
         cachefile.save_record(self.path, {"handled": self.handled, "jobs": self.jobs})
@@ -132,8 +130,6 @@ def holder_path(stack_file: Path) -> Path:
 
 def read_holder(stack_file: Path) -> dict[str, Any]:
     """The holder file this checkout's last watcher wrote ({} when there is none or it is not one)."""
-    from cli.lifecycle import cachefile
-
     return cachefile.open_record(holder_path(stack_file), unsealed_without_key=True) or {}  # (sealed: a forged one names another's lease)
 
 
@@ -170,8 +166,6 @@ class Lease:
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         import socket
 
-        from cli.lifecycle import cachefile
-
         self.previous = read_holder(self.stack_file)
         self.doc = {"holder": f"spotctl watch {os.getpid()}@{socket.gethostname()}", "pid": os.getpid(),
                     "host": socket.gethostname(), "since": self.now().isoformat()}
@@ -189,8 +183,6 @@ class Lease:
 
     def record(self, lease_id: str) -> None:
         """Note the bucket lease this watcher holds (read by the next watcher of this checkout)."""
-        from cli.lifecycle import cachefile
-
         cachefile.save_record(holder_path(self.stack_file), {**self.doc, "lease": lease_id})
 
     def release(self) -> None:
