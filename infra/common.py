@@ -104,6 +104,14 @@ class NodePlan:
         return next(d for d in self.disks if d.attached)
 
 
+PROTECT_DISKS = True
+"""Every declared job disk is protected, a completed job's too: only ``spotctl cleanup`` lifts it
+(``pulumi state unprotect``), after checking the disk carries this stack's ownership labels, right
+before its own targeted update deletes it. Were a completed job's disk declared unprotected, its
+completion's update would unprotect it in Pulumi's state, and once the job left the file (``cleanup
+--no-apply``, a hand edit) any plain ``pulumi up`` would delete it with no label checked."""
+
+
 @dataclass(frozen=True)
 class JobPlan:
     job: Job
@@ -111,6 +119,7 @@ class JobPlan:
     nodes: tuple[NodePlan, ...]
     # Pulumi `protect` on the disks: a disk can only be deleted once its job completed and
     # `spotctl cleanup` lifted the protection (`pulumi state unprotect`, then a targeted update).
+    # Declared protected for as long as it is declared, a completed job's too (``PROTECT_DISKS``).
     protect_disks: bool
     spot: bool
     needs_master_address: bool
@@ -137,7 +146,7 @@ def node_disks(slug: str, job: Job, rank: int) -> tuple[tuple[DiskPlan, ...], tu
     (``diskReplicaZones``) is one disk whose generation moves between its zones do not change; a
     conversion (``move.replicaZones``) restores the next generation as a regional disk.
     """
-    protect = job.state is not JobState.COMPLETED
+    protect = PROTECT_DISKS
     # A move with a regional disk keeps the disk: only snapshot moves make a new generation.
     cur = sum(not stay.same_disk for stay in job.zone_history)
     move = job.move
@@ -184,7 +193,7 @@ def job_plan(stack: str, job: Job) -> JobPlan:
         job=job,
         slug=slug,
         nodes=tuple(nodes),
-        protect_disks=job.state is not JobState.COMPLETED,
+        protect_disks=PROTECT_DISKS,
         spot=job.capacity is Capacity.SPOT,
         needs_master_address=job.nodes > 1,
     )

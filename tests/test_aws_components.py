@@ -156,7 +156,7 @@ def test_capacity_switch_changes_only_market_options():
 def test_job_not_running_keeps_volume_and_declares_no_instance(state):
     plan = plan_of(raw_stack(jobs=[aws_job(state=state)]))
     assert len(plan.by_type(VOLUME)) == 1 and plan.by_type(INSTANCE) == [] and plan.by_type(ATTACH) == []
-    assert only(plan, VOLUME).protect is (state != "completed")
+    assert only(plan, VOLUME).protect is True  # a completed job's too: only `spotctl cleanup` lifts it (infra.common.PROTECT_DISKS)
 
 
 def test_multi_node_master_keeps_its_address_on_an_eni():

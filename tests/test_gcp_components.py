@@ -177,7 +177,7 @@ def test_job_not_running_declares_its_disk_and_no_instance(state):
     plan = plan_of(raw_stack(jobs=[gcp_job(state=state, nodes=2)]))
     assert [r.name for r in plan.by_type(DISK)] == ["job-train-n0-disk", "job-train-n1-disk"]
     assert plan.by_type(INSTANCE) == []
-    assert all(d.protect is (state != "completed") for d in plan.by_type(DISK))
+    assert all(d.protect is True for d in plan.by_type(DISK))  # a completed job's too (infra.common.PROTECT_DISKS)
     assert plan.outputs["jobs"]["train"]["instances"] == []
 
 

@@ -283,7 +283,7 @@ def test_kept_boot_disk_of_a_completed_job_is_unprotected_and_cleaned_up_with_it
     plan = plan_of(stack_config(GCP_BASE, jobs=[gcp_job(bootDisk="keep", state="completed")]))
     assert plan.by_type(INSTANCE) == []
     boots = [d for d in plan.by_type(DISK) if "boot" in d.name]
-    assert len(boots) == 1 and boots[0].protect is False
+    assert len(boots) == 1 and boots[0].protect is True  # protected as every declared job disk (infra.common.PROTECT_DISKS); cleanup lifts it
     assert boots[0].urn in disk_urns(plan, "train")
 
 

@@ -83,8 +83,19 @@ def test_resume_is_idempotent():
 
 
 def test_running_job_with_a_preemption_of_its_current_attempt_resumes():
-    change = decide_resume(job(state="running", attempt=4), [ev("started", 4), ev("preemption-notice", 4, 5)])
+    change = decide_resume(job(state="running", attempt=4), [ev("started", 4), ev("preemption-notice", 4, 5), ev("preempted", 4, 6)])
     assert change.fields == {"attempt": 5, "state": "running"}
+
+
+def test_a_notice_alone_does_not_resume_a_vm_that_may_still_be_checkpointing():
+    """The VM is checkpointing until it is gone (2 min on AWS): a new attempt would replace it midway.
+    As ``watch`` does, ``resume`` waits for the `preempted` event (or the cloud, --observe)."""
+    events = [ev("started", 4), ev("preemption-notice", 4, 5)]
+    change = decide_resume(job(state="running", attempt=4), events)
+    assert change.noop and "got a preemption notice" in change.reason and "--observe" in change.reason
+    assert decide_resume(job(state="running", attempt=4), events, force=True).fields == {"attempt": 5, "state": "running"}
+    gone = decide_resume(job(state="running", attempt=4), [*events, ev("stopped", 4, 7)])  # the cloud: the VM is gone
+    assert gone.fields == {"attempt": 5, "state": "running"}
 
 
 def test_an_attempt_that_reported_progress_then_completed_is_completed():

@@ -82,6 +82,12 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             wrote = dict(change.fields)
             if job.stop_reason and wrote.get("state", "stopped") != "stopped":
                 wrote["stopReason"] = None  # the job leaves the stop it explained
+            if applier is not None and confirm is None and not change.noop:
+                # No question (--yes, watch): the ``applying`` mark goes in with the edit, in one write, so
+                # a kill -9 while the targets are planned (seconds) leaves a mark that the next command
+                # (status, resume, watch) sees and applies, not a "running" attempt nothing started.
+                # With a question the proposal record covers that stretch; the mark follows the yes.
+                wrote["applying"] = _pending_text(change)
             holder["change"], holder["wrote"], holder["pending"] = change, wrote, job.applying
             holder["applying"] = written.get("applying", _MISSING)  # what ``_mark_pending`` replaces
             holder["before"] = {k: written.get(k, _MISSING) for k in wrote}
@@ -119,7 +125,9 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                 targets = change_targets(declared, dropped, state, job_id)
                 if confirm is not None and not _previewed_and_confirmed(job_id, then, old_job, targets, applier, out, confirm):
                     raise _Declined
-                _mark_pending(ref.path, job_id, _pending_text(change), holder, held=confirm is not None)
+                if approved.recheck is not None and confirm is not None:
+                    approved.recheck()  # its own words first (a move's release); again right before the unprotect
+                _mark_pending(ref.path, job_id, new_cfg, holder, confirm is not None, change)
                 stackfile.publish(ref.path)  # confirmed: the edit (and its mark) reach the shared copy before the update
         except _Declined:
             return Outcome(change, old_cfg, applied=False, declined=True)
@@ -169,15 +177,45 @@ def _pending_text(change: Change) -> str:
     return f"{head[:460]} (since {since})"
 
 
-def _mark_pending(path: Path, job_id: str, text: str, holder: dict[str, Any], held: bool) -> None:
-    """Mark the job ``applying: <what>`` before its update starts (cleared once applied: ``_applied``),
-    so an update that never finishes (kill -9, a watcher replaced) is seen (``status``) and applied
-    again (the same command, ``resume``, ``watch``); the mark is undone with the edit."""
+def _mark_pending(path: Path, job_id: str, cfg: StackConfig, holder: dict[str, Any], asked: bool, change: Change) -> None:
+    """Right before the update: check, under the lock, that the file still holds the edit as written
+    (``cfg``) and, after a question, mark the job ``applying: <what>`` (cleared once applied:
+    ``_applied``; without a question the mark came with the edit), so an update that never finishes
+    (kill -9, a watcher replaced) is seen (``status``) and applied again (the same command, ``resume``,
+    ``watch``); the mark is undone with the edit.
+
+    Raises:
+        LifecycleError: the job or the stack's settings changed since the edit (a hand edit at the
+            question: an editor saving its older copy): ``pulumi up`` would apply what was never
+            previewed and the command would report an attempt the file no longer holds.
+    """
     before, wrote = holder["before"], holder["wrote"]
-    before["applying"], wrote["applying"] = holder["applying"], text
-    if held:
+    if asked:
+        before["applying"], wrote["applying"] = holder["applying"], _pending_text(change)
         stackfile.note_proposal(path, job_id, before, wrote)
-    stackfile.update_job(path, job_id, lambda cur, written: {"applying": text})
+
+    def fields(current: StackConfig, written: Any) -> dict[str, Any]:
+        if _changed_since(current, cfg, job_id):
+            raise LifecycleError(
+                f"job {job_id}: the stack file changed while this command ran (a hand edit?): the job or the "
+                f"stack's settings no longer hold what was {'previewed' if asked else 'written'}. Nothing was "
+                f"applied; {path} keeps the change made meanwhile. Run the command again")
+        return {"applying": wrote["applying"]} if asked else {}
+
+    stackfile.update_job(path, job_id, fields)
+
+
+def _changed_since(current: StackConfig, cfg: StackConfig, job_id: str) -> bool:
+    """Whether ``current`` differs from ``cfg`` in the job or in anything but the other jobs (which a
+    watcher may edit meanwhile, under the lock: their resources are not this update's targets)."""
+    try:
+        job = current.job(job_id)
+    except KeyError:
+        return True
+    mine = cfg.job(job_id)
+    if job.model_dump(exclude={"applying"}) != mine.model_dump(exclude={"applying"}):
+        return True
+    return current.model_dump(exclude={"jobs"}) != cfg.model_dump(exclude={"jobs"})
 
 
 def _applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> None:
@@ -190,7 +228,9 @@ def _applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> 
             job = current.job(job_id)
         except KeyError:
             return {}
-        out: dict[str, Any] = {"applying": None} if pending is not None and written.get("applying") == pending else {}
+        # The mark's line goes (a ``null`` left behind is noise in the file and sent later edits of it
+        # through the slower round trip).
+        out: dict[str, Any] = {"applying": _MISSING} if pending is not None and written.get("applying") == pending else {}
         if cfg.cloud == "gcp" and job.disk_kind is None and job.state.value != "pending":
             out["diskKind"] = "regional" if job.disk_replica_zones else "zonal"
         return out
@@ -371,7 +411,7 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
         why = (f"the stop of every node of attempt {attempt} (before {then.next_step}) failed midway: {exc}; "
                f"some of its VMs may still run. {then.retry} (its update replaces or deletes what is left of attempt {attempt})")
         # stopReason says what is left to do (the mark's update never began): one explanation, not two.
-        stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why, "applying": None})
+        stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why, "applying": _MISSING})
         raise ApplyError(f"job {job_id}: left stopped at attempt {attempt}: {why}", started=True, detail=exc.detail) from None
     stackfile.update_job(ref.path, job_id, lambda current, written: final)
 

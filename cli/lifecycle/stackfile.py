@@ -438,7 +438,11 @@ def load_job(ref: StackRef, job_id: str, text: str | None = None) -> StackConfig
 
 
 def lock_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
+    """The stack file's lock (the apply lock and the watcher's lease are named after it): beside the
+    file a symbolic link points to, so every path to one file (the link, its target, another link)
+    takes the same lock; beside a link they were two locks, and two edits lost one another's."""
+    real = Path(os.path.realpath(path))
+    return real.with_name(f".{real.name}.lock")
 
 
 _held = threading.local()  # lock files this thread holds, with a count (locked() nests)
@@ -627,6 +631,17 @@ def held_back(path: Path) -> bool:
     return doc is not None and _proposer_alive(doc)
 
 
+def proposed_job(path: Path) -> str | None:
+    """The job an edit of ``path`` awaiting its confirmation is about (a live process's proposal), ``""``
+    while its record names no job yet, or None when no edit awaits one. The file then holds an attempt
+    that may yet be undone: ``watch`` decides nothing on that job meanwhile (its events would look stale)."""
+    doc = _proposal(path)
+    if doc is None or not _proposer_alive(doc):
+        return None
+    job = doc.get("job")
+    return job if isinstance(job, str) else ""
+
+
 @contextlib.contextmanager
 def proposing(path: Path) -> Iterator[None]:
     """While inside, this process's edits of ``path`` stay local (``held_back``) until ``publish``; on
@@ -674,26 +689,10 @@ def restore_fields(path: Path, job_id: str, before: Mapping[str, Any], wrote: Ma
     """Put back the keys an edit set, under the lock, each only while it still holds what the edit
     wrote (a concurrent complete, failover or hand edit wins); a job removed meanwhile stays removed."""
 
-    def restore(config_map: Any, current: StackConfig) -> None:
-        try:
-            entry = job_entry(config_map, job_id)
-        except KeyError:
-            return
-        for name, value in before.items():
-            if name not in wrote or entry.get(name, MISSING) != wrote[name]:
-                continue
-            if value is MISSING:
-                entry.pop(name, None)
-            else:
-                entry[name] = value
+    def keys(current: StackConfig, written: Any) -> dict[str, Any]:
+        return {k: v for k, v in before.items() if k in wrote and written.get(k, MISSING) == wrote[k]} if written else {}
 
-    if all(v is not MISSING for v in before.values()):
-        def keys(current: StackConfig, written: Any) -> dict[str, Any]:
-            return {k: v for k, v in before.items() if k in wrote and written.get(k, MISSING) == wrote[k]} if written else {}
-
-        update_job(path, job_id, keys)
-        return
-    edit(path, restore)
+    update_job(path, job_id, keys)  # (a key the job did not have is removed: ``MISSING``)
 
 
 def _drop_dead_proposal(path: Path) -> None:
@@ -852,10 +851,17 @@ def job_entry(config: Any, job_id: str) -> Any:
 
 
 def set_job_fields(config: Any, job_id: str, fields: Mapping[str, Any]) -> None:
-    """Set keys of one job; existing keys keep their place (and comments), new ones go at the end."""
-    entry = job_entry(config, job_id)
+    """Set keys of one job; existing keys keep their place (and comments), new ones go at the end;
+    a key set to ``MISSING`` is removed."""
+    _set_fields(job_entry(config, job_id), fields)
+
+
+def _set_fields(entry: Any, fields: Mapping[str, Any]) -> None:
     for name, value in fields.items():
-        entry[name] = value
+        if value is MISSING:
+            entry.pop(name, None)
+        else:
+            entry[name] = value
 
 
 def remove_job(config: Any, job_id: str) -> None:
@@ -1005,11 +1011,27 @@ def _splice_job_fields(text: str, job_id: str, fields: Mapping[str, Any]) -> str
     edits: list[tuple[int, int, str]] = []
     missing = []
     for name, value in fields.items():
-        node = next((v for k, v in entry.value if k.value == name), None)
-        if node is None:
+        key, node = next(((k, v) for k, v in entry.value if k.value == name), (None, None))
+        if value is MISSING:  # the key's line goes (a key spotctl added: one line, nothing after its value)
+            if node is None:
+                continue
+            start = text.rfind("\n", 0, key.start_mark.index) + 1
+            end = text.find("\n", node.end_mark.index)
+            end = len(text) if end < 0 else end + 1
+            one_line = text[start:end].count("\n") <= 1 and text[start:key.start_mark.index].strip() == ""
+            if not one_line or text[node.end_mark.index:end].strip() or len(entry.value) < 2:
+                return None
+            edits.append((start, end, ""))
+        elif node is None:
             missing.append((name, value))
         elif isinstance(node, yaml.ScalarNode) and node.start_mark.index == node.end_mark.index:
-            return None  # an empty value (`key:`, null as ruamel writes it): its marks are not where it would go
+            # An empty value (`key:`, null as ruamel writes it, e.g. a cleared ``applying`` mark): its
+            # marks are not where it would go; it goes right after the colon (a comment after it kept).
+            colon = key.end_mark.index
+            rest = colon + 1 + len(text[colon + 1:].split("\n", 1)[0]) - len(text[colon + 1:].split("\n", 1)[0].lstrip(" "))
+            if text[colon:colon + 1] != ":" or text[rest:rest + 1] not in ("\n", "\r", "#", ""):
+                return None
+            edits.append((colon + 1, rest, f" {_scalar_text(value)}" + (" " if text[rest:rest + 1] == "#" else "")))
         elif (isinstance(node, yaml.ScalarNode) and not node.style) or (  # plain (None, or "" from the C loader),
                 isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.flow_style  # or a one-line {..}/[..]
                 and "\n" not in text[node.start_mark.index:node.end_mark.index]):  # as this writes them
@@ -1076,7 +1098,7 @@ def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[
             current = validate(namespaced(raw, str(path)), str(path))
         expected = raw  # already a copy of its own (plain), and decide is done with `written`
         entry = next(e for e in expected[key("jobs")] if isinstance(e, dict) and e.get("id") == job_id)
-        entry.update(fields)
+        _set_fields(entry, fields)
         new_text = _splice_job_fields(text, job_id, fields)
         new_raw = plain(_fast_load(path, new_text).get("config", {})) if new_text is not None else None
         if new_raw != expected:
@@ -1390,7 +1412,7 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     except ConfigError:
         return None
     expected = copy.deepcopy(part.raw)
-    expected[key("jobs")][0].update(fields)
+    _set_fields(expected[key("jobs")][0], fields)
     if parsed.anchored or plain(parsed.doc.get("config", {})) != expected:
         return None
     head, tail = len(part.prefix), len(new_part) - len(part.suffix)

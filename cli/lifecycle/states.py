@@ -80,11 +80,14 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
 
     Informational events (``progress``, a rebalance recommendation, a checkpoint timeout) say
     nothing either way: an attempt that reported its first progress and then completed is completed.
+    Nor does a preemption notice alone (``noticed``): the VM is checkpointing until it is gone (up to
+    2 minutes on AWS, 30 s on GCP); a new attempt then would replace it mid-checkpoint. ``watch``
+    acts on it only once the VM is gone (``cli.watch.decide``), and so do ``resume`` and ``status``.
     """
     mine = without_moot(e for e in events if e.attempt == attempt)  # a node's stop after its trainer ended on its own ends nothing
     done = {e.node for e in mine if e.event == "completed"}
     kinds = {e.event for e in mine}
-    if "preempted" in kinds or "preemption-notice" in kinds:
+    if "preempted" in kinds:
         return PR
     if "failed" in kinds:
         return F
@@ -93,6 +96,11 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
     if done and done >= set(range(nodes)):
         return C
     return None
+
+
+def noticed(events: Iterable[Event], attempt: int) -> bool:
+    """Whether a preemption notice of the attempt was recorded (``attempt_outcome`` says nothing yet)."""
+    return any(e.attempt == attempt and e.event == "preemption-notice" for e in events)
 
 
 # ---- decisions --------------------------------------------------------------------------------------------
@@ -130,6 +138,10 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
     if state is R:
         seen = attempt_outcome(events, job.attempt, job.nodes)
         if seen is None:
+            if not force and noticed(events, job.attempt):
+                return Change(job.id, {}, f"attempt {job.attempt} got a preemption notice and its VM may still be checkpointing: "
+                              "resumed once a `preempted` event or the cloud (--observe) says it is gone (--force starts a new "
+                              "attempt now, replacing the VM mid-checkpoint)", noop=True)
             if not force:
                 return Change(job.id, {}, f"is running attempt {job.attempt}; nothing says it stopped (use --force to start a new attempt anyway)", noop=True)
         elif seen is C:

@@ -207,7 +207,7 @@ def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now:
     """Status merged from the stack file, the recorded events and (``vms``: ``--observe``) the
     cloud: ``status`` is what should happen next when they disagree, e.g. ``needs-resume`` for a
     job the file says is running whose current attempt the events (or the cloud) say was preempted."""
-    from cli.lifecycle.states import attempt_outcome
+    from cli.lifecycle.states import attempt_outcome, noticed
 
     now = now or datetime.now(UTC)
     seen = list(events) + (cloud_events(vms, job, now) if vms is not None else [])
@@ -220,6 +220,10 @@ def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now:
     elif job.state.value == "running" and outcome is not None and outcome.value in ("failed", "completed"):
         status = f"{outcome.value}?"
         reason = f"attempt {job.attempt} {outcome.value} (its events); the stack file still says running"
+    elif job.state.value == "running" and outcome is None and noticed(seen, job.attempt):
+        status = "preempting"
+        reason = (f"attempt {job.attempt} got a preemption notice (its events): checkpointing until its VM is gone; "
+                  f"needs-resume then")
     if job.state.value == "stopped" and job.stop_reason and not reason:
         reason = f"stopped by spotctl: {job.stop_reason}"
     if job.applying is not None and status != "needs-resume":

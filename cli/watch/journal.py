@@ -121,7 +121,10 @@ def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
 
 
 def lease_path(stack_file: Path) -> Path:
-    return stack_file.with_name(f".{stack_file.name}.watch.lock")
+    """The watcher's lock: one per stack file, whatever path (a symbolic link) names it (``lock_path``)."""
+    from cli.lifecycle.stackfile import lock_path
+
+    return lock_path(stack_file).with_name(lock_path(stack_file).name.removesuffix(".lock") + ".watch.lock")
 
 
 def holder_path(stack_file: Path) -> Path:

@@ -133,7 +133,12 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
             stackfile.pull_shared(ref.path)  # jobs and edits made elsewhere (a laptop, CI) reach the watcher
         except stackfile.SharedCopyUnreachable as exc:
             stale = str(exc)
+        # An edit awaiting its question's answer (here or in another spotctl on this machine) may be
+        # undone: the events of the attempt it replaces would look stale and be marked handled for good.
+        # Looked at before and after the load: an answer given in between leaves the load's copy stale.
+        asking = {stackfile.proposed_job(ref.path)}
         cfg = stackfile.load(ref)
+        asking = {job for job in asking | {stackfile.proposed_job(ref.path)} if job is not None}
     except ConfigError as exc:
         report.warn(str(exc))
         return False
@@ -141,7 +146,11 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     cloud = cloud_for(cfg)
     seen = observing.observe(cloud, cfg, ref.name, settings.sources, now, poll_due=poll_due,
                              handled=set(journal.handled), warn=report.warn, bucket_cache=bucket_cache)
-    decisions = deciding.decide(list(cfg.jobs), seen.events, journal.memory(), set(journal.handled), now,
+    jobs = [job for job in cfg.jobs if not asking or (job.id not in asking and "" not in asking)]
+    for job in sorted(asking):
+        report.emit({"job": job or "*", "action": "record", "kind": "held", "time": now.isoformat(),
+                     "reason": "an edit of the stack file awaits its question's answer: decided once it is answered"})
+    decisions = deciding.decide(jobs, seen.events, journal.memory(), set(journal.handled), now,
                                 zone_failover(list(cfg.zones), choose))
     for note in decisions.notes:
         if note.kind in ("notice", "stale"):
