@@ -330,10 +330,19 @@ class StackBase(pulumi.ComponentResource):
         # protect themselves from scale-in through the Auto Scaling API (templates/common/lib.sh.j2
         # spotctl_protect; interface endpoint com.amazonaws.<region>.autoscaling:
         # https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-vpc-endpoints.html).
-        if any(job.secret_keys for job in cfg.jobs):
-            self._interface_endpoint(name, cfg.region, "ssm", vpc_id, tags, child)
-        if cfg.pools:
-            self._interface_endpoint(name, cfg.region, "autoscaling", vpc_id, tags, child)
+        services = [s for s, wanted in (("ssm", any(job.secret_keys for job in cfg.jobs)), ("autoscaling", bool(cfg.pools)))
+                    if wanted]
+        if not services:
+            return
+        # Their private DNS needs the VPC's DNS support and hostnames: configured subnets may be in
+        # a VPC without them (a default VPC has both), refused here rather than by CreateVpcEndpoint.
+        vpc = aws.ec2.get_vpc(id=vpc_id, opts=self.invoke)
+        off = [a for a, on in (("enableDnsSupport", vpc.enable_dns_support), ("enableDnsHostnames", vpc.enable_dns_hostnames))
+               if not on]
+        contract.enforce("aws.private-dns-needs-vpc-dns", f"{name} spotctl:network.subnets",
+                         f"{vpc_id} has {' and '.join(off)} off" if off else None)
+        for service in services:
+            self._interface_endpoint(name, cfg.region, service, vpc_id, tags, child)
 
     def _interface_endpoint(self, name: str, region: str, service: str, vpc_id: str, tags, child) -> aws.ec2.VpcEndpoint:
         """An interface endpoint of an AWS API with private DNS, so the API's public name

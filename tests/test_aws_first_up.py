@@ -183,6 +183,22 @@ def test_no_auto_scaling_endpoint_without_pools_or_under_another_egress():
         assert not any(s.endswith(".autoscaling") for s in services), network
 
 
+def test_an_interface_endpoint_in_a_vpc_without_dns_is_refused_before_any_api_call():
+    """Private DNS on an interface endpoint needs the VPC's enableDnsHostnames and enableDnsSupport
+    (botocore ec2 CreateVpcEndpointRequest.PrivateDnsEnabled): configured subnets may be in a VPC
+    without them, and CreateVpcEndpoint would fail half-way through an update."""
+    vpc = planner._vpc_of("subnet-0aaa0001", planner.MockAccount())
+    for support, hostnames, off in ((False, True, "enableDnsSupport"), (True, False, "enableDnsHostnames")):
+        account = planner.MockAccount(vpc_dns={vpc: (support, hostnames)})
+        with pytest.raises(ContractError, match="aws.private-dns-needs-vpc-dns") as err:
+            plan(stack(pools=[POOL]), account)
+        assert f"{vpc} has {off} off" in str(err.value) and "spotctl:network.subnets" in str(err.value)
+    # Without an interface endpoint the VPC's DNS settings do not matter.
+    account = planner.MockAccount(vpc_dns={vpc: (False, False)})
+    assert plan(stack(), account).by_type(ENDPOINT)
+    assert plan(stack(network={"subnets": SUBNETS, "egress": "existing"}, pools=[POOL]), account).by_type(LT)
+
+
 @pytest.mark.parametrize(
     ("network", "message"),
     [
