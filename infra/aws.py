@@ -296,7 +296,7 @@ class StackBase(pulumi.ComponentResource):
     def _declare_egress(self, name: str, args: StackArgs, vpc_id: str, tags, child) -> None:
         """The network's way out (config.AWS_EGRESS): a free S3 gateway endpoint on the VPC's route
         tables unless ``existing``; for ``nat`` also a NAT gateway and a route table for the VMs' subnets;
-        for ``s3-endpoint`` with job secrets also an SSM interface endpoint."""
+        for ``s3-endpoint`` with job secrets also an SSM interface endpoint, with pools an Auto Scaling one."""
         cfg = args.cfg
         if self.egress == "existing":
             return
@@ -324,21 +324,42 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        if self.egress == "s3-endpoint" and any(job.secret_keys for job in cfg.jobs):
-            # Jobs' secret env values are in SSM, which the S3 gateway endpoint does not reach: an
-            # interface endpoint with private DNS in the VMs' subnets, in the nodes' security group
-            # (its self rule admits the VMs' HTTPS). NAT and public-ip egress reach SSM as they are.
-            aws.ec2.VpcEndpoint(
-                f"{name}-ssm-endpoint",
-                vpc_id=vpc_id,
-                service_name=f"com.amazonaws.{cfg.region}.ssm",
-                vpc_endpoint_type="Interface",
-                subnet_ids=[subnet.id for subnet in self.subnets.values()],
-                security_group_ids=[self.security_group.id],
-                private_dns_enabled=True,
-                tags=tags,
-                opts=child,
-            )
+        if self.egress != "s3-endpoint":
+            return  # NAT and public-ip egress reach every AWS API as they are
+        # The S3 gateway endpoint reaches S3 only. Jobs' secret env values are in SSM; pool VMs
+        # protect themselves from scale-in through the Auto Scaling API (templates/common/lib.sh.j2
+        # spotctl_protect; interface endpoint com.amazonaws.<region>.autoscaling:
+        # https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-vpc-endpoints.html).
+        services = [s for s, wanted in (("ssm", any(job.secret_keys for job in cfg.jobs)), ("autoscaling", bool(cfg.pools)))
+                    if wanted]
+        if not services:
+            return
+        # Their private DNS needs the VPC's DNS support and hostnames: configured subnets may be in
+        # a VPC without them (a default VPC has both), refused here rather than by CreateVpcEndpoint.
+        vpc = aws.ec2.get_vpc(id=vpc_id, opts=self.invoke)
+        off = [a for a, on in (("enableDnsSupport", vpc.enable_dns_support), ("enableDnsHostnames", vpc.enable_dns_hostnames))
+               if not on]
+        contract.enforce("aws.private-dns-needs-vpc-dns", f"{name} spotctl:network.subnets",
+                         f"{vpc_id} has {' and '.join(off)} off" if off else None)
+        for service in services:
+            self._interface_endpoint(name, cfg.region, service, vpc_id, tags, child)
+
+    def _interface_endpoint(self, name: str, region: str, service: str, vpc_id: str, tags, child) -> aws.ec2.VpcEndpoint:
+        """An interface endpoint of an AWS API with private DNS, so the API's public name
+        (``<service>.<region>.amazonaws.com``, what the scripts call) resolves to it inside the VPC: in
+        the VMs' subnets (one per zone) and the nodes' security group, whose self rule admits the
+        VMs' HTTPS."""
+        return aws.ec2.VpcEndpoint(
+            f"{name}-{service}-endpoint",
+            vpc_id=vpc_id,
+            service_name=f"com.amazonaws.{region}.{service}",
+            vpc_endpoint_type="Interface",
+            subnet_ids=[subnet.id for subnet in self.subnets.values()],
+            security_group_ids=[self.security_group.id],
+            private_dns_enabled=True,
+            tags=tags,
+            opts=child,
+        )
 
 
 def job_role_naming(slug: str) -> tuple[str, str]:

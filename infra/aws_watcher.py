@@ -68,7 +68,9 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
     EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
     create, ``ec2:CreateAction`` on the CreateTags that tagging on create implies, and
     ``ec2:ResourceTag`` on what already exists (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
-    supported-iam-actions-tagging.html; ExamplePolicies_EC2.html). Describe* supports no
+    supported-iam-actions-tagging.html; ExamplePolicies_EC2.html). What the provider cannot tag in the
+    request (a launch's root volume and network interface, a spot request) is granted without a tag
+    condition, and only for the action that creates or ends it. Describe* supports no
     resource-level permissions, so it is granted on ``*`` (ExamplePolicies_EC2.html, "Read-only access").
     """
     ec2 = f"arn:aws:ec2:{region}:*"
@@ -107,14 +109,41 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
                       f"{ec2}:launch-template/*"]},
         {"Sid": "UseOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot"],
          "Resource": [f"{ec2}:volume/*", f"{ec2}:snapshot/*", f"{ec2}:network-interface/*"], "Condition": owned},
+        # What RunInstances creates beside the instance: its root volume and primary network interface
+        # (a multi-node master's is its own existing one). The provider tags only the instance in the
+        # request (terraform-provider-aws internal/service/ec2/ec2_instance.go resourceInstanceCreate:
+        # TagSpecifications for the instance, and for volumes only from volume_tags, unset here), so
+        # LaunchOwned cannot match them; and RunInstances gives these two resource types no
+        # aws:ResourceTag (Service Authorization Reference, EC2, RunInstances: https://docs.aws.amazon.com/
+        # service-authorization/latest/reference/list_amazonec2.html), so UseOwned cannot either. Hence
+        # unconditioned, as in the EC2 User Guide's "Tag instances and volumes on creation" examples
+        # (ExamplePolicies_EC2.html): RunInstances never attaches an existing volume, and the instance
+        # itself stays gated by LaunchOwned. A spot request RunInstances makes untagged is not
+        # evaluated at all (ExamplePolicies_EC2.html, "Work with Spot Instances").
+        {"Sid": "LaunchCreates", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": [f"{ec2}:volume/*", f"{ec2}:network-interface/*"]},
         {"Sid": "TagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:*/*",
          "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateVolume", "CreateSnapshot",
                                                              "CreateNetworkInterface"]}}},
+        # The root volume's tags (root_block_device.tags) come in a plain CreateTags once the instance
+        # runs (ec2_instance.go resourceInstanceCreate, "tags in root_block_device": no ec2:CreateAction
+        # then), on a volume that has no tag yet. Allowed only when the request gives it this stack's
+        # owner tag and the volume has no owner tag or already this one: another stack's volume is
+        # never re-tagged as this stack's (then attached, snapshotted or deleted through ManageOwned).
+        {"Sid": "TagRootVolumes", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:volume/*",
+         "Condition": {"StringEquals": {"aws:RequestTag/spotctl:owner": owner},
+                       "StringEqualsIfExists": {"aws:ResourceTag/spotctl:owner": owner}}},
         {"Sid": "ManageOwned", "Effect": "Allow",
          "Action": ["ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute",
                     "ec2:AttachVolume", "ec2:DetachVolume", "ec2:DeleteVolume", "ec2:ModifyVolume", "ec2:DeleteSnapshot",
                     "ec2:DeleteNetworkInterface", "ec2:CreateTags", "ec2:DeleteTags"],
          "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE], "Condition": owned},
+        # Deleting a spot instance first cancels its spot request (ec2_instance.go resourceInstanceDelete:
+        # CancelSpotInstanceRequests when instance_lifecycle is spot). That request is untagged (above),
+        # so no owner tag can scope it; cancelling never ends an instance ("Canceling a Spot Instance
+        # request does not terminate running Spot Instances", API_CancelSpotInstanceRequests.html).
+        {"Sid": "CancelSpotRequests", "Effect": "Allow", "Action": "ec2:CancelSpotInstanceRequests",
+         "Resource": f"{ec2}:spot-instances-request/*"},
         # A job's own role and profile come and go with its VMs (infra/aws.py TrainingJob). The name
         # patterns only narrow to spotctl's roles: `spotctl-team-*` also matches stack team-b's. What
         # makes each grant this stack's exactly is the `spotctl:owner` tag (a hash of the exact stack

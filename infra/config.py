@@ -369,6 +369,10 @@ class MachinePrice(_Model):
 # as the default VPC's have); `nat` also declares a NAT gateway in `natSubnet` (a public subnet) and
 # routes the configured subnets through it; `existing` declares nothing (the VPC already has egress).
 AWS_EGRESS = ("s3-endpoint", "public-ip", "nat", "existing")
+# A pool's instance types are one launch-template override each in its Auto Scaling group(s)
+# (infra/aws_scaling.py mixed_group): "You can specify up to 40 instance types per Auto Scaling
+# group" (botocore autoscaling 2011-01-01 service-2.json, LaunchTemplateOverrides.InstanceType).
+ASG_MAX_INSTANCE_TYPES = 40
 GCP_EGRESS = ("nat", "existing")
 
 
@@ -567,6 +571,9 @@ class StackConfig(_Model):
             _per_cloud(problems, f"pools[{i}]", gcp, pool.machine_type, "machineType", pool.instance_types, "instanceTypes")
             if not gcp and pool.instance_types is not None and not pool.instance_types:
                 problems.append((f"pools[{i}].instanceTypes", "needs at least one instance type"))
+            elif not gcp and len(pool.instance_types or ()) > ASG_MAX_INSTANCE_TYPES:
+                problems.append((f"pools[{i}].instanceTypes", f"{len(pool.instance_types or ())} instance types; an Auto "
+                                 f"Scaling group takes at most {ASG_MAX_INSTANCE_TYPES}"))
         for i, job in enumerate(self.jobs):
             _per_cloud(problems, f"jobs[{i}]", gcp, job.machine_type, "machineType", job.instance_type, "instanceType")
             if job.zone not in self.zones:

@@ -151,6 +151,54 @@ def test_egress_nat_routes_the_subnets_through_a_nat_gateway():
     assert len(only(p, "aws:ec2/vpcEndpoint:VpcEndpoint").inputs["routeTableIds"]) == 3
 
 
+ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
+POOL = {"name": "g5", "instanceTypes": ["g5.2xlarge"], "spotMax": 3}
+
+
+def test_pools_under_the_default_egress_reach_auto_scaling_through_an_interface_endpoint():
+    """A pool VM protects itself from scale-in and records busy/idle through the Auto Scaling API
+    (templates/common/lib.sh.j2 spotctl_protect), which the S3 gateway endpoint does not reach and a
+    pool VM without a public IP reaches only through an interface endpoint with private DNS."""
+    p = plan(stack(pools=[POOL]))
+    ep = only(p, ENDPOINT, "autoscaling").inputs
+    assert ep["serviceName"] == "com.amazonaws.us-east-1.autoscaling" and ep["vpcEndpointType"] == "Interface"
+    assert ep["privateDnsEnabled"] is True  # the script's https://autoscaling.us-east-1.amazonaws.com
+    assert "SPOTCTL_AUTOSCALING_URL=https://autoscaling.us-east-1.amazonaws.com" in script_of(only(p, LT).inputs)
+    assert sorted(ep["subnetIds"]) == sorted(SUBNETS.values())
+    assert ep["vpcId"] == planner._vpc_of("subnet-0aaa0001", planner.MockAccount())
+    # In the pool VMs' own security group, whose self rule admits their HTTPS (443) to the endpoint.
+    group = only(p, LT).inputs["networkInterfaces"][0]["securityGroups"]
+    assert ep["securityGroupIds"] == group
+    ingress = only(p, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule").inputs
+    assert ingress["securityGroupId"] == ingress["referencedSecurityGroupId"] == group[0]
+    assert ingress["ipProtocol"] == "-1"  # every protocol and port, 443 included
+    assert only(p, LT).inputs["networkInterfaces"][0]["associatePublicIpAddress"] == "false"
+
+
+def test_no_auto_scaling_endpoint_without_pools_or_under_another_egress():
+    assert [e.inputs["serviceName"] for e in plan(stack()).by_type(ENDPOINT)] == ["com.amazonaws.us-east-1.s3"]
+    for network in ({"subnets": SUBNETS, "egress": "public-ip"}, {"subnets": SUBNETS, "egress": "existing"},
+                    {"subnets": SUBNETS, "egress": "nat", "natSubnet": "subnet-0aaa0009"}):
+        services = [e.inputs["serviceName"] for e in plan(stack(network=network, pools=[POOL])).by_type(ENDPOINT)]
+        assert not any(s.endswith(".autoscaling") for s in services), network
+
+
+def test_an_interface_endpoint_in_a_vpc_without_dns_is_refused_before_any_api_call():
+    """Private DNS on an interface endpoint needs the VPC's enableDnsHostnames and enableDnsSupport
+    (botocore ec2 CreateVpcEndpointRequest.PrivateDnsEnabled): configured subnets may be in a VPC
+    without them, and CreateVpcEndpoint would fail half-way through an update."""
+    vpc = planner._vpc_of("subnet-0aaa0001", planner.MockAccount())
+    for support, hostnames, off in ((False, True, "enableDnsSupport"), (True, False, "enableDnsHostnames")):
+        account = planner.MockAccount(vpc_dns={vpc: (support, hostnames)})
+        with pytest.raises(ContractError, match="aws.private-dns-needs-vpc-dns") as err:
+            plan(stack(pools=[POOL]), account)
+        assert f"{vpc} has {off} off" in str(err.value) and "spotctl:network.subnets" in str(err.value)
+    # Without an interface endpoint the VPC's DNS settings do not matter.
+    account = planner.MockAccount(vpc_dns={vpc: (False, False)})
+    assert plan(stack(), account).by_type(ENDPOINT)
+    assert plan(stack(network={"subnets": SUBNETS, "egress": "existing"}, pools=[POOL]), account).by_type(LT)
+
+
 @pytest.mark.parametrize(
     ("network", "message"),
     [

@@ -192,3 +192,24 @@ def test_stack_file_name_must_follow_pulumi_convention(project, runner, tmp_path
 def test_nul_in_a_command_is_refused():
     raw = stack_config(GCP_BASE, jobs=[gcp_job(command="python\x00train.py")])
     assert errors_of(raw) == [f"{SRC}: spotctl:jobs[0].command: must not contain a NUL character (no process can receive it)"]
+
+
+def test_a_pool_lists_at_most_the_instance_types_an_auto_scaling_group_takes(project, runner):
+    """botocore autoscaling 2011-01-01 service-2.json, LaunchTemplateOverrides.InstanceType: "You can
+    specify up to 40 instance types per Auto Scaling group" (infra/aws_scaling.py: one override each)."""
+    import yaml
+
+    from tests.conftest import AWS_BASE
+
+    def validate_with(count: int):
+        pool = {"name": "g5", "instanceTypes": [f"g{i}.xlarge" for i in range(count)], "spotMax": 3}
+        config = {f"spotctl:{k}": v for k, v in stack_config(AWS_BASE, pools=[pool]).items()}
+        (project / "stacks" / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": config}))
+        return runner.invoke(app, ["validate", "--stack", "t"])
+
+    result = validate_with(41)
+    assert result.exit_code == 1
+    assert result.output == ("error: stacks/Pulumi.t.yaml: spotctl:pools[0].instanceTypes: 41 instance types; an Auto "
+                             "Scaling group takes at most 40\n")
+    result = validate_with(40)
+    assert result.exit_code == 0, result.output

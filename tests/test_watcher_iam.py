@@ -478,6 +478,71 @@ def test_role_ids_follow_the_slug_and_the_rule():
     contract.check("gcp:projects/iAMCustomRole:IAMCustomRole", "r", {"role_id": longest, "permissions": ["x.y.z"]})
 
 
+# ---- EC2: what a targeted update of a job asks of EC2 --------------------------------------------
+# Each request's context holds the keys EC2 gives that resource type: the Service Authorization
+# Reference (Amazon EC2: RunInstances, CreateTags; https://docs.aws.amazon.com/service-authorization/
+# latest/reference/list_amazonec2.html) lists aws:RequestTag but no aws:ResourceTag for the volume and
+# network-interface RunInstances authorizes, and both for CreateTags on a volume.
+
+EC2 = f"arn:aws:ec2:us-east-1:{ACCOUNT}"
+
+
+def owner_tag(stack: str, kind: str = "Request") -> dict[str, str]:
+    return {f"aws:{kind}Tag/spotctl:owner": owner_value(stack)}
+
+
+def test_the_watcher_launches_a_job_instance_as_the_provider_asks():
+    """One RunInstances of a job's instance (infra/aws.py TrainingJob) as terraform-provider-aws makes
+    it: TagSpecifications for the instance only (ec2_instance.go resourceInstanceCreate; volume_tags
+    unset), so the new root volume and primary network interface carry no tag; then the root volume's
+    tags (root_block_device.tags) in a plain CreateTags; deleting a spot instance cancels its request."""
+    policy = watcher_policy("team")
+    launch = {
+        f"{EC2}:instance/*": owner_tag("team"),
+        f"{EC2}:volume/*": {},  # the root volume, created by the launch
+        f"{EC2}:network-interface/*": {},  # the primary interface, created by the launch
+        f"{EC2}:network-interface/eni-0master000000001": {},  # a multi-node job's master interface
+        "arn:aws:ec2:us-east-1::image/ami-0abc": {},
+        f"{EC2}:subnet/subnet-0aaa0001": {},
+        f"{EC2}:security-group/sg-0aaa0001": {},
+        f"{EC2}:key-pair/team": {},
+    }
+    for resource, context in launch.items():
+        assert allowed(policy, "ec2:RunInstances", resource, **context), resource
+    # The instance itself stays gated by this stack's tag.
+    assert not allowed(policy, "ec2:RunInstances", f"{EC2}:instance/*")
+    assert not allowed(policy, "ec2:RunInstances", f"{EC2}:instance/*", **owner_tag("team-b"))
+    # The root volume gets this stack's tags once the instance runs, and later changes of them.
+    root = f"{EC2}:volume/vol-0root00000000001"
+    assert allowed(policy, "ec2:CreateTags", root, **owner_tag("team"))
+    assert allowed(policy, "ec2:CreateTags", root, **owner_tag("team", "Resource"), **{"aws:RequestTag/team": "a"})
+    # A spot instance's delete: CancelSpotInstanceRequests first (the request RunInstances made is untagged).
+    assert allowed(policy, "ec2:CancelSpotInstanceRequests", f"{EC2}:spot-instances-request/sir-0abc")
+    assert allowed(policy, "ec2:TerminateInstances", f"{EC2}:instance/i-0abc", **owner_tag("team", "Resource"))
+
+
+def test_another_stacks_volumes_stay_out_of_reach():
+    """Tagging a root volume after the launch must not become a way to take another stack's volume
+    (tag it as this stack's, then attach, snapshot or delete it)."""
+    policy = watcher_policy("team")
+    theirs, vol = owner_tag("team-b", "Resource"), f"{EC2}:volume/vol-0theirs000000001"
+    assert not allowed(policy, "ec2:CreateTags", vol, **theirs, **owner_tag("team"))
+    assert not allowed(policy, "ec2:CreateTags", vol, **theirs, **owner_tag("team-b"))
+    assert not allowed(policy, "ec2:CreateTags", vol, **theirs, **{"aws:RequestTag/Name": "x"})
+    for action in ("ec2:AttachVolume", "ec2:DetachVolume", "ec2:DeleteVolume", "ec2:ModifyVolume", "ec2:DeleteTags",
+                   "ec2:CreateSnapshot"):
+        assert not allowed(policy, action, vol, **theirs), action
+    # A volume without the owner tag is neither used nor tagged for another stack.
+    untagged = f"{EC2}:volume/vol-0untagged0000001"
+    assert not allowed(policy, "ec2:CreateTags", untagged, **owner_tag("team-b"))
+    assert not allowed(policy, "ec2:CreateTags", untagged, **{"aws:RequestTag/Name": "x"})
+    for action in ("ec2:AttachVolume", "ec2:DeleteVolume", "ec2:CreateSnapshot"):
+        assert not allowed(policy, action, untagged), action
+    # Nor does another stack's instance or snapshot become reachable.
+    assert not allowed(policy, "ec2:TerminateInstances", f"{EC2}:instance/i-0theirs", **theirs)
+    assert not allowed(policy, "ec2:CreateVolume", "arn:aws:ec2:us-east-1::snapshot/snap-0theirs", **theirs)
+
+
 # ---- the objects several machines write: the shared stack file and the watch lease ----------------------
 
 SHARED_OBJECTS = ("team.spotctl/Pulumi.team.yaml", "team.spotctl/watch.lease")  # cli/lifecycle/sync.py, cli/watch/lease.py

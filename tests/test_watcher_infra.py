@@ -168,13 +168,25 @@ def test_aws_watcher_policy_is_scoped():
     for sid in ("UseOwned", "ManageOwned"):
         assert statements[sid]["Condition"] == {"StringEquals": {"aws:ResourceTag/spotctl:owner": owner}}
     # Nothing that creates, changes or deletes EC2 resources is granted without an ownership condition,
-    # except on resources a launch only references.
+    # except on resources a launch only references, what RunInstances creates untagged beside the
+    # instance (its root volume and network interface: RunInstances only), and cancelling a spot
+    # request (which never ends an instance).
+    unconditioned = {}
     for s in statements.values():
         actions = [s["Action"]] if isinstance(s["Action"], str) else s["Action"]
         mutating = [a for a in actions if a.startswith("ec2:") and not a.startswith("ec2:Describe")]
         if mutating and "Condition" not in s:
-            assert s["Sid"] == "LaunchUsing", s
-            assert not any(r.endswith((":instance/*", ":volume/*", ":snapshot/*")) for r in s["Resource"]), s
+            unconditioned[s["Sid"]] = s
+    assert sorted(unconditioned) == ["CancelSpotRequests", "LaunchCreates", "LaunchUsing"]
+    assert not any(r.endswith((":instance/*", ":volume/*", ":snapshot/*")) for r in unconditioned["LaunchUsing"]["Resource"])
+    assert unconditioned["LaunchCreates"]["Action"] == "ec2:RunInstances"
+    assert [r.rsplit(":", 1)[1] for r in unconditioned["LaunchCreates"]["Resource"]] == ["volume/*", "network-interface/*"]
+    assert unconditioned["CancelSpotRequests"]["Resource"] == "arn:aws:ec2:us-east-1:*:spot-instances-request/*"
+    assert statements["TagRootVolumes"]["Action"] == "ec2:CreateTags"
+    assert statements["TagRootVolumes"]["Condition"] == {"StringEquals": {"aws:RequestTag/spotctl:owner": owner},
+                                                         "StringEqualsIfExists": {"aws:ResourceTag/spotctl:owner": owner}}
+    for s in statements.values():
+        actions = [s["Action"]] if isinstance(s["Action"], str) else s["Action"]
         assert s["Resource"] != "*" or s["Effect"] == "Deny" or actions == [
             "ec2:Describe*", "ssm:DescribeParameters", "sts:GetCallerIdentity"], s
     assert statements["JobSecretEnv"]["Resource"] == "arn:aws:ssm:us-east-1:*:parameter/spotctl/team-a/*/env"

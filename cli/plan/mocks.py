@@ -182,6 +182,9 @@ class MockAccount:
     root_snapshot_gb: int = 120
     subnet_vpcs: dict[str, str] = field(default_factory=dict)
     subnet_zones: dict[str, str] = field(default_factory=dict)
+    # VPC id -> (enableDnsSupport, enableDnsHostnames); both on otherwise, as in a default VPC
+    # (https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html).
+    vpc_dns: dict[str, tuple[bool, bool]] = field(default_factory=dict)
 
 
 class InvokeError(Exception):
@@ -215,6 +218,9 @@ def _mock_call(token: str, args: dict[str, Any], cfg: StackConfig, account: Mock
         if args.get("defaultForAz") and not account.default_vpc:
             raise InvokeError("no matching EC2 Subnet found")
         return {"id": "subnet-0mock" + _h(zone, n=9), "vpcId": DEFAULT_VPC, "availabilityZone": zone, "defaultForAz": True}
+    if token == "aws:ec2/getVpc:getVpc":
+        support, hostnames = account.vpc_dns.get(args["id"], (True, True))
+        return {"id": args["id"], "enableDnsSupport": support, "enableDnsHostnames": hostnames}
     if token == "aws:ec2/getVpcs:getVpcs":
         return {"id": region, "ids": [DEFAULT_VPC] if account.default_vpc else []}
     if token == "aws:ec2/getRouteTables:getRouteTables":

@@ -292,6 +292,15 @@ rule("aws.default-vpc-or-subnets", [],
      source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
             "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)
 
+rule("aws.private-dns-needs-vpc-dns", [],
+     says="An interface endpoint with private DNS (spotctl's SSM and Auto Scaling endpoints under egress "
+          "'s3-endpoint') needs the VPC's enableDnsSupport and enableDnsHostnames on; CreateVpcEndpoint fails otherwise.",
+     fix="turn both on for the subnets' VPC (aws ec2 modify-vpc-attribute --enable-dns-support / "
+         "--enable-dns-hostnames), or set spotctl:network.egress to 'nat', 'public-ip' or 'existing'",
+     source="botocore ec2 service-2.json CreateVpcEndpointRequest.PrivateDnsEnabled (\"To use a private hosted zone, "
+            "you must set the following VPC attributes to true: enableDnsHostnames and enableDnsSupport\"); "
+            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateVpcEndpoint.html")(None)
+
 CREATE_VOLUME_DOC = ("botocore ec2 service-2.json CreateVolume / CreateVolumeRequest.Encrypted "
                      "(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateVolume.html)")
 
