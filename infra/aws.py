@@ -582,7 +582,12 @@ class TrainingJob(pulumi.ComponentResource):
                 metadata_options=_metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
                 root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                     volume_size=root_volume_gb(BOOT_DISK_GB, image, f"{name}-n{node.rank}-vm"),
-                    volume_type="gp3", encrypted=True, delete_on_termination=True, tags=tags,
+                    # Untagged: the provider tags a root volume by a CreateTags after the launch
+                    # (terraform-provider-aws ec2_instance.go resourceInstanceCreate, "tags in
+                    # root_block_device"), on a volume with no tag yet; the watcher's role would need
+                    # leave to tag any untagged volume as this stack's, and so to delete it
+                    # (infra/aws_watcher.py). It lives and dies with its instance, which is tagged.
+                    volume_type="gp3", encrypted=True, delete_on_termination=True,
                 ),
                 instance_market_options=aws.ec2.InstanceInstanceMarketOptionsArgs(
                     market_type="spot",

@@ -125,14 +125,6 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
         {"Sid": "TagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:*/*",
          "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateVolume", "CreateSnapshot",
                                                              "CreateNetworkInterface"]}}},
-        # The root volume's tags (root_block_device.tags) come in a plain CreateTags once the instance
-        # runs (ec2_instance.go resourceInstanceCreate, "tags in root_block_device": no ec2:CreateAction
-        # then), on a volume that has no tag yet. Allowed only when the request gives it this stack's
-        # owner tag and the volume has no owner tag or already this one: another stack's volume is
-        # never re-tagged as this stack's (then attached, snapshotted or deleted through ManageOwned).
-        {"Sid": "TagRootVolumes", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:volume/*",
-         "Condition": {"StringEquals": {"aws:RequestTag/spotctl:owner": owner},
-                       "StringEqualsIfExists": {"aws:ResourceTag/spotctl:owner": owner}}},
         {"Sid": "ManageOwned", "Effect": "Allow",
          "Action": ["ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute",
                     "ec2:AttachVolume", "ec2:DetachVolume", "ec2:DeleteVolume", "ec2:ModifyVolume", "ec2:DeleteSnapshot",

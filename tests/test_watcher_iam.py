@@ -494,8 +494,8 @@ def owner_tag(stack: str, kind: str = "Request") -> dict[str, str]:
 def test_the_watcher_launches_a_job_instance_as_the_provider_asks():
     """One RunInstances of a job's instance (infra/aws.py TrainingJob) as terraform-provider-aws makes
     it: TagSpecifications for the instance only (ec2_instance.go resourceInstanceCreate; volume_tags
-    unset), so the new root volume and primary network interface carry no tag; then the root volume's
-    tags (root_block_device.tags) in a plain CreateTags; deleting a spot instance cancels its request."""
+    unset), so the new root volume and primary network interface carry no tag (spotctl declares no
+    root_block_device.tags: no CreateTags follows); deleting a spot instance cancels its request."""
     policy = watcher_policy("team")
     launch = {
         f"{EC2}:instance/*": owner_tag("team"),
@@ -512,9 +512,9 @@ def test_the_watcher_launches_a_job_instance_as_the_provider_asks():
     # The instance itself stays gated by this stack's tag.
     assert not allowed(policy, "ec2:RunInstances", f"{EC2}:instance/*")
     assert not allowed(policy, "ec2:RunInstances", f"{EC2}:instance/*", **owner_tag("team-b"))
-    # The root volume gets this stack's tags once the instance runs, and later changes of them.
+    # No volume without the owner tag can be tagged as this stack's (and then deleted through ManageOwned).
     root = f"{EC2}:volume/vol-0root00000000001"
-    assert allowed(policy, "ec2:CreateTags", root, **owner_tag("team"))
+    assert not allowed(policy, "ec2:CreateTags", root, **owner_tag("team"))
     assert allowed(policy, "ec2:CreateTags", root, **owner_tag("team", "Resource"), **{"aws:RequestTag/team": "a"})
     # A spot instance's delete: CancelSpotInstanceRequests first (the request RunInstances made is untagged).
     assert allowed(policy, "ec2:CancelSpotInstanceRequests", f"{EC2}:spot-instances-request/sir-0abc")
