@@ -530,6 +530,10 @@ class StackConfig(_Model):
     jobs: list[Job] = Field(default_factory=list)
     prices: dict[str, MachinePrice] = Field(default_factory=dict)
     watcher: Watcher | None = None
+    # Job ids `spotctl cleanup` removed, with their last attempt: their events stay in the event
+    # bucket (the cost ledger, `policy fit`), filed by job id and attempt, so a new job of the same id
+    # must begin after them (``_cross_checks``) or the old job's `completed` would end the new one.
+    retired_jobs: dict[str, Annotated[int, Field(strict=True, ge=1, le=MAX_ATTEMPT)]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Self:
@@ -547,6 +551,14 @@ class StackConfig(_Model):
                 problems.append((f"zones[{i}]", f"zone {zone!r} is not in region {self.region!r}"))
         if len(set(self.zones)) != len(self.zones):
             problems.append(("zones", "lists a zone twice"))
+        for i, job in enumerate(self.jobs):
+            last = self.retired_jobs.get(job.id)
+            if last is not None and job.attempt <= last:
+                problems.append((f"jobs[{i}].attempt", (
+                    f"job id {job.id!r} belonged to a job `spotctl cleanup` removed after its attempt {last} "
+                    f"(spotctl:retiredJobs); its events are kept, filed by id and attempt, and would be read as "
+                    f"this job's (its `completed` would end this one): give this job another id, or start it "
+                    f"at attempt: {last + 1}")))
         for zone in self.network.subnets:
             if zone not in self.zones:
                 problems.append((f"network.subnets.{zone}", f"zone {zone!r} is not in spotctl:zones {self.zones}"))

@@ -146,7 +146,9 @@ def test_cleanup_killed_during_its_update_is_finished_by_the_same_command(projec
     again = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
     assert again.exit_code == 0, again.output
     assert "a cleanup of it was interrupted during its update: the job is back" in again.output
-    assert not [u for u in pulumi_state.resources() if "bert-eval" in u] and "bert-eval" not in path.read_text()
+    assert not [u for u in pulumi_state.resources() if "bert-eval" in u]
+    assert stackfile.read_config(path)["spotctl:retiredJobs"] == {"bert-eval": 2}  # out of the jobs, retired after attempt 2
+    assert "id: bert-eval" not in path.read_text()
     assert not (project / "stacks" / ".spotctl" / "Pulumi.example-gcp.yaml.cleanup.json").exists()
 
 
@@ -205,7 +207,7 @@ def test_a_cleanup_whose_update_fails_midway_keeps_the_job_and_protection_and_a_
     again = runner.invoke(app, ["cleanup", "llm-pretrain", "--stack", "example-gcp", "--yes"])
     assert again.exit_code == 0, again.output
     assert not [u for u in pulumi_state.resources() if "llm-pretrain" in u]
-    assert "llm-pretrain" not in path.read_text().split("jobs:")[1]
+    assert "id: llm-pretrain" not in path.read_text() and stackfile.read_config(path)["spotctl:retiredJobs"] == {"llm-pretrain": 1}
 
 
 def test_cleanup_keeps_a_disk_only_the_state_names(project, runner, fake_pulumi, pulumi_state, gce):
@@ -470,3 +472,27 @@ def test_cleanup_snapshots_deletes_only_expired_owned_ones(project, runner, monk
 def test_cleanup_wants_exactly_one_target(project, runner):
     result = runner.invoke(app, ["cleanup", "bert-eval", "--snapshots", "--stack", "example-gcp"])
     assert result.exit_code == 1 and "give a JOB, --orphans or --snapshots" in result.output
+
+
+def test_a_new_job_cannot_reuse_a_cleaned_up_jobs_id_and_attempts(project, runner, fake_pulumi, pulumi_state, gce):
+    """The old job's events stay in the bucket, filed by id and attempt: a new `bert-eval` at attempt 1
+    would be completed (its VMs deleted, its disk then deletable) by the old one's `completed` event."""
+    protected_bert_eval_disk(pulumi_state)
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    comments = [line for line in path.read_text().splitlines() if line.strip().startswith("#")]
+    assert runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"]).exit_code == 0
+    # Every comment stays where it was (the job's own went with its lines) after the retiredJobs edit.
+    assert [line for line in path.read_text().splitlines() if line.strip().startswith("#")] == \
+        [line for line in comments if "bert-eval" not in line]
+    new_job = ("    - id: bert-eval\n      machineType: a2-highgpu-1g\n      zone: us-central1-a\n"
+               "      command: python eval2.py\n      attempt: 1\n      state: running\n")
+    text = path.read_text()
+    at = text.index("  spotctl:jobs:\n") + len("  spotctl:jobs:\n")
+    path.write_text(text[:at] + new_job + text[at:])
+    refused = runner.invoke(app, ["validate", "--stack", "example-gcp"])
+    assert refused.exit_code == 1
+    assert ("spotctl:jobs[0].attempt: job id 'bert-eval' belonged to a job `spotctl cleanup` removed after its attempt 2 "
+            "(spotctl:retiredJobs)") in refused.output and "start it at attempt: 3" in refused.output
+    path.write_text(text[:at] + new_job.replace("attempt: 1", "attempt: 3") + text[at:])
+    assert runner.invoke(app, ["validate", "--stack", "example-gcp"]).exit_code == 0
+

@@ -68,6 +68,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         if applier is None:
             if yes:
                 stackfile.take_job(ref.path, job_id)
+                stackfile.retire(ref.path, job_id, job.attempt)
             return Cleanup(job_id, urns, disks, done=yes)
         if not yes:
             try:
@@ -89,6 +90,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         _recheck(ref, job, force)
         if not targets:  # nothing of the job in the state: dropping it from the file is all
             stackfile.take_job(ref.path, job_id)
+            stackfile.retire(ref.path, job_id, job.attempt)
             return Cleanup(job_id, urns, disks, done=True)
         if leftovers:
             out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
@@ -116,6 +118,8 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
                 signum, name = signal_of(exc)
                 err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
                 raise Interrupted(str(err), signum) from None
+            # Gone for good: a new job of this id starts after this one's attempts (its events stay).
+            stackfile.retire(ref.path, job_id, job.attempt)
             _record_path(ref.path).unlink(missing_ok=True)
     return Cleanup(job_id, targets, [d for d in disks if d in targets], done=True, leftovers=leftovers)
 

@@ -954,6 +954,20 @@ def _take_job(path: Path, job_id: str) -> tuple[str, int, dict[str, Any]]:
         return block, index, entry
 
 
+def retire(path: Path, job_id: str, attempt: int) -> None:
+    """Record that the job ``job_id`` is gone after ``attempt`` (``spotctl:retiredJobs``, under the lock):
+    a new job of that id then starts after it (infra/config.py), so the old one's events, which are
+    kept, are never read as the new one's."""
+
+    def change(config: Any, current: StackConfig) -> None:
+        retired = config.get(key("retiredJobs"))
+        if retired is None:
+            config[key("retiredJobs")] = retired = {}
+        retired[job_id] = max(attempt, int(retired.get(job_id) or 0))
+
+    edit(path, change)
+
+
 def put_back_job(path: Path, taken: tuple[str, int, dict[str, Any]]) -> bool:
     """``_put_back_job`` (below), pushed to the shared copy when the stack file is shared."""
     return _synced(path, lambda: _put_back_job(path, taken))
