@@ -1,5 +1,9 @@
 """Job operations behind resume/failover/complete: observe (stack file + recorded events), decide
-(``cli.lifecycle.states``), act (edit the stack file atomically under its lock, then a targeted update)."""
+(``cli.lifecycle.states``), act (edit the stack file atomically under its lock, then a targeted update).
+
+Longer than 420 lines: the act step is one stretch from the edit to the update (the question, the
+mark, a gang's stop first, the undo on every way out), and splitting it would scatter that order.
+"""
 
 from __future__ import annotations
 
