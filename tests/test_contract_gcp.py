@@ -190,6 +190,36 @@ def test_mig_wait_is_a_context_rule():
         contract.enforce("gcp.mig-no-wait-on-spot", "pool-x-spot-mig", "wait_for_instances on a spot group")
 
 
+def test_autoscaled_mig_shape_is_a_context_rule():
+    r = contract.get("gcp.autoscaled-mig-shape")
+    assert r.types == () and r.check is None and "release-notes" in r.source
+    assert rules.autoscaled_shape_problem("BALANCED") is None and rules.autoscaled_shape_problem("EVEN") is None
+    assert rules.autoscaled_shape_problem(None) is None  # EVEN is GCE's default
+    assert rules.autoscaled_shape_problem(UNKNOWN) is None
+    for shape in ("ANY", "ANY_SINGLE_ZONE"):
+        with pytest.raises(ContractError, match="gcp.autoscaled-mig-shape"):
+            contract.enforce("gcp.autoscaled-mig-shape", "pool-x-spot-mig", rules.autoscaled_shape_problem(shape))
+
+
+def test_balanced_shape_needs_redistribution_off():
+    mig = {"distribution_policy_target_shape": "BALANCED", "update_policy": {"instance_redistribution_type": "NONE"}}
+    contract.check(rules.REGION_MIG, "m", mig)
+    contract.check(rules.REGION_MIG, "m", {"distribution_policy_target_shape": "EVEN"})
+    broken("gcp.mig-shape-redistribution", rules.REGION_MIG, {"distribution_policy_target_shape": "BALANCED"})
+    broken("gcp.mig-shape-redistribution", rules.REGION_MIG,
+           {"distribution_policy_target_shape": "ANY_SINGLE_ZONE", "update_policy": {"instance_redistribution_type": "PROACTIVE"}})
+
+
+def test_an_autoscaled_pool_part_with_shape_any_fails_plan(monkeypatch):
+    """The pool's autoscaled parts are checked where the autoscaler and its MIG meet (infra/gcp.py)."""
+    from infra import gcp
+
+    monkeypatch.setattr(gcp, "autoscaled_shape_problem", lambda shape: rules.autoscaled_shape_problem("ANY"))
+    result = runner.invoke(app, ["plan", "--stack", "example-gcp"])
+    assert result.exit_code == 1
+    assert "rule gcp.autoscaled-mig-shape" in result.output and "Traceback" not in result.output
+
+
 def test_a_gcp_violation_in_the_program_fails_plan(monkeypatch):
     """A component that forgets gVNIC on an A3 is stopped at registration under the mocks."""
     from infra import gcp

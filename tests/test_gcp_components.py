@@ -87,8 +87,10 @@ def test_pool_dynamic_spot_part():
     assert tmpl["region"] == "us-central1"
     mig = only(plan, MIG, "spot").inputs
     assert mig["distributionPolicyZones"] == ["us-central1-a", "us-central1-b"]
-    assert mig["distributionPolicyTargetShape"] == "ANY"
-    assert mig["updatePolicy"]["instanceRedistributionType"] == "NONE"  # required by the ANY shape
+    # Autoscaled: BALANCED, the capacity-aware shape GCE autoscales (never ANY: gcp.autoscaled-mig-shape),
+    # with proactive redistribution off as BALANCED requires (gcp.mig-shape-redistribution).
+    assert mig["distributionPolicyTargetShape"] == "BALANCED"
+    assert mig["updatePolicy"]["instanceRedistributionType"] == "NONE"
     assert "targetSize" not in mig  # the autoscaler owns the size
     scaler = only(plan, "gcp:compute/regionAutoscaler:RegionAutoscaler").inputs
     assert scaler["autoscalingPolicy"]["minReplicas"] == 1.0
@@ -290,7 +292,7 @@ def _doc(cls, prop: str) -> str:
     ],
 )
 def test_enum_values_we_use_are_documented_by_pulumi_gcp(cls, prop, values):
-    # distributionPolicyTargetShape (ANY/EVEN) is not enumerated in the SDK; it is checked against
+    # distributionPolicyTargetShape (BALANCED/EVEN) is not enumerated in the SDK; it is checked against
     # GCP's documentation in ../shared/reference and remains unverifiable without a real preview.
     doc = _doc(cls, prop)
     for value in values:

@@ -36,6 +36,7 @@ PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
 PROJECT_SINK = "gcp:logging/projectSink:ProjectSink"
 ROUTER_NAT = "gcp:compute/routerNat:RouterNat"
 FIREWALL = "gcp:compute/firewall:Firewall"
+REGION_MIG = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
 
 METADATA_VALUE_LIMIT = 256 * 1024
 
@@ -474,6 +475,51 @@ rule("gcp.mig-no-wait-on-spot", (),
      fix="wait_for_instances=True only on the on-demand part of a pool (infra/gcp.py GpuPool)",
      source="pulumi_gcp/compute/region_instance_group_manager.py RegionInstanceGroupManager.wait_for_instances: \"if this is set to true and the operation "
             "does not succeed, the provider will continue trying until it times out\"")(None)
+
+
+# Which MIG an autoscaler sizes is known only to the component that declares both, so this one is a
+# context rule (infra/gcp.py GpuPool enforces it on every autoscaled part).
+AUTOSCALED_SHAPES = ("EVEN", "BALANCED")
+rule("gcp.autoscaled-mig-shape", (),
+     says="An autoscaled regional MIG's target distribution shape is EVEN or BALANCED (ANY and ANY_SINGLE_ZONE "
+          "cannot be autoscaled). BALANCED is the capacity-aware one: the autoscaler creates VMs in zones that "
+          "have resource availability.",
+     fix="distribution_policy_target_shape=\"BALANCED\" (with instance_redistribution_type NONE) on the autoscaled "
+         "parts of a pool (infra/gcp.py GpuPool)",
+     source="https://cloud.google.com/compute/docs/release-notes (October 30, 2024: \"You can autoscale a regional MIG "
+            "with a BALANCED target distribution shape. With the BALANCED shape, the autoscaler is aware of the capacity "
+            "in each zone and creates VMs in zones that have resource availability\"); "
+            "https://cloud.google.com/compute/docs/instance-groups/regional-mig-set-target-distribution-shape, "
+            "Limitations (zh-CN edition, the English one was not in the corpus: \"如果您要自动扩缩区域级 MIG，则必须将实例组的"
+            "目标分布形状设置为 BALANCED（预览版）或 EVEN\"; an earlier English edition, quoted in a 2022 Google Terraform "
+            "module's autoscaler.tf: \"If you want to autoscale a regional MIG, the following limitations apply: You "
+            "must set the group's target distribution shape to EVEN.\")")(None)
+
+
+def autoscaled_shape_problem(shape: Any) -> str | None:
+    """What is wrong with the target shape of an autoscaled regional MIG, or None."""
+    if not known(shape):
+        return None
+    return None if (shape or "EVEN") in AUTOSCALED_SHAPES else f"autoscaled with distribution_policy_target_shape {shape!r}"
+
+
+@rule("gcp.mig-shape-redistribution", (REGION_MIG,),
+      says="A regional MIG with target shape BALANCED or ANY_SINGLE_ZONE must have proactive instance "
+           "redistribution off (update_policy.instance_redistribution_type NONE; PROACTIVE is the default).",
+      fix="update_policy=RegionInstanceGroupManagerUpdatePolicyArgs(instance_redistribution_type=\"NONE\", ...)",
+      source="https://cloud.google.com/compute/docs/instance-groups/distributing-instances-with-regional-instance-groups "
+             "(\"Proactive instance redistribution is enabled by default. If you need ... to set the MIG's target "
+             "distribution shape to BALANCED or ANY_SINGLE_ZONE, you must disable proactive instance redistribution.\"); "
+             "pulumi_gcp RegionInstanceGroupManagerUpdatePolicyArgs.instance_redistribution_type: \"If `PROACTIVE` "
+             "(default)\"")
+def mig_shape_redistribution(type_: str, props: Mapping[str, Any]) -> str | None:
+    shape = props.get("distribution_policy_target_shape")
+    redistribution = dig(props, "update_policy.instance_redistribution_type")
+    if not known(shape, redistribution) or shape not in ("BALANCED", "ANY_SINGLE_ZONE"):
+        return None
+    if redistribution == "NONE":
+        return None
+    return f"target shape {shape} with instance_redistribution_type {redistribution or 'PROACTIVE (the default)'}"
 
 
 AUTOSCALERS = ["gcp:compute/regionAutoscaler:RegionAutoscaler", "gcp:compute/autoscaler:Autoscaler"]
