@@ -721,6 +721,65 @@ def test_two_log_uploads_at_once_send_each_chunk_once(emu, tmp_path):
     assert len(sent) == 1, sent
 
 
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_log_chunk_stored_but_never_answered_does_not_stop_the_log(emu, tmp_path, cloud):
+    """The bucket keeps a chunk but its answer never comes (curl's --max-time ran out): every retry in
+    that call is unanswered too, and the log grows before the next call. On GCP a retry is an
+    overwrite the VM's objectCreator role refuses (403), so the old script retried the same name
+    forever and the log stopped there. Now the chunk goes again with the same bytes, 412 (already
+    there) counts as stored, and the next chunk starts where it ended: the log arrives whole."""
+    from cli.lifecycle import logs
+
+    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                        region="us-central1", command="true")
+    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"first {i}\n" for i in range(50)))
+    (tmp_path / "state").mkdir()
+    script = vm.scripts.startup
+    path = tmp_path / "upload.sh"
+    path.write_text(script[: script.index('case "${1:-')] + "spotctl_upload_log 2\n")
+
+    def upload() -> None:
+        done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+
+    emu.reset(lose_answers=1000)  # stored, then nothing answered for the rest of the call
+    upload()
+    assert list(emu.state.log_chunks) == ["team-a/train/attempt-1/node-0/logs/000000000000.log"]
+    emu.reset(lose_answers=0)
+    with log.open("a") as f:
+        f.write("".join(f"later {i}\n" for i in range(50)))
+    upload()
+    with log.open("a") as f:
+        f.write("last\n")
+    upload()
+    chunks = dict(emu.state.log_chunks)
+    assert logs.read(None, "train", logs.LogKey(1, 0), chunks) == log.read_bytes(), sorted(chunks)
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_an_event_stored_but_never_answered_counts_as_uploaded_at_the_next_try(emu, tmp_path, cloud):
+    """The same for an event: its retry finds it there (GCP: 412; AWS: overwritten with the same bytes)
+    and the recorder stops; the old GCP script got 403 until its budget ran out and logged the event as
+    not uploaded, spending the whole budget (in the shutdown path, seconds of the notice)."""
+    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                        region="us-central1", command="true")
+    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    script = vm.scripts.startup
+    path = tmp_path / "publish.sh"
+    path.write_text(script[: script.index('case "${1:-')] + "spotctl_publish team-a/train/e.json '{\"event\":\"x\"}' 6\n")
+    (tmp_path / "state").mkdir()
+    emu.reset(lose_answers=1)
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "not uploaded" not in done.stderr + vm.debug_log()
+    assert time.monotonic() - started < 5
+    assert [u.name for u in emu.uploads()] == ["team-a/train/e.json"]
+
+
 def test_gcp_the_trainer_waits_for_the_nvidia_driver_the_vm_asked_for(make_vm, emu, tmp_path):
     """A Deep Learning VM image installs the driver at first boot (metadata install-nvidia-driver=True);
     the trainer starts once nvidia-smi answers (a stand-in that fails until READY exists)."""

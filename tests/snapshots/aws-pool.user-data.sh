@@ -219,7 +219,10 @@ spotctl_aws_request() {
     "$url$path"
 }
 
-# Upload $2 (JSON) as object $1 to the event bucket by the epoch second $3: S3 PutObject.
+# Upload $2 (JSON) as object $1 to the event bucket by the epoch second $3: S3 PutObject. A retry
+# after a lost answer overwrites the same object, which s3:PutObject allows ("If an object already
+# exists in a bucket, the new object will overwrite it", docs.aws.amazon.com/AmazonS3/latest/API/
+# SOAPPutObject.html; the events bucket has no Object Lock).
 spotctl_upload_once() {
   local object=$1 body=$2 max
   max=$(spotctl_max "$3") || return 1
@@ -288,6 +291,9 @@ spotctl_publish() {
 # Upload what the trainer wrote to its log since the last call, next to the events, as objects
 # named by their byte offset (`spotctl logs` joins them): ...attempt-N/node-R/logs/<offset>.log.
 # Chunks of at most 64 KiB (one curl argument); the offset advances only after an upload. $1: seconds.
+# A chunk not known to be stored is sent again with the same bytes, also by a later call when the
+# log has grown since (its length is kept beside the offset): on GCP an object already there is
+# taken as that chunk (spotctl_upload_once), so what follows it must start where it ended.
 # The offset is the log's own (a kept boot disk carries the state dir into the next attempt, whose
 # log starts at 0); one upload at a time (the watcher's and the run's last one would both send
 # the same chunk and race on the offset).
@@ -302,22 +308,30 @@ spotctl_upload_log() {
 }
 
 spotctl_upload_log_chunks() {
-  local deadline=$1 log offset_file offset size chunk object
+  local deadline=$1 log offset_file offset size chunk object length pending pending_at pending_len
   log=$(spotctl_trainer_log)
   [ -f "$log" ] || return 0
   offset_file="$SPOTCTL_STATE_DIR/log-offset-attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK"
+  pending="$offset_file.pending"  # "<offset> <length>" of the chunk being sent
   offset=$(cat "$offset_file" 2>/dev/null) || offset=0
   size=$(stat -c %s "$log" 2>/dev/null) || return 0
   while [ "$offset" -lt "$size" ]; do
+    length=65536
+    if read -r pending_at pending_len <"$pending" 2>/dev/null && [ "$pending_at" = "$offset" ] &&
+      [ "$pending_len" -gt 0 ] 2>/dev/null; then
+      length=$pending_len
+    fi
     # The trailing x keeps trailing newlines through $(...); LC_ALL=C: ${#chunk} counts bytes.
-    chunk=$(tail -c +"$((offset + 1))" "$log" | head -c 65536; printf x)
+    chunk=$(tail -c +"$((offset + 1))" "$log" | head -c "$length"; printf x)
     chunk=${chunk%x}
+    length=$(LC_ALL=C; printf '%s' "${#chunk}")
+    printf '%s %s\n' "$offset" "$length" >"$pending"
     object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
     until spotctl_upload_once "$object" "$chunk" "$deadline"; do  # retried until the budget is spent
       spotctl_max "$deadline" >/dev/null || return 0
       sleep 0.5
     done
-    offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
+    offset=$((offset + length))
     printf '%s' "$offset" >"$offset_file"
   done
 }
