@@ -499,6 +499,34 @@ def test_gcp_worst_case_at_real_budgets_fits_the_30s_notice(make_vm, emu):
     assert vm.events()[-2]["details"] == {"preempted": "unknown"}
 
 
+def test_gcp_worst_case_when_the_watcher_sees_the_notice_first_fits_the_30s_notice(make_vm, emu):
+    """The other ordering: the watcher sees preempted=TRUE first, a whole poll (5 s, the real interval)
+    after it flipped, and the shutdown script finds its notice. Trainer ignores SIGTERM, bucket
+    unreachable (every record spends its budget). From the flip, the watcher's path (trainer, tee, the
+    checkpoint flush, then `preempted` in the foreground) and the shutdown script both end inside the
+    30 s. The old path took a poll + 20 + 2 + 2 + 10 (`preempted` at the default budget) ≈ 39 s."""
+    from dataclasses import replace
+
+    vm = make_vm("gcp", poll_s=5, env={"IGNORE_TERM": "1"})
+    vm = LocalVM(replace(vm.ctx, storage_url=closed_port_url()), vm.workdir)
+    boot_and_train(vm)
+
+    def polls() -> int:
+        return sum(1 for m, p in emu.state.requests if m == "GET" and p.endswith("/instance/preempted"))
+
+    seen = polls()
+    assert vm.wait_for(lambda: polls() > seen, 15), vm.debug_log()
+    flipped = emu.preempt_gcp()  # just after a poll: the watcher sees it one poll later
+    assert vm.wait_for(lambda: (vm.state / "notice").exists(), 15), vm.debug_log()
+    done, _ = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert vm.wait_exit("watch.pid", 60), vm.debug_log()
+    ended = time.monotonic()
+    assert ended - flipped < NOTICE_S["gcp"] - 2, (ended - flipped, vm.debug_log())
+    assert names(vm.events())[-1] == "preempted", names(vm.events())
+    assert "checkpoint-timeout" in names(vm.events())
+
+
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_the_trainer_log_is_uploaded_next_to_the_events(make_vm, emu, cloud, tmp_path):
     """Chunks named by byte offset under .../attempt-N/node-R/logs/; `spotctl logs` joins them."""
