@@ -30,6 +30,7 @@ from infra.contract.gcp import (
     autoscaled_shape_problem,
     builtin_gpus,
     has_gpus,
+    iam_display,
     is_dlvm,
     needs_gvnic,
     regional_disk_problem,
@@ -120,7 +121,7 @@ class ServiceAccount(pulumi.ComponentResource):
         super().__init__("spotctl:gcp:ServiceAccount", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.account = gcp.serviceaccount.Account(
-            f"{name}-account", account_id=account_id, display_name=display, project=project, opts=child
+            f"{name}-account", account_id=account_id, display_name=iam_display(display), project=project, opts=child
         )
         member = self.account.email.apply(lambda e: f"serviceAccount:{e}")
         condition = gcp.storage.BucketIAMMemberConditionArgs(

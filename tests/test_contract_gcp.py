@@ -183,6 +183,15 @@ def test_firewall_sources():
     contract.check(rules.FIREWALL, "f", {"network": "n", "source_service_accounts": ["a@x"], "target_service_accounts": ["a@x"]})
 
 
+def test_iam_display_names_and_titles_are_at_most_100_utf8_bytes():
+    broken("gcp.iam-display-100-bytes", rules.ACCOUNT, {"account_id": "spotctl-a", "display_name": "x" * 101})
+    broken("gcp.iam-display-100-bytes", rules.CUSTOM_ROLE, {"role_id": "r_1", "permissions": ["p"], "title": "é" * 51})
+    contract.check(rules.ACCOUNT, "a", {"account_id": "spotctl-a", "display_name": "x" * 100})
+    assert rules.iam_display("x" * 120) == "x" * 100
+    cut = rules.iam_display("x" * 99 + "é")  # é is 2 bytes: it does not fit, and is not cut in half
+    assert cut == "x" * 99 and len(rules.iam_display("é" * 60).encode()) == 100
+
+
 def test_mig_wait_is_a_context_rule():
     r = contract.get("gcp.mig-no-wait-on-spot")
     assert r.types == () and r.check is None and "region_instance_group_manager.py" in r.source

@@ -114,6 +114,17 @@ def test_pool_templates_carry_scripts_labels_identity_and_no_external_ip():
         assert tmpl["serviceAccount"]["email"] == f"{sa['accountId']}@proj-1.iam.gserviceaccount.com"
 
 
+def test_service_account_display_names_fit_iam_on_the_longest_names():
+    """A 65-character stack and a 30-character job id: "spotctl job <id> of <stack>" would be 102
+    bytes, over IAM's 100 (gcp.iam-display-100-bytes); every display name is cut to fit."""
+    stack = "team-" + "x" * 60
+    job = {**gcp_job(), "id": "j" * 30}
+    plan = plan_of(stack_config(GCP_BASE, pools=[POOL], jobs=[job]), stack)
+    names = [r.inputs["displayName"] for r in plan.by_type("gcp:serviceaccount/account:Account")]
+    assert len(names) == 2 and all(len(n.encode()) <= 100 for n in names), names
+    assert f"spotctl job {'j' * 30} of {stack}"[:100] in names
+
+
 def test_pool_external_ip_only_when_asked():
     plan = plan_of(stack_config(GCP_BASE, pools=[{**POOL, "externalIp": True}]))
     assert only(plan, TEMPLATE, "spot").inputs["networkInterfaces"][0]["accessConfigs"] == [{}]

@@ -364,6 +364,33 @@ def service_account_id(type_: str, props: Mapping[str, Any]) -> str | None:
     return None
 
 
+IAM_DISPLAY_BYTES = 100
+IAM_DISPLAY_SOURCE = (
+    "https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts (ServiceAccount.displayName: "
+    "\"The maximum length is 100 UTF-8 bytes\"); https://cloud.google.com/iam/docs/reference/rest/v1/"
+    "organizations.roles (Role.title: \"Typically this is limited to 100 UTF-8 bytes\")"
+)
+
+
+def iam_display(text: str) -> str:
+    """``text`` cut to IAM's 100 UTF-8 bytes for a display name or role title, on a character boundary
+    (a stack or job name makes it unbounded; a cut multi-byte character is dropped whole)."""
+    return text.encode()[:IAM_DISPLAY_BYTES].decode(errors="ignore")
+
+
+@rule("gcp.iam-display-100-bytes", (ACCOUNT, CUSTOM_ROLE),
+      says="A service account's display name and a custom role's title are at most 100 UTF-8 bytes.",
+      fix="build them with infra/contract/gcp.py iam_display (cuts on a character boundary)",
+      source=IAM_DISPLAY_SOURCE)
+def iam_display_bytes(type_: str, props: Mapping[str, Any]) -> str | None:
+    key = "display_name" if type_ == ACCOUNT else "title"
+    text = props.get(key)
+    if not isinstance(text, str):
+        return None
+    size = len(text.encode())
+    return f"{key} is {size} UTF-8 bytes" if size > IAM_DISPLAY_BYTES else None
+
+
 CUSTOM_ROLE_ID = re.compile(r"^[a-zA-Z0-9_.]{3,64}$")
 
 
