@@ -192,6 +192,14 @@ def test_iam_display_names_and_titles_are_at_most_100_utf8_bytes():
     assert cut == "x" * 99 and len(rules.iam_display("é" * 60).encode()) == 100
 
 
+def test_at_most_64_labels_on_a_resource_and_the_disks_it_creates():
+    many = {f"k{i}": "v" for i in range(65)}
+    broken("gcp.labels-64", rules.DISK, {"labels": many})
+    broken("gcp.labels-64", VM, with_(GOOD_VM, boot_disk={"initialize_params": {"image": "x", "labels": many}}))
+    broken("gcp.labels-64", TMPL, {"machine_type": "n2-standard-8", "disks": [{"labels": many}]})
+    contract.check(rules.DISK, "d", {"labels": dict(list(many.items())[:64])})
+
+
 def test_mig_wait_is_a_context_rule():
     r = contract.get("gcp.mig-no-wait-on-spot")
     assert r.types == () and r.check is None and "region_instance_group_manager.py" in r.source

@@ -125,6 +125,33 @@ def test_service_account_display_names_fit_iam_on_the_longest_names():
     assert f"spotctl job {'j' * 30} of {stack}"[:100] in names
 
 
+def _label_maps(value):
+    """Every labels map in a resource's inputs (its own, a template's disks', a boot disk's)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "labels" and isinstance(v, dict):
+                yield v
+            else:
+                yield from _label_maps(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _label_maps(v)
+
+
+def test_the_most_labels_spotctl_adds_is_what_config_leaves_room_for():
+    """infra/naming.py GCP_SPOTCTL_LABELS_MAX is the most spotctl-* labels any resource gets (jobs with
+    a kept boot disk and a gang, a pool); with the most user labels validation allows, the fullest
+    resource has exactly GCE's 64 (and rule gcp.labels-64 passed at registration)."""
+    from infra.naming import GCP_SPOTCTL_LABELS_MAX
+
+    user = {f"k{i}": "v" for i in range(64 - GCP_SPOTCTL_LABELS_MAX)}
+    jobs = [gcp_job(bootDisk="keep"), gcp_job(id="gang", nodes=2)]
+    plan = plan_of(stack_config(GCP_BASE, pools=[POOL], jobs=jobs, labels=user))
+    maps = [m for r in plan.resources for m in _label_maps(r.inputs)]
+    assert max(sum(k.startswith("spotctl-") for k in m) for m in maps) == GCP_SPOTCTL_LABELS_MAX
+    assert max(len(m) for m in maps) == 64
+
+
 def test_pool_external_ip_only_when_asked():
     plan = plan_of(stack_config(GCP_BASE, pools=[{**POOL, "externalIp": True}]))
     assert only(plan, TEMPLATE, "spot").inputs["networkInterfaces"][0]["accessConfigs"] == [{}]

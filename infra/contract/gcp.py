@@ -348,6 +348,36 @@ def kept_boot_disk(type_: str, props: Mapping[str, Any]) -> str | None:
     return "boot_disk.source is an existing disk but auto_delete is not False"
 
 
+MAX_LABELS = 64
+LABELS_SOURCE = (
+    "https://cloud.google.com/resource-manager/docs/labels-overview#requirements (\"Each resource can have multiple "
+    "labels, up to a maximum of 64\"); pulumi_gcp labels docstrings: \"No more than 64 labels can be associated "
+    "with a given resource\""
+)
+LABELLED = (*VMS, DISK, REGION_DISK, SNAPSHOT, ADDRESS, BUCKET, "gcp:pubsub/topic:Topic",
+            "gcp:pubsub/subscription:Subscription", "gcp:secretmanager/secret:Secret")
+
+
+def _label_maps(props: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(where, labels) of a resource: its own, and those it gives the disks it creates."""
+    found = [("labels", props.get("labels")), ("boot_disk.initialize_params.labels", dig(props, "boot_disk.initialize_params.labels"))]
+    disks = props.get("disks")
+    if isinstance(disks, list):
+        found += [(f"disks[{i}].labels", d.get("labels")) for i, d in enumerate(disks) if isinstance(d, Mapping)]
+    return found
+
+
+@rule("gcp.labels-64", LABELLED,
+      says="A GCP resource carries at most 64 labels (the stack's spotctl:labels plus spotctl's own).",
+      fix="fewer spotctl:labels (infra/config.py checks them against infra/naming.py GCP_SPOTCTL_LABELS_MAX)",
+      source=LABELS_SOURCE)
+def labels_64(type_: str, props: Mapping[str, Any]) -> str | None:
+    for where, labels in _label_maps(props):
+        if isinstance(labels, Mapping) and len(labels) > MAX_LABELS:
+            return f"{where} has {len(labels)} labels"
+    return None
+
+
 ACCOUNT_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])$")
 
 
