@@ -599,6 +599,15 @@ class StackConfig(_Model):
                 problems.append(
                     (f"labels.{key}", "labels must be lowercase letters, digits, '-' or '_' (GCP label rules)")
                 )
+        # Every resource carries these labels and up to GCP_SPOTCTL_LABELS_MAX of spotctl's own; GCE takes
+        # at most 64 (contract rule gcp.labels-64, with its source).
+        from infra.contract.gcp import MAX_LABELS
+        from infra.naming import GCP_SPOTCTL_LABELS_MAX
+
+        room = MAX_LABELS - GCP_SPOTCTL_LABELS_MAX
+        if gcp and len(self.labels) > room:
+            problems.append(("labels", f"{len(self.labels)} labels: at most {room} (a GCP resource takes {MAX_LABELS} "
+                                       f"labels and spotctl adds up to {GCP_SPOTCTL_LABELS_MAX} of its own to a job's VM)"))
         if problems:
             raise _CrossErrors(problems)
         return self

@@ -26,7 +26,15 @@ from infra.common import (
 )
 from infra.config import Accelerator, StackConfig
 from infra.config import Pool as PoolConfig
-from infra.contract.gcp import builtin_gpus, has_gpus, is_dlvm, needs_gvnic, regional_disk_problem
+from infra.contract.gcp import (
+    autoscaled_shape_problem,
+    builtin_gpus,
+    has_gpus,
+    iam_display,
+    is_dlvm,
+    needs_gvnic,
+    regional_disk_problem,
+)
 from infra.naming import boot_disk_name, event_root, gcp_labels, pool_metric_filter, pool_metric_type, secret_id, short_hash
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
@@ -113,7 +121,7 @@ class ServiceAccount(pulumi.ComponentResource):
         super().__init__("spotctl:gcp:ServiceAccount", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.account = gcp.serviceaccount.Account(
-            f"{name}-account", account_id=account_id, display_name=display, project=project, opts=child
+            f"{name}-account", account_id=account_id, display_name=iam_display(display), project=project, opts=child
         )
         member = self.account.email.apply(lambda e: f"serviceAccount:{e}")
         condition = gcp.storage.BucketIAMMemberConditionArgs(
@@ -321,6 +329,13 @@ class GpuPool(pulumi.ComponentResource):
                 "gcp.mig-no-wait-on-spot", f"{name}-{part}-mig",
                 "wait_for_instances on a spot group" if (spot and wait) else None,
             )
+            # Autoscaled parts go where capacity is: BALANCED is the capacity-aware shape an
+            # autoscaler accepts (ANY is not: rule gcp.autoscaled-mig-shape); it needs proactive
+            # redistribution off, which every part has (gcp.mig-shape-redistribution). The static
+            # part spreads evenly.
+            shape = "BALANCED" if scaled else "EVEN"
+            if scaled:
+                contract.enforce("gcp.autoscaled-mig-shape", f"{name}-{part}-mig", autoscaled_shape_problem(shape))
             mig = gcp.compute.RegionInstanceGroupManager(
                 f"{name}-{part}-mig",
                 name=physical,
@@ -333,9 +348,7 @@ class GpuPool(pulumi.ComponentResource):
                     )
                 ],
                 distribution_policy_zones=list(cfg.zones),
-                # Autoscaled parts take capacity in whichever zone has it (GCP's AZ shuffle); the static
-                # part spreads evenly.
-                distribution_policy_target_shape="ANY" if scaled else "EVEN",
+                distribution_policy_target_shape=shape,
                 target_size=None if scaled else pool_part.min_size,
                 update_policy=gcp.compute.RegionInstanceGroupManagerUpdatePolicyArgs(
                     type="OPPORTUNISTIC",

@@ -62,7 +62,7 @@ import pulumi_gcp as gcp
 
 from infra import contract
 from infra.common import StackArgs
-from infra.contract.gcp import MAX_CONDITIONAL_BINDINGS, MAX_LOGIC_OPERATORS, logic_operators
+from infra.contract.gcp import MAX_CONDITIONAL_BINDINGS, MAX_LOGIC_OPERATORS, iam_display, logic_operators
 from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack_file, stack_slug, watch_lease
 from infra.render import WatcherContext, watcher_script
 
@@ -284,7 +284,7 @@ class Watcher(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         labels = gcp_labels(args.stack, cfg.labels, role="watcher")
         self.account = gcp.serviceaccount.Account(
-            f"{name}-account", account_id=account_id(args.slug), display_name=f"spotctl watcher of {args.stack}",
+            f"{name}-account", account_id=account_id(args.slug), display_name=iam_display(f"spotctl watcher of {args.stack}"),
             project=project, opts=child,
         )
         self.member = self.account.email.apply(lambda e: f"serviceAccount:{e}")
@@ -365,13 +365,13 @@ class Watcher(pulumi.ComponentResource):
         contract.enforce("gcp.conditional-bindings-20", f"{name}-compute",
                          f"{len(expressions)} conditional bindings of one role and member" if len(expressions) > MAX_CONDITIONAL_BINDINGS else None)
         self.named_role = gcp.projects.IAMCustomRole(
-            f"{name}-role", project=project, role_id=role_id(args.slug), title=f"spotctl watcher of {args.stack}"[:100],
+            f"{name}-role", project=project, role_id=role_id(args.slug), title=iam_display(f"spotctl watcher of {args.stack}"),
             description=f"A targeted update of stack {args.stack}'s jobs: its instances, disks and snapshots (bound on "
                         "their names) and its subnetwork's use",
             permissions=named_permissions(jobs), opts=child)
         self.project_role = gcp.projects.IAMCustomRole(
             f"{name}-project-role", project=project, role_id=role_id(args.slug, "project"),
-            title=f"spotctl watcher of {args.stack}: reads"[:100],
+            title=iam_display(f"spotctl watcher of {args.stack}: reads"),
             description=f"What stack {args.stack}'s watcher reads, lists and uses where IAM conditions see no name",
             permissions=project_permissions(project, jobs), opts=child)
         out: list[pulumi.Resource] = [self.named_role, self.project_role]

@@ -101,6 +101,16 @@ def test_gcp_needs_project_and_zones_in_region():
     ]
 
 
+def test_gcp_labels_leave_room_for_spotctls_own():
+    """A GCP resource takes 64 labels and a job's VM carries 6 of spotctl's: 58 of the stack's fit."""
+    labels = {f"k{i}": "v" for i in range(58)}
+    validate(stack_config(GCP_BASE, labels=labels, jobs=[gcp_job()]), SRC)
+    assert errors_of(stack_config(GCP_BASE, labels={**labels, "k58": "v"}, jobs=[gcp_job()])) == [
+        f"{SRC}: spotctl:labels: 59 labels: at most 58 (a GCP resource takes 64 labels and spotctl adds up to 6 "
+        "of its own to a job's VM)"
+    ]
+
+
 def test_unknown_policy_lists_the_registered_ones():
     raw = stack_config(GCP_BASE, jobs=[gcp_job(policy="greedyy")])
     (line,) = errors_of(raw)

@@ -183,11 +183,58 @@ def test_firewall_sources():
     contract.check(rules.FIREWALL, "f", {"network": "n", "source_service_accounts": ["a@x"], "target_service_accounts": ["a@x"]})
 
 
+def test_iam_display_names_and_titles_are_at_most_100_utf8_bytes():
+    broken("gcp.iam-display-100-bytes", rules.ACCOUNT, {"account_id": "spotctl-a", "display_name": "x" * 101})
+    broken("gcp.iam-display-100-bytes", rules.CUSTOM_ROLE, {"role_id": "r_1", "permissions": ["p"], "title": "é" * 51})
+    contract.check(rules.ACCOUNT, "a", {"account_id": "spotctl-a", "display_name": "x" * 100})
+    assert rules.iam_display("x" * 120) == "x" * 100
+    cut = rules.iam_display("x" * 99 + "é")  # é is 2 bytes: it does not fit, and is not cut in half
+    assert cut == "x" * 99 and len(rules.iam_display("é" * 60).encode()) == 100
+
+
+def test_at_most_64_labels_on_a_resource_and_the_disks_it_creates():
+    many = {f"k{i}": "v" for i in range(65)}
+    broken("gcp.labels-64", rules.DISK, {"labels": many})
+    broken("gcp.labels-64", VM, with_(GOOD_VM, boot_disk={"initialize_params": {"image": "x", "labels": many}}))
+    broken("gcp.labels-64", TMPL, {"machine_type": "n2-standard-8", "disks": [{"labels": many}]})
+    contract.check(rules.DISK, "d", {"labels": dict(list(many.items())[:64])})
+
+
 def test_mig_wait_is_a_context_rule():
     r = contract.get("gcp.mig-no-wait-on-spot")
     assert r.types == () and r.check is None and "region_instance_group_manager.py" in r.source
     with pytest.raises(ContractError, match="gcp.mig-no-wait-on-spot"):
         contract.enforce("gcp.mig-no-wait-on-spot", "pool-x-spot-mig", "wait_for_instances on a spot group")
+
+
+def test_autoscaled_mig_shape_is_a_context_rule():
+    r = contract.get("gcp.autoscaled-mig-shape")
+    assert r.types == () and r.check is None and "release-notes" in r.source
+    assert rules.autoscaled_shape_problem("BALANCED") is None and rules.autoscaled_shape_problem("EVEN") is None
+    assert rules.autoscaled_shape_problem(None) is None  # EVEN is GCE's default
+    assert rules.autoscaled_shape_problem(UNKNOWN) is None
+    for shape in ("ANY", "ANY_SINGLE_ZONE"):
+        with pytest.raises(ContractError, match="gcp.autoscaled-mig-shape"):
+            contract.enforce("gcp.autoscaled-mig-shape", "pool-x-spot-mig", rules.autoscaled_shape_problem(shape))
+
+
+def test_balanced_shape_needs_redistribution_off():
+    mig = {"distribution_policy_target_shape": "BALANCED", "update_policy": {"instance_redistribution_type": "NONE"}}
+    contract.check(rules.REGION_MIG, "m", mig)
+    contract.check(rules.REGION_MIG, "m", {"distribution_policy_target_shape": "EVEN"})
+    broken("gcp.mig-shape-redistribution", rules.REGION_MIG, {"distribution_policy_target_shape": "BALANCED"})
+    broken("gcp.mig-shape-redistribution", rules.REGION_MIG,
+           {"distribution_policy_target_shape": "ANY_SINGLE_ZONE", "update_policy": {"instance_redistribution_type": "PROACTIVE"}})
+
+
+def test_an_autoscaled_pool_part_with_shape_any_fails_plan(monkeypatch):
+    """The pool's autoscaled parts are checked where the autoscaler and its MIG meet (infra/gcp.py)."""
+    from infra import gcp
+
+    monkeypatch.setattr(gcp, "autoscaled_shape_problem", lambda shape: rules.autoscaled_shape_problem("ANY"))
+    result = runner.invoke(app, ["plan", "--stack", "example-gcp"])
+    assert result.exit_code == 1
+    assert "rule gcp.autoscaled-mig-shape" in result.output and "Traceback" not in result.output
 
 
 def test_a_gcp_violation_in_the_program_fails_plan(monkeypatch):

@@ -87,8 +87,10 @@ def test_pool_dynamic_spot_part():
     assert tmpl["region"] == "us-central1"
     mig = only(plan, MIG, "spot").inputs
     assert mig["distributionPolicyZones"] == ["us-central1-a", "us-central1-b"]
-    assert mig["distributionPolicyTargetShape"] == "ANY"
-    assert mig["updatePolicy"]["instanceRedistributionType"] == "NONE"  # required by the ANY shape
+    # Autoscaled: BALANCED, the capacity-aware shape GCE autoscales (never ANY: gcp.autoscaled-mig-shape),
+    # with proactive redistribution off as BALANCED requires (gcp.mig-shape-redistribution).
+    assert mig["distributionPolicyTargetShape"] == "BALANCED"
+    assert mig["updatePolicy"]["instanceRedistributionType"] == "NONE"
     assert "targetSize" not in mig  # the autoscaler owns the size
     scaler = only(plan, "gcp:compute/regionAutoscaler:RegionAutoscaler").inputs
     assert scaler["autoscalingPolicy"]["minReplicas"] == 1.0
@@ -110,6 +112,44 @@ def test_pool_templates_carry_scripts_labels_identity_and_no_external_ip():
         assert "accessConfigs" not in tmpl["networkInterfaces"][0]
         assert tmpl["shieldedInstanceConfig"]["enableVtpm"] is True
         assert tmpl["serviceAccount"]["email"] == f"{sa['accountId']}@proj-1.iam.gserviceaccount.com"
+
+
+def test_service_account_display_names_fit_iam_on_the_longest_names():
+    """A 65-character stack and a 30-character job id: "spotctl job <id> of <stack>" would be 102
+    bytes, over IAM's 100 (gcp.iam-display-100-bytes); every display name is cut to fit."""
+    stack = "team-" + "x" * 60
+    job = {**gcp_job(), "id": "j" * 30}
+    plan = plan_of(stack_config(GCP_BASE, pools=[POOL], jobs=[job]), stack)
+    names = [r.inputs["displayName"] for r in plan.by_type("gcp:serviceaccount/account:Account")]
+    assert len(names) == 2 and all(len(n.encode()) <= 100 for n in names), names
+    assert f"spotctl job {'j' * 30} of {stack}"[:100] in names
+
+
+def _label_maps(value):
+    """Every labels map in a resource's inputs (its own, a template's disks', a boot disk's)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "labels" and isinstance(v, dict):
+                yield v
+            else:
+                yield from _label_maps(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _label_maps(v)
+
+
+def test_the_most_labels_spotctl_adds_is_what_config_leaves_room_for():
+    """infra/naming.py GCP_SPOTCTL_LABELS_MAX is the most spotctl-* labels any resource gets (jobs with
+    a kept boot disk and a gang, a pool); with the most user labels validation allows, the fullest
+    resource has exactly GCE's 64 (and rule gcp.labels-64 passed at registration)."""
+    from infra.naming import GCP_SPOTCTL_LABELS_MAX
+
+    user = {f"k{i}": "v" for i in range(64 - GCP_SPOTCTL_LABELS_MAX)}
+    jobs = [gcp_job(bootDisk="keep"), gcp_job(id="gang", nodes=2)]
+    plan = plan_of(stack_config(GCP_BASE, pools=[POOL], jobs=jobs, labels=user))
+    maps = [m for r in plan.resources for m in _label_maps(r.inputs)]
+    assert max(sum(k.startswith("spotctl-") for k in m) for m in maps) == GCP_SPOTCTL_LABELS_MAX
+    assert max(len(m) for m in maps) == 64
 
 
 def test_pool_external_ip_only_when_asked():
@@ -290,7 +330,7 @@ def _doc(cls, prop: str) -> str:
     ],
 )
 def test_enum_values_we_use_are_documented_by_pulumi_gcp(cls, prop, values):
-    # distributionPolicyTargetShape (ANY/EVEN) is not enumerated in the SDK; it is checked against
+    # distributionPolicyTargetShape (BALANCED/EVEN) is not enumerated in the SDK; it is checked against
     # GCP's documentation in ../shared/reference and remains unverifiable without a real preview.
     doc = _doc(cls, prop)
     for value in values:

@@ -156,6 +156,9 @@ def test_gcp_fallback_mig_is_standard_and_sized_by_fallback_demand():
     assert policy["metrics"][0]["name"] == "custom.googleapis.com/spotctl/pool/fallback_demand"
     assert [gce_target(policy, d) for d in range(6)] == [0, 1, 2, 3, 4, 4]
     assert set(plan.outputs["pools"]["l4"]["migs"]) == {"ondemand", "spot", "fallback"}
+    # Every autoscaled part has a shape GCE autoscales (gcp.autoscaled-mig-shape); the static part spreads evenly.
+    shapes = {part: named(plan, MIG, part).inputs["distributionPolicyTargetShape"] for part in ("ondemand", "spot", "fallback")}
+    assert shapes == {"ondemand": "EVEN", "spot": "BALANCED", "fallback": "BALANCED"}
 
 
 # ---- the steps, for any pool size -----------------------------------------------------------------

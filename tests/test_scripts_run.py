@@ -499,6 +499,34 @@ def test_gcp_worst_case_at_real_budgets_fits_the_30s_notice(make_vm, emu):
     assert vm.events()[-2]["details"] == {"preempted": "unknown"}
 
 
+def test_gcp_worst_case_when_the_watcher_sees_the_notice_first_fits_the_30s_notice(make_vm, emu):
+    """The other ordering: the watcher sees preempted=TRUE first, a whole poll (5 s, the real interval)
+    after it flipped, and the shutdown script finds its notice. Trainer ignores SIGTERM, bucket
+    unreachable (every record spends its budget). From the flip, the watcher's path (trainer, tee, the
+    checkpoint flush, then `preempted` in the foreground) and the shutdown script both end inside the
+    30 s. The old path took a poll + 20 + 2 + 2 + 10 (`preempted` at the default budget) ≈ 39 s."""
+    from dataclasses import replace
+
+    vm = make_vm("gcp", poll_s=5, env={"IGNORE_TERM": "1"})
+    vm = LocalVM(replace(vm.ctx, storage_url=closed_port_url()), vm.workdir)
+    boot_and_train(vm)
+
+    def polls() -> int:
+        return sum(1 for m, p in emu.state.requests if m == "GET" and p.endswith("/instance/preempted"))
+
+    seen = polls()
+    assert vm.wait_for(lambda: polls() > seen, 15), vm.debug_log()
+    flipped = emu.preempt_gcp()  # just after a poll: the watcher sees it one poll later
+    assert vm.wait_for(lambda: (vm.state / "notice").exists(), 15), vm.debug_log()
+    done, _ = vm.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert vm.wait_exit("watch.pid", 60), vm.debug_log()
+    ended = time.monotonic()
+    assert ended - flipped < NOTICE_S["gcp"] - 2, (ended - flipped, vm.debug_log())
+    assert names(vm.events())[-1] == "preempted", names(vm.events())
+    assert "checkpoint-timeout" in names(vm.events())
+
+
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_the_trainer_log_is_uploaded_next_to_the_events(make_vm, emu, cloud, tmp_path):
     """Chunks named by byte offset under .../attempt-N/node-R/logs/; `spotctl logs` joins them."""
@@ -719,6 +747,65 @@ def test_two_log_uploads_at_once_send_each_chunk_once(emu, tmp_path):
     assert done.returncode == 0, done.stderr
     sent = [p for m, p in emu.state.requests if m == "POST" and "logs%2F000000000000.log" in p]
     assert len(sent) == 1, sent
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_a_log_chunk_stored_but_never_answered_does_not_stop_the_log(emu, tmp_path, cloud):
+    """The bucket keeps a chunk but its answer never comes (curl's --max-time ran out): every retry in
+    that call is unanswered too, and the log grows before the next call. On GCP a retry is an
+    overwrite the VM's objectCreator role refuses (403), so the old script retried the same name
+    forever and the log stopped there. Now the chunk goes again with the same bytes, 412 (already
+    there) counts as stored, and the next chunk starts where it ended: the log arrives whole."""
+    from cli.lifecycle import logs
+
+    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                        region="us-central1", command="true")
+    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"first {i}\n" for i in range(50)))
+    (tmp_path / "state").mkdir()
+    script = vm.scripts.startup
+    path = tmp_path / "upload.sh"
+    path.write_text(script[: script.index('case "${1:-')] + "spotctl_upload_log 2\n")
+
+    def upload() -> None:
+        done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+
+    emu.reset(lose_answers=1000)  # stored, then nothing answered for the rest of the call
+    upload()
+    assert list(emu.state.log_chunks) == ["team-a/train/attempt-1/node-0/logs/000000000000.log"]
+    emu.reset(lose_answers=0)
+    with log.open("a") as f:
+        f.write("".join(f"later {i}\n" for i in range(50)))
+    upload()
+    with log.open("a") as f:
+        f.write("last\n")
+    upload()
+    chunks = dict(emu.state.log_chunks)
+    assert logs.read(None, "train", logs.LogKey(1, 0), chunks) == log.read_bytes(), sorted(chunks)
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_an_event_stored_but_never_answered_counts_as_uploaded_at_the_next_try(emu, tmp_path, cloud):
+    """The same for an event: its retry finds it there (GCP: 412; AWS: overwritten with the same bytes)
+    and the recorder stops; the old GCP script got 403 until its budget ran out and logged the event as
+    not uploaded, spending the whole budget (in the shutdown path, seconds of the notice)."""
+    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                        region="us-central1", command="true")
+    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    script = vm.scripts.startup
+    path = tmp_path / "publish.sh"
+    path.write_text(script[: script.index('case "${1:-')] + "spotctl_publish team-a/train/e.json '{\"event\":\"x\"}' 6\n")
+    (tmp_path / "state").mkdir()
+    emu.reset(lose_answers=1)
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "not uploaded" not in done.stderr + vm.debug_log()
+    assert time.monotonic() - started < 5
+    assert [u.name for u in emu.uploads()] == ["team-a/train/e.json"]
 
 
 def test_gcp_the_trainer_waits_for_the_nvidia_driver_the_vm_asked_for(make_vm, emu, tmp_path):

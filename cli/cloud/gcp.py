@@ -1,12 +1,53 @@
-"""GCP side of the cloud boundary (google-cloud-compute, the GCS JSON API; endpoints overridable)."""
+"""GCP side of the cloud boundary (google-cloud-compute, the GCS JSON API; endpoints overridable).
+
+Longer than 420 lines because every GCP call spotctl makes lives here, behind the one boundary:
+disks and snapshots with their operations, VMs, the event bucket, prices, pools (Monitoring),
+Pub/Sub.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, VmState
+from cli.cloud import METRICS_FRESH, CloudDisk, CloudError, CloudSnapshot, Message, PoolView, PoolVm, VmState
 from infra.naming import POOL_METRICS, label_value, pool_metric_labels, pool_metric_type, stack_slug
+
+OPERATION_DEADLINE_S = 30 * 60.0
+"""How long spotctl waits in all for one delete operation (a disk's, a snapshot's) to be DONE."""
+OPERATION_POLL_S = 2.0
+"""The pause between two ``wait`` calls that came back before DONE (it may return at once)."""
+
+
+def wait_done(wait: Callable[[], Any], what: str, *, deadline_s: float = OPERATION_DEADLINE_S,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Call an Operations client's ``wait`` until the operation is DONE; CloudError naming ``what``
+    when it finished with an error or is still not DONE after ``deadline_s``.
+
+    One ``wait`` is not enough: it "waits for no more than the 2 minutes and then returns the current
+    state of the operation, which might be DONE or still in progress ... Be prepared to retry if the
+    operation is not DONE", and a DONE operation may carry an error (google-cloud-compute
+    ZoneOperationsClient.wait / GlobalOperationsClient.wait; compute_v1.Operation.error).
+    """
+    from google.cloud import compute_v1
+
+    start = clock()
+    while True:
+        op = wait()
+        if op.status == compute_v1.Operation.Status.DONE:
+            break
+        waited = clock() - start
+        if waited >= deadline_s:
+            raise CloudError(f"{what}: operation {op.name} is still {op.status.name} after {waited / 60:.0f} min; "
+                             "it may still finish (gcloud compute operations describe shows it)")
+        sleep(OPERATION_POLL_S)
+    if "error" in op and op.error.errors:
+        found = "; ".join(f"{e.code}: {e.message}" for e in op.error.errors)
+        raise CloudError(f"{what} failed: {found}")
+    if op.http_error_status_code and op.http_error_status_code >= 400:
+        raise CloudError(f"{what} failed: HTTP {op.http_error_status_code} {op.http_error_message}")
 
 
 class GcpInventory:
@@ -27,6 +68,7 @@ class GcpInventory:
         self.operations = compute_v1.ZoneOperationsClient(**kwargs)
         self.snapshot_client = compute_v1.SnapshotsClient(**kwargs)
         self.global_operations = compute_v1.GlobalOperationsClient(**kwargs)
+        self.waiting: dict[str, Any] = {}  # wait_done's deadline_s / clock / sleep (tests shorten them)
 
     def disks(self) -> list[CloudDisk]:
         request = {"project": self.project, "filter": f'labels.spotctl-stack="{self.label}"'}
@@ -40,7 +82,8 @@ class GcpInventory:
     def delete(self, disk: CloudDisk) -> None:
         op = self.client.delete(project=self.project, zone=disk.zone, disk=disk.id)
         # Wait with our own operations client: the LRO helper would poll the public endpoint.
-        self.operations.wait(project=self.project, zone=disk.zone, operation=op.name)
+        wait_done(lambda: self.operations.wait(project=self.project, zone=disk.zone, operation=op.name),
+                  f"deleting disk {disk.id} in {disk.zone}", **self.waiting)
 
     def snapshots(self) -> list[CloudSnapshot]:
         """The project's snapshots labelled with this stack (a move's snapshots; global resources)."""
@@ -51,7 +94,8 @@ class GcpInventory:
 
     def delete_snapshot(self, snap: CloudSnapshot) -> None:
         op = self.snapshot_client.delete(project=self.project, snapshot=snap.id)
-        self.global_operations.wait(project=self.project, operation=op.name)
+        wait_done(lambda: self.global_operations.wait(project=self.project, operation=op.name),
+                  f"deleting snapshot {snap.id}", **self.waiting)
 
 
 class GcpObserver:

@@ -67,6 +67,9 @@ class State:
     blobs: dict[tuple[str, str], bytes] = field(default_factory=dict)
     generations: dict[tuple[str, str], int] = field(default_factory=dict)
     rejected: list[str] = field(default_factory=list)
+    # The next N bucket writes are carried out (stored, or refused) but never answered: the connection
+    # closes, as when curl's --max-time runs out after the bucket kept the object.
+    lose_answers: int = 0
     requests: list[tuple[str, str]] = field(default_factory=list)
     # Auto Scaling: the group the instance belongs to, and every SetInstanceProtection received
     # as (group, instance, protected).
@@ -198,6 +201,9 @@ def _make_handler(emu: Emulator):
             pass
 
         def _send(self, status: int, body: str | bytes = b"", ctype: str = "text/plain") -> None:
+            if getattr(self, "mute", False):  # a lost answer (State.lose_answers)
+                self.mute, self.close_connection = False, True
+                return
             data = body.encode() if isinstance(body, str) else body
             try:
                 self.send_response(status)
@@ -216,6 +222,13 @@ def _make_handler(emu: Emulator):
                 self._send(fault.status, "emulated failure")
                 return True
             return False
+
+        def _lose_answer(self) -> None:
+            """Answer this bucket write with nothing when State.lose_answers says so."""
+            with emu._lock:
+                if emu.state.lose_answers > 0:
+                    emu.state.lose_answers -= 1
+                    self.mute = True
 
         def _body(self) -> bytes:
             length = int(self.headers.get("Content-Length") or 0)
@@ -255,6 +268,7 @@ def _make_handler(emu: Emulator):
                 return
             if self._fault("sink"):
                 return
+            self._lose_answer()
             headers = {k.lower(): v for k, v in self.headers.items()}
             if not _sigv4_ok("PUT", self.path, headers, body):
                 emu.state.rejected.append(self.path)
@@ -278,6 +292,7 @@ def _make_handler(emu: Emulator):
                 return
             if self._fault("sink"):
                 return
+            self._lose_answer()
             bucket = urllib.parse.unquote(url.path[len("/upload/storage/v1/b/") :].split("/")[0])
             query = urllib.parse.parse_qs(url.query)
             name = query.get("name", [""])[0]
@@ -291,6 +306,13 @@ def _make_handler(emu: Emulator):
                 current = emu.state.generations.get((bucket, name), 0)
                 if "ifGenerationMatch" in query and query["ifGenerationMatch"][0] != str(current):
                     self._send(412, json.dumps({"error": {"code": 412, "message": "conditionNotMet"}}), "application/json")
+                    return
+                if current and not _is_shared_copy(name):
+                    # A VM's identity has roles/storage.objectCreator only: replacing an object needs
+                    # storage.objects.delete too (cloud.google.com/storage/docs/access-control/iam-permissions).
+                    emu.state.rejected.append(self.path)
+                    self._send(403, json.dumps({"error": {"code": 403, "message": "does not have storage.objects.delete "
+                                                          "access to the Google Cloud Storage object"}}), "application/json")
                     return
                 emu.state.generations[(bucket, name)] = int(time.time() * 1e6) if not current else current + 1
             self._store(bucket, name, body)
@@ -376,7 +398,8 @@ def _make_handler(emu: Emulator):
             except json.JSONDecodeError:
                 self._send(400, "not JSON")
                 return
-            with emu._lock:
+            with emu._lock:  # a second write of a name replaces the object (S3 PutObject overwrites)
+                emu.state.uploads = [u for u in emu.state.uploads if (u.bucket, u.name) != (bucket, name)]
                 emu.state.uploads.append(Upload(bucket, name, doc, time.monotonic()))
             self._send(200, json.dumps({"bucket": bucket, "name": name}), "application/json")
 

@@ -36,6 +36,7 @@ PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
 PROJECT_SINK = "gcp:logging/projectSink:ProjectSink"
 ROUTER_NAT = "gcp:compute/routerNat:RouterNat"
 FIREWALL = "gcp:compute/firewall:Firewall"
+REGION_MIG = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
 
 METADATA_VALUE_LIMIT = 256 * 1024
 
@@ -347,6 +348,36 @@ def kept_boot_disk(type_: str, props: Mapping[str, Any]) -> str | None:
     return "boot_disk.source is an existing disk but auto_delete is not False"
 
 
+MAX_LABELS = 64
+LABELS_SOURCE = (
+    "https://cloud.google.com/resource-manager/docs/labels-overview#requirements (\"Each resource can have multiple "
+    "labels, up to a maximum of 64\"); pulumi_gcp labels docstrings: \"No more than 64 labels can be associated "
+    "with a given resource\""
+)
+LABELLED = (*VMS, DISK, REGION_DISK, SNAPSHOT, ADDRESS, BUCKET, "gcp:pubsub/topic:Topic",
+            "gcp:pubsub/subscription:Subscription", "gcp:secretmanager/secret:Secret")
+
+
+def _label_maps(props: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(where, labels) of a resource: its own, and those it gives the disks it creates."""
+    found = [("labels", props.get("labels")), ("boot_disk.initialize_params.labels", dig(props, "boot_disk.initialize_params.labels"))]
+    disks = props.get("disks")
+    if isinstance(disks, list):
+        found += [(f"disks[{i}].labels", d.get("labels")) for i, d in enumerate(disks) if isinstance(d, Mapping)]
+    return found
+
+
+@rule("gcp.labels-64", LABELLED,
+      says="A GCP resource carries at most 64 labels (the stack's spotctl:labels plus spotctl's own).",
+      fix="fewer spotctl:labels (infra/config.py checks them against infra/naming.py GCP_SPOTCTL_LABELS_MAX)",
+      source=LABELS_SOURCE)
+def labels_64(type_: str, props: Mapping[str, Any]) -> str | None:
+    for where, labels in _label_maps(props):
+        if isinstance(labels, Mapping) and len(labels) > MAX_LABELS:
+            return f"{where} has {len(labels)} labels"
+    return None
+
+
 ACCOUNT_ID = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])$")
 
 
@@ -361,6 +392,33 @@ def service_account_id(type_: str, props: Mapping[str, Any]) -> str | None:
     if not (6 <= len(aid) <= 30 and ACCOUNT_ID.match(aid)):
         return f"account_id {aid!r}"
     return None
+
+
+IAM_DISPLAY_BYTES = 100
+IAM_DISPLAY_SOURCE = (
+    "https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts (ServiceAccount.displayName: "
+    "\"The maximum length is 100 UTF-8 bytes\"); https://cloud.google.com/iam/docs/reference/rest/v1/"
+    "organizations.roles (Role.title: \"Typically this is limited to 100 UTF-8 bytes\")"
+)
+
+
+def iam_display(text: str) -> str:
+    """``text`` cut to IAM's 100 UTF-8 bytes for a display name or role title, on a character boundary
+    (a stack or job name makes it unbounded; a cut multi-byte character is dropped whole)."""
+    return text.encode()[:IAM_DISPLAY_BYTES].decode(errors="ignore")
+
+
+@rule("gcp.iam-display-100-bytes", (ACCOUNT, CUSTOM_ROLE),
+      says="A service account's display name and a custom role's title are at most 100 UTF-8 bytes.",
+      fix="build them with infra/contract/gcp.py iam_display (cuts on a character boundary)",
+      source=IAM_DISPLAY_SOURCE)
+def iam_display_bytes(type_: str, props: Mapping[str, Any]) -> str | None:
+    key = "display_name" if type_ == ACCOUNT else "title"
+    text = props.get(key)
+    if not isinstance(text, str):
+        return None
+    size = len(text.encode())
+    return f"{key} is {size} UTF-8 bytes" if size > IAM_DISPLAY_BYTES else None
 
 
 CUSTOM_ROLE_ID = re.compile(r"^[a-zA-Z0-9_.]{3,64}$")
@@ -474,6 +532,51 @@ rule("gcp.mig-no-wait-on-spot", (),
      fix="wait_for_instances=True only on the on-demand part of a pool (infra/gcp.py GpuPool)",
      source="pulumi_gcp/compute/region_instance_group_manager.py RegionInstanceGroupManager.wait_for_instances: \"if this is set to true and the operation "
             "does not succeed, the provider will continue trying until it times out\"")(None)
+
+
+# Which MIG an autoscaler sizes is known only to the component that declares both, so this one is a
+# context rule (infra/gcp.py GpuPool enforces it on every autoscaled part).
+AUTOSCALED_SHAPES = ("EVEN", "BALANCED")
+rule("gcp.autoscaled-mig-shape", (),
+     says="An autoscaled regional MIG's target distribution shape is EVEN or BALANCED (ANY and ANY_SINGLE_ZONE "
+          "cannot be autoscaled). BALANCED is the capacity-aware one: the autoscaler creates VMs in zones that "
+          "have resource availability.",
+     fix="distribution_policy_target_shape=\"BALANCED\" (with instance_redistribution_type NONE) on the autoscaled "
+         "parts of a pool (infra/gcp.py GpuPool)",
+     source="https://cloud.google.com/compute/docs/release-notes (October 30, 2024: \"You can autoscale a regional MIG "
+            "with a BALANCED target distribution shape. With the BALANCED shape, the autoscaler is aware of the capacity "
+            "in each zone and creates VMs in zones that have resource availability\"); "
+            "https://cloud.google.com/compute/docs/instance-groups/regional-mig-set-target-distribution-shape, "
+            "Limitations (zh-CN edition, the English one was not in the corpus: \"如果您要自动扩缩区域级 MIG，则必须将实例组的"
+            "目标分布形状设置为 BALANCED（预览版）或 EVEN\"; an earlier English edition, quoted in a 2022 Google Terraform "
+            "module's autoscaler.tf: \"If you want to autoscale a regional MIG, the following limitations apply: You "
+            "must set the group's target distribution shape to EVEN.\")")(None)
+
+
+def autoscaled_shape_problem(shape: Any) -> str | None:
+    """What is wrong with the target shape of an autoscaled regional MIG, or None."""
+    if not known(shape):
+        return None
+    return None if (shape or "EVEN") in AUTOSCALED_SHAPES else f"autoscaled with distribution_policy_target_shape {shape!r}"
+
+
+@rule("gcp.mig-shape-redistribution", (REGION_MIG,),
+      says="A regional MIG with target shape BALANCED or ANY_SINGLE_ZONE must have proactive instance "
+           "redistribution off (update_policy.instance_redistribution_type NONE; PROACTIVE is the default).",
+      fix="update_policy=RegionInstanceGroupManagerUpdatePolicyArgs(instance_redistribution_type=\"NONE\", ...)",
+      source="https://cloud.google.com/compute/docs/instance-groups/distributing-instances-with-regional-instance-groups "
+             "(\"Proactive instance redistribution is enabled by default. If you need ... to set the MIG's target "
+             "distribution shape to BALANCED or ANY_SINGLE_ZONE, you must disable proactive instance redistribution.\"); "
+             "pulumi_gcp RegionInstanceGroupManagerUpdatePolicyArgs.instance_redistribution_type: \"If `PROACTIVE` "
+             "(default)\"")
+def mig_shape_redistribution(type_: str, props: Mapping[str, Any]) -> str | None:
+    shape = props.get("distribution_policy_target_shape")
+    redistribution = dig(props, "update_policy.instance_redistribution_type")
+    if not known(shape, redistribution) or shape not in ("BALANCED", "ANY_SINGLE_ZONE"):
+        return None
+    if redistribution == "NONE":
+        return None
+    return f"target shape {shape} with instance_redistribution_type {redistribution or 'PROACTIVE (the default)'}"
 
 
 AUTOSCALERS = ["gcp:compute/regionAutoscaler:RegionAutoscaler", "gcp:compute/autoscaler:Autoscaler"]

@@ -43,6 +43,8 @@ SPOTCTL_POLL_S=5
 SPOTCTL_CHECKPOINT_EVENT_S=60
 # Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (30 s).
 SPOTCTL_STOP_BUDGET_S=20
+# Seconds for the `preempted` a notice's path records last, in the foreground, after the trainer's budget.
+SPOTCTL_LAST_RECORD_S=2
 SPOTCTL_UNIT=spotctl-pool
 SPOTCTL_FSTAB=/etc/fstab
 SPOTCTL_SELF="$SPOTCTL_STATE_DIR/spotctl.sh"
@@ -145,15 +147,25 @@ spotctl_gcp_token() {
 
 # Upload $2 (JSON) as object $1 to the event bucket with the VM's service account token, by the
 # epoch second $3: the token request and the upload share that time (each one gets what is left).
+# Only if no object has that name yet (ifGenerationMatch=0), and 412 Precondition Failed counts as
+# stored: every name is written once, by this VM, so an object there is this upload, stored by an
+# earlier try whose answer was lost (curl's --max-time ran out after GCS kept it). A plain retry
+# would be an overwrite, which the VM's roles/storage.objectCreator refuses (403: replacing an
+# object needs storage.objects.delete too, cloud.google.com/storage/docs/access-control/iam-permissions),
+# so it failed forever. Precondition and 412: cloud.google.com/storage/docs/request-preconditions.
 spotctl_upload_once() {
-  local object=$1 body=$2 deadline=$3 token max
+  local object=$1 body=$2 deadline=$3 token max code
   max=$(spotctl_max "$deadline") || return 1
   token=$(spotctl_gcp_token "$max") || return 1
   max=$(spotctl_max "$deadline") || return 1
-  curl -sf --connect-timeout 1 --max-time "$max" -X POST \
+  code=$(curl -s -o /dev/null -w '%{http_code}' --connect-timeout 1 --max-time "$max" -X POST \
     -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary "$body" \
-    "$SPOTCTL_STORAGE_URL/upload/storage/v1/b/$(spotctl_urlencode "$SPOTCTL_BUCKET")/o?uploadType=media&name=$(spotctl_urlencode "$object")" \
-    >/dev/null
+    "$SPOTCTL_STORAGE_URL/upload/storage/v1/b/$(spotctl_urlencode "$SPOTCTL_BUCKET")/o?uploadType=media&ifGenerationMatch=0&name=$(spotctl_urlencode "$object")") ||
+    return 1
+  case $code in
+    2?? | 412) return 0 ;;
+  esac
+  return 1
 }
 
 # Record one event: always appended to the local log first (synchronously, so the log keeps the
@@ -204,6 +216,9 @@ spotctl_publish() {
 # Upload what the trainer wrote to its log since the last call, next to the events, as objects
 # named by their byte offset (`spotctl logs` joins them): ...attempt-N/node-R/logs/<offset>.log.
 # Chunks of at most 64 KiB (one curl argument); the offset advances only after an upload. $1: seconds.
+# A chunk not known to be stored is sent again with the same bytes, also by a later call when the
+# log has grown since (its length is kept beside the offset): on GCP an object already there is
+# taken as that chunk (spotctl_upload_once), so what follows it must start where it ended.
 # The offset is the log's own (a kept boot disk carries the state dir into the next attempt, whose
 # log starts at 0); one upload at a time (the watcher's and the run's last one would both send
 # the same chunk and race on the offset).
@@ -218,22 +233,30 @@ spotctl_upload_log() {
 }
 
 spotctl_upload_log_chunks() {
-  local deadline=$1 log offset_file offset size chunk object
+  local deadline=$1 log offset_file offset size chunk object length pending pending_at pending_len
   log=$(spotctl_trainer_log)
   [ -f "$log" ] || return 0
   offset_file="$SPOTCTL_STATE_DIR/log-offset-attempt-$SPOTCTL_ATTEMPT-node-$SPOTCTL_NODE_RANK"
+  pending="$offset_file.pending"  # "<offset> <length>" of the chunk being sent
   offset=$(cat "$offset_file" 2>/dev/null) || offset=0
   size=$(stat -c %s "$log" 2>/dev/null) || return 0
   while [ "$offset" -lt "$size" ]; do
+    length=65536
+    if read -r pending_at pending_len <"$pending" 2>/dev/null && [ "$pending_at" = "$offset" ] &&
+      [ "$pending_len" -gt 0 ] 2>/dev/null; then
+      length=$pending_len
+    fi
     # The trailing x keeps trailing newlines through $(...); LC_ALL=C: ${#chunk} counts bytes.
-    chunk=$(tail -c +"$((offset + 1))" "$log" | head -c 65536; printf x)
+    chunk=$(tail -c +"$((offset + 1))" "$log" | head -c "$length"; printf x)
     chunk=${chunk%x}
+    length=$(LC_ALL=C; printf '%s' "${#chunk}")
+    printf '%s %s\n' "$offset" "$length" >"$pending"
     object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
     until spotctl_upload_once "$object" "$chunk" "$deadline"; do  # retried until the budget is spent
       spotctl_max "$deadline" >/dev/null || return 0
       sleep 0.5
     done
-    offset=$((offset + $(LC_ALL=C; printf '%s' "${#chunk}")))
+    offset=$((offset + length))
     printf '%s' "$offset" >"$offset_file"
   done
 }
@@ -748,9 +771,19 @@ spotctl_main() {
 
 # ---- preemption --------------------------------------------------------------------------------
 # A notice arrived (AWS instance-action, GCE preempted=TRUE seen early): record it, SIGTERM the
-# trainer, and record `preempted` once it has stopped.
+# trainer, and record `preempted` once it has stopped. The cloud's clock started when the notice
+# came, not when a poll saw it: the trainer's budget runs from SPOTCTL_NOTICE_SINCE (the epoch second
+# of the watcher's last look that found none; default now), so a poll's delay comes out of the
+# trainer's time, never out of the cloud's. After the trainer, at most tee 2 + flush 2 + `preempted`
+# SPOTCTL_LAST_RECORD_S: the whole path ends 20 + 6 s after the notice on GCP (30 s to the hard stop,
+# NOTICE_S in infra/render.py), 100 + 6 on AWS (120).
 spotctl_notice() {
   [ ! -e "$SPOTCTL_STATE_DIR/notice" ] || return 0
+  local since=${SPOTCTL_NOTICE_SINCE:-} now budget
+  spotctl_epoch now
+  [ -n "$since" ] || since=$now
+  budget=$((SPOTCTL_STOP_BUDGET_S - (now - since)))
+  [ "$budget" -ge 0 ] || budget=0
   if spotctl_finished; then
     spotctl_log "notice after the job completed: nothing to record ($*)"
     return 0
@@ -763,8 +796,8 @@ spotctl_notice() {
   local progress
   progress=$(spotctl_last_step PROGRESS "$(spotctl_trainer_log)") || progress=""
   SPOTCTL_RECORD_BUDGET_S=5 SPOTCTL_RECORD_BG=1 spotctl_record preemption-notice "$@" ${progress:+"progress=$progress"}
-  if ! spotctl_wait_trainer "$SPOTCTL_STOP_BUDGET_S"; then
-    SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$SPOTCTL_STOP_BUDGET_S"
+  if ! spotctl_wait_trainer "$budget"; then
+    SPOTCTL_RECORD_BUDGET_S=2 SPOTCTL_RECORD_BG=1 spotctl_record checkpoint-timeout "budget_s=$budget"
   fi
   spotctl_preempted_once "$@"
   wait
@@ -788,17 +821,21 @@ spotctl_preempted_once() {
     spotctl_checkpoint_flush 2
     local progress
     progress=$(spotctl_last_step PROGRESS "$(spotctl_trainer_log)") || progress=""
-    spotctl_record preempted "$@" ${progress:+"progress=$progress"}
+    # In the foreground and last, after the trainer's whole budget: only what is left of the notice
+    # (the default 10 s would end after GCE's hard stop).
+    SPOTCTL_RECORD_BUDGET_S=$SPOTCTL_LAST_RECORD_S spotctl_record preempted "$@" ${progress:+"progress=$progress"}
     : >"$SPOTCTL_STATE_DIR/preempted-recorded"
   ) 6>>"$SPOTCTL_STATE_DIR/preempted.lock"
 }
 
 spotctl_watch() {
   spotctl_identity
-  local value polls=0
+  local value polls=0 asked last_asked
+  spotctl_epoch last_asked
   while :; do
     # The shutdown path classifies this stop itself (the watcher outlives its start, see the unit).
     [ ! -e "$SPOTCTL_STATE_DIR/shutdown" ] || return 0
+    spotctl_epoch asked  # a notice seen now came after the last look: $last_asked
     # In the background and one at a time: its Auto Scaling calls (up to 2 x 10 s) and its event
     # never delay this loop's look for a notice.
     (
@@ -807,7 +844,7 @@ spotctl_watch() {
     ) 9>"$SPOTCTL_STATE_DIR/busy.lock" </dev/null >/dev/null 2>&1 &
     value=$(spotctl_meta instance/preempted 2>/dev/null) || value=""
     if [ "$value" = TRUE ]; then
-      spotctl_notice "source=metadata" "preempted=TRUE"
+      SPOTCTL_NOTICE_SINCE=$last_asked spotctl_notice "source=metadata" "preempted=TRUE"
       return 0
     fi
     # GPU VMs are terminated for host maintenance with a 60 s notice: checkpoint then too.
@@ -823,6 +860,7 @@ spotctl_watch() {
         ;;
     esac
     polls=$((polls + 1))
+    last_asked=$asked
     # The trainer's log reaches the bucket about every 30 s (in the background: never delays a notice).
     [ $((polls * SPOTCTL_POLL_S % 30)) -ge "$SPOTCTL_POLL_S" ] || spotctl_upload_log 5 </dev/null >/dev/null 2>&1 &
     sleep "$SPOTCTL_POLL_S"
