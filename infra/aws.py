@@ -523,7 +523,7 @@ class GpuPool(pulumi.ComponentResource):
 
 
 class TrainingJob(pulumi.ComponentResource):
-    """Per node an encrypted gp3 EBS volume (protected until the job completed) and the instance of
+    """Per node an encrypted gp3 EBS volume (protected: only `spotctl cleanup` of the completed job lifts it) and the instance of
     the current attempt, spot via market options or on-demand, attached in the volume's zone; the
     job's own role, and an EventBridge rule for its instances' interruption warnings."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 NAMESPACE = "spotctl"
 MAX_JOB_NODES = 64  # nodes of one job (a gang); a `started` event claiming more is not believed either
@@ -88,3 +88,10 @@ def attempt_end(events: Iterable[T], nodes: int | None = None) -> T | None:
     if done and (nodes is None or {e.node for e in done} >= set(range(nodes))):
         return done[-1]
     return None
+
+
+def own_events(retired_after: int, events: Any, attempt_of: Any = lambda e: e.attempt) -> list[Any]:
+    """The events of a job's own attempts: an earlier job's of the same id (its attempts up to
+    ``retired_after``, spotctl:retiredJobs) left out, so its failures, preemptions and hours are not
+    counted as the new one's."""
+    return [e for e in events if attempt_of(e) > retired_after] if retired_after else list(events)

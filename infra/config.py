@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -29,7 +30,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from infra.basics import MAX_JOB_NODES, NAMESPACE, Capacity, ConfigError, JobState  # noqa: F401  (re-exported)
+from infra.basics import MAX_JOB_NODES, NAMESPACE, Capacity, ConfigError, JobState, own_events  # noqa: F401  (re-exported)
 
 # Job ids and pool names become parts of cloud resource names (GCE: RFC 1035, 63 chars; we append
 # suffixes such as "-a12-n3-disk"), so they are kept short and in the strictest common alphabet.
@@ -281,6 +282,17 @@ class Job(_Model):
     # after it succeeded): a kill -9 or a failed update leaves it, so `status` shows it and the same
     # command, `resume` or `watch` apply the job again (cli/lifecycle/operations.py ``_mark_pending``).
     applying: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    _retired_after: int = PrivateAttr(0)  # set by StackConfig from spotctl:retiredJobs
+
+    @property
+    def retired_after(self) -> int:
+        """The last attempt of an earlier job of this id that `spotctl cleanup` removed (0: none): its
+        events are kept under the same id, and are not this job's (``mine``)."""
+        return self._retired_after
+
+    def mine(self, events: list[Any], attempt_of: Any = lambda e: e.attempt) -> list[Any]:
+        """The events of this job's own attempts (``own_events``)."""
+        return own_events(self._retired_after, events, attempt_of)
 
     @field_validator("id")
     @classmethod
@@ -553,12 +565,16 @@ class StackConfig(_Model):
             problems.append(("zones", "lists a zone twice"))
         for i, job in enumerate(self.jobs):
             last = self.retired_jobs.get(job.id)
-            if last is not None and job.attempt <= last:
+            if last is None:
+                continue
+            job._retired_after = last
+            if job.attempt <= last:
                 problems.append((f"jobs[{i}].attempt", (
                     f"job id {job.id!r} belonged to a job `spotctl cleanup` removed after its attempt {last} "
                     f"(spotctl:retiredJobs); its events are kept, filed by id and attempt, and would be read as "
-                    f"this job's (its `completed` would end this one): give this job another id, or start it "
-                    f"at attempt: {last + 1}")))
+                    f"this job's (its `completed` would end this one): give this job another id; or, once the old "
+                    f"job's disks are deleted (`spotctl cleanup` deletes them, unless run with --no-apply: a job "
+                    f"of the same id declares disks of the same names), start it at attempt: {last + 1}")))
         for zone in self.network.subnets:
             if zone not in self.zones:
                 problems.append((f"network.subnets.{zone}", f"zone {zone!r} is not in spotctl:zones {self.zones}"))

@@ -406,7 +406,7 @@ def _demand_policy(stack: str, pool: PoolConfig, part) -> gcp.compute.RegionAuto
 
 
 class TrainingJob(pulumi.ComponentResource):
-    """Per node a persistent job disk (protected until the job completed), optionally a kept boot
+    """Per node a persistent job disk (protected: only `spotctl cleanup` of the completed job lifts it), optionally a kept boot
     disk (``bootDisk: keep``), and the VM of the current attempt; the job's own identity; for a
     multi-node job on a custom network the firewall rule its gang talks through."""
 

@@ -279,7 +279,7 @@ def test_kept_boot_disk_is_protected_and_every_attempt_boots_from_it():
     ]
 
 
-def test_kept_boot_disk_of_a_completed_job_is_unprotected_and_cleaned_up_with_it():
+def test_kept_boot_disk_of_a_completed_job_stays_protected_and_is_cleaned_up_with_it():
     plan = plan_of(stack_config(GCP_BASE, jobs=[gcp_job(bootDisk="keep", state="completed")]))
     assert plan.by_type(INSTANCE) == []
     boots = [d for d in plan.by_type(DISK) if "boot" in d.name]

@@ -160,3 +160,93 @@ def test_a_key_set_to_missing_loses_its_line_and_nothing_else():
     assert stackfile._splice_job_fields(text, "a", {"nothere": stackfile.MISSING}) == text
     commented = text.replace("(since now)", "(since now)  # a comment of the user's")
     assert stackfile._splice_job_fields(commented, "a", {"applying": stackfile.MISSING}) is None  # the round trip, which keeps it
+
+
+# ---- a second look (a review of the fixes above) ------------------------------------------------------
+
+
+def test_an_edit_proposed_through_a_link_is_seen_through_its_target(aws_stack):
+    """The lock is per real file, so the proposal must be too: a watcher naming the target decided on
+    an edit proposed through a link (and marked the replaced attempt stale), or pushed it."""
+    link_dir = aws_stack.parent.parent / "linked"
+    link_dir.mkdir()
+    link = link_dir / aws_stack.name
+    link.symlink_to(aws_stack)
+    with stackfile.proposing(link):
+        stackfile.note_proposal(link, "train", {"attempt": 3}, {"attempt": 4})
+        assert stackfile.proposed_job(aws_stack) == stackfile.proposed_job(link) == "train"
+        assert stackfile.held_back(aws_stack)
+    from cli.watch.journal import holder_path, journal_path
+
+    assert journal_path(link) == journal_path(aws_stack) and holder_path(link) == holder_path(aws_stack)
+
+
+TWO = AWS_STACK + """    - id: old
+      instanceType: p4d.24xlarge
+      zone: us-east-1a
+      command: python old.py
+      attempt: 2
+      state: completed
+"""
+
+
+def test_another_jobs_cleanup_at_the_question_does_not_refuse_the_update(project, runner, fake_pulumi, tmp_path, monkeypatch):
+    """Its retiredJobs entry is that job's, not a change of this update's settings."""
+    path = project / "stacks" / "Pulumi.team.yaml"
+    path.write_text(TWO)
+    ev = events_file(tmp_path / "ev.jsonl", *PREEMPTED)
+
+    def ask(question: str) -> bool:
+        done = subprocess.run([sys.executable, "-m", "cli", "cleanup", "old", "--stack", "team", "--no-apply", "--yes"],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        return True
+
+    monkeypatch.setattr(commands, "interactive", lambda: True)
+    monkeypatch.setattr(commands, "_ask", ask)
+    result = runner.invoke(app, ["resume", "train", "--stack", "team", "--events-dir", str(ev)])
+    assert result.exit_code == 0 and "applied" in result.output, result.output
+    assert the_job().attempt == 4 and stackfile.read_config(path)["spotctl:retiredJobs"] == {"old": 2}
+
+
+def test_a_reused_ids_earlier_job_counts_for_nothing(tmp_path):
+    """A new `train` after a retired one (attempts 1-3): the old failures, attempts and hours were its."""
+    from datetime import timedelta
+
+    from cli.cost.ledger import job_ledger
+    from cli.lifecycle.events import Event
+    from cli.lifecycle.stackfile import namespaced
+    from cli.lifecycle.status import job_report
+    from cli.watch import decide as d
+    from infra.config import validate
+    from tests.test_watch import T0
+
+    raw = {"spotctl:cloud": "aws", "spotctl:region": "us-east-1", "spotctl:zones": ["us-east-1a"],
+           "spotctl:retiredJobs": {"train": 3},
+           "spotctl:jobs": [{"id": "train", "instanceType": "p4d.24xlarge", "zone": "us-east-1a", "command": "t",
+                             "attempt": 4, "state": "running", "maxFailures": 1}]}
+    job = validate(namespaced(raw, "s"), "s").job("train")
+    assert job.retired_after == 3
+
+    def e(attempt: int, event: str, minute: float) -> Event:
+        return Event("train", attempt, 0, event, T0 + timedelta(minutes=minute), {})
+
+    old = [e(2, "started", 0), e(2, "failed", 5), e(3, "started", 10), e(3, "failed", 600)]
+    new = [e(4, "started", 1000), e(4, "failed", 1010)]
+    seen = {"train": [d.seen(x, "bucket") for x in old + new]}
+    decisions = d.decide([job], seen, {}, set(), T0 + timedelta(minutes=1020))
+    assert [(a.kind, a.attempt) for a in decisions.actions] == [("resume", 4)]  # its first failure: maxFailures 1 retries it
+    row = job_report(job, old + new, now=T0 + timedelta(minutes=1020))
+    assert row["attempts"] == [4]
+    assert [a.attempt for a in job_ledger(job, old + new, T0 + timedelta(minutes=1020)).attempts] == [4]
+
+
+def test_a_gang_stop_that_cannot_start_takes_the_mark_away_with_the_edit(project, runner, fake_pulumi, monkeypatch):
+    """The mark came with the edit (--yes); the old gang's stop could not start (the stack was locked):
+    the edit was undone and the mark stayed, so `status` said update-pending and `watch` re-applied."""
+    monkeypatch.setenv("FAKE_PULUMI_LOCKED_AT", "1")
+    before = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--force", "--yes"])
+    assert result.exit_code == 1, result.output
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
+    assert (job.state, job.attempt, job.applying) == (before.state, before.attempt, None)

@@ -148,7 +148,7 @@ class JobLedger:
 def job_ledger(job: Job, events: Iterable[EventLike], now: datetime) -> JobLedger:
     """The attempts of ``job`` from its events; ``now`` ends an attempt still running."""
     by_attempt: dict[int, list[EventLike]] = {}
-    for e in events:
+    for e in job.mine(list(events)):  # an earlier job of this id (spotctl:retiredJobs) is not this one's cost
         by_attempt.setdefault(e.attempt, []).append(e)
     checkpoints = sorted((Checkpoint(_checkpoint_time(e), _int(e.details.get("step")), e.attempt)
                           for evs in by_attempt.values() for e in evs if e.event == "checkpoint"), key=lambda c: c.time)

@@ -118,9 +118,11 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
                 signum, name = signal_of(exc)
                 err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
                 raise Interrupted(str(err), signum) from None
-            # Gone for good: a new job of this id starts after this one's attempts (its events stay).
-            stackfile.retire(ref.path, job_id, job.attempt)
             _record_path(ref.path).unlink(missing_ok=True)
+            # Gone for good: a new job of this id starts after this one's attempts (its events stay).
+            # After the record: a kill between the two leaves no record that would put the job back
+            # (at an attempt the retired id then refuses), only no retirement.
+            stackfile.retire(ref.path, job_id, job.attempt)
     return Cleanup(job_id, targets, [d for d in disks if d in targets], done=True, leftovers=leftovers)
 
 

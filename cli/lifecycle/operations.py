@@ -219,7 +219,9 @@ def _changed_since(current: StackConfig, cfg: StackConfig, job_id: str) -> bool:
     mine = cfg.job(job_id)
     if job.model_dump(exclude={"applying"}) != mine.model_dump(exclude={"applying"}):
         return True
-    return current.model_dump(exclude={"jobs"}) != cfg.model_dump(exclude={"jobs"})
+    # Another job's cleanup (here, or pulled from the shared copy) retires that job's id: not this update's.
+    return (current.model_dump(exclude={"jobs", "retired_jobs"}) != cfg.model_dump(exclude={"jobs", "retired_jobs"})
+            or current.retired_jobs.get(job_id) != cfg.retired_jobs.get(job_id))
 
 
 def _applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> None:
@@ -392,6 +394,8 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     the old gang is still running when the new rendezvous begins: the job is written as stopped
     (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
 
+    mark_before = before.get("applying", _MISSING)
+    mark = stackfile.job_fields(ref.path, job_id, ["applying"]).get("applying", _MISSING)
     before = {k: v for k, v in before.items() if k != "applying"}  # the mark stays through the stop
     final = stackfile.job_fields(ref.path, job_id, list(before))
     stopped = {"state": "stopped"}
@@ -408,8 +412,8 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     try:
         applier.up(old_targets, out)
     except ApplyError as exc:
-        if not exc.started:
-            _undo(ref.path, job_id, before, final | stopped)
+        if not exc.started:  # nothing changed in the cloud: the edit goes, and its mark with it
+            _undo(ref.path, job_id, before | {"applying": mark_before}, final | stopped | {"applying": mark})
             raise
         # The stop began: some old nodes may be gone, so the file stays stopped. Say so, there and here.
         why = (f"the stop of every node of attempt {attempt} (before {then.next_step}) failed midway: {exc}; "

@@ -573,7 +573,9 @@ _local_only = threading.local()  # set while a dead proposal is undone (its writ
 
 
 def proposal_path(path: Path) -> Path:
-    return index_path(path).with_name(f"{path.name}.proposal.json")
+    """Beside the real file, as its lock (``lock_path``): every path to one stack file (a link, its
+    target) sees the same proposal, so none decides on or pushes an edit still awaiting its answer."""
+    return index_path(Path(os.path.realpath(path))).with_name(f"{os.path.basename(os.path.realpath(path))}.proposal.json")
 
 
 def pid_alive(pid: int) -> bool:

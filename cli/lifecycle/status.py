@@ -45,9 +45,16 @@ class Record:
 
 
 class JobView(Record):
+    retired_after = 0  # (a cache written before spotctl:retiredJobs: none)
+
     @property
     def active(self) -> bool:
         return self.state in (JobState.PENDING, JobState.RUNNING)
+
+    def mine(self, events: list[Any], attempt_of: Any = lambda e: e.attempt) -> list[Any]:
+        from infra.basics import own_events
+
+        return own_events(self.retired_after, events, attempt_of)
 
 
 _ENUMS = {"JobState": JobState, "Capacity": Capacity}
@@ -74,7 +81,10 @@ def job_facts(job: Job) -> dict[str, Any]:
             return {"dict": [[encode(k), encode(v)] for k, v in value.items()]}
         raise ValueError(f"cannot cache a {type(value).__name__}")
 
-    return encode(job)
+    facts = encode(job)
+    if job.retired_after:  # (a private attribute: not a model field)
+        facts["model"]["retired_after"] = job.retired_after
+    return facts
 
 
 def job_view(facts: Any, top: bool = True) -> Any:
@@ -210,6 +220,7 @@ def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now:
     from cli.lifecycle.states import attempt_outcome, noticed
 
     now = now or datetime.now(UTC)
+    events = job.mine(list(events))  # an earlier job of this id's events (spotctl:retiredJobs) are not this one's
     seen = list(events) + (cloud_events(vms, job, now) if vms is not None else [])
     row = job_status(job, events, now)
     outcome = attempt_outcome(seen, job.attempt, job.nodes)

@@ -269,7 +269,8 @@ def decide(jobs: list[Job], events: dict[str, list[Seen]], memory: dict[str, Job
     """Every job's action (at most one each) and notes, in the stack's job order."""
     out = Decisions()
     for job in jobs:
-        action, notes = decide_job(job, events.get(job.id, []), memory.get(job.id, JobMemory()), handled, now, failover)
+        mine = job.mine(events.get(job.id, []), lambda s: s.event.attempt)  # an earlier job of this id's left out
+        action, notes = decide_job(job, mine, memory.get(job.id, JobMemory()), handled, now, failover)
         out.notes += notes
         if action:
             out.actions.append(action)

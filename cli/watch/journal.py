@@ -34,7 +34,9 @@ KEEP_HANDLED = timedelta(days=14)
 
 
 def journal_path(stack_file: Path) -> Path:
-    return stack_file.with_name(f".{stack_file.name}.watch.json")
+    """Beside the real file, as its lease (``lease_path``): one memory per stack file, whatever path names it."""
+    real = Path(os.path.realpath(stack_file))
+    return real.with_name(f".{real.name}.watch.json")
 
 
 @dataclass
@@ -128,7 +130,8 @@ def lease_path(stack_file: Path) -> Path:
 
 
 def holder_path(stack_file: Path) -> Path:
-    return stack_file.with_name(f".{stack_file.name}.watch.holder")
+    real = Path(os.path.realpath(stack_file))
+    return real.with_name(f".{real.name}.watch.holder")
 
 
 def read_holder(stack_file: Path) -> dict[str, Any]:
