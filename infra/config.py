@@ -617,13 +617,14 @@ class StackConfig(_Model):
                 )
         # Every resource carries these labels and up to GCP_SPOTCTL_LABELS_MAX of spotctl's own; GCE takes
         # at most 64 (contract rule gcp.labels-64, with its source).
-        from infra.contract.gcp import MAX_LABELS
+        from infra.contract.gcp import MAX_LABELS, PROVIDER_LABELS
         from infra.naming import GCP_SPOTCTL_LABELS_MAX
 
-        room = MAX_LABELS - GCP_SPOTCTL_LABELS_MAX
+        room = MAX_LABELS - GCP_SPOTCTL_LABELS_MAX - PROVIDER_LABELS
         if gcp and len(self.labels) > room:
             problems.append(("labels", f"{len(self.labels)} labels: at most {room} (a GCP resource takes {MAX_LABELS} "
-                                       f"labels and spotctl adds up to {GCP_SPOTCTL_LABELS_MAX} of its own to a job's VM)"))
+                                       f"labels, spotctl adds up to {GCP_SPOTCTL_LABELS_MAX} of its own to a job's VM "
+                                       f"and pulumi-gcp {PROVIDER_LABELS} (goog-pulumi-provisioned))"))
         if problems:
             raise _CrossErrors(problems)
         return self

@@ -102,12 +102,13 @@ def test_gcp_needs_project_and_zones_in_region():
 
 
 def test_gcp_labels_leave_room_for_spotctls_own():
-    """A GCP resource takes 64 labels and a job's VM carries 6 of spotctl's: 58 of the stack's fit."""
-    labels = {f"k{i}": "v" for i in range(58)}
+    """A GCP resource takes 64 labels, a job's VM carries 6 of spotctl's and pulumi-gcp adds
+    goog-pulumi-provisioned: 57 of the stack's fit."""
+    labels = {f"k{i}": "v" for i in range(57)}
     validate(stack_config(GCP_BASE, labels=labels, jobs=[gcp_job()]), SRC)
-    assert errors_of(stack_config(GCP_BASE, labels={**labels, "k58": "v"}, jobs=[gcp_job()])) == [
-        f"{SRC}: spotctl:labels: 59 labels: at most 58 (a GCP resource takes 64 labels and spotctl adds up to 6 "
-        "of its own to a job's VM)"
+    assert errors_of(stack_config(GCP_BASE, labels={**labels, "k57": "v"}, jobs=[gcp_job()])) == [
+        f"{SRC}: spotctl:labels: 58 labels: at most 57 (a GCP resource takes 64 labels, spotctl adds up to 6 "
+        "of its own to a job's VM and pulumi-gcp 1 (goog-pulumi-provisioned))"
     ]
 
 

@@ -349,6 +349,11 @@ def kept_boot_disk(type_: str, props: Mapping[str, Any]) -> str | None:
 
 
 MAX_LABELS = 64
+# pulumi-gcp (v8 on) adds one label of its own to every resource it creates, outside the program's
+# inputs: "adds a new global default label, `goog-pulumi-provisioned`, to each resource" (pulumi/registry
+# #5403, the v8 migration guide; the provider's `addPulumiAttributionLabel`, on by default). The inputs
+# spotctl declares may therefore hold one label fewer than GCE's limit.
+PROVIDER_LABELS = 1
 LABELS_SOURCE = (
     "https://cloud.google.com/resource-manager/docs/labels-overview#requirements (\"Each resource can have multiple "
     "labels, up to a maximum of 64\"); pulumi_gcp labels docstrings: \"No more than 64 labels can be associated "
@@ -373,8 +378,8 @@ def _label_maps(props: Mapping[str, Any]) -> list[tuple[str, Any]]:
       source=LABELS_SOURCE)
 def labels_64(type_: str, props: Mapping[str, Any]) -> str | None:
     for where, labels in _label_maps(props):
-        if isinstance(labels, Mapping) and len(labels) > MAX_LABELS:
-            return f"{where} has {len(labels)} labels"
+        if isinstance(labels, Mapping) and len(labels) + PROVIDER_LABELS > MAX_LABELS:
+            return f"{where} has {len(labels)} labels (+ {PROVIDER_LABELS} the provider adds: goog-pulumi-provisioned)"
     return None
 
 

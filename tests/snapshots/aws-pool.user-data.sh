@@ -263,7 +263,7 @@ spotctl_record() {
   mkdir -p "$(dirname "$log")"
   printf '%s\n' "$line" >>"$log"
   spotctl_log "event $event"
-  object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/${now}-${event}.json"
+  object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}${SPOTCTL_INSTANCE:+-vm-$SPOTCTL_INSTANCE}/${now}-${event}.json"
   if [ "${SPOTCTL_RECORD_BG:-}" = 1 ]; then
     spotctl_publish "$object" "$line" "${SPOTCTL_RECORD_BUDGET_S:-10}" </dev/null >/dev/null 2>&1 &
   else
@@ -319,7 +319,7 @@ spotctl_upload_log_chunks() {
   size=$(stat -c %s "$log" 2>/dev/null) || return 0
   while [ "$offset" -lt "$size" ]; do
     length=65536
-    if read -r pending_at pending_len <"$pending" 2>/dev/null && [ "$pending_at" = "$offset" ] &&
+    if read -r pending_at pending_len 2>/dev/null <"$pending" && [ "$pending_at" = "$offset" ] &&
       [ "$pending_len" -gt 0 ] 2>/dev/null; then
       length=$pending_len
     fi
@@ -328,7 +328,7 @@ spotctl_upload_log_chunks() {
     chunk=${chunk%x}
     length=$(LC_ALL=C; printf '%s' "${#chunk}")
     printf '%s %s\n' "$offset" "$length" >"$pending"
-    object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
+    object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}${SPOTCTL_INSTANCE:+-vm-$SPOTCTL_INSTANCE}/logs/$(printf '%012d' "$offset").log"
     until spotctl_upload_once "$object" "$chunk" "$deadline"; do  # retried until the budget is spent
       spotctl_max "$deadline" >/dev/null || return 0
       sleep 0.5

@@ -246,7 +246,7 @@ spotctl_upload_log_chunks() {
   size=$(stat -c %s "$log" 2>/dev/null) || return 0
   while [ "$offset" -lt "$size" ]; do
     length=65536
-    if read -r pending_at pending_len <"$pending" 2>/dev/null && [ "$pending_at" = "$offset" ] &&
+    if read -r pending_at pending_len 2>/dev/null <"$pending" && [ "$pending_at" = "$offset" ] &&
       [ "$pending_len" -gt 0 ] 2>/dev/null; then
       length=$pending_len
     fi
