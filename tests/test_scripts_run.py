@@ -682,18 +682,25 @@ exec {shutil.which("curl")} "$@"
     return stubs, calls
 
 
+def functions_then(emu, tmp_path: Path, cloud: str, tail: str, name: str) -> tuple[LocalVM, Path]:
+    """A job VM (not booted) and, in ``tmp_path/name``, its startup script's functions (all before its
+    entry point) followed by ``tail``: one library call to run with bash against the emulator."""
+    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
+                        region="us-central1", command="true")
+    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    script = vm.scripts.startup
+    path = tmp_path / name
+    path.write_text(script[: script.index('case "${1:-')] + tail)
+    return vm, path
+
+
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_an_upload_keeps_to_its_budget_across_its_requests(emu, tmp_path, cloud):
     """Publishing one event with a 2 s budget: the credential requests (GCP token; AWS IMDS token, role,
     credentials) and the upload share the budget; no request may run past it (here each metadata answer
     takes 1.8 s: the old code gave every request its own 2 s)."""
     stubs, calls = _timed_curl(tmp_path)
-    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
-                        region="us-central1", command="true")
-    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
-    script = vm.scripts.startup
-    path = tmp_path / "publish.sh"
-    path.write_text(script[: script.index('case "${1:-')] + 'date +%s.%N >"$1"\nspotctl_publish obj \'{}\' 2\n')
+    vm, path = functions_then(emu, tmp_path, cloud, 'date +%s.%N >"$1"\nspotctl_publish obj \'{}\' 2\n', "publish.sh")
     emu.reset(metadata_fault=Fault(delay_s=1.8))
     (tmp_path / "state").mkdir()
     done = subprocess.run(["bash", str(path), str(tmp_path / "start")], env=vm._env({"PATH": f"{stubs}:{os.environ['PATH']}"}),
@@ -732,16 +739,11 @@ def test_aws_a_slow_bucket_never_delays_a_notice_after_a_rebalance_recommendatio
 def test_two_log_uploads_at_once_send_each_chunk_once(emu, tmp_path):
     """The watcher's background upload and the run's last one may overlap: one at a time (a lock),
     so the second finds the offset the first advanced and sends nothing twice."""
-    ctx = ScriptContext(cloud="gcp", stack="team-a", kind="job", name="train", event_bucket="events-bkt",
-                        region="us-central1", command="true")
-    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    vm, path = functions_then(emu, tmp_path, "gcp", "spotctl_upload_log 10 &\nspotctl_upload_log 10\nwait\n", "upload.sh")
     log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
     log.parent.mkdir(parents=True)
     log.write_text("line\n" * 100)
     (tmp_path / "state").mkdir()
-    script = vm.scripts.startup
-    path = tmp_path / "upload.sh"
-    path.write_text(script[: script.index('case "${1:-')] + "spotctl_upload_log 10 &\nspotctl_upload_log 10\nwait\n")
     emu.reset(sink_fault=Fault(delay_s=1))
     done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
@@ -758,16 +760,11 @@ def test_a_log_chunk_stored_but_never_answered_does_not_stop_the_log(emu, tmp_pa
     there) counts as stored, and the next chunk starts where it ended: the log arrives whole."""
     from cli.lifecycle import logs
 
-    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
-                        region="us-central1", command="true")
-    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
+    vm, path = functions_then(emu, tmp_path, cloud, "spotctl_upload_log 2\n", "upload.sh")
     log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
     log.parent.mkdir(parents=True)
     log.write_text("".join(f"first {i}\n" for i in range(50)))
     (tmp_path / "state").mkdir()
-    script = vm.scripts.startup
-    path = tmp_path / "upload.sh"
-    path.write_text(script[: script.index('case "${1:-')] + "spotctl_upload_log 2\n")
 
     def upload() -> None:
         done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
@@ -792,12 +789,7 @@ def test_an_event_stored_but_never_answered_counts_as_uploaded_at_the_next_try(e
     """The same for an event: its retry finds it there (GCP: 412; AWS: overwritten with the same bytes)
     and the recorder stops; the old GCP script got 403 until its budget ran out and logged the event as
     not uploaded, spending the whole budget (in the shutdown path, seconds of the notice)."""
-    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
-                        region="us-central1", command="true")
-    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
-    script = vm.scripts.startup
-    path = tmp_path / "publish.sh"
-    path.write_text(script[: script.index('case "${1:-')] + "spotctl_publish team-a/train/e.json '{\"event\":\"x\"}' 6\n")
+    vm, path = functions_then(emu, tmp_path, cloud, "spotctl_publish team-a/train/e.json '{\"event\":\"x\"}' 6\n", "publish.sh")
     (tmp_path / "state").mkdir()
     emu.reset(lose_answers=1)
     started = time.monotonic()

@@ -67,8 +67,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
         if applier is None:
             if yes:
-                stackfile.take_job(ref.path, job_id)
-                stackfile.retire(ref.path, job_id, job.attempt)
+                _gone(ref, job)
             return Cleanup(job_id, urns, disks, done=yes)
         if not yes:
             try:
@@ -89,8 +88,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
         _recheck(ref, job, force)
         if not targets:  # nothing of the job in the state: dropping it from the file is all
-            stackfile.take_job(ref.path, job_id)
-            stackfile.retire(ref.path, job_id, job.attempt)
+            _gone(ref, job)
             return Cleanup(job_id, urns, disks, done=True)
         if leftovers:
             out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
@@ -124,6 +122,13 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
             # (at an attempt the retired id then refuses), only no retirement.
             stackfile.retire(ref.path, job_id, job.attempt)
     return Cleanup(job_id, targets, [d for d in disks if d in targets], done=True, leftovers=leftovers)
+
+
+def _gone(ref: stackfile.StackRef, job: Job) -> None:
+    """The job leaves the file for good when nothing of it is left to delete by an update: its id is
+    retired after its attempts (its events stay; a new job of that id starts after them)."""
+    stackfile.take_job(ref.path, job.id)
+    stackfile.retire(ref.path, job.id, job.attempt)
 
 
 def _targets(urns: list[str], disks: list[str], held: Held, job_id: str) -> list[str]:

@@ -395,9 +395,9 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
 
     mark_before = before.get("applying", _MISSING)
-    mark = stackfile.job_fields(ref.path, job_id, ["applying"]).get("applying", _MISSING)
     before = {k: v for k, v in before.items() if k != "applying"}  # the mark stays through the stop
-    final = stackfile.job_fields(ref.path, job_id, list(before))
+    final = stackfile.job_fields(ref.path, job_id, [*before, "applying"])
+    mark = final.pop("applying", _MISSING)
     stopped = {"state": "stopped"}
     _undo(ref.path, job_id, before, final)  # the job as it was (keys the change added removed), then stopped
     _, stopped_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: stopped)

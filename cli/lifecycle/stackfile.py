@@ -437,12 +437,17 @@ def load_job(ref: StackRef, job_id: str, text: str | None = None) -> StackConfig
     return cfg
 
 
-def lock_path(path: Path) -> Path:
-    """The stack file's lock (the apply lock and the watcher's lease are named after it): beside the
-    file a symbolic link points to, so every path to one file (the link, its target, another link)
-    takes the same lock; beside a link they were two locks, and two edits lost one another's."""
+def beside(path: Path, suffix: str) -> Path:
+    """``.<name><suffix>`` beside the file a symbolic link points to: the stack file's lock, the
+    watcher's lease, journal and holder, so every path to one file (the link, its target, another
+    link) names the same ones; beside a link they were two locks, and two edits lost one another's."""
     real = Path(os.path.realpath(path))
-    return real.with_name(f".{real.name}.lock")
+    return real.with_name(f".{real.name}{suffix}")
+
+
+def lock_path(path: Path) -> Path:
+    """The stack file's lock (the apply lock is named after it), per real file (``beside``)."""
+    return beside(path, ".lock")
 
 
 _held = threading.local()  # lock files this thread holds, with a count (locked() nests)
@@ -575,7 +580,8 @@ _local_only = threading.local()  # set while a dead proposal is undone (its writ
 def proposal_path(path: Path) -> Path:
     """Beside the real file, as its lock (``lock_path``): every path to one stack file (a link, its
     target) sees the same proposal, so none decides on or pushes an edit still awaiting its answer."""
-    return index_path(Path(os.path.realpath(path))).with_name(f"{os.path.basename(os.path.realpath(path))}.proposal.json")
+    real = Path(os.path.realpath(path))
+    return index_path(real).with_name(f"{real.name}.proposal.json")
 
 
 def pid_alive(pid: int) -> bool:
@@ -627,10 +633,7 @@ def write_proposal(path: Path, doc: Mapping[str, Any]) -> None:
 
 def held_back(path: Path) -> bool:
     """Whether the stack file holds an edit awaiting its confirmation (this or another live process's)."""
-    if getattr(_local_only, "on", False):
-        return True
-    doc = _proposal(path)
-    return doc is not None and _proposer_alive(doc)
+    return getattr(_local_only, "on", False) or proposed_job(path) is not None
 
 
 def proposed_job(path: Path) -> str | None:
@@ -1044,7 +1047,9 @@ def _splice_job_fields(text: str, job_id: str, fields: Mapping[str, Any]) -> str
             # An empty value (`key:`, null as ruamel writes it, e.g. a cleared ``applying`` mark): its
             # marks are not where it would go; it goes right after the colon (a comment after it kept).
             colon = key.end_mark.index
-            rest = colon + 1 + len(text[colon + 1:].split("\n", 1)[0]) - len(text[colon + 1:].split("\n", 1)[0].lstrip(" "))
+            line_end = text.find("\n", colon)
+            after = text[colon + 1:len(text) if line_end < 0 else line_end]
+            rest = colon + 1 + len(after) - len(after.lstrip(" "))
             if text[colon:colon + 1] != ":" or text[rest:rest + 1] not in ("\n", "\r", "#", ""):
                 return None
             edits.append((colon + 1, rest, f" {_scalar_text(value)}" + (" " if text[rest:rest + 1] == "#" else "")))

@@ -34,9 +34,10 @@ KEEP_HANDLED = timedelta(days=14)
 
 
 def journal_path(stack_file: Path) -> Path:
-    """Beside the real file, as its lease (``lease_path``): one memory per stack file, whatever path names it."""
-    real = Path(os.path.realpath(stack_file))
-    return real.with_name(f".{real.name}.watch.json")
+    """Beside the real file, as its lease: one memory per stack file, whatever path names it."""
+    from cli.lifecycle.stackfile import beside
+
+    return beside(stack_file, ".watch.json")
 
 
 @dataclass
@@ -123,15 +124,16 @@ def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
 
 
 def lease_path(stack_file: Path) -> Path:
-    """The watcher's lock: one per stack file, whatever path (a symbolic link) names it (``lock_path``)."""
-    from cli.lifecycle.stackfile import lock_path
+    """The watcher's lock: one per stack file, whatever path (a symbolic link) names it."""
+    from cli.lifecycle.stackfile import beside
 
-    return lock_path(stack_file).with_name(lock_path(stack_file).name.removesuffix(".lock") + ".watch.lock")
+    return beside(stack_file, ".watch.lock")
 
 
 def holder_path(stack_file: Path) -> Path:
-    real = Path(os.path.realpath(stack_file))
-    return real.with_name(f".{real.name}.watch.holder")
+    from cli.lifecycle.stackfile import beside
+
+    return beside(stack_file, ".watch.holder")
 
 
 def read_holder(stack_file: Path) -> dict[str, Any]:
