@@ -263,6 +263,10 @@ class Watcher(pulumi.ComponentResource):
             pulumi_version=w.pulumi_version, uv_version=w.uv_version,
         )
         user_data = user_data_gzip_b64(watcher_script(context))
+        # Under egress 's3-endpoint' the watcher has a public IP (config refuses it otherwise), so its boto3
+        # calls (SSM for the passphrase and the jobs' secret env, Auto Scaling, EC2, SQS) go to the public
+        # regional names, not to the stack's interface endpoints: those admit only the nodes' security group
+        # and, without private DNS (infra/aws.py _interface_endpoint), no longer take over those names in the VPC.
         public = w.external_ip or base.egress == "public-ip"
         self.instance = aws.ec2.Instance(
             f"{name}-vm",

@@ -201,8 +201,10 @@ def job_plan(stack: str, job: Job) -> JobPlan:
 
 def job_script_context(
     cfg: StackConfig, stack: str, plan: JobPlan, node: NodePlan, *, bucket: str, master_addr: str, disk_device: str,
-    disk_aliases: tuple[str, ...] = (),
+    disk_aliases: tuple[str, ...] = (), secrets_url: str = "",
 ) -> ScriptContext:
+    """``secrets_url``: where the job's secret env is read ("" = the cloud's public API name; AWS under
+    ``s3-endpoint`` egress: the stack's SSM interface endpoint, infra/aws.py StackBase.api_url)."""
     job = plan.job
     slug = stack_slug(stack)
     return ScriptContext(
@@ -221,6 +223,7 @@ def job_script_context(
         env=job.plain_env,
         secret_keys=job.secret_keys,
         secret_ref=secret_ref(cfg, slug, job.id) if job.secret_keys else "",
+        secrets_url=secrets_url,
         capacity=job.capacity.value,
         machine_type=job.machine_type or job.instance_type or "",
         disk_device=disk_device,
@@ -237,8 +240,9 @@ def secret_ref(cfg: StackConfig, slug: str, job_id: str) -> str:
     return f"projects/{cfg.project}/secrets/{secret_id(slug, job_id)}"
 
 
-def pool_script_context(cfg: StackConfig, stack: str, pool: Pool, *, bucket: str) -> ScriptContext:
-    # Pool VMs have no job disk: the agent's work directory is on the boot disk.
+def pool_script_context(cfg: StackConfig, stack: str, pool: Pool, *, bucket: str, autoscaling_url: str = "") -> ScriptContext:
+    """Pool VMs have no job disk: the agent's work directory is on the boot disk. ``autoscaling_url``:
+    "" = the public regional name; AWS under ``s3-endpoint`` egress the stack's Auto Scaling endpoint."""
     return ScriptContext(
         cloud=cfg.cloud,
         stack=stack,
@@ -250,6 +254,7 @@ def pool_script_context(cfg: StackConfig, stack: str, pool: Pool, *, bucket: str
         machine_type=pool.machine_type or ",".join(pool.instance_types or []),
         disk_device="",
         mount_point="/var/lib/spotctl/work",
+        autoscaling_url=autoscaling_url,
     )
 
 

@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cli.app import app
 from cli.plan import mocks as planner
+from infra import contract
+from infra.aws import regional_dns_name
 from infra.config import ConfigError, validate
 from infra.contract import ContractError
 from tests.conftest import AWS_BASE, aws_job, stack_config
@@ -158,12 +162,12 @@ POOL = {"name": "g5", "instanceTypes": ["g5.2xlarge"], "spotMax": 3}
 def test_pools_under_the_default_egress_reach_auto_scaling_through_an_interface_endpoint():
     """A pool VM protects itself from scale-in and records busy/idle through the Auto Scaling API
     (templates/common/lib.sh.j2 spotctl_protect), which the S3 gateway endpoint does not reach and a
-    pool VM without a public IP reaches only through an interface endpoint with private DNS."""
+    pool VM without a public IP reaches only through an interface endpoint, by the endpoint's own name."""
     p = plan(stack(pools=[POOL]))
     ep = only(p, ENDPOINT, "autoscaling").inputs
     assert ep["serviceName"] == "com.amazonaws.us-east-1.autoscaling" and ep["vpcEndpointType"] == "Interface"
-    assert ep["privateDnsEnabled"] is True  # the script's https://autoscaling.us-east-1.amazonaws.com
-    assert "SPOTCTL_AUTOSCALING_URL=https://autoscaling.us-east-1.amazonaws.com" in script_of(only(p, LT).inputs)
+    assert ep["privateDnsEnabled"] is False
+    assert f"SPOTCTL_AUTOSCALING_URL=https://{endpoint_name(p, 'autoscaling')}\n" in script_of(only(p, LT).inputs)
     assert sorted(ep["subnetIds"]) == sorted(SUBNETS.values())
     assert ep["vpcId"] == planner._vpc_of("subnet-0aaa0001", planner.MockAccount())
     # In the pool VMs' own security group, whose self rule admits their HTTPS (443) to the endpoint.
@@ -175,6 +179,70 @@ def test_pools_under_the_default_egress_reach_auto_scaling_through_an_interface_
     assert only(p, LT).inputs["networkInterfaces"][0]["associatePublicIpAddress"] == "false"
 
 
+SECRET_JOB = aws_job(env={"HF_TOKEN": {"secure": "v1:cipher"}})
+
+
+def endpoint_name(p: planner.Plan, service: str) -> str:
+    """The Regional DNS name of the plan's ``service`` endpoint: what the mocks answered for it."""
+    ep = only(p, ENDPOINT, f"-{service}-")
+    _, out = planner._mock_outputs(ep.type, ep.name, ep.inputs, "aws-account", "us-east-1", ("us-east-1a", "us-east-1b"),
+                                   p.stack)
+    (name,) = [e["dnsName"] for e in out["dnsEntries"] if not e["dnsName"].split(".")[0].endswith(("-us-east-1a", "-us-east-1b"))]
+    return name
+
+
+def test_two_stacks_in_one_vpc_declare_endpoints_without_private_dns_and_call_their_own():
+    """A VPC takes one private-DNS interface endpoint per service (terraform-provider-aws #17535): two
+    stacks in one VPC (the same subnets) each declare theirs without it, and each stack's scripts call
+    its own endpoint's Regional name, never the public one nor the other stack's."""
+    urls = {}
+    for name in ("team-a", "team-b"):
+        p = plan(stack(jobs=[SECRET_JOB], pools=[POOL]), stack=name)
+        endpoints = [e for e in p.by_type(ENDPOINT) if e.inputs["vpcEndpointType"] == "Interface"]
+        assert sorted(e.inputs["serviceName"].split(".")[-1] for e in endpoints) == ["autoscaling", "ssm"]
+        assert all(e.inputs["privateDnsEnabled"] is False for e in endpoints)
+        assert not contract.violations(ENDPOINT, {"vpc_endpoint_type": "Interface", "private_dns_enabled": False})
+        pool, job = script_of(only(p, LT).inputs), script_of(only(p, INSTANCE).inputs)
+        urls[name] = (endpoint_name(p, "autoscaling"), endpoint_name(p, "ssm"))
+        assert f"SPOTCTL_AUTOSCALING_URL=https://{urls[name][0]}\n" in pool
+        assert f"SPOTCTL_SECRETS_URL=https://{urls[name][1]}\n" in job
+        assert "autoscaling.us-east-1.amazonaws.com" not in pool and "ssm.us-east-1.amazonaws.com" not in job
+    assert set(urls["team-a"]).isdisjoint(urls["team-b"])
+
+
+@pytest.mark.parametrize("network", [{"subnets": SUBNETS, "egress": "public-ip"}, {"subnets": SUBNETS, "egress": "existing"},
+                                     {"subnets": SUBNETS, "egress": "nat", "natSubnet": "subnet-0aaa0009"}])
+def test_without_interface_endpoints_the_scripts_call_the_public_regional_names(network):
+    p = plan(stack(network=network, jobs=[SECRET_JOB], pools=[POOL]))
+    assert "SPOTCTL_AUTOSCALING_URL=https://autoscaling.us-east-1.amazonaws.com\n" in script_of(only(p, LT).inputs)
+    assert "SPOTCTL_SECRETS_URL=https://ssm.us-east-1.amazonaws.com\n" in script_of(only(p, INSTANCE).inputs)
+
+
+def test_a_private_dns_interface_endpoint_breaks_the_contract():
+    problem = contract.violations(ENDPOINT, {"vpc_endpoint_type": "Interface", "private_dns_enabled": True,
+                                             "service_name": "com.amazonaws.us-east-1.ssm"})
+    assert [(r.id, why) for r, why in problem] == [
+        ("aws.interface-endpoint-private-dns-per-vpc", "interface endpoint of com.amazonaws.us-east-1.ssm has private_dns_enabled True")]
+    # Left out counts too (the provider was seen to turn it on); a gateway endpoint has no private DNS.
+    assert contract.violations(ENDPOINT, {"vpc_endpoint_type": "Interface"})
+    assert not contract.violations(ENDPOINT, {"vpc_endpoint_type": "Gateway"})
+
+
+REGIONAL = "vpce-0fe5b17a0707d6abc-29p5708s.ec2.us-east-1.vpce.amazonaws.com"
+
+
+@given(st.permutations([REGIONAL] + [REGIONAL.replace(".ec2", f"-us-east-1{z}.ec2") for z in "abcdf"]), st.integers(0, 5))
+def test_the_regional_name_is_chosen_by_form_not_position(names, keep):
+    assert regional_dns_name("vpce-0fe5b17a0707d6abc", [n for n in names if n == REGIONAL or keep]) == REGIONAL
+
+
+def test_no_regional_name_is_an_error_naming_the_endpoint():
+    zonal = [REGIONAL.replace(".ec2", f"-us-east-1{z}.ec2") for z in "ab"]
+    for names in ([], zonal, [REGIONAL.replace("vpce-0fe5", "vpce-0aaa")]):
+        with pytest.raises(ValueError, match="interface endpoint vpce-0fe5b17a0707d6abc: no single Regional DNS name"):
+            regional_dns_name("vpce-0fe5b17a0707d6abc", names)
+
+
 def test_no_auto_scaling_endpoint_without_pools_or_under_another_egress():
     assert [e.inputs["serviceName"] for e in plan(stack()).by_type(ENDPOINT)] == ["com.amazonaws.us-east-1.s3"]
     for network in ({"subnets": SUBNETS, "egress": "public-ip"}, {"subnets": SUBNETS, "egress": "existing"},
@@ -183,16 +251,16 @@ def test_no_auto_scaling_endpoint_without_pools_or_under_another_egress():
         assert not any(s.endswith(".autoscaling") for s in services), network
 
 
-def test_an_interface_endpoint_in_a_vpc_without_dns_is_refused_before_any_api_call():
-    """Private DNS on an interface endpoint needs the VPC's enableDnsHostnames and enableDnsSupport
-    (botocore ec2 CreateVpcEndpointRequest.PrivateDnsEnabled): configured subnets may be in a VPC
-    without them, and CreateVpcEndpoint would fail half-way through an update."""
+def test_an_interface_endpoint_in_a_vpc_without_dns_support_is_refused_before_any_api_call():
+    """The VMs, without a way to the internet, resolve the endpoints' own names through the VPC's
+    Amazon-provided DNS server (botocore ec2 ModifyVpcAttributeRequest.EnableDnsSupport): configured
+    subnets may be in a VPC without it. DNS hostnames only mattered to private DNS, which is off."""
     vpc = planner._vpc_of("subnet-0aaa0001", planner.MockAccount())
-    for support, hostnames, off in ((False, True, "enableDnsSupport"), (True, False, "enableDnsHostnames")):
-        account = planner.MockAccount(vpc_dns={vpc: (support, hostnames)})
-        with pytest.raises(ContractError, match="aws.private-dns-needs-vpc-dns") as err:
-            plan(stack(pools=[POOL]), account)
-        assert f"{vpc} has {off} off" in str(err.value) and "spotctl:network.subnets" in str(err.value)
+    account = planner.MockAccount(vpc_dns={vpc: (False, True)})
+    with pytest.raises(ContractError, match="aws.endpoint-names-need-vpc-dns") as err:
+        plan(stack(pools=[POOL]), account)
+    assert f"{vpc} has enableDnsSupport off" in str(err.value) and "spotctl:network.subnets" in str(err.value)
+    assert plan(stack(pools=[POOL]), planner.MockAccount(vpc_dns={vpc: (True, False)})).by_type(LT)
     # Without an interface endpoint the VPC's DNS settings do not matter.
     account = planner.MockAccount(vpc_dns={vpc: (False, False)})
     assert plan(stack(), account).by_type(ENDPOINT)

@@ -80,8 +80,8 @@ def test_a_single_unknown_value_is_checked_when_it_resolves(monkeypatch):
 
     real = mocks._mock_outputs
 
-    def wrong_boundary(typ, name, inputs, project, region):
-        rid, out = real(typ, name, inputs, project, region)
+    def wrong_boundary(typ, name, inputs, project, region, *rest):
+        rid, out = real(typ, name, inputs, project, region, *rest)
         if typ == "aws:iam/policy:Policy":
             out["arn"] = "arn:aws:iam::123456789012:policy/someone-else"
         return rid, out

@@ -6,6 +6,7 @@ IMDS credentials, checked by the emulator); both clouds record busy/idle events.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -24,10 +25,11 @@ def emu():
 def pool_vm(tmp_path, emu):
     vms: list[LocalVM] = []
 
-    def make(cloud: str, command: str = "sleep 120") -> LocalVM:
+    def make(cloud: str, command: str = "sleep 120", **over) -> LocalVM:
         ctx = ScriptContext(cloud=cloud, stack="team-a", kind="pool", name="g5", command=command, event_bucket="events-bkt",
                             region="us-east-1", poll_interval_s=1)
-        vm = LocalVM(local_context(ctx, emu, tmp_path / "work", tmp_path / f"state-{len(vms)}"), tmp_path / f"vm-{len(vms)}")
+        local = replace(local_context(ctx, emu, tmp_path / "work", tmp_path / f"state-{len(vms)}"), **over)
+        vm = LocalVM(local, tmp_path / f"vm-{len(vms)}")
         vms.append(vm)
         done = vm.boot()
         assert done.returncode == 0, done.stderr
@@ -51,6 +53,20 @@ def test_aws_busy_and_idle_set_scale_in_protection_on_itself(pool_vm, emu):
     assert not emu.state.rejected  # every call carried a valid SigV4 signature
     assert vm.wait_for(lambda: [e["event"] for e in emu.events()].count("idle") == 1, 20)
     assert [e["event"] for e in vm.events()][-2:] == ["busy", "idle"]
+
+
+def test_aws_protection_through_an_endpoint_specific_name_is_signed_for_that_host(pool_vm, emu):
+    """Under egress 's3-endpoint' the script calls its interface endpoint's own name (infra/aws.py
+    regional_dns_name), not autoscaling.<region>.amazonaws.com: it must sign the Host it sends (the
+    emulator checks the signature against the Host it received), service and region unchanged.
+    curl sends a ``*.localhost`` name to the loopback."""
+    port = emu.url.rsplit(":", 1)[1]
+    url = f"http://vpce-0fe5b17a0707d6abc-29p5708s.autoscaling.us-east-1.vpce.localhost:{port}"
+    vm = pool_vm("aws", autoscaling_url=url)
+    assert f"SPOTCTL_AUTOSCALING_URL={url}\n" in vm.startup.read_text()
+    assert entry(vm, "busy").returncode == 0, vm.debug_log()
+    assert emu.state.protection == [("spotctl-pool-asg", "vm-1", True)]
+    assert not emu.state.rejected
 
 
 def test_aws_agent_touching_the_busy_file_is_enough(pool_vm, emu):

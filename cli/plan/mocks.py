@@ -100,8 +100,10 @@ def engine_urn(stack: str, project: str, parent: str, type_: str, name: str) -> 
     return f"urn:pulumi:{stack}::{project}::{type_}::{name}"
 
 
-def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, region: str) -> tuple[str, dict[str, Any]]:
-    """Deterministic id and computed outputs of one mocked resource."""
+def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, region: str,
+                  zones: tuple[str, ...] = (), stack: str = "") -> tuple[str, dict[str, Any]]:
+    """Deterministic id and computed outputs of one mocked resource (``zones``: the stack's, where its
+    subnets and so its interface endpoints are; ``stack`` tells apart two stacks' endpoints in one VPC)."""
     out = dict(inputs)
     physical = inputs.get("name") or (inputs.get("namePrefix", "") + _h(name, n=6) if "namePrefix" in inputs else name)
     if typ.startswith("gcp:"):
@@ -150,6 +152,10 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
             qname = inputs.get("namePrefix", "") + _h(name, n=6)
             rid = out["url"] = f"https://sqs.{region}.amazonaws.com/123456789012/{qname}"
             out["name"] = qname
+        if typ == "aws:ec2/vpcEndpoint:VpcEndpoint":
+            rid = "vpce-0" + _h(stack, name, n=16)
+        if typ == "aws:ec2/vpcEndpoint:VpcEndpoint" and inputs.get("vpcEndpointType") == "Interface":
+            out["dnsEntries"] = _endpoint_dns_entries(rid, inputs["serviceName"], region, zones)
         if typ == "aws:ec2/networkInterface:NetworkInterface":
             n = int(_h(name, n=4), 16)
             out["privateIp"] = f"172.31.{n % 250 + 1}.{n // 250 % 250 + 4}"
@@ -169,6 +175,16 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
         out.setdefault("name", rid if "namePrefix" in inputs else inputs.get("name", rid))
         return rid, out
     return f"{name}-id", out
+
+
+def _endpoint_dns_entries(endpoint_id: str, service_name: str, region: str, zones: tuple[str, ...]) -> list[dict[str, str]]:
+    """An interface endpoint's DNS entries as EC2 lists them: its Regional name, then one per zone
+    (``vpce-<id>-<suffix>[-<zone>].<service>.<region>.vpce.amazonaws.com``, https://docs.aws.amazon.com/
+    whitepapers/latest/aws-privatelink/creating-highly-available-endpoint-services.html); no private DNS name."""
+    service = service_name.removeprefix(f"com.amazonaws.{region}.")
+    label = f"{endpoint_id}-{_h(endpoint_id, n=8)}"
+    return [{"dnsName": f"{first}.{service}.{region}.vpce.amazonaws.com", "hostedZoneId": "Z7HUB22UULQXV"}
+            for first in (label, *(f"{label}-{zone}" for zone in zones))]
 
 
 @dataclass(frozen=True)
@@ -255,7 +271,7 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
 
         def new_resource(self, args: pulumi.runtime.MockResourceArgs):
             self.inputs = args.inputs
-            rid, out = _mock_outputs(args.typ, args.name, args.inputs, project, region)
+            rid, out = _mock_outputs(args.typ, args.name, args.inputs, project, region, tuple(cfg.zones), stack)
             made_up = [v for k, v in out.items() if isinstance(v, str) and k not in args.inputs]
             plan.mocked.update(made_up + ([rid] if rid not in args.inputs.values() else []))
             return rid, out

@@ -292,14 +292,39 @@ rule("aws.default-vpc-or-subnets", [],
      source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
             "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)
 
-rule("aws.private-dns-needs-vpc-dns", [],
-     says="An interface endpoint with private DNS (spotctl's SSM and Auto Scaling endpoints under egress "
-          "'s3-endpoint') needs the VPC's enableDnsSupport and enableDnsHostnames on; CreateVpcEndpoint fails otherwise.",
-     fix="turn both on for the subnets' VPC (aws ec2 modify-vpc-attribute --enable-dns-support / "
-         "--enable-dns-hostnames), or set spotctl:network.egress to 'nat', 'public-ip' or 'existing'",
-     source="botocore ec2 service-2.json CreateVpcEndpointRequest.PrivateDnsEnabled (\"To use a private hosted zone, "
-            "you must set the following VPC attributes to true: enableDnsHostnames and enableDnsSupport\"); "
-            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateVpcEndpoint.html")(None)
+rule("aws.endpoint-names-need-vpc-dns", [],
+     says="spotctl's SSM and Auto Scaling interface endpoints (egress 's3-endpoint') are called by their own "
+          "DNS names, which the VMs, without a way to the internet, resolve through the VPC's Amazon-provided DNS "
+          "server: the VPC needs enableDnsSupport on. Not enableDnsHostnames: the endpoints have no private DNS "
+          "(that alone needs both: CreateVpcEndpointRequest.PrivateDnsEnabled).",
+     fix="turn it on for the subnets' VPC (aws ec2 modify-vpc-attribute --enable-dns-support), or set "
+         "spotctl:network.egress to 'nat', 'public-ip' or 'existing'",
+     source="botocore ec2 service-2.json ModifyVpcAttributeRequest.EnableDnsSupport (\"If enabled, queries to the "
+            "Amazon provided DNS server at the 169.254.169.253 IP address ... succeed. If disabled, the Amazon provided "
+            "DNS service in the VPC that resolves public DNS hostnames to IP addresses is not enabled\"); "
+            "CreateVpcEndpointRequest.PrivateDnsEnabled (\"To use a private hosted zone, you must set the following VPC "
+            "attributes to true: enableDnsHostnames and enableDnsSupport\"); "
+            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVpcAttribute.html")(None)
+
+VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
+
+
+@rule("aws.interface-endpoint-private-dns-per-vpc", [VPC_ENDPOINT],
+      says="A VPC takes one interface endpoint with private DNS per AWS service: a second one (another stack's "
+           "in the same VPC) fails, and the first takes over that API's public name for every VM of the VPC.",
+      fix="private_dns_enabled=False, and call the endpoint by its own DNS name (infra/aws.py regional_dns_name)",
+      source="https://github.com/hashicorp/terraform-provider-aws/issues/17535 (\"InvalidParameter: private-dns-enabled cannot be set because "
+             "there is already a conflicting DNS domain for elasticloadbalancing.us-east-1.amazonaws.com in the VPC\"); "
+             "botocore ec2 CreateVpcEndpointRequest.PrivateDnsEnabled (\"associate a private hosted zone with the "
+             "specified VPC\")")
+def interface_endpoint_private_dns(type_: str, props: Mapping[str, Any]) -> str | None:
+    # Explicitly False: left out, pulumi-aws documents false ("Defaults to `false`"), but terraform-provider-aws
+    # issue #37783 reports v5.52 "setting the attribute private_dns_enabled to true during creation".
+    dns = props.get("private_dns_enabled")
+    if props.get("vpc_endpoint_type") != "Interface" or dns is False or not known(dns):
+        return None
+    return f"interface endpoint of {props.get('service_name')} has private_dns_enabled {dns!r}"
+
 
 CREATE_VOLUME_DOC = ("botocore ec2 service-2.json CreateVolume / CreateVolumeRequest.Encrypted "
                      "(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateVolume.html)")
