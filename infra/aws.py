@@ -590,10 +590,23 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=child,
             )
             master_addr = master_eni.private_ip
+        public_ip = job.external_ip or base.egress == "public-ip"
+        master_ip = None
+        if master_eni is not None and public_ip:
+            # RunInstances assigns a public IPv4 only to a new interface (contract
+            # aws.public-ip-only-on-new-interface): the master's own interface gets an Elastic IP instead,
+            # which stays with the interface across attempts (allocated and associated by
+            # terraform-provider-aws internal/service/ec2/ec2_eip.go resourceEIPCreate, tagged on create).
+            master_ip = aws.ec2.Eip(
+                f"{name}-master-ip",
+                domain="vpc",
+                network_interface=master_eni.id,
+                tags=aws_tags(args.stack, cfg.labels, name=f"{plan.slug}-{job.id}-master", job=job.id),
+                opts=child,
+            )
         image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
         role, profile = _instance_profile(name, args, job.id, base, tags, child) if runs else (None, None)
         secret_deps = self._env_secret(name, args, plan, role, tags, child)
-        public_ip = job.external_ip or base.egress == "public-ip"
         self.volumes: list[aws.ebs.Volume] = []
         self.instances: list[aws.ec2.Instance] = []
         for node in plan.nodes:
@@ -653,7 +666,9 @@ class TrainingJob(pulumi.ComponentResource):
                 # running VM; a new attempt after a preemption (the refresh drops the terminated VM)
                 # is created fresh and gets the newest image. The stack output `images` records it.
                 opts=pulumi.ResourceOptions(
-                    parent=self, delete_before_replace=True, depends_on=[*self.instances[:1], *secret_deps],
+                    # The master's public address is there before its first boot runs the user data.
+                    parent=self, delete_before_replace=True,
+                    depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else [])],
                     ignore_changes=["ami"],
                 ),
             )

@@ -12,6 +12,7 @@ what those roles may ever do, and by the unambiguous ``spotctl-<slug>_`` prefix 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -32,7 +33,7 @@ DEBIAN_AMI_NAME = "debian-12-amd64-*"
 # statements on `role/spotctl/spotctl-<slug>-*` can never reach the watcher's own role.
 WATCHER_PATH = WATCHER_ROLE_PATH  # exempt from aws.role-permissions-boundary: only `pulumi up` creates it
 # EC2 resources a targeted update creates for a job (tagged on create, so aws:RequestTag applies).
-TAGGED_ON_CREATE = ("instance", "volume", "snapshot", "network-interface")
+TAGGED_ON_CREATE = ("instance", "volume", "snapshot", "network-interface", "elastic-ip")
 
 
 def _job_roles(slug: str) -> tuple[str, str]:
@@ -62,7 +63,8 @@ def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
 
 def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events_bucket_arn: str, backend_bucket: str,
                    backend_prefix: str, secrets_provider: str, passphrase_secret: str | None,
-                   boundary_arn: str, stack_file_key: str | None = None, lease_key: str | None = None) -> dict[str, Any]:
+                   boundary_arn: str, subnet_ids: Sequence[str], stack_file_key: str | None = None,
+                   lease_key: str | None = None) -> dict[str, Any]:
     """The watcher role's inline policy (pure, so tests read it whole).
 
     EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
@@ -70,7 +72,8 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
     ``ec2:ResourceTag`` on what already exists (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
     supported-iam-actions-tagging.html; ExamplePolicies_EC2.html). What the provider cannot tag in the
     request (a launch's root volume and network interface, a spot request) is granted without a tag
-    condition, and only for the action that creates or ends it. Describe* supports no
+    condition, and only for the action that creates or ends it; a launch's network interface, new or
+    existing, is held to this stack's subnets (``subnet_ids``) instead. Describe* supports no
     resource-level permissions, so it is granted on ``*`` (ExamplePolicies_EC2.html, "Read-only access").
     """
     ec2 = f"arn:aws:ec2:{region}:*"
@@ -98,37 +101,54 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Resource": f"{state}/{backend_prefix}*"},
         {"Sid": "Describe", "Effect": "Allow", "Action": ["ec2:Describe*", "ssm:DescribeParameters", "sts:GetCallerIdentity"],
          "Resource": "*"},
+        # A multi-node master's network interface and Elastic IP (infra/aws.py TrainingJob) are created
+        # tagged (terraform-provider-aws internal/service/ec2/vpc_network_interface.go, ec2_eip.go:
+        # TagSpecifications on create), so a move can replace the one and re-associate the other.
         {"Sid": "LaunchOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot",
-                                                               "ec2:CreateNetworkInterface"],
+                                                               "ec2:CreateNetworkInterface", "ec2:AllocateAddress"],
          "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE],
          "Condition": {"StringEquals": {"aws:RequestTag/spotctl:owner": owner}}},
-        # What a launch only uses (images, subnets, security groups, the master's network interface,
-        # a job's existing volume restored from a snapshot): not created, so no tag on the request.
+        # What a launch only uses (images, subnets, security groups, a job's existing volume restored
+        # from a snapshot): not created, so no tag on the request.
         {"Sid": "LaunchUsing", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateNetworkInterface"],
          "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*", f"{ec2}:key-pair/*",
                       f"{ec2}:launch-template/*"]},
         {"Sid": "UseOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot"],
-         "Resource": [f"{ec2}:volume/*", f"{ec2}:snapshot/*", f"{ec2}:network-interface/*"], "Condition": owned},
-        # What RunInstances creates beside the instance: its root volume and primary network interface
-        # (a multi-node master's is its own existing one). The provider tags only the instance in the
-        # request (terraform-provider-aws internal/service/ec2/ec2_instance.go resourceInstanceCreate:
-        # TagSpecifications for the instance, and for volumes only from volume_tags, unset here), so
-        # LaunchOwned cannot match them; and RunInstances gives these two resource types no
-        # aws:ResourceTag (Service Authorization Reference, EC2, RunInstances: https://docs.aws.amazon.com/
-        # service-authorization/latest/reference/list_amazonec2.html), so UseOwned cannot either. Hence
-        # unconditioned, as in the EC2 User Guide's "Tag instances and volumes on creation" examples
-        # (ExamplePolicies_EC2.html): RunInstances never attaches an existing volume, and the instance
-        # itself stays gated by LaunchOwned. A spot request RunInstances makes untagged is not
-        # evaluated at all (ExamplePolicies_EC2.html, "Work with Spot Instances").
+         "Resource": [f"{ec2}:volume/*", f"{ec2}:snapshot/*"], "Condition": owned},
+        # What RunInstances creates beside the instance: its root volume and primary network interface.
+        # The provider tags only the instance in the request (terraform-provider-aws
+        # internal/service/ec2/ec2_instance.go resourceInstanceCreate: TagSpecifications for the
+        # instance, and for volumes only from volume_tags, unset here), so LaunchOwned cannot match
+        # them. RunInstances evaluates neither with aws:ResourceTag or ec2:ResourceTag (Service
+        # Authorization Reference, EC2, RunInstances row: network-interface takes aws:RequestTag,
+        # aws:TagKeys, ec2:AssociatePublicIpAddress, ec2:AuthorizedService, ec2:AvailabilityZone,
+        # ec2:NetworkInterfaceID, ec2:Subnet, ec2:Vpc and launch-template keys; volume likewise takes
+        # aws:RequestTag but no resource tag: https://docs.aws.amazon.com/service-authorization/latest/
+        # reference/list_amazonec2.html).
+        # Hence unconditioned, as in the EC2 User Guide's RunInstances examples (ExamplePolicies_EC2.html).
+        # A volume here is always a new one: RunInstances' block device mappings take no volume id
+        # (API_EbsBlockDevice.html). A network interface may be an existing one (a multi-node master's,
+        # NetworkInterfaceId), and the same row applies to it: no tag can tell this stack's interface
+        # from another stack's, so the grant cannot be owner-gated (a per-node interface would not help).
+        # What does bound it is LaunchInOwnSubnets below. A spot request RunInstances makes untagged is
+        # not evaluated at all (ExamplePolicies_EC2.html, "Work with Spot Instances").
         {"Sid": "LaunchCreates", "Effect": "Allow", "Action": "ec2:RunInstances",
          "Resource": [f"{ec2}:volume/*", f"{ec2}:network-interface/*"]},
+        # Every interface a launch creates or uses must be in this stack's subnets (ec2:Subnet, the
+        # User Guide's "Subnets" example for RunInstances, as a Deny so no Allow above can widen it): an
+        # existing interface of a stack in other subnets stays out of reach. One in this stack's own
+        # subnets (another stack's sharing them, e.g. a default VPC's) cannot be told apart by IAM.
+        {"Sid": "LaunchInOwnSubnets", "Effect": "Deny", "Action": "ec2:RunInstances",
+         "Resource": f"{ec2}:network-interface/*",
+         "Condition": {"ArnNotLike": {"ec2:Subnet": [f"{ec2}:subnet/{sid}" for sid in subnet_ids]}}},
         {"Sid": "TagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:*/*",
          "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateVolume", "CreateSnapshot",
-                                                             "CreateNetworkInterface"]}}},
+                                                             "CreateNetworkInterface", "AllocateAddress"]}}},
         {"Sid": "ManageOwned", "Effect": "Allow",
          "Action": ["ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute",
                     "ec2:AttachVolume", "ec2:DetachVolume", "ec2:DeleteVolume", "ec2:ModifyVolume", "ec2:DeleteSnapshot",
-                    "ec2:DeleteNetworkInterface", "ec2:CreateTags", "ec2:DeleteTags"],
+                    "ec2:DeleteNetworkInterface", "ec2:AssociateAddress", "ec2:DisassociateAddress", "ec2:ReleaseAddress",
+                    "ec2:CreateTags", "ec2:DeleteTags"],
          "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE], "Condition": owned},
         # Deleting a spot instance first cancels its spot request (ec2_instance.go resourceInstanceDelete:
         # CancelSpotInstanceRequests when instance_lifecycle is spot). That request is untagged (above),
@@ -241,7 +261,8 @@ class Watcher(pulumi.ComponentResource):
             policy=pulumi.Output.all(base.queue.arn, base.bucket.arn, base.boundary.arn).apply(lambda v: json.dumps(watcher_policy(
                 region=cfg.region, slug=args.slug, owner=owner_value(args.stack), queue_arn=v[0], events_bucket_arn=v[1],
                 backend_bucket=backend_bucket, backend_prefix=backend_prefix, secrets_provider=w.secrets_provider,
-                passphrase_secret=w.passphrase_secret, boundary_arn=v[2], stack_file_key=shared_stack_file(args.stack),
+                passphrase_secret=w.passphrase_secret, boundary_arn=v[2],
+                subnet_ids=sorted(s.id for s in base.subnets.values()), stack_file_key=shared_stack_file(args.stack),
                 lease_key=watch_lease(args.stack)))),
             opts=child,
         )

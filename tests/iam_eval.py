@@ -38,6 +38,8 @@ def _condition(op: str, key: str, wanted: Any, context: dict[str, Any]) -> bool:
         return present and any(_like(w, v) for v in values for w in wanted)
     if op == "StringNotEquals":
         return not present or all(v != w for v in values for w in wanted)
+    if op in ("StringNotLike", "ArnNotLike"):
+        return not present or not any(_like(w, v) for v in values for w in wanted)
     raise AssertionError(f"operator {op} not modelled")
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from cli.plan import mocks as planner
 from infra.config import validate
+from infra.naming import owner_value
 from tests.conftest import AWS_BASE, aws_job, stack_config
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -172,6 +173,30 @@ def test_multi_node_master_keeps_its_address_on_an_eni():
         script = script_of(vm.inputs)
         assert f"SPOTCTL_MASTER_ADDR={ip}" in script
         assert f"SPOTCTL_NODE_RANK={rank}" in script and "SPOTCTL_WORLD_SIZE=2" in script
+
+
+EIP = "aws:ec2/eip:Eip"
+
+
+@pytest.mark.parametrize("network,job", [({"subnets": SUBNETS, "egress": "public-ip"}, {}),
+                                         ({"subnets": SUBNETS}, {"externalIp": True})])
+def test_a_multi_node_master_reaches_out_through_an_elastic_ip_when_a_public_ip_is_asked(network, job):
+    """RunInstances assigns a public IP only to a new interface (contract
+    aws.public-ip-only-on-new-interface): the master, on its own interface, gets an Elastic IP on
+    that interface, there before its first boot; its workers and a single-node job get one from the
+    launch, and no Elastic IP. Without the ask, nothing public is declared."""
+    plan = plan_of(raw_stack(network=network, pools=[], jobs=[aws_job(nodes=3, **job), aws_job(id="solo", **job)]))
+    (eip,) = plan.by_type(EIP)
+    assert eip.name == "job-train-master-ip" and eip.inputs["domain"] == "vpc"
+    assert eip.inputs["tags"]["spotctl:owner"] == owner_value("team-a") and eip.inputs["tags"]["spotctl:job"] == "train"
+    master, *workers = [vm for vm in plan.by_type(INSTANCE) if vm.name.startswith("job-train-")]
+    assert eip.inputs["networkInterface"] == master.inputs["primaryNetworkInterface"]["networkInterfaceId"]
+    assert "associatePublicIpAddress" not in master.inputs and eip.urn in master.dependencies
+    solo = only(plan, INSTANCE, "job-solo-")
+    assert len(workers) == 2 and all(vm.inputs["associatePublicIpAddress"] is True for vm in [*workers, solo])
+    private = plan_of(raw_stack(pools=[], jobs=[aws_job(nodes=3), aws_job(id="solo")]))
+    assert private.by_type(EIP) == []
+    assert all(vm.inputs.get("associatePublicIpAddress") in (None, False) for vm in private.by_type(INSTANCE))
 
 
 def test_imdsv2_required_and_volumes_encrypted_everywhere():

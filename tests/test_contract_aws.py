@@ -55,6 +55,18 @@ def test_volume_attachment_never_stops_or_forces():
     passes(rules.ATTACHMENT, {"skip_destroy": True}, "aws.no-stop-before-detach")
 
 
+def test_a_public_ip_is_never_asked_of_an_existing_interface():
+    eni = {"primary_network_interface": {"network_interface_id": "eni-0abc"}}
+    text = broken(rules.INSTANCE, {**eni, "associate_public_ip_address": True}, "aws.public-ip-only-on-new-interface")
+    assert "existing interface" in text and "Elastic IP" in text
+    broken(rules.INSTANCE, {**eni, "associate_public_ip_address": False}, "aws.public-ip-only-on-new-interface")
+    broken(rules.INSTANCE, {"primary_network_interface": {"network_interface_id": UNKNOWN}, "associate_public_ip_address": True},
+           "aws.public-ip-only-on-new-interface")
+    passes(rules.INSTANCE, eni, "aws.public-ip-only-on-new-interface")
+    passes(rules.INSTANCE, {**eni, "associate_public_ip_address": UNKNOWN}, "aws.public-ip-only-on-new-interface")
+    passes(rules.INSTANCE, {"subnet_id": "subnet-0abc", "associate_public_ip_address": True}, "aws.public-ip-only-on-new-interface")
+
+
 def test_one_time_spot_must_terminate():
     spot = {"market_type": "spot", "spot_options": {"spot_instance_type": "one-time", "instance_interruption_behavior": "stop"}}
     broken(rules.INSTANCE, {"instance_market_options": spot}, "aws.spot-one-time-terminates")

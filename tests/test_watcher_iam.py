@@ -482,9 +482,12 @@ def test_role_ids_follow_the_slug_and_the_rule():
 # Each request's context holds the keys EC2 gives that resource type: the Service Authorization
 # Reference (Amazon EC2: RunInstances, CreateTags; https://docs.aws.amazon.com/service-authorization/
 # latest/reference/list_amazonec2.html) lists aws:RequestTag but no aws:ResourceTag for the volume and
-# network-interface RunInstances authorizes, and both for CreateTags on a volume.
+# network-interface RunInstances authorizes (new or existing), ec2:Subnet for that network-interface,
+# and both tag keys for CreateTags on a volume.
 
 EC2 = f"arn:aws:ec2:us-east-1:{ACCOUNT}"
+OWN_SUBNET = {"ec2:Subnet": f"{EC2}:subnet/subnet-0aaa0001"}  # NAT's us-east-1a subnet
+OTHER_SUBNET = {"ec2:Subnet": f"{EC2}:subnet/subnet-0bbb0001"}  # another team's
 
 
 def owner_tag(stack: str, kind: str = "Request") -> dict[str, str]:
@@ -500,8 +503,8 @@ def test_the_watcher_launches_a_job_instance_as_the_provider_asks():
     launch = {
         f"{EC2}:instance/*": owner_tag("team"),
         f"{EC2}:volume/*": {},  # the root volume, created by the launch
-        f"{EC2}:network-interface/*": {},  # the primary interface, created by the launch
-        f"{EC2}:network-interface/eni-0master000000001": {},  # a multi-node job's master interface
+        f"{EC2}:network-interface/*": OWN_SUBNET,  # the primary interface, created by the launch
+        f"{EC2}:network-interface/eni-0master000000001": OWN_SUBNET,  # a multi-node job's master interface
         "arn:aws:ec2:us-east-1::image/ami-0abc": {},
         f"{EC2}:subnet/subnet-0aaa0001": {},
         f"{EC2}:security-group/sg-0aaa0001": {},
@@ -519,6 +522,47 @@ def test_the_watcher_launches_a_job_instance_as_the_provider_asks():
     # A spot instance's delete: CancelSpotInstanceRequests first (the request RunInstances made is untagged).
     assert allowed(policy, "ec2:CancelSpotInstanceRequests", f"{EC2}:spot-instances-request/sir-0abc")
     assert allowed(policy, "ec2:TerminateInstances", f"{EC2}:instance/i-0abc", **owner_tag("team", "Resource"))
+
+
+def test_a_launch_never_lands_on_an_interface_outside_this_stacks_subnets():
+    """RunInstances evaluates a network interface, new or passed in by NetworkInterfaceId, with no
+    resource tag: another stack's free interface cannot be told apart by its owner tag. Its subnet can:
+    a launch onto an interface (or into a subnet) other than this stack's is refused, whatever the
+    request's tags say, and no other grant widens that."""
+    policy = watcher_policy("team")
+    theirs = f"{EC2}:network-interface/eni-0theirs000000001"
+    for resource in (f"{EC2}:network-interface/*", theirs):
+        assert not allowed(policy, "ec2:RunInstances", resource, **OTHER_SUBNET), resource
+        assert not allowed(policy, "ec2:RunInstances", resource, **OTHER_SUBNET, **owner_tag("team")), resource
+        assert not allowed(policy, "ec2:RunInstances", resource, **OTHER_SUBNET, **owner_tag("team-b", "Resource"))
+        assert not allowed(policy, "ec2:RunInstances", resource), resource  # no subnet said: refused too
+    # team-b's watcher, in its own subnets, gets nothing in this stack's.
+    other = json.loads(only(planner.run(validate(aws_raw(network={**NAT, "natSubnet": "subnet-0bbb0009",
+        "subnets": {"us-east-1a": "subnet-0bbb0001", "us-east-1b": "subnet-0bbb0002"}}), "test"), "team-b"),
+        "aws:iam/rolePolicy:RolePolicy", "watcher-policy").inputs["policy"])
+    assert allowed(other, "ec2:RunInstances", theirs, **OTHER_SUBNET)
+    assert not allowed(other, "ec2:RunInstances", f"{EC2}:network-interface/eni-0master000000001", **OWN_SUBNET)
+
+
+def test_the_watcher_moves_a_masters_elastic_ip_and_nobody_elses():
+    """A multi-node master's Elastic IP (public-ip egress) follows its interface when a move replaces
+    it: terraform-provider-aws ec2_eip.go allocates it tagged, associates and disassociates it by
+    allocation and interface, and releases it. The Service Authorization Reference gives
+    AllocateAddress aws:RequestTag, and Associate/Disassociate/ReleaseAddress the resource tags of
+    the elastic-ip and network-interface they name."""
+    policy = watcher_policy("team")
+    eip, eni = f"{EC2}:elastic-ip/eipalloc-0abc", f"{EC2}:network-interface/eni-0master000000001"
+    assert allowed(policy, "ec2:AllocateAddress", f"{EC2}:elastic-ip/*", **owner_tag("team"))
+    assert allowed(policy, "ec2:CreateTags", f"{EC2}:elastic-ip/*", **{"ec2:CreateAction": "AllocateAddress"})
+    assert not allowed(policy, "ec2:AllocateAddress", f"{EC2}:elastic-ip/*")
+    assert not allowed(policy, "ec2:AllocateAddress", f"{EC2}:elastic-ip/*", **owner_tag("team-b"))
+    mine, theirs = owner_tag("team", "Resource"), owner_tag("team-b", "Resource")
+    for action in ("ec2:AssociateAddress", "ec2:DisassociateAddress"):
+        assert allowed(policy, action, eip, **mine) and allowed(policy, action, eni, **mine), action
+        assert not allowed(policy, action, eip, **theirs) and not allowed(policy, action, eni, **theirs), action
+        assert not allowed(policy, action, eip) and not allowed(policy, action, eni), action
+    assert allowed(policy, "ec2:ReleaseAddress", eip, **mine)
+    assert not allowed(policy, "ec2:ReleaseAddress", eip, **theirs) and not allowed(policy, "ec2:ReleaseAddress", eip)
 
 
 def test_another_stacks_volumes_stay_out_of_reach():

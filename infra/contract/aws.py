@@ -109,6 +109,26 @@ def one_time_terminates(type_: str, props: Mapping[str, Any]) -> str | None:
     return None
 
 
+@rule("aws.public-ip-only-on-new-interface", [INSTANCE],
+      says="RunInstances assigns a public IPv4 address only to a new primary interface: on an existing one "
+           "(primary_network_interface) associate_public_ip_address cannot apply, and the instance gets what the "
+           "interface inherited from its subnet.",
+      fix="leave associate_public_ip_address unset on an instance launched onto its own interface and give the "
+          "interface an Elastic IP when a public address is asked for (infra/aws.py TrainingJob master_ip)",
+      source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceNetworkInterfaceSpecification.html "
+             "(AssociatePublicIpAddress: \"can only be assigned to a new network interface, not an existing one\"); "
+             "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-eni.html (\"If you launch an instance and "
+             "specify an existing network interface as the primary network interface, the public IPv4 address "
+             "attribute is determined by this network interface\"); terraform-provider-aws internal/service/ec2/"
+             "ec2_instance.go buildNetworkInterfaceOpts (associate_public_ip_address is sent only with subnet_id and "
+             "dropped with a network interface, so the provider and a mock both accept it)")
+def public_ip_only_on_new_interface(type_: str, props: Mapping[str, Any]) -> str | None:
+    if dig(props, "primary_network_interface.network_interface_id") is None:
+        return None
+    asked = props.get("associate_public_ip_address")
+    return None if asked is None or asked is UNKNOWN else f"associate_public_ip_address is {asked!r} on an existing interface"
+
+
 GP3_IOPS = (3000, 80000)
 GP3_THROUGHPUT = (125, 2000)
 
