@@ -83,14 +83,19 @@ def test_load_job_reads_one_job_once_indexed_and_the_whole_file_otherwise(ref, v
         stackfile.load_job(ref, "bert-evl").job("bert-evl")
 
 
-def test_one_jobs_edit_in_a_new_process_hashes_the_whole_text_once_each_side(ref, monkeypatch):
-    """Issue 20: the guard is the sha256 of the whole text, hashed from the bytes read (the file before)
-    and written (after): twice per edit, never more, and the index is rewritten, not re-derived from the
-    whole text."""
-    stackfile.load(ref)
+def new_process() -> None:
+    """Empty the stack file module's in-process caches: what follows runs as in a new process."""
     for cache in (stackfile._PARSED, stackfile._LAST_DIGEST, stackfile._LAST_PART,
                   stackfile._LAST_READ, stackfile._LAST_WRITTEN):
-        cache.clear()  # a new process
+        cache.clear()
+
+
+def test_a_file_spotctl_wrote_is_never_hashed_whole_by_one_jobs_edit(ref, monkeypatch):
+    """Issue 20: an index built from a file spotctl read is guarded by the sha256 of its text (hashed once,
+    from the bytes read); once spotctl has written the file, by its stamped state: later edits of one
+    job, in this process or a new one, hash nothing whole, and the index is rewritten, never re-derived."""
+    stackfile.load(ref)
+    new_process()
     real, whole, hashed = stackfile.sha256, len(ref.path.read_bytes()), []
 
     def counting(data):
@@ -101,13 +106,138 @@ def test_one_jobs_edit_in_a_new_process_hashes_the_whole_text_once_each_side(ref
     monkeypatch.setattr(stackfile, "sha256", counting)
     monkeypatch.setattr(stackfile, "_index", lambda *a: (_ for _ in ()).throw(AssertionError("indexed whole")))
     assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["bert-eval"]
-    assert len(hashed) == 1
+    assert len(hashed) == 1  # the file as the user left it: its content
     set_fields(ref, "bert-eval", {"state": "preempted", "attempt": 12})
-    assert len(hashed) == 2  # the text read again under the lock is the same: not hashed again; the new one once
+    assert len(hashed) == 1  # read again under the lock: the same text; the new file: its state
     set_fields(ref, "llm-pretrain", {"state": "preempted"})
-    assert len(hashed) == 3  # the file just written is known by its hash
+    new_process()
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert [j.id for j in stackfile.load_job(ref, "vit-finetune").jobs] == ["vit-finetune"]
+    assert len(hashed) == 1
     monkeypatch.undo()
-    assert stackfile.load(ref).job("bert-eval").attempt == 12
+    cfg = stackfile.load(ref)
+    assert (cfg.job("bert-eval").attempt, cfg.job("llm-pretrain").state.value, cfg.job("vit-finetune").state.value) == \
+        (12, "preempted", "preempted")
+
+
+def test_a_same_size_edit_right_after_spotctls_write_is_seen(ref, validated):
+    """A file spotctl wrote is guarded by its state: an in-place edit of the same size at once after the
+    write (within the kernel's timestamp tick, the same inode) gets the tick's time, never spotctl's
+    stamp, so the whole file is read (the edit made another job invalid) and nothing is written."""
+    set_fields(ref, "bert-eval", {"state": "preempted"})
+    text = ref.path.read_text()
+    edited = text.replace("zone: us-central1-c", "zone: us-central9-c", 1)
+    assert len(edited) == len(text) and edited != text
+    before = os.stat(ref.path)
+    with open(ref.path, "r+", encoding="utf-8") as fh:  # in place: the same inode and size
+        fh.write(edited)
+    after = os.stat(ref.path)
+    assert (after.st_ino, after.st_size) == (before.st_ino, before.st_size)
+    new_process()
+    validated.clear()
+    with pytest.raises(ConfigError, match=r"jobs\[2\]\.zone"):
+        set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert validated == [3] and ref.path.read_text() == edited  # the whole file, and nothing written
+
+
+def test_a_file_system_without_nanosecond_times_gets_the_hash(ref, monkeypatch):
+    """Where the stamp does not read back as set (a file system keeping whole seconds), the state does
+    not name a version: the index of the written file is guarded by its hash."""
+    real = os.utime
+    monkeypatch.setattr(stackfile.os, "utime", lambda fd, ns: real(fd, ns=tuple(t // 10**9 * 10**9 for t in ns)))
+    set_fields(ref, "bert-eval", {"state": "preempted"})
+    index = stackfile._Index.from_bytes(sealed_payload(stackfile.index_path(ref.path)))
+    assert index.guard == stackfile.sha256(ref.path.read_bytes()).hexdigest()
+    monkeypatch.undo()
+    set_fields(ref, "llm-pretrain", {"state": "preempted"})
+    index = stackfile._Index.from_bytes(sealed_payload(stackfile.index_path(ref.path)))
+    st = os.stat(ref.path)
+    assert index.guard == f"state:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def whole_reads_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on, reading the stack file whole fails the test."""
+    monkeypatch.setattr(stackfile, "_read_text", lambda path: (_ for _ in ()).throw(AssertionError("read whole")))
+
+
+@pytest.mark.parametrize("copy_in_kernel", [True, False])
+def test_a_file_spotctl_wrote_is_edited_in_pieces_as_the_whole_file_path_edits_it(ref, monkeypatch, copy_in_kernel):
+    """Issue 20: once spotctl wrote the file (its state guards the index, its bytes are its text), one job's
+    read and edit read only the stack-wide lines and the job's (in a new process too), and the rest of the
+    file is copied by the kernel (or through a small buffer where the file system cannot): the file is
+    byte for byte what the whole-file path writes, and the index follows it."""
+    stackfile.load(ref)
+    set_fields(ref, "bert-eval", {"state": "preempted"})  # read whole (the user's file), written: stamped
+    original = ref.path.read_bytes()
+    edits = [("vit-finetune", {"state": "preempted", "attempt": 12}), ("llm-pretrain", {"capacity": "on-demand"}),
+             ("bert-eval", {"state": "completed"})]
+    for job, fields in edits:
+        whole_file_result(ref, job, fields)
+    expected = ref.path.read_bytes()
+    ref.path.write_bytes(original)
+    stackfile.index_path(ref.path).unlink()
+    new_process()
+    stackfile.load(ref)
+    set_fields(ref, "bert-eval", {"state": "preempted"})  # (the same bytes again: stamped and indexed)
+    assert ref.path.read_bytes() == original
+    new_process()
+    if not copy_in_kernel:
+        monkeypatch.setattr(stackfile.os, "copy_file_range",
+                            lambda *a: (_ for _ in ()).throw(OSError(18, "Invalid cross-device link")), raising=False)
+    with monkeypatch.context() as m:
+        whole_reads_refused(m)
+        assert [j.id for j in stackfile.load_job(ref, "vit-finetune").jobs] == ["vit-finetune"]
+        for job, fields in edits:
+            set_fields(ref, job, fields)
+            new_process()
+    assert ref.path.read_bytes() == expected
+    cfg = stackfile.load(ref)
+    assert (cfg.job("vit-finetune").attempt, cfg.job("llm-pretrain").capacity.value, cfg.job("bert-eval").state.value) == \
+        (12, "on-demand", "completed")
+
+
+@pytest.mark.parametrize("how", ["in place", "saved over"])
+def test_a_hand_edit_while_a_job_is_edited_in_pieces_is_kept_and_nothing_written(ref, how):
+    """Under the lock a hand edit (an editor saving) can still land between the read of the job's lines
+    and the rewrite: spotctl's rewrite sees the file is no longer the version it read, writes nothing
+    (it would undo the hand edit, and it decided on what the edit replaced), and says to run it again."""
+    set_fields(ref, "bert-eval", {"state": "preempted"})
+    new_process()
+    edited = ref.path.read_text().replace("# Finished", "# finished")
+
+    def hand_edit(current, written):
+        if how == "in place":
+            with open(ref.path, "r+", encoding="utf-8") as fh:
+                fh.write(edited)
+        else:
+            other = ref.path.with_name("saved.tmp")
+            other.write_text(edited)
+            os.replace(other, ref.path)
+        return {"state": "preempted"}
+
+    with pytest.raises(ConfigError, match="vit-finetune: the file changed while this command edited it"):
+        stackfile.update_job(ref.path, "vit-finetune", hand_edit)
+    assert ref.path.read_text() == edited
+    assert not list(ref.path.parent.glob(".*.tmp"))
+
+
+def test_a_file_that_is_not_plain_is_read_whole(ref, validated):
+    """Offsets into the text are the file's only when its bytes are its text: a job's line with a
+    non-ASCII character (or CRLF line ends, a byte-order mark) makes spotctl read the file whole, and the
+    edit is still of one job."""
+    ref.path.write_text(ref.path.read_text().replace("# Finished", "# Fini, résumé"), encoding="utf-8")
+    set_fields(ref, "bert-eval", {"state": "preempted"})  # (read whole: the user's file; then spotctl's)
+    new_process()
+    read: list[Path] = []
+    real = stackfile._read_text
+    stackfile._read_text = lambda path: read.append(path) or real(path)
+    try:
+        set_fields(ref, "vit-finetune", {"state": "preempted"})
+    finally:
+        stackfile._read_text = real
+    assert read and validated[-1:] == [1]
+    assert stackfile.load(ref).job("vit-finetune").state.value == "preempted"
+    assert "# Fini, résumé" in ref.path.read_text(encoding="utf-8")
 
 
 def test_a_text_validated_for_another_file_still_indexes_this_one(ref, tmp_path):

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,20 +142,28 @@ def _read_text(path: Path) -> str:
     """The file as text: UTF-8 (a byte-order mark is dropped, and kept on write by atomic_write)
     with LF line ends (CRLF files are read as LF and written back as CRLF)."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read()
+            state = _file_state(os.fstat(fh.fileno()))  # after the read: what was read is this version
     except FileNotFoundError:
         raise ConfigError(str(path), ["stack file not found"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     last = _LAST_READ[0] if _LAST_READ else None
     if last is not None and last[1] == data:  # read again under the lock: the same text object, so every
-        return last[0]  # cache keyed by it (guard, part, parse) answers by identity (issue 20)
+        _LAST_READ[:] = [(last[0], data, state)]  # cache keyed by it (guard, part, parse) answers by identity (issue 20)
+        return last[0]
     text = decode(data, str(path))
-    _LAST_READ[:] = [(text, data)]
+    _LAST_READ[:] = [(text, data, state)]
     return text
 
 
-_LAST_READ: list[tuple[str, bytes]] = []  # the last text read and its bytes
+_LAST_READ: list[tuple[str, bytes, str]] = []  # the last text read, its bytes and the file's state after the read
+
+
+def _file_state(st: os.stat_result) -> str:
+    """A file version's identity as the index's guard records it (see the job index's comment)."""
+    return f"state:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def decode(data: bytes, where: str) -> str:
@@ -312,7 +321,7 @@ def _digest(text: str) -> str:
     if last is not None and last[0] == text:  # a memcmp, far cheaper than hashing megabytes again
         return last[1]
     # the bytes of this very text when just read or written as is (no BOM, LF): no copy of 2 MB to encode
-    known = next((data for seen, data in (*_LAST_READ, *_LAST_WRITTEN)
+    known = next((data for seen, data, *_ in (*_LAST_READ, *_LAST_WRITTEN)
                   if seen is text and not data.startswith(BOM.encode()) and b"\r" not in data), None)
     digest = sha256(known if known is not None else text.encode("utf-8", "surrogatepass")).hexdigest()
     _LAST_DIGEST[:] = [(text, digest)]
@@ -425,6 +434,11 @@ def load_job(ref: StackRef, job_id: str, text: str | None = None) -> StackConfig
     matches), only those lines are read and validated, so the time does not grow with the number of
     jobs; the config then holds only that job. Otherwise the whole file is loaded (and indexed).
     ``text``: the file's text, already read."""
+    part = _stamped_part(ref.path, job_id) if text is None else None  # (a file spotctl wrote: never read whole)
+    if part is not None:
+        cfg = validate(namespaced(part.raw, str(ref.path)), str(ref.path))
+        provider_conflicts(part.raw, cfg, str(ref.path))
+        return cfg
     text = _read_text(ref.path) if text is None else text
     cached = _parsed(text)[1] if _PARSED else None  # (a new process has nothing parsed: no hash of the whole text)
     if cached is not None and "cfg" in cached:
@@ -741,7 +755,7 @@ def write_stack(path: Path, text: str) -> None:
     atomic_write(path, text, follow=True)
 
 
-_LAST_WRITTEN: list[tuple[str, bytes]] = []  # the last text atomic_write wrote as is, and its bytes
+_LAST_WRITTEN: list[tuple[str, bytes, str | None]] = []  # the stack file's last text written, its bytes and state
 
 
 def _line_ends(path: Path) -> tuple[bool, bool]:
@@ -787,16 +801,17 @@ def atomic_write(path: Path, text: str, follow: bool = False) -> None:
     if bom:
         text = BOM + text
     data = text.encode("utf-8")  # (one C encode, not a text layer's chunks)
-    if not (bom or crlf):
-        _LAST_WRITTEN[:] = [(text, data)]  # the index's guard of this text is the hash of these bytes
     import tempfile
 
     mode = target.stat().st_mode & 0o777 if target.exists() and not target.is_symlink() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    stamp = time.time_ns()  # the stack file's mtime to the nanosecond: see the job index's comment
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            if follow:
+                os.utime(fh.fileno(), ns=(stamp, stamp))
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
@@ -809,6 +824,9 @@ def atomic_write(path: Path, text: str, follow: bool = False) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+    if follow:
+        st = os.stat(target)  # our version while it still has our stamp and size (else another wrote since)
+        _LAST_WRITTEN[:] = [(text, data, _file_state(st) if (st.st_mtime_ns, st.st_size) == (stamp, len(data)) else None)]
 
 
 def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
@@ -1091,8 +1109,9 @@ def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[
         (config before, config after); the same object twice when nothing changed.
     """
     with locked(path):
-        text = _read_text(path)
-        part = _job_part(path, text, job_id)
+        part = _stamped_part(path, job_id)  # (a file spotctl wrote: never read whole)
+        text = _read_text(path) if part is None else ""
+        part = part or _job_part(path, text, job_id)
         if part is not None:
             raw = part.raw
             current = validate(namespaced(raw, str(path)), str(path))
@@ -1109,12 +1128,23 @@ def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[
         if part is not None:
             spliced = _splice_part(path, part, job_id, fields)
             if spliced is not None:
-                new_text, new, index = spliced
-                _commit(path, text, new_text)
-                index.guard = _guard(new_text)  # (after the write: the hash of the bytes written)
-                _write_index(path, index)
+                block, new, index = spliced
+                if part.text is None:
+                    guard = _rewrite(path, part, block)
+                    if guard is None:  # a hand edit under the lock: never overwritten, and decided on what it replaced
+                        raise ConfigError(str(path), [f"job {job_id}: the file changed while this command edited it "
+                                                      "(saved from an editor?): nothing was written; run the command again"])
+                    index.guard, index.plain = guard, block.isascii()
+                else:
+                    start, end = part.index.span(part.at)
+                    new_text = part.text[:start] + block + part.text[end:]  # one copy of the file, no split into lines
+                    _commit(path, text, new_text)
+                    index.guard, index.plain = _guard(new_text), _plain_written(new_text)  # (after the write)
+                if index.guard:
+                    _write_index(path, index)
                 return current, new  # (only this job: never kept as the whole file's config)
             # something unusual: the whole file, with the fields already decided
+            text = text or _read_text(path)  # (read in pieces: now whole)
             raw = plain(_fast_load(path, text).get("config", {}))
             current = validate(namespaced(raw, str(path)), str(path))
         expected = raw  # already a copy of its own (plain), and decide is done with `written`
@@ -1158,19 +1188,26 @@ def job_fields(path: Path, job_id: str, names: list[str]) -> dict[str, Any]:
 # or foreign one only means the whole file is read.
 #
 # Why these choices (issue 20: the cost of one job's edit must not grow with the stack; and an
-# adversary): the guard is content, not size + mtime + inode (an in-place edit within the file
-# system's timestamp granularity keeps those), and a cryptographic hash, not a CRC: a CRC is linear,
-# so a file of the same length and CRC is built in milliseconds, and an audit did so with a copy of a
-# job inside another job's `command: |` text at the old offsets: the edit changed that text and
-# reported success (OpenSSL's sha256 is ~1 ms for a 2 MB file, hashed from the bytes read or written,
-# never a re-encoded copy). The index file itself is sealed with this user's key
+# adversary): a file spotctl read is guarded by its content, not size + mtime + inode (an in-place
+# edit within the file system's timestamp granularity keeps those: the kernel stamps writes with a
+# clock that moves once per tick), and by a cryptographic hash, not a CRC: a CRC is linear, so a file
+# of the same length and CRC is built in milliseconds, and an audit did so with a copy of a job
+# inside another job's `command: |` text at the old offsets: the edit changed that text and reported
+# success. A file spotctl itself wrote is guarded by its state instead (device, inode, size, mtime and
+# ctime, read after the write): spotctl stamps the new file's mtime with the clock to the nanosecond,
+# which no later write leaves in place (a write sets the tick's time, a rename-over another inode,
+# and either sets the ctime, which only the kernel sets), so the state names that version of the
+# file without hashing it twice per edit (~1 ms each for a 2 MB file); what a commit or a hand edit
+# brings never has it, so it is read and hashed whole. A file system that drops the nanoseconds (the
+# stamp read back differs) gets the hash. Who can run code as this user could forge the state, but
+# could as well replace this user's key below. The index file itself is sealed with this user's key
 # (``cli.lifecycle.cachefile``): the folder is in the checkout, and a forged index could name any
 # lines as a job's. Jobs are stored as the lengths of the text's segments (the gap before each job,
 # the job), not absolute offsets, so an edit changes one number instead of shifting every later
 # job's; the ids and lengths are stored raw (a space-separated line and a machine-word array) rather
 # than as JSON, so reading and rewriting the index is a few memory copies at any size.
 
-INDEX_VERSION = 4  # 4: sealed, guard by sha256; 3: CRC-32 (forgeable), segment lengths in binary; 2: JSON offsets; 1: lines
+INDEX_VERSION = 5  # 5: guard by sha256 or spotctl's stamped write; 4: sealed, guard by sha256; 3: CRC-32 (forgeable), segment lengths in binary; 2: JSON offsets; 1: lines
 _RULES: list[str] = []
 _WORD = "I"  # array typecode of a segment length (4 bytes: a stack file is far below 4 GiB)
 
@@ -1209,7 +1246,26 @@ def code_fingerprint(version: int, *sources: Path) -> str:
     return "/".join(parts)
 
 
-_guard = _digest  # the index's whole-file guard of a text: its sha256 (why: the section's comment)
+def _guard(text: str) -> str:
+    """The guard an index of ``text`` records: the file's state when spotctl just wrote this very text
+    (stamped: the section's comment), else the text's sha256."""
+    last = _LAST_WRITTEN[0] if _LAST_WRITTEN else None
+    if last is not None and last[0] is text and last[2] is not None:
+        return last[2]
+    return _digest(text)
+
+
+def _plain_written(text: str) -> bool:
+    """Whether the stack file spotctl just wrote as ``text`` is plain (its bytes are its text)."""
+    last = _LAST_WRITTEN[0] if _LAST_WRITTEN else None
+    return last is not None and last[0] is text and len(last[1]) == len(text)
+
+
+def _guards(guard: str, text: str) -> bool:
+    """Whether an index's ``guard`` holds for ``text`` (the file's, as just read or written)."""
+    if guard.startswith("state:"):
+        return any(seen is text and state == guard for seen, _, state in (*_LAST_READ, *_LAST_WRITTEN))
+    return guard == _digest(text)
 
 
 def _job_spans(lines: list[str], parsed: _Parsed) -> list[list[Any]] | None:
@@ -1247,6 +1303,7 @@ class _Index:
     nodes: int  # the YAML nodes of the whole text (MAX_NODES holds for an edit of one job)
     ids: str  # the job ids in file order, space-separated
     segments: Any  # array: per job, the characters before it (since the previous job's end), then its own
+    plain: bool = False  # the file's bytes are its text (ASCII, LF, no byte-order mark): offsets are the file's
 
     def find(self, job_id: str) -> int | None:
         """The job's place in file order, or None."""
@@ -1267,7 +1324,7 @@ class _Index:
 
     def to_bytes(self) -> bytes:
         head = json.dumps({"version": INDEX_VERSION, "rules": _rules(), "guard": self.guard, "nodes": self.nodes,
-                           "jobs": len(self.segments) // 2})
+                           "jobs": len(self.segments) // 2, "plain": self.plain})
         return b"\n".join((head.encode(), self.ids.encode(), self.segments.tobytes()))
 
     @classmethod
@@ -1282,7 +1339,7 @@ class _Index:
             meta = json.loads(head)
             segments = array.array(_WORD)
             segments.frombytes(raw)
-            index = cls(meta["guard"], meta["nodes"], ids.decode(), segments)
+            index = cls(meta["guard"], meta["nodes"], ids.decode(), segments, meta["plain"] is True)
             ok = (meta["version"] == INDEX_VERSION and meta["rules"] == _rules() and isinstance(index.nodes, int)
                   and isinstance(index.guard, str) and meta["jobs"] > 0 and len(segments) == 2 * meta["jobs"]
                   and index.ids.count(" ") == meta["jobs"] - 1)
@@ -1310,7 +1367,8 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
     except (IndexError, OverflowError):  # YAML's line breaks are not only LF (a lone CR, NEL): not indexed
         spans = None
     if spans is not None:
-        _write_index(path, _Index(_guard(text), parsed.nodes, " ".join(ident for ident, _, _ in spans), segments))
+        _write_index(path, _Index(_guard(text), parsed.nodes, " ".join(ident for ident, _, _ in spans), segments,
+                                  _plain_written(text)))
         with contextlib.suppress(OSError):  # an earlier version's index (JSON) says nothing any more
             index_path(path).with_name(f"{path.name}.index.json").unlink()
     # a later load of this text in this process need not index it again (absolute: a relative path
@@ -1339,7 +1397,7 @@ def _read_index(path: Path, text: str) -> _Index | None:
 
     data = cachefile.read(index_path(path), CACHE_LIMIT)
     index = _Index.from_bytes(data) if data is not None else None
-    return index if index is not None and index.guard == _guard(text) else None
+    return index if index is not None and _guards(index.guard, text) else None
 
 
 def read_text(path: Path) -> str:
@@ -1367,7 +1425,7 @@ class _Part:
     """One job's lines of an indexed file, and the config they make with the stack-wide settings."""
 
     index: _Index
-    text: str  # the whole file
+    text: str | None  # the whole file (None: read in pieces, ``_stamped_part``)
     at: int  # the job's place in the index
     prefix: str  # the lines before the first job
     block: str  # the job's lines
@@ -1406,9 +1464,59 @@ def _read_part(path: Path, text: str, job_id: str) -> _Part | None:
                 and all(i == 0 or text[i - 1] == "\n" for i in (first, start))  # whole lines
                 and all(i == len(text) or text[i - 1] == "\n" for i in (end, last))):
             return None
-        prefix, block, suffix = text[:first], text[start:end], text[last:]
+    except (TypeError, ValueError, IndexError):
+        return None  # a damaged index: read the whole file, whose errors are the ones to show
+    return _part_of(path, job_id, index, at, text, text[:first], text[start:end], text[last:])
+
+
+def _stamped_part(path: Path, job_id: str) -> _Part | None:
+    """One job's part of a stack file spotctl wrote itself, read without reading the file whole: its
+    index is guarded by the file's state (the section's comment), which an open descriptor shows
+    before and after the reads, and the file is plain (its bytes are its text), so the index's offsets
+    are the file's: only the lines before the first job, the job's and those after the last are read.
+    None when any of that does not hold (``_read_part`` then reads the file whole)."""
+    if _SHARED.get(_shared_name(path)) is not None:
+        return None  # a shared file is compared whole with its shared copy at each push anyway
+    from cli.lifecycle import cachefile
+
+    data = cachefile.read(index_path(path), CACHE_LIMIT)
+    index = _Index.from_bytes(data) if data is not None else None
+    if index is None or not index.plain or not index.guard.startswith("state:"):
+        return None
+    at = index.find(job_id)
+    if at is None:
+        return None
+    try:
+        first, last = index.span(0)[0], sum(index.segments)
+        start, end = index.span(at)
+        with open(path, "rb") as fh:
+            fd = fh.fileno()
+            st = os.fstat(fd)
+            if _file_state(st) != index.guard or not 0 <= first <= start < end <= last <= st.st_size:
+                return None
+            # each piece with the character before it (whole lines: the one before is a line end)
+            pieces = [os.pread(fd, b - a + (a > 0), a - (a > 0)) for a, b in ((start, end), (last, st.st_size))]
+            prefix = os.pread(fd, first, 0)
+            if _file_state(os.fstat(fd)) != index.guard:
+                return None  # written in place while read
+        (block, suffix), head = ((piece.decode("ascii") for piece in pieces)), prefix.decode("ascii")
+    except (OSError, ValueError, TypeError, IndexError):  # (UnicodeDecodeError is a ValueError)
+        return None
+    if not (len(head) == first and (first == 0 or head.endswith("\n")) and all(
+            (len(piece) == b - a + (a > 0)) and (a == 0 or piece.startswith("\n"))
+            for piece, (a, b) in ((block, (start, end)), (suffix, (last, st.st_size))))
+            and block.endswith("\n")):
+        return None
+    return _part_of(path, job_id, index, at, None, head, block[start > 0:], suffix[last > 0:])
+
+
+def _part_of(path: Path, job_id: str, index: _Index, at: int, text: str | None, prefix: str, block: str,
+             suffix: str) -> _Part | None:
+    """The part the index names, when the job's lines with the stack-wide ones make a valid config of
+    this job alone."""
+    try:
         parsed = _parse(path, prefix + block + suffix, shared=False)
-    except (ConfigError, TypeError, ValueError, IndexError):
+    except ConfigError:
         return None  # a damaged index: read the whole file, whose errors are the ones to show
     raw = plain(parsed.doc.get("config", {}))
     jobs = raw.get(key("jobs"))
@@ -1448,8 +1556,67 @@ def _splice_part(path: Path, part: _Part, job_id: str, fields: Mapping[str, Any]
     except ConfigError:
         return None
     block = new_part[head:tail]
-    start, end = part.index.span(part.at)
-    text = part.text[:start] + block + part.text[end:]  # one copy of the file, no split into lines
     segments = part.index.segments[:]  # (a copy: the part may be read again)
     segments[2 * part.at + 1] = len(block)  # the jobs after it keep their gaps: nothing else changes
-    return text, new, _Index("", nodes, part.index.ids, segments)  # (its guard once written: ``_update_job``)
+    return block, new, _Index("", nodes, part.index.ids, segments)  # (its guard once written: ``_update_job``)
+
+
+def _rewrite(path: Path, part: _Part, block: str) -> str | None:
+    """Write the stack file read in pieces (``_stamped_part``) with ``block`` as the job's lines, as
+    ``atomic_write`` does, the rest copied from the file by the kernel (never into this process: the
+    cost does not grow with the stack). Returns the new file's state when it is still ours after the
+    write, "" when not (no index then), or None when the file changed since it was read (nothing written).
+    """
+    import tempfile
+
+    target = Path(os.path.realpath(path))
+    start, end = part.index.span(part.at)
+    data = block.encode("utf-8")
+    stamp = time.time_ns()
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb", buffering=0) as out, open(target, "rb", buffering=0) as old:
+            st = os.fstat(old.fileno())
+            if _file_state(st) != part.index.guard:
+                raise _Changed
+            _copy(old.fileno(), out.fileno(), 0, start)
+            os.write(out.fileno(), data)  # (a new block is a few hundred bytes: one write)
+            _copy(old.fileno(), out.fileno(), end, st.st_size - end)
+            if _file_state(os.fstat(old.fileno())) != part.index.guard:
+                raise _Changed  # written in place while copied
+            os.utime(out.fileno(), ns=(stamp, stamp))
+            os.fsync(out.fileno())
+        os.chmod(tmp, st.st_mode & 0o777)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, _Changed):
+            return None
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    size = st.st_size - (end - start) + len(data)
+    now = os.stat(target)
+    return _file_state(now) if (now.st_mtime_ns, now.st_size) == (stamp, size) else ""
+
+
+class _Changed(Exception):
+    """The stack file changed since its pieces were read."""
+
+
+def _copy(src: int, dst: int, offset: int, count: int) -> None:
+    """Append ``count`` bytes of ``src`` from ``offset`` to ``dst``: in the kernel where the file system
+    can (copy_file_range), else through a small buffer."""
+    while count > 0:
+        try:
+            done = os.copy_file_range(src, dst, count, offset)
+        except OSError:  # (EXDEV, EINVAL, ENOSYS on some file systems)
+            chunk = os.pread(src, min(count, 1 << 20), offset)
+            done = os.write(dst, chunk) if chunk else 0
+        if done <= 0:
+            raise _Changed  # the file ended early: it changed
+        offset, count = offset + done, count - done
