@@ -1499,7 +1499,7 @@ def _stamped_part(path: Path, job_id: str) -> _Part | None:
             prefix = os.pread(fd, first, 0)
             if _file_state(os.fstat(fd)) != index.guard:
                 return None  # written in place while read
-        (block, suffix), head = ((piece.decode("ascii") for piece in pieces)), prefix.decode("ascii")
+        (block, suffix), head = (piece.decode("ascii") for piece in pieces), prefix.decode("ascii")
     except (OSError, ValueError, TypeError, IndexError):  # (UnicodeDecodeError is a ValueError)
         return None
     if not (len(head) == first and (first == 0 or head.endswith("\n")) and all(
