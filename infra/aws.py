@@ -295,13 +295,14 @@ class StackBase(pulumi.ComponentResource):
         self.register_outputs({"eventBucket": self.bucket.bucket, "interruptionQueue": self.queue.url})
 
     def _declare_egress(self, name: str, args: StackArgs, vpc_id: str, tags, child) -> None:
-        """The network's way out (config.AWS_EGRESS): a free S3 gateway endpoint on the VPC's route
-        tables unless ``existing``; for ``nat`` also a NAT gateway and a route table for the VMs' subnets;
+        """The network's way out (config.AWS_EGRESS): a free S3 gateway endpoint on the route tables of
+        the stack's subnets unless ``existing`` (or ``network.s3Endpoint`` 'existing'); for ``nat`` also a
+        NAT gateway and a route table for the VMs' subnets, the only one the S3 endpoint goes on;
         for ``s3-endpoint`` with job secrets also an SSM interface endpoint, with pools an Auto Scaling one."""
         cfg = args.cfg
         if self.egress == "existing":
             return
-        route_tables: list = list(aws.ec2.get_route_tables(vpc_id=vpc_id, opts=self.invoke).ids)
+        route_tables: list = []
         if self.egress == "nat":
             public = aws.ec2.get_subnet(id=cfg.network.nat_subnet, opts=self.invoke)
             contract.enforce("aws.subnets-one-vpc", f"{name} spotctl:network.natSubnet",
@@ -315,16 +316,26 @@ class StackBase(pulumi.ComponentResource):
             for zone, subnet in self.subnets.items():
                 self.egress_routes.append(aws.ec2.RouteTableAssociation(
                     f"{name}-private-routes-{zone}", subnet_id=subnet.id, route_table_id=private.id, opts=child))
-            route_tables.append(private.id)
-        aws.ec2.VpcEndpoint(
-            f"{name}-s3-endpoint",
-            vpc_id=vpc_id,
-            service_name=f"com.amazonaws.{cfg.region}.s3",
-            vpc_endpoint_type="Gateway",
-            route_table_ids=route_tables,
-            tags=tags,
-            opts=child,
-        )
+            route_tables.append(private.id)  # the subnets' only table: their former one is left alone
+        elif (cfg.network.s3_endpoint or "own") == "own":
+            route_tables = self._subnet_route_tables(vpc_id)
+        if route_tables:
+            # Only the tables this stack's subnets use: a route table takes one gateway-endpoint route per
+            # service, so CreateVpcEndpoint on a table another endpoint for S3 already routes fails
+            # ("route table rtb-... already has a route with destination-prefix-list-id pl-...",
+            # RouteAlreadyExists: eksctl-io/eksctl issues #2473, #2510, #4377, a second cluster or an
+            # existing endpoint in the same VPC). Every table of the VPC, as before, also took in other
+            # stacks' tables (and, on a later `up`, their NAT's new private one). A VPC whose tables
+            # already route S3 sets network.s3Endpoint 'existing' (config.AWS_S3_ENDPOINT).
+            aws.ec2.VpcEndpoint(
+                f"{name}-s3-endpoint",
+                vpc_id=vpc_id,
+                service_name=f"com.amazonaws.{cfg.region}.s3",
+                vpc_endpoint_type="Gateway",
+                route_table_ids=route_tables,
+                tags=tags,
+                opts=child,
+            )
         if self.egress != "s3-endpoint":
             return  # NAT and public-ip egress reach every AWS API as they are
         # The S3 gateway endpoint reaches S3 only. Jobs' secret env values are in SSM; pool VMs
@@ -342,6 +353,24 @@ class StackBase(pulumi.ComponentResource):
                          None if vpc.enable_dns_support else f"{vpc_id} has enableDnsSupport off")
         for service in services:
             self._interface_endpoint(name, cfg, service, vpc_id, tags, child)
+
+    def _subnet_route_tables(self, vpc_id: str) -> list[str]:
+        """The route table each of this stack's subnets uses: the one explicitly associated with it, else
+        the VPC's main table, which a subnet without an explicit association uses (Amazon VPC User Guide,
+        "Route tables", main route table). DescribeRouteTables' ``association.subnet-id`` filter finds
+        explicit associations only: the singular ``aws_route_table`` data source with ``subnet_id`` is that filter and fails on
+        no match ("query returned no results"), while ``aws_route_tables`` lists what matches, possibly
+        nothing (terraform-provider-aws internal/service/ec2/vpc_route_table_data_source.go,
+        vpc_route_tables_data_source.go); hence the plural one, then ``association.main``."""
+        def tables(filter_name: str, value: str) -> list[str]:
+            return list(aws.ec2.get_route_tables(
+                vpc_id=vpc_id, filters=[aws.ec2.GetRouteTablesFilterArgs(name=filter_name, values=[value])],
+                opts=self.invoke).ids)
+
+        found: set[str] = set()
+        for subnet in self.subnets.values():
+            found.update(tables("association.subnet-id", subnet.id) or tables("association.main", "true"))
+        return sorted(found)
 
     def _interface_endpoint(self, name: str, cfg: StackConfig, service: str, vpc_id: str, tags, child) -> None:
         """An interface endpoint of an AWS API, in the VMs' subnets (one per zone) and the nodes' security
@@ -595,14 +624,28 @@ class TrainingJob(pulumi.ComponentResource):
         if master_eni is not None and public_ip:
             # RunInstances assigns a public IPv4 only to a new interface (contract
             # aws.public-ip-only-on-new-interface): the master's own interface gets an Elastic IP instead,
-            # which stays with the interface across attempts (allocated and associated by
-            # terraform-provider-aws internal/service/ec2/ec2_eip.go resourceEIPCreate, tagged on create).
-            master_ip = aws.ec2.Eip(
+            # which stays with the interface across attempts (allocated tagged on create:
+            # terraform-provider-aws internal/service/ec2/ec2_eip.go resourceEIPCreate).
+            eip = aws.ec2.Eip(
                 f"{name}-master-ip",
                 domain="vpc",
-                network_interface=master_eni.id,
                 tags=aws_tags(args.stack, cfg.labels, name=f"{plan.slug}-{job.id}-master", job=job.id),
                 opts=child,
+            )
+            # Associated by its own resource, not Eip(network_interface=...): aws_eip's `instance` is
+            # Optional+Computed and its Read stores the instance the interface is attached to, so when a
+            # zone move replaces the interface, resourceEIPUpdate calls associateEIP with that prior
+            # instance id and the new interface id (ec2_eip.go), and AssociateAddress takes "either the
+            # instance ID or the network interface ID, but not both" (API_AssociateAddress). Every
+            # argument of aws_eip_association is ForceNew and it has no Update (ec2_eip_association.go):
+            # a new interface is a new association, made with the interface id alone (a replacement's
+            # computed instance_id is unknown, so Create sends none). Deleted first: the address is on
+            # one interface at a time (DisassociateAddress, then AssociateAddress; no reassociation).
+            master_ip = aws.ec2.EipAssociation(
+                f"{name}-master-ip-association",
+                allocation_id=eip.allocation_id,
+                network_interface_id=master_eni.id,
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
         image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
         role, profile = _instance_profile(name, args, job.id, base, tags, child) if runs else (None, None)

@@ -77,6 +77,7 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
     resource-level permissions, so it is granted on ``*`` (ExamplePolicies_EC2.html, "Read-only access").
     """
     ec2 = f"arn:aws:ec2:{region}:*"
+    own_subnets = [f"{ec2}:subnet/{sid}" for sid in subnet_ids]
     owned = {"StringEquals": {"aws:ResourceTag/spotctl:owner": owner}}
     roles, profiles = _job_roles(slug)
     rules = f"arn:aws:events:{region}:*:rule/spotctl-{slug}_*"  # infra/aws.py rule_name
@@ -109,9 +110,13 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE],
          "Condition": {"StringEquals": {"aws:RequestTag/spotctl:owner": owner}}},
         # What a launch only uses (images, subnets, security groups, a job's existing volume restored
-        # from a snapshot): not created, so no tag on the request.
+        # from a snapshot): not created, so no tag on the request. Subnets: only this stack's (the list
+        # LaunchInOwnSubnets holds launches to), so CreateNetworkInterface, which needs the subnet the
+        # interface is made in (its required SubnetId, API_CreateNetworkInterface; the subnet is among
+        # its resource types in the Service Authorization Reference's EC2 table), cannot make an
+        # interface in another stack's subnets either.
         {"Sid": "LaunchUsing", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateNetworkInterface"],
-         "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*", f"{ec2}:key-pair/*",
+         "Resource": [f"arn:aws:ec2:{region}::image/*", *own_subnets, f"{ec2}:security-group/*", f"{ec2}:key-pair/*",
                       f"{ec2}:launch-template/*"]},
         {"Sid": "UseOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot"],
          "Resource": [f"{ec2}:volume/*", f"{ec2}:snapshot/*"], "Condition": owned},
@@ -140,7 +145,7 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
         # subnets (another stack's sharing them, e.g. a default VPC's) cannot be told apart by IAM.
         {"Sid": "LaunchInOwnSubnets", "Effect": "Deny", "Action": "ec2:RunInstances",
          "Resource": f"{ec2}:network-interface/*",
-         "Condition": {"ArnNotLike": {"ec2:Subnet": [f"{ec2}:subnet/{sid}" for sid in subnet_ids]}}},
+         "Condition": {"ArnNotLike": {"ec2:Subnet": own_subnets}}},
         {"Sid": "TagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:*/*",
          "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateVolume", "CreateSnapshot",
                                                              "CreateNetworkInterface", "AllocateAddress"]}}},

@@ -381,6 +381,11 @@ class MachinePrice(_Model):
 # as the default VPC's have); `nat` also declares a NAT gateway in `natSubnet` (a public subnet) and
 # routes the configured subnets through it; `existing` declares nothing (the VPC already has egress).
 AWS_EGRESS = ("s3-endpoint", "public-ip", "nat", "existing")
+# `network.s3Endpoint` (AWS, egress `s3-endpoint` or `public-ip`): `own` (default) declares the stack's
+# S3 gateway endpoint on its subnets' route tables; `existing` when those route tables already send S3
+# through another gateway endpoint (a route table takes one per service, so a second one fails with
+# RouteAlreadyExists), while the stack still declares its SSM/Auto Scaling interface endpoints.
+AWS_S3_ENDPOINT = ("own", "existing")
 # A pool's instance types are one launch-template override each in its Auto Scaling group(s)
 # (infra/aws_scaling.py mixed_group): "You can specify up to 40 instance types per Auto Scaling
 # group" (botocore autoscaling 2011-01-01 service-2.json, LaunchTemplateOverrides.InstanceType).
@@ -402,6 +407,7 @@ class Network(_Model):
     subnets: dict[str, str] = Field(default_factory=dict)
     egress: str | None = None
     nat_subnet: str | None = None
+    s3_endpoint: str | None = None  # AWS_S3_ENDPOINT
 
 
 # `spotctl:watcher`: the always-on VM that runs `spotctl watch` for the stack (README "Watching a
@@ -791,6 +797,8 @@ def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:
                 problems.append((f"{section}[{i}].{problem[0]}", problem[1]))
     if cfg.egress not in GCP_EGRESS:
         problems.append(("network.egress", _choice_message("egress", cfg.egress, GCP_EGRESS)))
+    if cfg.network.s3_endpoint is not None:
+        problems.append(("network.s3Endpoint", "AWS only (GCP has no S3 gateway endpoint)"))
 
 
 class _CrossErrors(ValueError):
@@ -856,6 +864,14 @@ def _aws_network(problems: list[tuple[str, str]], cfg: StackConfig) -> None:
             problems.append(("network.natSubnet", "must be a public subnet other than the VMs' subnets"))
     elif net.nat_subnet:
         problems.append(("network.natSubnet", f"only used with egress 'nat' (egress is {egress!r})"))
+    if net.s3_endpoint is not None:
+        if net.s3_endpoint not in AWS_S3_ENDPOINT:
+            problems.append(("network.s3Endpoint", _choice_message("s3Endpoint", net.s3_endpoint, AWS_S3_ENDPOINT)))
+        elif egress in ("nat", "existing"):
+            why = ("declares no S3 endpoint" if egress == "existing" else
+                   "puts its S3 endpoint on the stack's own new route table, which no other endpoint is on")
+            problems.append(("network.s3Endpoint", f"only used with egress 's3-endpoint' or 'public-ip' "
+                             f"(egress {egress!r} {why})"))
 
 
 def provider_conflicts(config: Mapping[str, Any], cfg: StackConfig, source: str) -> None:

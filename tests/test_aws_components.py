@@ -176,6 +176,7 @@ def test_multi_node_master_keeps_its_address_on_an_eni():
 
 
 EIP = "aws:ec2/eip:Eip"
+EIP_ASSOCIATION = "aws:ec2/eipAssociation:EipAssociation"
 
 
 @pytest.mark.parametrize("network,job", [({"subnets": SUBNETS, "egress": "public-ip"}, {}),
@@ -190,12 +191,18 @@ def test_a_multi_node_master_reaches_out_through_an_elastic_ip_when_a_public_ip_
     assert eip.name == "job-train-master-ip" and eip.inputs["domain"] == "vpc"
     assert eip.inputs["tags"]["spotctl:owner"] == owner_value("team-a") and eip.inputs["tags"]["spotctl:job"] == "train"
     master, *workers = [vm for vm in plan.by_type(INSTANCE) if vm.name.startswith("job-train-")]
-    assert eip.inputs["networkInterface"] == master.inputs["primaryNetworkInterface"]["networkInterfaceId"]
-    assert "associatePublicIpAddress" not in master.inputs and eip.urn in master.dependencies
+    # Associated by its own resource with the interface alone (aws_eip's Update would send the prior
+    # instance id with a new interface id, which AssociateAddress refuses), disassociated before a new one.
+    assert "networkInterface" not in eip.inputs and "instance" not in eip.inputs
+    (assoc,) = plan.by_type(EIP_ASSOCIATION)
+    assert assoc.inputs["networkInterfaceId"] == master.inputs["primaryNetworkInterface"]["networkInterfaceId"]
+    assert assoc.inputs["allocationId"].startswith("eipalloc-") and eip.urn in assoc.dependencies
+    assert "instanceId" not in assoc.inputs and assoc.delete_before_replace
+    assert "associatePublicIpAddress" not in master.inputs and assoc.urn in master.dependencies
     solo = only(plan, INSTANCE, "job-solo-")
     assert len(workers) == 2 and all(vm.inputs["associatePublicIpAddress"] is True for vm in [*workers, solo])
     private = plan_of(raw_stack(pools=[], jobs=[aws_job(nodes=3), aws_job(id="solo")]))
-    assert private.by_type(EIP) == []
+    assert private.by_type(EIP) == [] and private.by_type(EIP_ASSOCIATION) == []
     assert all(vm.inputs.get("associatePublicIpAddress") in (None, False) for vm in private.by_type(INSTANCE))
 
 

@@ -126,12 +126,56 @@ def test_security_group_in_the_subnets_vpc_and_egress_as_a_rule():
 # ---- egress ------------------------------------------------------------------------------------
 
 
-def test_default_egress_is_a_free_s3_gateway_endpoint_on_the_vpcs_route_tables():
-    p = plan(stack())
+def test_default_egress_is_a_free_s3_gateway_endpoint_on_the_subnets_route_tables_only():
+    """A route table takes one S3 gateway-endpoint route (RouteAlreadyExists, eksctl-io/eksctl #4377):
+    the endpoint goes on the tables this stack's subnets use, each subnet's explicit one or else the
+    VPC's main one, never the VPC's other tables (another stack's, or its NAT's private one)."""
+    vpc = planner._vpc_of("subnet-0aaa0001", planner.MockAccount())
+    main = planner.mock_main_route_table(vpc)
+    p = plan(stack())  # neither subnet has an explicit association: both use the main table
     ep = only(p, "aws:ec2/vpcEndpoint:VpcEndpoint").inputs
     assert ep["serviceName"] == "com.amazonaws.us-east-1.s3" and ep["vpcEndpointType"] == "Gateway"
-    assert len(ep["routeTableIds"]) == 2 and all(r.startswith("rtb-") for r in ep["routeTableIds"])
+    assert ep["routeTableIds"] == [main]
     assert only(p, INSTANCE).inputs["associatePublicIpAddress"] is False
+    # One subnet explicitly associated (another team's NAT table in the same VPC is not this stack's).
+    account = planner.MockAccount(subnet_route_tables={"subnet-0aaa0002": "rtb-0own000000000002",
+                                                       "subnet-0bbb0001": "rtb-0theirs0000000001"})
+    ep = only(plan(stack(), account), "aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+    assert ep["routeTableIds"] == sorted([main, "rtb-0own000000000002"])
+    # Both explicit: the main table is left alone.
+    account = planner.MockAccount(subnet_route_tables={"subnet-0aaa0001": "rtb-0own000000000001",
+                                                       "subnet-0aaa0002": "rtb-0own000000000001"})
+    assert only(plan(stack(), account), "aws:ec2/vpcEndpoint:VpcEndpoint").inputs["routeTableIds"] == ["rtb-0own000000000001"]
+
+
+def test_s3_endpoint_existing_keeps_the_interface_endpoints_and_declares_no_s3_route():
+    """A VPC whose route tables already send S3 through a gateway endpoint (the platform's, another
+    team's): `network.s3Endpoint: existing` declares no second one, and unlike egress `existing` still
+    the SSM and Auto Scaling interface endpoints, so pools and secret env need no NAT."""
+    p = plan(stack(network={"subnets": SUBNETS, "s3Endpoint": "existing"}, jobs=[SECRET_JOB], pools=[POOL]))
+    assert sorted(ep.inputs["serviceName"] for ep in p.by_type(ENDPOINT)) == [
+        "com.amazonaws.us-east-1.autoscaling", "com.amazonaws.us-east-1.ssm"]
+    p = plan(stack(network={"subnets": SUBNETS, "egress": "public-ip", "s3Endpoint": "existing"}))
+    assert p.by_type(ENDPOINT) == []
+
+
+@pytest.mark.parametrize(("network", "message"), [
+    ({"s3Endpoint": "exsting"}, "network.s3Endpoint: expected one of 'own', 'existing', got 'exsting' (did you mean 'existing'?)"),
+    ({"egress": "existing", "s3Endpoint": "existing"},
+     "network.s3Endpoint: only used with egress 's3-endpoint' or 'public-ip' (egress 'existing' declares no S3 endpoint)"),
+    ({"egress": "nat", "natSubnet": "subnet-0aaa0009", "s3Endpoint": "own"}, "egress 'nat' puts its S3 endpoint"),
+])
+def test_s3_endpoint_is_validated_with_its_key(network, message):
+    with pytest.raises(ConfigError) as e:
+        validate(stack(network={"subnets": SUBNETS, **network}), "test")
+    assert message in str(e.value)
+
+
+def test_s3_endpoint_is_aws_only():
+    from tests.conftest import GCP_BASE
+
+    with pytest.raises(ConfigError, match=r"network.s3Endpoint: AWS only"):
+        validate(stack_config(GCP_BASE, network={"s3Endpoint": "existing"}), "test")
 
 
 def test_egress_existing_declares_nothing_and_public_ip_gives_addresses():
@@ -152,7 +196,10 @@ def test_egress_nat_routes_the_subnets_through_a_nat_gateway():
     assert table.inputs["routes"][0]["cidrBlock"] == "0.0.0.0/0"
     assocs = sorted(a.inputs["subnetId"] for a in p.by_type("aws:ec2/routeTableAssociation:RouteTableAssociation"))
     assert assocs == sorted(SUBNETS.values())
-    assert len(only(p, "aws:ec2/vpcEndpoint:VpcEndpoint").inputs["routeTableIds"]) == 3
+    # The S3 route goes only on the stack's own private table: the subnets' former (main) table and
+    # the VPC's other tables are not its to change.
+    assert only(p, "aws:ec2/vpcEndpoint:VpcEndpoint").inputs["routeTableIds"] == [
+        planner._mock_outputs(table.type, table.name, table.inputs, "aws-account", "us-east-1")[0]]
 
 
 ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"

@@ -536,6 +536,12 @@ def test_a_launch_never_lands_on_an_interface_outside_this_stacks_subnets():
         assert not allowed(policy, "ec2:RunInstances", resource, **OTHER_SUBNET, **owner_tag("team")), resource
         assert not allowed(policy, "ec2:RunInstances", resource, **OTHER_SUBNET, **owner_tag("team-b", "Resource"))
         assert not allowed(policy, "ec2:RunInstances", resource), resource  # no subnet said: refused too
+    # Nor is another stack's subnet usable at all: not for a launch, not to make an interface in
+    # (CreateNetworkInterface has no Deny of its own: LaunchUsing names only this stack's subnets).
+    for action in ("ec2:RunInstances", "ec2:CreateNetworkInterface"):
+        assert allowed(policy, action, f"{EC2}:subnet/subnet-0aaa0002"), action
+        assert not allowed(policy, action, f"{EC2}:subnet/subnet-0bbb0001"), action
+        assert not allowed(policy, action, f"{EC2}:subnet/subnet-0aaa0009"), action  # the NAT's public subnet
     # team-b's watcher, in its own subnets, gets nothing in this stack's.
     other = json.loads(only(planner.run(validate(aws_raw(network={**NAT, "natSubnet": "subnet-0bbb0009",
         "subnets": {"us-east-1a": "subnet-0bbb0001", "us-east-1b": "subnet-0bbb0002"}}), "test"), "team-b"),

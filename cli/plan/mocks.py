@@ -156,6 +156,11 @@ def _mock_outputs(typ: str, name: str, inputs: dict[str, Any], project: str, reg
             rid = "vpce-0" + _h(stack, name, n=16)
         if typ == "aws:ec2/vpcEndpoint:VpcEndpoint" and inputs.get("vpcEndpointType") == "Interface":
             out["dnsEntries"] = _endpoint_dns_entries(rid, inputs["serviceName"], region, zones)
+        if typ == "aws:ec2/eip:Eip":
+            # The allocation id is the resource's id (ec2_eip.go resourceEIPCreate: d.SetId(AllocationId)).
+            rid = out["allocationId"] = "eipalloc-0" + _h(stack, name, n=16)
+            out["publicIp"] = f"203.0.113.{int(_h(stack, name, n=2), 16) % 250 + 1}"
+            out["arn"] = f"arn:aws:ec2:{region}:123456789012:elastic-ip/{rid}"
         if typ == "aws:ec2/networkInterface:NetworkInterface":
             n = int(_h(name, n=4), 16)
             out["privateIp"] = f"172.31.{n % 250 + 1}.{n // 250 % 250 + 4}"
@@ -201,6 +206,9 @@ class MockAccount:
     # VPC id -> (enableDnsSupport, enableDnsHostnames); both on otherwise, as in a default VPC
     # (https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html).
     vpc_dns: dict[str, tuple[bool, bool]] = field(default_factory=dict)
+    # Subnet id -> the route table explicitly associated with it; a subnet not listed uses its VPC's
+    # main table (mock_main_route_table), as a default VPC's subnets do.
+    subnet_route_tables: dict[str, str] = field(default_factory=dict)
 
 
 class InvokeError(Exception):
@@ -212,6 +220,28 @@ DEFAULT_VPC = "vpc-0default000000001"
 
 def _vpc_of(subnet_id: str, account: MockAccount) -> str:
     return account.subnet_vpcs.get(subnet_id) or "vpc-0mock" + _h(subnet_id[:-4], n=12)
+
+
+def mock_main_route_table(vpc_id: str) -> str:
+    """The id the mocks give a VPC's main route table."""
+    return "rtb-0" + _h(vpc_id, "main", n=16)
+
+
+def _route_tables(args: dict[str, Any], account: MockAccount) -> list[str]:
+    """DescribeRouteTables as aws_route_tables sends it (vpc-id, then the custom filters, all ANDed):
+    ``association.subnet-id`` matches explicit associations only, ``association.main`` the main table;
+    no filter lists the VPC's main table, one other table and the explicitly associated ones."""
+    vpc = args.get("vpcId", "")
+    explicit = {sid: rtb for sid, rtb in account.subnet_route_tables.items() if not vpc or _vpc_of(sid, account) == vpc}
+    tables = [mock_main_route_table(vpc), "rtb-0" + _h(vpc, "b", n=16), *sorted(set(explicit.values()))]
+    for f in args.get("filters") or []:
+        if f["name"] == "association.subnet-id":
+            tables = [t for t in tables if t in {explicit.get(sid) for sid in f["values"]}]
+        elif f["name"] == "association.main":
+            tables = [t for t in tables if (t == mock_main_route_table(vpc)) == ("true" in f["values"])]
+        else:
+            raise InvokeError(f"the plan mocks do not answer the route table filter {f['name']!r}")
+    return tables
 
 
 def _mock_call(token: str, args: dict[str, Any], cfg: StackConfig, account: MockAccount) -> dict[str, Any]:
@@ -240,8 +270,7 @@ def _mock_call(token: str, args: dict[str, Any], cfg: StackConfig, account: Mock
     if token == "aws:ec2/getVpcs:getVpcs":
         return {"id": region, "ids": [DEFAULT_VPC] if account.default_vpc else []}
     if token == "aws:ec2/getRouteTables:getRouteTables":
-        vpc = args.get("vpcId", "")
-        return {"id": region, "ids": ["rtb-0" + _h(vpc, "main", n=16), "rtb-0" + _h(vpc, "b", n=16)]}
+        return {"id": region, "ids": _route_tables(args, account)}
     return {}
 
 
