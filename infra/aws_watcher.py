@@ -104,7 +104,8 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Resource": "*"},
         # A multi-node master's network interface and Elastic IP (infra/aws.py TrainingJob) are created
         # tagged (terraform-provider-aws internal/service/ec2/vpc_network_interface.go, ec2_eip.go:
-        # TagSpecifications on create), so a move can replace the one and re-associate the other.
+        # TagSpecifications on create), so a move can replace the one and re-associate the other
+        # (ec2_eip_association.go: AssociateAddress / DisassociateAddress, granted in ManageOwned).
         {"Sid": "LaunchOwned", "Effect": "Allow", "Action": ["ec2:RunInstances", "ec2:CreateVolume", "ec2:CreateSnapshot",
                                                                "ec2:CreateNetworkInterface", "ec2:AllocateAddress"],
          "Resource": [f"{ec2}:{kind}/*" for kind in TAGGED_ON_CREATE],

@@ -552,8 +552,8 @@ def test_a_launch_never_lands_on_an_interface_outside_this_stacks_subnets():
 
 def test_the_watcher_moves_a_masters_elastic_ip_and_nobody_elses():
     """A multi-node master's Elastic IP (public-ip egress) follows its interface when a move replaces
-    it: terraform-provider-aws ec2_eip.go allocates it tagged, associates and disassociates it by
-    allocation and interface, and releases it. The Service Authorization Reference gives
+    it: terraform-provider-aws ec2_eip.go allocates it tagged and releases it, ec2_eip_association.go
+    associates it by allocation and interface and disassociates it (infra/aws.py master_ip). The Service Authorization Reference gives
     AllocateAddress aws:RequestTag, and Associate/Disassociate/ReleaseAddress the resource tags of
     the elastic-ip and network-interface they name."""
     policy = watcher_policy("team")
