@@ -160,8 +160,8 @@ def whole_reads_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stackfile, "_read_text", lambda path: (_ for _ in ()).throw(AssertionError("read whole")))
 
 
-@pytest.mark.parametrize("copy_in_kernel", [True, False])
-def test_a_file_spotctl_wrote_is_edited_in_pieces_as_the_whole_file_path_edits_it(ref, monkeypatch, copy_in_kernel):
+@pytest.mark.parametrize("copy", ["in the kernel", "refused by the file system", "not on this platform"])
+def test_a_file_spotctl_wrote_is_edited_in_pieces_as_the_whole_file_path_edits_it(ref, monkeypatch, copy):
     """Issue 20: once spotctl wrote the file (its state guards the index, its bytes are its text), one job's
     read and edit read only the stack-wide lines and the job's (in a new process too), and the rest of the
     file is copied by the kernel (or through a small buffer where the file system cannot): the file is
@@ -175,15 +175,18 @@ def test_a_file_spotctl_wrote_is_edited_in_pieces_as_the_whole_file_path_edits_i
         whole_file_result(ref, job, fields)
     expected = ref.path.read_bytes()
     ref.path.write_bytes(original)
+    os.chmod(ref.path, 0o640)
     stackfile.index_path(ref.path).unlink()
     new_process()
     stackfile.load(ref)
     set_fields(ref, "bert-eval", {"state": "preempted"})  # (the same bytes again: stamped and indexed)
     assert ref.path.read_bytes() == original
     new_process()
-    if not copy_in_kernel:
+    if copy == "refused by the file system":
         monkeypatch.setattr(stackfile.os, "copy_file_range",
                             lambda *a: (_ for _ in ()).throw(OSError(18, "Invalid cross-device link")), raising=False)
+    elif copy == "not on this platform":  # (macOS, the BSDs)
+        monkeypatch.delattr(stackfile.os, "copy_file_range", raising=False)
     with monkeypatch.context() as m:
         whole_reads_refused(m)
         assert [j.id for j in stackfile.load_job(ref, "vit-finetune").jobs] == ["vit-finetune"]
@@ -191,41 +194,158 @@ def test_a_file_spotctl_wrote_is_edited_in_pieces_as_the_whole_file_path_edits_i
             set_fields(ref, job, fields)
             new_process()
     assert ref.path.read_bytes() == expected
+    assert os.stat(ref.path).st_mode & 0o777 == 0o640
     cfg = stackfile.load(ref)
     assert (cfg.job("vit-finetune").attempt, cfg.job("llm-pretrain").capacity.value, cfg.job("bert-eval").state.value) == \
         (12, "on-demand", "completed")
 
 
-@pytest.mark.parametrize("how", ["in place", "saved over"])
-def test_a_hand_edit_while_a_job_is_edited_in_pieces_is_kept_and_nothing_written(ref, how):
-    """Under the lock a hand edit (an editor saving) can still land between the read of the job's lines
-    and the rewrite: spotctl's rewrite sees the file is no longer the version it read, writes nothing
-    (it would undo the hand edit, and it decided on what the edit replaced), and says to run it again."""
+@pytest.mark.parametrize("when", ["deciding", "copying", "syncing"])
+@pytest.mark.parametrize("how", ["in place", "saved over", "removed"])
+def test_a_hand_edit_while_a_job_is_edited_in_pieces_is_kept_and_nothing_written(ref, monkeypatch, how, when):
+    """Under the lock a hand edit (an editor saving, a checkout removing the file) can still land
+    between the read of the job's lines and the rename: spotctl checks the file last, right before it,
+    writes nothing (it would undo the hand edit, and it decided on what the edit replaced), and says to
+    run it again."""
     set_fields(ref, "bert-eval", {"state": "preempted"})
     new_process()
     edited = ref.path.read_text().replace("# Finished", "# finished")
 
-    def hand_edit(current, written):
+    def hand_edit():
         if how == "in place":
             with open(ref.path, "r+", encoding="utf-8") as fh:
                 fh.write(edited)
-        else:
+        elif how == "saved over":
             other = ref.path.with_name("saved.tmp")
             other.write_text(edited)
             os.replace(other, ref.path)
-        return {"state": "preempted"}
+        else:
+            ref.path.unlink()
 
+    def once(real):
+        def run(*args):
+            if not done:
+                done.append(hand_edit())
+            return real(*args)
+        return run
+
+    done: list = []
+    if when == "copying":
+        monkeypatch.setattr(stackfile, "_copy", once(stackfile._copy))
+    elif when == "syncing":
+        monkeypatch.setattr(stackfile.os, "fsync", once(os.fsync))
     with pytest.raises(ConfigError, match="vit-finetune: the file changed while this command edited it"):
-        stackfile.update_job(ref.path, "vit-finetune", hand_edit)
-    assert ref.path.read_text() == edited
+        stackfile.update_job(ref.path, "vit-finetune", lambda current, written: once(lambda: None)() or {"state": "preempted"}
+                             if when == "deciding" else {"state": "preempted"})
+    assert done
+    assert (ref.path.read_text() == edited) if how != "removed" else not ref.path.exists()
     assert not list(ref.path.parent.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("job", ["llm-pretrain", "bert-eval"])  # (the first job; the last: nothing after it)
+def test_a_full_disk_fails_an_edit_in_pieces_and_the_file_stays(ref, monkeypatch, job):
+    """A write that comes out short is continued; one the disk refuses fails the command with the
+    file as it was (never a file cut short after the job), and no temporary file is left."""
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    new_process()
+    before = ref.path.read_bytes()
+    real, calls = os.write, []
+
+    def short_then_full(fd, data):
+        calls.append(len(data))
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real(fd, bytes(data)[: max(1, len(data) // 2)])
+
+    monkeypatch.setattr(stackfile.os, "write", short_then_full)
+    monkeypatch.delattr(stackfile.os, "copy_file_range", raising=False)  # (every byte through os.write)
+    with pytest.raises(ConfigError, match="cannot write: No space left on device; the file is as it was"):
+        set_fields(ref, job, {"state": "stopped", "stopReason": "a reason long enough to need two writes"})
+    assert ref.path.read_bytes() == before and not list(ref.path.parent.glob(".*.tmp"))
+    monkeypatch.setattr(stackfile.os, "write", lambda fd, data: real(fd, bytes(data)[:7]))  # short, never refused
+    set_fields(ref, job, {"state": "preempted"})
+    new_process()
+    assert stackfile.load(ref).job(job).state.value == "preempted"
+
+
+def test_a_file_written_in_place_while_its_pieces_are_read_is_read_whole(ref, monkeypatch):
+    """``load_job`` takes no lock: a hand edit landing between the reads of the pieces (one job's lines
+    of one version, the stack-wide lines of another) is seen by the state after the reads, and the whole
+    file, as it is now, is read instead."""
+    set_fields(ref, "bert-eval", {"state": "preempted"})
+    new_process()
+    edited = ref.path.read_text().replace("attempt: 3", "attempt: 4", 1)  # vit-finetune's
+    real, done = os.pread, []
+
+    def read_then_edit(fd, n, offset):
+        data = real(fd, n, offset)  # (the job's lines first: the old attempt)
+        if not done:
+            with open(ref.path, "r+", encoding="utf-8") as fh:  # in place, before the other pieces are read
+                done.append(fh.write(edited))
+        return data
+
+    monkeypatch.setattr(stackfile.os, "pread", read_then_edit)
+    assert stackfile.load_job(ref, "vit-finetune").job("vit-finetune").attempt == 4
+    assert done
+
+
+def test_an_old_file_shorter_than_its_state_said_is_never_written_short(ref, monkeypatch):
+    """The new file must come out exactly as long as the old one less the job's old lines plus its new
+    ones: a copy that came out short (the old file truncated under it) fails the command, file kept."""
+    set_fields(ref, "bert-eval", {"state": "preempted"})
+    new_process()
+    before, real = ref.path.read_bytes(), stackfile._copy
+    monkeypatch.setattr(stackfile, "_copy", lambda src, dst, offset, count: real(src, dst, offset, count // 2))
+    with pytest.raises(ConfigError, match="cannot write: the new file came out short; the file is as it was"):
+        set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert ref.path.read_bytes() == before and not list(ref.path.parent.glob(".*.tmp"))
+
+
+def test_a_file_with_a_lone_carriage_return_is_not_indexed(ref):
+    """YAML counts a lone CR as a line break, the index's lines do not: such a file is never indexed (its
+    spans would be a line off), so every command reads it whole."""
+    ref.path.write_bytes(ref.path.read_bytes().replace(b"    # Finished", b"    #\r# Finished", 1))
+    stackfile.load(ref)
+    assert not stackfile.index_path(ref.path).exists()
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    assert not stackfile.index_path(ref.path).exists()
+    assert stackfile.load(ref).job("vit-finetune").state.value == "preempted" and b"#\r# Finished" in ref.path.read_bytes()
+
+
+def test_loading_the_whole_file_keeps_the_index_of_spotctls_write(ref, monkeypatch):
+    """A whole load (the watcher's every cycle, `validate`) of a file spotctl wrote keeps its index as it
+    is (state-guarded, plain): a hash guard there would send the next edit back to reading the file whole."""
+    set_fields(ref, "bert-eval", {"state": "preempted"})
+    new_process()
+    stackfile.load(ref)
+    new_process()
+    whole_reads_refused(monkeypatch)
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    monkeypatch.undo()
+    assert stackfile.load(ref).job("vit-finetune").state.value == "preempted"
+
+
+def test_an_edit_in_pieces_whose_stamp_is_lost_leaves_no_index(ref, monkeypatch):
+    """Where the stamp of the rewritten file does not read back (a file system keeping whole seconds),
+    its state names no version: the index is not rewritten, so the next edit reads the file whole."""
+    set_fields(ref, "bert-eval", {"state": "preempted"})
+    new_process()
+    real = os.utime
+    monkeypatch.setattr(stackfile.os, "utime", lambda fd, ns: real(fd, ns=tuple(t // 10**9 * 10**9 for t in ns)))
+    set_fields(ref, "vit-finetune", {"state": "preempted"})
+    monkeypatch.undo()
+    new_process()
+    read: list[Path] = []
+    monkeypatch.setattr(stackfile, "_read_text", lambda path, real=stackfile._read_text: read.append(path) or real(path))
+    set_fields(ref, "llm-pretrain", {"state": "preempted"})
+    assert read
 
 
 def test_a_file_that_is_not_plain_is_read_whole(ref, validated):
     """Offsets into the text are the file's only when its bytes are its text: a job's line with a
     non-ASCII character (or CRLF line ends, a byte-order mark) makes spotctl read the file whole, and the
     edit is still of one job."""
-    ref.path.write_text(ref.path.read_text().replace("# Finished", "# Fini, résumé"), encoding="utf-8")
+    ref.path.write_text(ref.path.read_text().replace("# Two-node H100", "# Deux nœuds H100"), encoding="utf-8")
     set_fields(ref, "bert-eval", {"state": "preempted"})  # (read whole: the user's file; then spotctl's)
     new_process()
     read: list[Path] = []
@@ -236,8 +356,18 @@ def test_a_file_that_is_not_plain_is_read_whole(ref, validated):
     finally:
         stackfile._read_text = real
     assert read and validated[-1:] == [1]
+    stackfile._read_text = real
+    new_process()
+    index = stackfile._Index.from_bytes(sealed_payload(stackfile.index_path(ref.path)))
+    assert index.guard.startswith("state:") and not index.plain  # (spotctl's write, but not plain)
+    pread = stackfile.os.pread
+    stackfile.os.pread = lambda *a: (_ for _ in ()).throw(AssertionError("offsets of a file that is not plain"))
+    try:
+        assert stackfile._stamped_part(ref.path, "vit-finetune") is None
+    finally:
+        stackfile.os.pread = pread
     assert stackfile.load(ref).job("vit-finetune").state.value == "preempted"
-    assert "# Fini, résumé" in ref.path.read_text(encoding="utf-8")
+    assert "# Deux nœuds H100" in ref.path.read_text(encoding="utf-8")
 
 
 def test_a_text_validated_for_another_file_still_indexes_this_one(ref, tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import errno
 import io
 import json
 import os
@@ -1354,9 +1355,10 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
     import array
     import itertools
 
-    lines = text.split("\n")
-    try:
-        spans = _job_spans(lines, parsed)
+    existing = _read_index(path, text)
+    lines = text.split("\n") if existing is None or not existing.guard.startswith("state:") else []
+    try:  # (kept: the index of the file as spotctl wrote it holds, and its hash would be a downgrade)
+        spans = _job_spans(lines, parsed) if lines and "\r" not in text else None  # (a lone CR: a YAML line break)
         if spans is not None:
             starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))  # of each line
             segments, previous = array.array(_WORD), 0
@@ -1566,6 +1568,9 @@ def _rewrite(path: Path, part: _Part, block: str) -> str | None:
     ``atomic_write`` does, the rest copied from the file by the kernel (never into this process: the
     cost does not grow with the stack). Returns the new file's state when it is still ours after the
     write, "" when not (no index then), or None when the file changed since it was read (nothing written).
+
+    Raises:
+        ConfigError: the new file could not be written whole (a full disk): the old one stays.
     """
     import tempfile
 
@@ -1573,33 +1578,44 @@ def _rewrite(path: Path, part: _Part, block: str) -> str | None:
     start, end = part.index.span(part.at)
     data = block.encode("utf-8")
     stamp = time.time_ns()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = ""
     try:
-        with os.fdopen(fd, "wb", buffering=0) as out, open(target, "rb", buffering=0) as old:
+        with open(target, "rb", buffering=0) as old:
             st = os.fstat(old.fileno())
             if _file_state(st) != part.index.guard:
                 raise _Changed
-            _copy(old.fileno(), out.fileno(), 0, start)
-            os.write(out.fileno(), data)  # (a new block is a few hundred bytes: one write)
-            _copy(old.fileno(), out.fileno(), end, st.st_size - end)
-            if _file_state(os.fstat(old.fileno())) != part.index.guard:
-                raise _Changed  # written in place while copied
-            os.utime(out.fileno(), ns=(stamp, stamp))
-            os.fsync(out.fileno())
-        os.chmod(tmp, st.st_mode & 0o777)
-        os.replace(tmp, target)
+            size = st.st_size - (end - start) + len(data)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            with os.fdopen(fd, "wb", buffering=0) as out:
+                _copy(old.fileno(), out.fileno(), 0, start)
+                view = memoryview(data)
+                while view:  # (a short write: a full disk)
+                    view = view[os.write(out.fileno(), view):]
+                _copy(old.fileno(), out.fileno(), end, st.st_size - end)
+                if os.fstat(out.fileno()).st_size != size:
+                    raise OSError(errno.EIO, "the new file came out short")
+                os.utime(out.fileno(), ns=(stamp, stamp))
+                os.fsync(out.fileno())
+            os.chmod(tmp, st.st_mode & 0o777)
+            # last, right before the rename: a hand edit saved in place or over the file while this
+            # one was copied or synced is kept (the guard covers the file's ctime and inode)
+            if _file_state(os.fstat(old.fileno())) != part.index.guard or _file_state(os.stat(target)) != part.index.guard:
+                raise _Changed
+            os.replace(tmp, target)
     except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(exc, _Changed):
+        if tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if isinstance(exc, _Changed | FileNotFoundError):  # (removed: a checkout, a stash)
             return None
+        if isinstance(exc, OSError):
+            raise ConfigError(str(path), [f"cannot write: {exc.strerror or exc}; the file is as it was"]) from None
         raise
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    size = st.st_size - (end - start) + len(data)
     now = os.stat(target)
     return _file_state(now) if (now.st_mtime_ns, now.st_size) == (stamp, size) else ""
 
@@ -1611,12 +1627,20 @@ class _Changed(Exception):
 def _copy(src: int, dst: int, offset: int, count: int) -> None:
     """Append ``count`` bytes of ``src`` from ``offset`` to ``dst``: in the kernel where the file system
     can (copy_file_range), else through a small buffer."""
+    kernel = hasattr(os, "copy_file_range")  # (Linux only)
     while count > 0:
-        try:
-            done = os.copy_file_range(src, dst, count, offset)
-        except OSError:  # (EXDEV, EINVAL, ENOSYS on some file systems)
+        done = 0
+        if kernel:
+            try:
+                done = os.copy_file_range(src, dst, count, offset)
+            except OSError:  # (EXDEV, EINVAL, ENOSYS on some file systems)
+                kernel = False
+        if not kernel:
             chunk = os.pread(src, min(count, 1 << 20), offset)
-            done = os.write(dst, chunk) if chunk else 0
+            view = memoryview(chunk)
+            while view:  # (a short write: a full disk)
+                view = view[os.write(dst, view):]
+            done = len(chunk)
         if done <= 0:
             raise _Changed  # the file ended early: it changed
         offset, count = offset + done, count - done
