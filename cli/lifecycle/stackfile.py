@@ -820,14 +820,21 @@ def atomic_write(path: Path, text: str, follow: bool = False) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    state = _renamed(target, stamp, len(data))
+    if follow:
+        _LAST_WRITTEN[:] = [(text, data, state or None)]
+
+
+def _renamed(target: Path, stamp: int, size: int) -> str:
+    """Make a rename into ``target``'s folder durable; then the new file's state while it still has
+    spotctl's ``stamp`` and ``size``, else "" (another wrote since, or the file system dropped the stamp)."""
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    if follow:
-        st = os.stat(target)  # our version while it still has our stamp and size (else another wrote since)
-        _LAST_WRITTEN[:] = [(text, data, _file_state(st) if (st.st_mtime_ns, st.st_size) == (stamp, len(data)) else None)]
+    st = os.stat(target)
+    return _file_state(st) if (st.st_mtime_ns, st.st_size) == (stamp, size) else ""
 
 
 def edit(path: Path, change: Callable[[Any, StackConfig], None]) -> StackConfig:
@@ -1611,13 +1618,7 @@ def _rewrite(path: Path, part: _Part, block: str) -> str | None:
         if isinstance(exc, OSError):
             raise ConfigError(str(path), [f"cannot write: {exc.strerror or exc}; the file is as it was"]) from None
         raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    now = os.stat(target)
-    return _file_state(now) if (now.st_mtime_ns, now.st_size) == (stamp, size) else ""
+    return _renamed(target, stamp, size)
 
 
 class _Changed(Exception):
