@@ -820,19 +820,23 @@ def atomic_write(path: Path, text: str, follow: bool = False) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    state = _renamed(target, stamp, len(data))
+    _sync_folder(target)
     if follow:
-        _LAST_WRITTEN[:] = [(text, data, state or None)]
+        _LAST_WRITTEN[:] = [(text, data, _stamped_state(target, stamp, len(data)) or None)]
 
 
-def _renamed(target: Path, stamp: int, size: int) -> str:
-    """Make a rename into ``target``'s folder durable; then the new file's state while it still has
-    spotctl's ``stamp`` and ``size``, else "" (another wrote since, or the file system dropped the stamp)."""
+def _sync_folder(target: Path) -> None:
+    """Make a rename into ``target``'s folder durable."""
     dir_fd = os.open(target.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _stamped_state(target: Path, stamp: int, size: int) -> str:
+    """The file's state while it still has spotctl's ``stamp`` and ``size``, else "" (another wrote
+    since, or the file system dropped the stamp's nanoseconds)."""
     st = os.stat(target)
     return _file_state(st) if (st.st_mtime_ns, st.st_size) == (stamp, size) else ""
 
@@ -1363,9 +1367,10 @@ def _index(path: Path, text: str, parsed: _Parsed) -> None:
     import itertools
 
     existing = _read_index(path, text)
-    lines = text.split("\n") if existing is None or not existing.guard.startswith("state:") else []
-    try:  # (kept: the index of the file as spotctl wrote it holds, and its hash would be a downgrade)
-        spans = _job_spans(lines, parsed) if lines and "\r" not in text else None  # (a lone CR: a YAML line break)
+    kept = existing is not None and existing.guard.startswith("state:")  # (spotctl's write: a hash would be a downgrade)
+    lines = [] if kept or "\r" in text else text.split("\n")  # (a lone CR is a YAML line break: never indexed)
+    try:
+        spans = _job_spans(lines, parsed) if lines else None
         if spans is not None:
             starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))  # of each line
             segments, previous = array.array(_WORD), 0
@@ -1402,11 +1407,16 @@ CACHE_LIMIT = 1 << 26  # bytes of a cache file read at most (a 5,000-job index i
 
 def _read_index(path: Path, text: str) -> _Index | None:
     """The index of exactly this text under these rules, sealed by this user's spotctl, or None."""
+    index = _stored_index(path)
+    return index if index is not None and _guards(index.guard, text) else None
+
+
+def _stored_index(path: Path) -> _Index | None:
+    """The index file beside ``path`` when sealed by this user's spotctl and written by this code, or None."""
     from cli.lifecycle import cachefile
 
     data = cachefile.read(index_path(path), CACHE_LIMIT)
-    index = _Index.from_bytes(data) if data is not None else None
-    return index if index is not None and _guards(index.guard, text) else None
+    return _Index.from_bytes(data) if data is not None else None
 
 
 def read_text(path: Path) -> str:
@@ -1486,10 +1496,7 @@ def _stamped_part(path: Path, job_id: str) -> _Part | None:
     None when any of that does not hold (``_read_part`` then reads the file whole)."""
     if _SHARED.get(_shared_name(path)) is not None:
         return None  # a shared file is compared whole with its shared copy at each push anyway
-    from cli.lifecycle import cachefile
-
-    data = cachefile.read(index_path(path), CACHE_LIMIT)
-    index = _Index.from_bytes(data) if data is not None else None
+    index = _stored_index(path)
     if index is None or not index.plain or not index.guard.startswith("state:"):
         return None
     at = index.find(job_id)
@@ -1595,9 +1602,7 @@ def _rewrite(path: Path, part: _Part, block: str) -> str | None:
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
             with os.fdopen(fd, "wb", buffering=0) as out:
                 _copy(old.fileno(), out.fileno(), 0, start)
-                view = memoryview(data)
-                while view:  # (a short write: a full disk)
-                    view = view[os.write(out.fileno(), view):]
+                _write_all(out.fileno(), data)
                 _copy(old.fileno(), out.fileno(), end, st.st_size - end)
                 if os.fstat(out.fileno()).st_size != size:
                     raise OSError(errno.EIO, "the new file came out short")
@@ -1618,7 +1623,15 @@ def _rewrite(path: Path, part: _Part, block: str) -> str | None:
         if isinstance(exc, OSError):
             raise ConfigError(str(path), [f"cannot write: {exc.strerror or exc}; the file is as it was"]) from None
         raise
-    return _renamed(target, stamp, size)
+    _sync_folder(target)
+    return _stamped_state(target, stamp, size)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``: a short write (a full disk) is continued, and a refused one raises."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class _Changed(Exception):
@@ -1638,9 +1651,7 @@ def _copy(src: int, dst: int, offset: int, count: int) -> None:
                 kernel = False
         if not kernel:
             chunk = os.pread(src, min(count, 1 << 20), offset)
-            view = memoryview(chunk)
-            while view:  # (a short write: a full disk)
-                view = view[os.write(dst, view):]
+            _write_all(dst, chunk)
             done = len(chunk)
         if done <= 0:
             raise _Changed  # the file ended early: it changed
