@@ -19,6 +19,7 @@ Run: uv run python bench/resume.py [--repeat N] [--jobs 1000 5000] [--commands r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -114,37 +115,30 @@ def main() -> None:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k == "HOME"}}
     print(f"{'command':>9} {'jobs':>6} {'first s':>8} {'cli median s':>13} {'in-process median s':>20} {'its CPU s':>8} {'kernel s':>9} {'own s':>12}")
     for k, command in enumerate(args.commands):
-        figures = {}
-        for n in args.jobs:
-            with tempfile.TemporaryDirectory() as tmp:
-                project = Path(tmp)
+        with contextlib.ExitStack() as stack:
+            paths, firsts = {}, {}
+            for n in args.jobs:
+                project = Path(stack.enter_context(tempfile.TemporaryDirectory()))
                 shutil.copy(ROOT / "Pulumi.yaml", project / "Pulumi.yaml")
                 (project / "stacks").mkdir()
-                path = project / "stacks" / "Pulumi.bench.yaml"
-                path.write_text(stack_text(n))
-
-                def cli(job: str, project: Path = project, command: str = command) -> float:
-                    t0 = time.perf_counter()
-                    subprocess.run([sys.executable, "-m", "cli", command, job, "--stack", "bench", "--no-apply"],
-                                   cwd=project, check=True, capture_output=True, env=env)
-                    return time.perf_counter() - t0
-
-                first = cli("job-0000")
-                cli_times, core_times, cpu_times, sync_times, beyond_times = [], [], [], [], []
-                for r in range(1, args.repeat + 1):
-                    cli_times.append(cli(f"job-{(2 * r * 7 + 2 * k * 101) % n:04d}"))
+                paths[n] = project / "stacks" / "Pulumi.bench.yaml"
+                paths[n].write_text(stack_text(n))
+                firsts[n] = cli(env, command, project, "job-0000")
+            times: dict[int, list[list[float]]] = {n: [[], [], [], [], []] for n in args.jobs}
+            for r in range(1, args.repeat + 1):
+                for n in args.jobs:  # the sizes in turn: a drift of the machine's speed weighs on both alike
+                    cli_time = cli(env, command, paths[n].parent.parent, f"job-{(2 * r * 7 + 2 * k * 101) % n:04d}")
                     forget()
                     with SyncCalls() as sync:
                         t0, c0 = time.perf_counter(), time.process_time()
-                        in_process(command, path, f"job-{(2 * r * 7 + 2 * k * 101 + 1) % n:04d}")
-                        core_times.append(time.perf_counter() - t0)
-                        cpu_times.append(time.process_time() - c0)
-                    sync_times.append(sync.seconds)
-                    beyond_times.append(core_times[-1] - sync.seconds)
-                figures[n] = (statistics.median(cli_times), statistics.median(core_times), statistics.median(cpu_times),
-                              statistics.median(sync_times), statistics.median(beyond_times))
-                print(f"{command:>9} {n:>6} {first:>8.3f} {figures[n][0]:>13.3f} {figures[n][1]:>20.3f} {figures[n][2]:>8.3f}"
-                      f" {figures[n][3]:>9.4f} {figures[n][4]:>12.4f}")
+                        in_process(command, paths[n], f"job-{(2 * r * 7 + 2 * k * 101 + 1) % n:04d}")
+                        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                    for column, value in zip(times[n], (cli_time, wall, cpu, sync.seconds, wall - sync.seconds), strict=True):
+                        column.append(value)
+        figures = {n: tuple(statistics.median(column) for column in times[n]) for n in args.jobs}
+        for n in args.jobs:
+            print(f"{command:>9} {n:>6} {firsts[n]:>8.3f} {figures[n][0]:>13.3f} {figures[n][1]:>20.3f} {figures[n][2]:>8.3f}"
+                  f" {figures[n][3]:>9.4f} {figures[n][4]:>12.4f}")
         small, large = min(figures), max(figures)
         if small != large:
             print(f"  {command}: {large} / {small} jobs: cli {figures[large][0] / figures[small][0]:.2f} x, in-process "
@@ -152,6 +146,13 @@ def main() -> None:
                   f"own (in-process less the kernel's copy, fsync and rename) {figures[large][4] / figures[small][4]:.2f} x")
         print(f"  {command}: in-process at {small} jobs: {figures[small][1]:.3f} s, CPU {figures[small][2]:.3f} s (target <= 0.3 s)")
 
+
+def cli(env: dict[str, str], command: str, project: Path, job: str) -> float:
+    """Wall seconds of ``spotctl COMMAND JOB --stack bench --no-apply`` in a new process."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "cli", command, job, "--stack", "bench", "--no-apply"],
+                   cwd=project, check=True, capture_output=True, env=env)
+    return time.perf_counter() - t0
 
 if __name__ == "__main__":
     main()

@@ -1592,29 +1592,35 @@ def _rewrite(path: Path, part: _Part, block: str) -> str | None:
     start, end = part.index.span(part.at)
     data = block.encode("utf-8")
     stamp = time.time_ns()
-    tmp = ""
+    tmp, old = "", -1
     try:
-        with open(target, "rb", buffering=0) as old:
-            st = os.fstat(old.fileno())
-            if _file_state(st) != part.index.guard:
-                raise _Changed
-            size = st.st_size - (end - start) + len(data)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            with os.fdopen(fd, "wb", buffering=0) as out:
-                _copy(old.fileno(), out.fileno(), 0, start)
-                _write_all(out.fileno(), data)
-                _copy(old.fileno(), out.fileno(), end, st.st_size - end)
-                if os.fstat(out.fileno()).st_size != size:
-                    raise OSError(errno.EIO, "the new file came out short")
-                os.utime(out.fileno(), ns=(stamp, stamp))
-                os.fsync(out.fileno())
-            os.chmod(tmp, st.st_mode & 0o777)
-            # last, right before the rename: a hand edit saved in place or over the file while this
-            # one was copied or synced is kept (the guard covers the file's ctime and inode)
-            if _file_state(os.fstat(old.fileno())) != part.index.guard or _file_state(os.stat(target)) != part.index.guard:
-                raise _Changed
-            os.replace(tmp, target)
+        old = os.open(target, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        st = os.fstat(old)
+        if _file_state(st) != part.index.guard:
+            raise _Changed
+        size = st.st_size - (end - start) + len(data)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with os.fdopen(fd, "wb", buffering=0) as out:
+            _copy(old, out.fileno(), 0, start)
+            _write_all(out.fileno(), data)
+            _copy(old, out.fileno(), end, st.st_size - end)
+            if os.fstat(out.fileno()).st_size != size:
+                raise OSError(errno.EIO, "the new file came out short")
+            os.utime(out.fileno(), ns=(stamp, stamp))
+            os.fsync(out.fileno())
+        os.chmod(tmp, st.st_mode & 0o777)
+        # last, right before the rename: a hand edit saved in place or over the file while this one
+        # was copied or synced is kept (the guard covers the file's ctime and inode)
+        if _file_state(os.fstat(old)) != part.index.guard:
+            raise _Changed
+        os.close(old)  # (before the rename, which then frees the old file's pages and blocks itself)
+        old = -1
+        if _file_state(os.stat(target)) != part.index.guard:
+            raise _Changed
+        os.replace(tmp, target)
     except BaseException as exc:
+        if old >= 0:
+            os.close(old)
         if tmp:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
