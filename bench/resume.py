@@ -108,7 +108,7 @@ class SyncCalls:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--commands", nargs="+", default=["resume", "failover", "complete"], choices=["resume", "failover", "complete"])
     args = parser.parse_args()
