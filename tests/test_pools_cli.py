@@ -177,6 +177,50 @@ def test_cloud_errors_are_one_line(project, runner, monkeypatch):
     assert result.exit_code == 1 and result.output.startswith("error: cannot ask the cloud") and "Traceback" not in result.output
 
 
+@pytest.fixture
+def no_credentials(tmp_path, monkeypatch):
+    """A laptop with no AWS or GCP credentials configured anywhere (not a VM of either cloud)."""
+    from cli.cloud import credentials
+
+    for k in (*credentials.AWS_ENV, *credentials.GCP_ENV, "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "CLOUDSDK_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    (tmp_path / "dmi").mkdir()
+    (tmp_path / "dmi" / "sys_vendor").write_text("LENOVO\n")
+    monkeypatch.setattr(credentials, "DMI", tmp_path / "dmi")
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # a fresh process: no credentials resolved before
+
+
+@pytest.mark.parametrize("argv, missing", [
+    (["pool", "status", "g5", "--stack", "example-aws"], "no AWS credentials ("),
+    (["pool", "demand", "g5", "6", "--stack", "example-aws"], "no AWS credentials ("),
+    (["pool", "status", "l4", "--stack", "example-gcp"], "no GCP credentials ("),
+    (["pool", "demand", "l4", "3", "--stack", "example-gcp", "--json"], "no GCP credentials ("),
+])
+def test_no_credentials_is_spotctls_one_error_line(project, runner, no_credentials, argv, missing):
+    stack_file = project / "stacks" / f"Pulumi.{argv[argv.index('--stack') + 1]}.yaml"
+    before = stack_file.read_bytes()
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.exception, result.output)
+    assert result.output.splitlines() == [result.output.splitlines()[0]], result.output
+    assert result.output.startswith(f"error: cannot ask the cloud: {missing}"), result.output  # as every other command says it
+    assert stack_file.read_bytes() == before
+
+
+def test_an_aws_call_failing_is_one_error_line(project, runner, monkeypatch):
+    """Credentials are there (a local endpoint), the calls fail: boto3's error becomes the line, not a traceback."""
+    for k, v in {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    for argv in (["pool", "status", "g5", "--stack", "example-aws"], ["pool", "demand", "g5", "6", "--stack", "example-aws"]):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (result.exception, result.output)
+        assert result.output.startswith("error: cannot ask the cloud: EndpointConnectionError") and len(result.output.splitlines()) == 1
+
+
 def test_view_types_are_plain_data():
     view = PoolView({"spot": 1}, [PoolVm("vm", "spot", "z", "t", "RUNNING", None)], {}, [])
     assert view.vms[0].busy is None

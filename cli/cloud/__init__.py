@@ -121,6 +121,12 @@ def _conditional(fn: Callable[[], T]) -> T:
         raise
 
 
+def _refuse(missing: str | None) -> None:
+    """The one error of every cloud call made without credentials (``credentials.missing``'s line)."""
+    if missing:
+        raise CloudError(f"cannot ask the cloud: {missing}")
+
+
 class _Checked:
     """An inventory whose every call raises CloudError, never an SDK's exception."""
 
@@ -156,8 +162,7 @@ class Cloud:
             from cli.cloud.credentials import missing
 
             self._missing, self._checked = missing(getattr(self.cfg, "cloud", "aws")), True
-        if self._missing:
-            raise CloudError(f"cannot ask the cloud: {self._missing}")
+        _refuse(self._missing)
 
     def _call(self, fn: Callable[[], T]) -> T:
         self._ready()
@@ -346,18 +351,49 @@ class PoolView:
     preemptions: list[str]  # "<time> <vm>" lines, newest first
 
 
-def pool_cloud(cfg, stack: str):
-    """The pool side of a stack's cloud: publish demand metrics, read them back, describe the pool.
-    AWS endpoints follow boto3's environment; GCP: SPOTCTL_MONITORING_ENDPOINT / SPOTCTL_GCE_ENDPOINT
-    point the Cloud Monitoring and Compute clients at private endpoints (anonymous credentials)."""
-    import os
+def pool_cloud(cfg, stack: str) -> PoolCloud:
+    """The pool side of a stack's cloud: publish demand metrics, read them back, describe the pool."""
+    return PoolCloud(cfg, stack)
 
-    if cfg.cloud == "aws":
-        from cli.cloud.aws import AwsPools
 
-        return call(lambda: AwsPools(cfg.region, stack))
-    from cli.cloud.gcp import GcpPools
+class PoolCloud:
+    """A stack's pools as the cloud sees them; every call raises CloudError, never an SDK's exception.
+    Like ``Cloud``, nothing is asked (and no SDK client made) before the first call, and then only
+    with credentials the SDK can find without probing a metadata server. AWS endpoints follow boto3's
+    environment; GCP: SPOTCTL_MONITORING_ENDPOINT / SPOTCTL_GCE_ENDPOINT point the Cloud Monitoring and
+    Compute clients at private endpoints (anonymous credentials)."""
 
-    return call(lambda: GcpPools(cfg.project or "", cfg.region, list(cfg.zones), stack,
-                                 monitoring=os.environ.get("SPOTCTL_MONITORING_ENDPOINT"),
-                                 compute=os.environ.get("SPOTCTL_GCE_ENDPOINT")))
+    def __init__(self, cfg, stack: str):
+        self.cfg, self.stack = cfg, stack
+        self._inner = None
+
+    def _clients(self):
+        if self._inner is None:
+            import os
+
+            from cli.cloud.credentials import missing
+
+            _refuse(missing(self.cfg.cloud))
+            if self.cfg.cloud == "aws":
+                from cli.cloud.aws import AwsPools
+
+                self._inner = call(lambda: AwsPools(self.cfg.region, self.stack))
+            else:
+                from cli.cloud.gcp import GcpPools
+
+                self._inner = call(lambda: GcpPools(self.cfg.project or "", self.cfg.region, list(self.cfg.zones), self.stack,
+                                                    monitoring=os.environ.get("SPOTCTL_MONITORING_ENDPOINT"),
+                                                    compute=os.environ.get("SPOTCTL_GCE_ENDPOINT")))
+        return self._inner
+
+    def publish(self, pool: str, values: dict[str, float], at: datetime) -> None:
+        clients = self._clients()
+        call(lambda: clients.publish(pool, values, at))
+
+    def history(self, pool: str, metric: str, since: datetime, until: datetime) -> list[tuple[datetime, float]]:
+        clients = self._clients()
+        return call(lambda: clients.history(pool, metric, since, until))
+
+    def view(self, pool: str, groups: dict[str, str], since: datetime, until: datetime) -> PoolView:
+        clients = self._clients()
+        return call(lambda: clients.view(pool, groups, since, until))
