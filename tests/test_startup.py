@@ -34,11 +34,34 @@ def test_help_is_typers_rich_help_without_the_config_models_markdown_or_tracebac
     assert out.splitlines()[-1] == "REAL rich.markdown True True"
 
 
-def test_a_usage_error_still_prints_typers_rich_error_box():
-    result = subprocess.run([sys.executable, "-m", "cli", "resume"], cwd=ROOT, capture_output=True, text=True,
+@pytest.mark.parametrize(("args", "line"), [
+    (["resume"], "error: Missing argument 'job'. See `spotctl resume -h`."),
+    (["resume", "x", "--capacity", "spto"],
+     "error: Invalid value for '--capacity': 'spto' is not one of 'spot', 'on-demand' (did you mean 'spot'?). See `spotctl resume -h`."),
+    (["logs", "x", "--attempt", "0"], "error: Invalid value for '--attempt': should be greater than or equal to 1. See `spotctl logs -h`."),
+    (["status", "--bogus"], "error: No such option: --bogus. See `spotctl status -h`."),
+    (["bogus"], "error: No such command 'bogus'. Did you mean 'logs'? See `spotctl -h`."),
+    (["pool", "bogus"], "error: No such command 'bogus'. See `spotctl pool -h`."),
+])
+def test_a_usage_error_is_one_error_line_naming_the_option(args, line):
+    result = subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,
                             env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
-    assert result.returncode == 2
-    assert "Missing argument 'job'" in result.stderr and "╭─ Error" in result.stderr
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")
+
+
+def test_usage_errors_keep_typers_exit_codes_and_help_on_no_arguments():
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    runner = CliRunner()
+    bare = runner.invoke(app, ["pool"])
+    assert bare.exit_code == 2 and "Usage:" in bare.output and "error:" not in bare.output  # the help, as before
+    assert runner.invoke(app, ["--version"]).exit_code == 0
+    bad = runner.invoke(app, ["failover", "x", "--to", "ondemand"])
+    assert bad.exit_code == 2 and bad.stderr.splitlines() == [
+        "error: Invalid value for '--to': 'ondemand' is not one of 'spot', 'on-demand' (did you mean 'on-demand'?). "
+        "See `spotctl failover -h`."]
 
 
 def _params():
