@@ -4,6 +4,7 @@ is valid JSON and finds traces, one error line without credentials, events needs
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -55,6 +56,41 @@ def test_simulate_json_is_valid_json_and_traces_are_found_through_the_env(runner
     doc = no_nan(result.stdout)
     omniscient = next(r for r in doc["results"] if r["policy"] == "omniscient")
     assert omniscient["spot_h"] is None and omniscient["od_h"] is None
+
+
+def test_simulate_finds_the_documented_paths_in_the_shared_traces_layout(runner, tmp_path, monkeypatch):
+    """../shared/traces holds skypilot-spot-traces/availability/...: README's relative path and a bare
+    file name both resolve; a bare name two traces share is one error listing them."""
+    traces = tmp_path / "traces"
+    oct22 = write_trace(traces / "skypilot-spot-traces" / "availability" / "1-node" / "aws-10-26-2022" / "us-west-2b_v100_1.json")
+    monkeypatch.setenv("SPOTCTL_TRACES", str(traces))
+    monkeypatch.chdir(tmp_path)
+    args = ["--policy", "greedy", "--job-hours", "4", "--deadline-hours", "8", "--changeover-hours", "0", "--starts", "2", "--json"]
+    readme = runner.invoke(app, ["simulate", "--trace", "availability/1-node/aws-10-26-2022/us-west-2b_v100_1.json", *args])
+    assert readme.exit_code == 0, readme.output
+    bare = runner.invoke(app, ["simulate", "--trace", "us-west-2b_v100_1.json", *args])
+    assert bare.exit_code == 0, bare.output
+    assert json.loads(bare.stdout) == json.loads(readme.stdout)
+    write_trace(traces / "skypilot-spot-traces" / "availability" / "1-node" / "aws-02-15-2023" / "us-west-2b_v100_1.json")
+    both = runner.invoke(app, ["simulate", "--trace", "us-west-2b_v100_1.json", *args])
+    assert both.exit_code == 1 and both.output.count("\n") == 1
+    assert both.output == (f"error: us-west-2b_v100_1.json: 2 trace files of that name under {traces}; give one of: "
+                           "skypilot-spot-traces/availability/1-node/aws-02-15-2023/us-west-2b_v100_1.json, "
+                           f"{oct22.relative_to(traces)}\n")
+    missing = runner.invoke(app, ["simulate", "--trace", "nope.json"])
+    assert missing.exit_code == 1 and missing.output.count("\n") == 1
+    assert missing.output.startswith(f"error: nope.json: trace file not found here, nor under {traces}, "
+                                     f"{traces / 'skypilot-spot-traces'}, ")
+
+
+def test_drill_help_lists_every_verdict_the_readme_lists(runner):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    verdicts = re.findall(r"`(reentrant|not-exercised|restarts-from-scratch|lost-work|did-not-finish)`", readme.split("Verdicts:")[1][:800])
+    assert len(set(verdicts)) == 5
+    result = runner.invoke(app, ["drill", "-h"], terminal_width=400)
+    assert result.exit_code == 0
+    for verdict in verdicts:
+        assert verdict in result.output, verdict
 
 
 def test_simulate_missing_or_bad_trace_is_one_line_without_python_text(runner, tmp_path, monkeypatch):

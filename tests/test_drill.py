@@ -148,11 +148,13 @@ def test_a_failed_startup_script_says_why(runner, monkeypatch):
                                                  "mount: /mnt/job: special device /dev/sdb does not exist"]
 
 
-def test_drill_a_stack_job(project, runner):
+def test_drill_a_stack_job(project, runner, monkeypatch):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     text = path.read_text().replace("command: python eval.py", f"command: {EXAMPLE} --steps 200")
     path.write_text(text)
-    code, report = drill_json(runner, "--stack", "example-gcp", "--job", "bert-eval", "--preempt-every", "0.6")
+    monkeypatch.setenv("PULUMI_STACK", "example-gcp")  # --job alone: the stack as every command finds it
+    code, report = drill_json(runner, "--job", "bert-eval", "--preempt-every", "0.6")
+    monkeypatch.delenv("PULUMI_STACK")
     assert code == 0, brief(report)
     assert report["command"] == f"{EXAMPLE} --steps 200"
     result = runner.invoke(app, ["drill", "--stack", "example-gcp", "--job", "nope"])
@@ -249,6 +251,25 @@ def test_trace_driven_preemptions(runner, tmp_path):
     assert report["preemptions"] == 3
     assert [a["outcome"] for a in report["attempts"]] == ["preempted"] * 3 + ["completed"]
     assert all(0.9 < a["seconds"] < 6 for a in report["attempts"][:3])  # 1 s of spot, then the shutdown path
+
+
+def test_trace_is_found_as_simulate_finds_it(runner, tmp_path, monkeypatch):
+    """A relative --trace under $SPOTCTL_TRACES's skypilot-spot-traces/ (the layout of ../shared/traces)."""
+    trace = tmp_path / "traces" / "skypilot-spot-traces" / "availability" / "1-node" / "aws-x" / "zone_v100_1.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 30}, "data": [1, 1, 0] + [1] * 50}))
+    monkeypatch.setenv("SPOTCTL_TRACES", str(tmp_path / "traces"))
+    monkeypatch.chdir(tmp_path)
+    relative = "availability/1-node/aws-x/zone_v100_1.json"
+    simulated = runner.invoke(app, ["simulate", "--trace", relative, "--policy", "greedy", "--job-hours", "0.1",
+                                    "--deadline-hours", "0.4", "--changeover-hours", "0", "--starts", "1", "--json"])
+    assert simulated.exit_code == 0, simulated.output
+    code, report = drill_json(runner, "--trace", relative, "--time-scale", "60", "--", f"{EXAMPLE} --step-seconds 0.01")
+    assert code == 0, brief(report)
+    assert report["preemptions"] == 1
+    missing = runner.invoke(app, ["drill", "--trace", "availability/nope.json", "--", "true"])
+    assert missing.exit_code == 1 and missing.output.count("\n") == 1
+    assert missing.output.startswith(f"error: availability/nope.json: trace file not found here, nor under {tmp_path / 'traces'}, ")
 
 
 def test_bad_trace_file_is_one_clear_error(runner, tmp_path):

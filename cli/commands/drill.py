@@ -6,13 +6,15 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import CloudName, JsonOpt, StackFileOpt, StackOpt, app, fail, stack_jobs
+from cli.commands.traces import TRACE_LOOKUP, find_trace
 
 
 @app.command(
     short_help="Preempt a training script locally and judge if it resumes.  Example: spotctl drill -- python train.py",
     help="Run COMMAND under the same scripts a cloud VM runs, preempt it the way GCP or AWS would, resume it on "
-    "the same (temporary) disk, and judge whether training survives: reentrant, restarts-from-scratch, lost-work "
-    "or did-not-finish. Exits non-zero unless reentrant. The script may print `SPOTCTL_PROGRESS step/total` and "
+    "the same (temporary) disk, and judge whether training survives: reentrant, not-exercised (no preemption "
+    "came before the command finished), restarts-from-scratch, lost-work or did-not-finish. Exits non-zero unless "
+    "reentrant. The script may print `SPOTCTL_PROGRESS step/total` and "
     "`SPOTCTL_CHECKPOINT step` lines.\n\n"
     "Example: spotctl drill --preempt-every 1.5 --verify -- python examples/reentrant_train.py",
 )
@@ -20,13 +22,13 @@ def drill(
     command: Annotated[Optional[list[str]], typer.Argument(help="The training command, after `--`.", show_default=False)] = None,
     cloud: Annotated[CloudName, typer.Option("--cloud", help="Whose preemption to play: gcp (30 s) or aws (2-minute notice).")] = CloudName.GCP,
     preempt_every: Annotated[Optional[float], typer.Option("--preempt-every", metavar="SECONDS", help="Preempt each attempt this long after its VM booted.")] = None,
-    trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Preempt when a spot-traces JSON file says spot went away.")] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Preempt when a spot-traces JSON file says spot went away. " + TRACE_LOOKUP)] = None,
     time_scale: Annotated[Optional[float], typer.Option("--time-scale", help="Trace seconds (and AWS's notice) per drill second; with --trace the default puts the trace's first preemption 2 s into the run.")] = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, help="Give up after this many attempts.")] = 10,
     verify: Annotated[bool, typer.Option("--verify", help="Also run uninterrupted and compare the final output files.")] = False,
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
-    job: Annotated[Optional[str], typer.Option("--job", metavar="ID", help="With --stack: drill this job's command and env.")] = None,
+    job: Annotated[Optional[str], typer.Option("--job", metavar="ID", help="Drill this job's command and env (of --stack, else $PULUMI_STACK or the selected stack).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     import json
@@ -43,7 +45,7 @@ def drill(
     env: dict[str, str] = {}
     secret_keys: tuple[str, ...] = ()
     job_id, cloud = "drill", cloud.value
-    if stack is not None or stack_file is not None:
+    if stack is not None or stack_file is not None or job is not None:
         if command:
             raise fail("give a COMMAND or --stack/--job, not both")
         if not job:
@@ -54,7 +56,8 @@ def drill(
     elif command:
         command_text = drills.command_string(command)
     else:
-        raise fail("nothing to drill: give a command after `--` (or --stack NAME --job ID)")
+        raise fail("nothing to drill: give a command after `--` (or --job ID of a stack)")
+    trace = None if trace is None else find_trace(trace)  # as simulate finds it
     try:
         spec = drills.make_spec(command=command_text, cloud=cloud, job_id=job_id, env=env, secret_keys=secret_keys,
                                 preempt_every=preempt_every,

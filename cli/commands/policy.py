@@ -7,20 +7,18 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, progress, recorded_events, stack_jobs
-
-TRACES_ENV = "SPOTCTL_TRACES"  # a directory of spot traces (e.g. a copy of skypilot-org/spot-traces)
+from cli.commands.traces import TRACE_LOOKUP, find_trace
 
 
 @app.command(
-    short_help="Replay spot traces against policies.  Example: spotctl simulate --trace us-west-2b_v100_1.json",
+    short_help="Replay spot traces against policies.  Example: spotctl simulate --trace availability/1-node/aws-10-26-2022/us-west-2b_v100_1.json",
     help="For each trace and random start, run every policy and the omniscient optimum (an exact DP over the trace) "
     "and report mean cost normalised to all-on-demand, p25/p75, misses, spot/on-demand hours and the gap to the "
     "optimum.\n\n"
-    "Example: spotctl simulate --trace us-west-2b_v100_1.json --job-hours 48 --deadline-hours 60 --changeover-hours 0.2 --plot run.png",
+    "Example: spotctl simulate --trace availability/1-node/aws-10-26-2022/us-west-2b_v100_1.json --job-hours 48 --deadline-hours 60 --changeover-hours 0.2 --plot run.png",
 )
 def simulate(
-    trace: Annotated[list[Path], typer.Option("--trace", metavar="FILE", help="A spot-traces JSON or probe CSV; repeatable. "
-                                              "A relative path not found here is looked up under $SPOTCTL_TRACES, then the project's ../shared/traces.")],
+    trace: Annotated[list[Path], typer.Option("--trace", metavar="FILE", help="A spot-traces JSON or probe CSV; repeatable. " + TRACE_LOOKUP)],
     policy: Annotated[Optional[list[str]], typer.Option("--policy", metavar="NAME", help="Repeatable; default: all.")] = None,
     job_hours: Annotated[float, typer.Option("--job-hours", help="C: compute hours the job needs.")] = 48.0,
     deadline_hours: Annotated[float, typer.Option("--deadline-hours", help="R: hours from start to the deadline.")] = 60.0,
@@ -112,26 +110,6 @@ def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_d
         change = "not measured" if pool["changeover_h"] is None else f"{pool['changeover_h']:.3f} h"
         typer.echo(f"  {key}: {pool['spot_windows']} spot windows ({pool['open_windows']} open), "
                    f"expected window {pool['mean_window_h']:.2f} h, changeover {change}")
-
-
-def find_trace(path: Path) -> Path:
-    """A trace as given, else relative to $SPOTCTL_TRACES, else to ``<project>/../shared/traces``
-    (where development copies live); an error names every place looked at."""
-    from cli.lifecycle.stackfile import project_root
-
-    if path.exists() or path.is_absolute():
-        if not path.exists():
-            raise fail(f"{path}: trace file not found")
-        return path
-    import os
-
-    roots = [Path(os.environ[TRACES_ENV])] if os.environ.get(TRACES_ENV) else []
-    roots.append(project_root(Path(__file__).parent).parent / "shared" / "traces")
-    for root in roots:
-        if (root / path).exists():
-            return root / path
-    looked = ", ".join(str(r) for r in roots)
-    raise fail(f"{path}: trace file not found here, nor under {looked} (set {TRACES_ENV} to your traces directory)")
 
 
 def finite(value):

@@ -1,0 +1,51 @@
+"""Where a ``--trace FILE`` is found: one resolver for every command that takes a trace (``simulate``,
+``drill``), so a path that works for one works for the other."""
+
+from pathlib import Path
+
+from cli.commands import fail
+
+TRACES_ENV = "SPOTCTL_TRACES"  # a directory of spot traces (e.g. a copy of skypilot-org/spot-traces)
+# ../shared/traces holds the spot-traces copy in this subfolder, beside other data sets.
+SPOT_TRACES_SUBDIR = "skypilot-spot-traces"
+TRACE_LOOKUP = ("A relative path not found here is looked up under $SPOTCTL_TRACES, then the project's ../shared/traces "
+                f"(each also in its {SPOT_TRACES_SUBDIR}/); a bare file name is searched for in their subfolders.")
+
+
+def trace_roots() -> list[Path]:
+    """The folders a relative ``--trace`` is looked up in, in order: $SPOTCTL_TRACES, then
+    ``<project>/../shared/traces`` (where development copies live)."""
+    import os
+
+    from cli.lifecycle.stackfile import project_root
+
+    roots = [Path(os.environ[TRACES_ENV])] if os.environ.get(TRACES_ENV) else []
+    roots.append(project_root(Path(__file__).parent).parent / "shared" / "traces")
+    return roots
+
+
+def find_trace(path: Path) -> Path:
+    """The trace file ``--trace PATH`` names, for every command that takes one: PATH as given, else
+    under each of ``trace_roots()`` or its ``skypilot-spot-traces/``; a bare file name not found
+    there is searched for in their subfolders (the first folder holding it decides; two files of
+    that name there are an error listing both). A path found nowhere is one error naming it and
+    every folder searched."""
+    if path.exists():
+        return path
+    if path.is_absolute():
+        raise fail(f"{path}: trace file not found")
+    folders = [d for root in trace_roots() for d in (root, root / SPOT_TRACES_SUBDIR)]
+    for folder in folders:
+        if (folder / path).is_file():
+            return folder / path
+    if len(path.parts) == 1:
+        for root in trace_roots():
+            found = sorted(p for p in root.rglob(path.name) if p.is_file()) if root.is_dir() else []
+            if len(found) == 1:
+                return found[0]
+            if found:
+                raise fail(f"{path}: {len(found)} trace files of that name under {root}; give one of: "
+                           + ", ".join(str(p.relative_to(root)) for p in found))
+    looked = ", ".join(str(d) for d in folders)
+    raise fail(f"{path}: trace file not found here, nor under {looked}"
+               + (" or their subfolders" if len(path.parts) == 1 else "") + f" (set {TRACES_ENV} to your traces directory)")
