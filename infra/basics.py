@@ -19,6 +19,11 @@ ENDED_ON_ITS_OWN = frozenset({"completed", "failed"})
 MOOT_AFTER_ITS_OWN_END = frozenset({"preempted", "preemption-notice", "maintenance-notice", "stopped"})
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 pool``, ``2 pools``: a count with its noun in the right number (``plural`` when not noun + s)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 class _Ends(Protocol):
     attempt: int
     node: int

@@ -74,6 +74,7 @@ def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(proje
     expected = job_urns(planner.run(cfg, "example-gcp"), "bert-eval")
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
     assert result.exit_code == 0, result.output
+    assert f"job bert-eval: 1 disk and its other resources deleted; removed from {path.relative_to(project)}" in result.output
     log = pulumi_calls(fake_pulumi)
     unprotected = [c[2] for c in log if c[:2] == ["state", "unprotect"]]
     assert unprotected == ["urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob$gcp:compute/disk:Disk::job-bert-eval-n0-disk"]

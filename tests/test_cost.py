@@ -395,6 +395,43 @@ def test_refresh_tool_reproduces_the_shipped_table(tmp_path):
     assert table_price("aws", "us-west-2", "g6.2xlarge").spot == 0.4541  # the zone without a spot price is skipped
 
 
+def test_refresh_tool_with_only_a_gcp_file_fetches_nothing(tmp_path, monkeypatch, capsys):
+    import urllib.request
+
+    from tools.refresh_prices import main
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"fetched {args[0]}")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    out = tmp_path / "prices.json"
+    out.write_text(json.dumps({"aws": {"us-east-1": {"g5.xlarge": {"kept": True}}}}))
+    assert main(["--gcp-pricing", str(FIXTURES / "gcp-pricing-excerpt.yml"), "--gcp-commit", "fd66b26", "--out", str(out)]) == 0
+    table = json.loads(out.read_text())
+    assert table["gcp"] == shipped_table()["gcp"] and table["snapshotStorage"] == {"gcp": shipped_table()["snapshotStorage"]["gcp"]}
+    assert table["aws"] == {"us-east-1": {"g5.xlarge": {"kept": True}}}  # AWS rows untouched
+    assert capsys.readouterr().out.startswith(f"3 prices written to {out}\n")
+
+
+def test_refresh_tool_source_unreadable_is_one_error_line(tmp_path, capsys):
+    """Offline (a refused connection on 127.0.0.1) or a missing file: one error: line, the table not written."""
+    import socket
+
+    from tools.refresh_prices import main
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "prices.json"
+    url = f"https://127.0.0.1:{port}/vms.csv"
+    assert main(["--catalog", url, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {url}: cannot download: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert main(["--gcp-pricing", str(tmp_path / "nope.yml"), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.yml'}: cannot read: No such file or directory\n"
+    assert not out.exists()
+
+
 def test_price_config_errors_name_the_key():
     from infra.config import ConfigError
 

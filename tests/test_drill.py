@@ -239,6 +239,11 @@ def test_judge_within_one_interval_is_reentrant():
     attempts = [attempt(1, 1, 180, "preempted", marks=[50, 100, 150]), attempt(2, 151, 300, "completed", ckpt=True)]
     account_lost_work(attempts)
     assert attempts[0].lost_work == 30
+    # 30 steps went back: the sentence must not say it resumed where it stopped
+    assert judge(attempts, checkpoint_interval(attempts)) == (
+        "reentrant", "every attempt resumed from its last checkpoint (at most 30 steps lost, within one checkpoint interval of 50)")
+    attempts = [attempt(1, 1, 150, "preempted", marks=[50, 100, 150]), attempt(2, 151, 300, "completed", ckpt=True)]
+    account_lost_work(attempts)
     assert judge(attempts, checkpoint_interval(attempts)) == ("reentrant", "every attempt resumed where the last one stopped")
 
 

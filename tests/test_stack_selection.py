@@ -27,7 +27,7 @@ def test_pulumi_stack_env_selects_the_stack(project, runner, monkeypatch):
     monkeypatch.setenv("PULUMI_STACK", "example-aws")
     result = runner.invoke(app, ["validate"])
     assert result.exit_code == 0, result.output
-    assert result.output == "stacks/Pulumi.example-aws.yaml: ok (aws, 1 pools, 3 jobs)\n"
+    assert result.output == "stacks/Pulumi.example-aws.yaml: ok (aws, 1 pool, 3 jobs)\n"
 
 
 @pytest.mark.parametrize("how", ["per-backend", "legacy"])

@@ -9,8 +9,9 @@ a spot price are skipped) and write them with the catalog's name and the date re
     uv run python tools/refresh_prices.py --catalog vms.csv --commit 001367d2 \
         --types g5.2xlarge g5.4xlarge --regions us-east-1 us-west-2
 
-GCP (``--gcp-pricing``): SkyPilot's GCP catalog prices a GPU machine type's GPUs in separate rows,
-so its machine row alone is not the price. We read instead ``pricing.yml`` of
+GCP (``--gcp-pricing``; without ``--catalog`` only GCP is refreshed and nothing else is fetched):
+SkyPilot's GCP catalog prices a GPU machine type's GPUs in separate rows, so its machine row alone
+is not the price. We read instead ``pricing.yml`` of
 github.com/Cyclenerd/google-cloud-pricing-cost-calculator (Apache-2.0), which its build computes
 from the Cloud Billing Catalog API SKUs per machine type and region: attached GPUs + predefined
 vCPUs + memory + bundled Local SSD (``hour`` on-demand, ``hour_spot`` Spot; the same sum Google's
@@ -36,9 +37,13 @@ import argparse
 import csv
 import io
 import json
+import sys
+import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
+
+from infra.basics import counted
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "cli" / "cost" / "prices.json"
@@ -54,11 +59,21 @@ AWS_SNAPSHOT = {"us-east-1": {
 MULTI_REGION = {"us": "us-multi", "northamerica": "us-multi", "europe": "europe-multi", "asia": "asia-multi"}
 
 
+class SourceError(Exception):
+    """A price source that cannot be read: one line naming it, for the user."""
+
+
 def read_catalog(where: str) -> str:
-    if where.startswith("https://"):
-        with urllib.request.urlopen(where, timeout=60) as resp:  # noqa: S310 (a fixed https URL or the user's)
-            return resp.read().decode()
-    return Path(where).read_text()
+    """The text of a local file or an https URL; SourceError (naming ``where``) when it cannot be read."""
+    try:
+        if where.startswith("https://"):
+            with urllib.request.urlopen(where, timeout=60) as resp:  # noqa: S310 (a fixed https URL or the user's)
+                return resp.read().decode()
+        return Path(where).read_text()
+    except urllib.error.URLError as exc:  # (before OSError, its base: the reason is in .reason)
+        raise SourceError(f"{where}: cannot download: {exc.reason}") from None
+    except OSError as exc:
+        raise SourceError(f"{where}: cannot read: {exc.strerror or exc}") from None
 
 
 def aws_entries(text: str, types: set[str], regions: set[str], source: str, date: str) -> dict[str, dict[str, dict]]:
@@ -135,29 +150,42 @@ def example_types() -> dict[str, tuple[set[str], set[str]]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--catalog", default=CATALOG_URL, help="vms.csv path or URL (default: the catalog on GitHub)")
+    ap.add_argument("--catalog", help="AWS: vms.csv path or URL (default: the catalog on GitHub, unless only "
+                    "--gcp-pricing is given: then AWS is not refreshed)")
     ap.add_argument("--commit", default="master", help="the catalog commit read (named in each entry's source)")
     ap.add_argument("--date", default=datetime.now(UTC).date().isoformat(), help="date the catalog was read")
     ap.add_argument("--types", nargs="*", help="instance types (default: those of the AWS example stacks)")
     ap.add_argument("--regions", nargs="*", help="regions (default: those of the AWS example stacks)")
-    ap.add_argument("--gcp-pricing", metavar="PATH_OR_URL", help="also GCP: Cyclenerd's pricing.yml (path or URL; "
-                    f"the current one is {GCP_PRICING_URL})")
+    ap.add_argument("--gcp-pricing", metavar="PATH_OR_URL", help="GCP: Cyclenerd's pricing.yml (path or URL; "
+                    f"the current one is {GCP_PRICING_URL}); without --catalog, only GCP is refreshed")
     ap.add_argument("--gcp-commit", default="master", help="the pricing.yml commit read (named in each entry's source)")
     ap.add_argument("--gcp-types", nargs="*", help="GCP machine types (default: those of the GCP example stacks)")
     ap.add_argument("--gcp-regions", nargs="*", help="GCP regions (default: those of the GCP example stacks)")
     ap.add_argument("--out", type=Path, default=TABLE)
     args = ap.parse_args(argv)
+    try:
+        return refresh(args)
+    except SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def refresh(args: argparse.Namespace) -> int:
+    """Read the sources asked for (AWS unless only --gcp-pricing was given), then write the table."""
     examples = example_types()
     types, regions = set(args.types or examples["aws"][0]), set(args.regions or examples["aws"][1])
     source = f"skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv @{args.commit} (AWS Price List on-demand; spot = mean over the region's zones)"
-    entries = aws_entries(read_catalog(args.catalog), types, regions, source, args.date)
+    aws = args.catalog is not None or not args.gcp_pricing
+    entries = aws_entries(read_catalog(args.catalog or CATALOG_URL), types, regions, source, args.date) if aws else {}
     table = json.loads(args.out.read_text()) if args.out.exists() else {}
     for region, by_type in entries.items():
         table.setdefault("aws", {}).setdefault(region, {}).update(by_type)
     snapshots = table.setdefault("snapshotStorage", {})
-    snapshots.setdefault("aws", {}).update({r: e for r, e in AWS_SNAPSHOT.items() if r in regions})
+    missing = {}
+    if aws:
+        snapshots.setdefault("aws", {}).update({r: e for r, e in AWS_SNAPSHOT.items() if r in regions})
+        missing["AWS"] = types - {t for v in entries.values() for t in v}
     written = sum(len(v) for v in entries.values())
-    missing = {"AWS": types - {t for v in entries.values() for t in v}}
     if args.gcp_pricing:
         gtypes, gregions = set(args.gcp_types or examples["gcp"][0]), set(args.gcp_regions or examples["gcp"][1])
         gsource = f"Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @{args.gcp_commit}"
@@ -168,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         written += sum(len(v) for v in gcp.values())
         missing["GCP"] = gtypes - {t for v in gcp.values() for t in v}
     args.out.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
-    print(f"{written} prices written to {args.out}")
+    print(f"{counted(written, 'price')} written to {args.out}")
     for cloud, names in missing.items():
         if names:
             print(f"{cloud}: not priced in the source for the regions asked: {', '.join(sorted(names))}")

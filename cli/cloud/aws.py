@@ -6,6 +6,7 @@ import threading
 from datetime import datetime, timedelta
 
 from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, VmState
+from infra.basics import counted
 from infra.naming import CLOUDWATCH_NAMESPACE, POOL_METRICS, pool_metric_dimensions
 
 SPOT_TERMINATION_CODES = ("Server.SpotInstanceTermination", "Server.SpotInstanceShutdown")
@@ -129,7 +130,7 @@ def aws_prices(region: str, instance_types: list[str], ec2=None, pricing=None) -
         od = next((p for p in listed if p > 0), None)  # $0 dimensions are reservations' placeholders
         if newest and od is not None:
             spot = sum(p for _, p in newest.values()) / len(newest)
-            out[itype] = (spot, od, f"AWS APIs, {datetime.now(UTC).date()}: spot price history (mean of {len(newest)} zones), Price List on-demand")
+            out[itype] = (spot, od, f"AWS APIs, {datetime.now(UTC).date()}: spot price history (mean of {counted(len(newest), 'zone')}), Price List on-demand")
     return out
 
 

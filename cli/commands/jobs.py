@@ -30,7 +30,7 @@ from cli.commands import (
     stack_jobs,
     warn,
 )
-from infra.basics import Capacity, ConfigError
+from infra.basics import Capacity, ConfigError, counted
 
 FromAttemptOpt = Annotated[
     Optional[int],
@@ -340,8 +340,8 @@ def cleanup(
             with progress(f"job {job}: planning what its cleanup deletes"):
                 result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
             if ask is not None:
-                typer.echo(f"job {job}: a targeted update would delete {len(result.disks)} disks (protection lifted first) "
-                           f"and {len(result.urns) - len(result.disks)} other resources, and drop the job from {ref.path}:")
+                typer.echo(f"job {job}: a targeted update would delete {counted(len(result.disks), 'disk')} (protection lifted first) "
+                           f"and {counted(len(result.urns) - len(result.disks), 'other resource')}, and drop the job from {ref.path}:")
                 for urn in result.urns:
                     left = " (in Pulumi's state: the job's completion was never applied)" if urn in result.leftovers else ""
                     typer.echo(f"  - delete {urn}{left}")
@@ -358,7 +358,7 @@ def cleanup(
     if no_apply:
         typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
     else:
-        typer.echo(f"job {job}: {len(result.disks)} disks and its other resources deleted; removed from {ref.path}")
+        typer.echo(f"job {job}: {counted(len(result.disks), 'disk')} and its other resources deleted; removed from {ref.path}")
 
 
 def _prune_snapshots(ref, inventory, ask, preview_only: bool) -> None:

@@ -8,6 +8,7 @@ import typer
 
 from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, progress, recorded_events, stack_jobs
 from cli.commands.traces import TRACE_LOOKUP, find_trace
+from infra.basics import counted
 
 
 @app.command(
@@ -58,7 +59,7 @@ def simulate(
                        '({"metadata": {"gap_seconds": N}, "data": [0/1, ...]}) or a probe CSV (index,timestamp,fail)') from None
     job = sim.Job(job_hours, deadline_hours, changeover_hours, price_ratio or sim.PAPER_PRICE_RATIO)
     try:
-        with progress(f"simulating {len(names)} policies on {len(traces)} traces x {starts} starts", enabled=not json_out):
+        with progress(f"simulating {counted(len(names), 'policy', 'policies')} on {counted(len(traces), 'trace')} x {counted(starts, 'start')}", enabled=not json_out):
             rows = sim.evaluate(traces, names, job, starts, seed)
     except ValueError as exc:
         raise fail(str(exc)) from None
@@ -108,7 +109,7 @@ def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_d
     typer.echo(f"wrote {path}")
     for key, pool in doc["pools"].items():
         change = "not measured" if pool["changeover_h"] is None else f"{pool['changeover_h']:.3f} h"
-        typer.echo(f"  {key}: {pool['spot_windows']} spot windows ({pool['open_windows']} open), "
+        typer.echo(f"  {key}: {counted(pool['spot_windows'], 'spot window')} ({pool['open_windows']} open), "
                    f"expected window {pool['mean_window_h']:.2f} h, changeover {change}")
 
 

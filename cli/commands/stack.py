@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import BucketOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, progress
-from infra.basics import ConfigError
+from infra.basics import ConfigError, counted
 
 
 @app.command(
@@ -27,7 +27,7 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
 
     for warning in policy_warnings(cfg):
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
-    typer.echo(f"{ref.path}: ok ({cfg.cloud}, {len(cfg.pools)} pools, {len(cfg.jobs)} jobs)")
+    typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 
 
 @app.command(

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
+from infra.basics import counted
 from infra.config import SECRET_PLACEHOLDER
 from infra.render import NOTICE_S, ScriptContext, secret_payload
 
@@ -148,12 +149,17 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
             return "lost-work", f"attempt {a.attempt} lost {a.lost_work} steps (checkpoint interval {interval})"
     if not completed:
         failed = [a for a in attempts if a.outcome == "failed"]
-        why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {len(attempts)} attempts"
+        why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {counted(len(attempts), 'attempt')}"
         return "did-not-finish", why
     if not any(a.outcome == "preempted" for a in attempts):
         return "not-exercised", (f"no preemption happened: the command finished in {attempts[0].seconds:.1f} s, before the "
                                  "first preemption (use a shorter --preempt-every or --time-scale)")
-    return "reentrant", "every attempt resumed where the last one stopped"
+    lost = max((a.lost_work or 0 for a in attempts), default=0)
+    if not lost:
+        return "reentrant", "every attempt resumed where the last one stopped"
+    # Work lost within the allowance is still reentrant, but the attempt did not resume where it stopped.
+    within = f", within one checkpoint interval of {interval}" if interval is not None else ""
+    return "reentrant", f"every attempt resumed from its last checkpoint (at most {counted(lost, 'step')} lost{within})"
 
 
 def availability_runs(path: Path) -> tuple[list[float], list[float]]:
@@ -422,7 +428,7 @@ def render_report(report: Report) -> str:
     scale = f", trace time scale {report.time_scale:g}x" if report.time_scale is not None else ""
     lines = [
         f"verdict: {report.verdict}  ({report.reason})",
-        f"cloud {report.cloud}, {len(report.attempts)} attempts, {report.preemptions} preemptions, {checkpoints}{scale}",
+        f"cloud {report.cloud}, {counted(len(report.attempts), 'attempt')}, {counted(report.preemptions, 'preemption')}, {checkpoints}{scale}",
         "",
         f"{'attempt':>7}  {'start':>7}  {'end':>7}  {'outcome':<10} {'lost':>6}  {'seconds':>8}",
     ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from cli.lifecycle.stackfile import lock_path
 from cli.plan.mocks import Plan
+from infra.basics import counted
 
 APPLY_WAIT_S = 120.0
 
@@ -200,7 +201,7 @@ class Applier:
         old = [t for t in targets if t in held.resources]
         together = len(old) == len(targets) or not held.resources  # an empty state: no refresh, no check
         if not together and old:
-            self.step(f"pulumi refresh: {len(old)} resources of stack {self.stack} (the update creates {len(targets) - len(old)})")
+            self.step(f"pulumi refresh: {counted(len(old), 'resource')} of stack {self.stack} (the update creates {len(targets) - len(old)})")
             try:
                 self._state = None  # the refresh rewrites the state, whatever its outcome
                 stack.refresh(target=old, on_output=on_output, color="never")
@@ -208,7 +209,7 @@ class Applier:
                 raise ApplyError(f"cannot apply: stack {self.stack} is locked by another update (retry when it has finished)") from None
             except auto.errors.CommandError as exc:  # only Pulumi's state was read and rewritten: the update never started
                 raise ApplyError(f"pulumi refresh failed: {_last_line(exc)}", detail=str(exc)) from None
-        self.step(f"pulumi up: {'refreshing and ' if together else ''}updating {len(targets)} resources of stack {self.stack}")
+        self.step(f"pulumi up: {'refreshing and ' if together else ''}updating {counted(len(targets), 'resource')} of stack {self.stack}")
         try:
             self._state = None
             stack.up(target=targets, refresh=together, on_output=on_output, color="never")
@@ -240,7 +241,7 @@ class Applier:
         # --refresh: preview against what the cloud has now, as the update will (see ``up``); not
         # possible when a target is new (the same target check), then against the state as recorded.
         fresh = not held.resources or all(t in held.resources for t in targets)
-        self.step(f"pulumi preview: {'refreshing and ' if fresh else ''}previewing {len(targets)} resources of stack {self.stack}")
+        self.step(f"pulumi preview: {'refreshing and ' if fresh else ''}previewing {counted(len(targets), 'resource')} of stack {self.stack}")
         args = ["preview", *(["--refresh"] if fresh else []), "--stack", self.stack, "--non-interactive", "--color", "never"]
         for urn in targets:
             args += ["--target", urn]

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cli.plan.mocks import Plan, Resource
+from infra.basics import counted
 
 MOCKED = " (mocked)"
 
@@ -169,7 +170,7 @@ def render(plan: Plan, width: int = 100) -> str:
     type_w = max(len(t) for t, _, _, _ in rows)
     name_w = max(len(n) for _, n, _, _ in rows)
     aligned = type_w + 2 + name_w <= width  # else: name right after the type, or on a line of its own
-    head = f"stack {plan.stack}: {len(plan.resources)} resources ({sum(r.custom for r in plan.resources)} cloud resources), under mocks"
+    head = f"stack {plan.stack}: {counted(len(plan.resources), 'resource')} ({counted(sum(r.custom for r in plan.resources), 'cloud resource')}), under mocks"
     lines = [_clip(head, width), "", f"{'Type':<{type_w}}  {'Name':<{name_w}}  Info" if aligned else "Type  Name  Info"]
     for typ, name, info, cont in rows:
         if aligned:
