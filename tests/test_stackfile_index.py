@@ -242,6 +242,50 @@ def test_a_hand_edit_while_a_job_is_edited_in_pieces_is_kept_and_nothing_written
     assert not list(ref.path.parent.glob(".*.tmp"))
 
 
+@pytest.mark.parametrize("whole", ["not ASCII", "CRLF", "hand-edited", "a whole-file edit"])
+@pytest.mark.parametrize("how", ["in place", "saved over", "removed"])
+def test_a_hand_edit_during_a_whole_file_edit_is_kept_and_nothing_written(ref, monkeypatch, how, whole):
+    """The whole-file path (a file that is not plain, the first edit after a hand edit, any ``edit``)
+    also checks the file last, right before its rename: an editor's save during the write is kept."""
+    text = ref.path.read_text()
+    if whole == "not ASCII":
+        ref.path.write_text(text.replace("# Finished", "# Finished (café)", 1))
+    elif whole == "CRLF":
+        ref.path.write_bytes(text.replace("\n", "\r\n").encode())
+    else:  # (spotctl's own write first, then a hand edit: the next edit reads the file whole)
+        set_fields(ref, "bert-eval", {"state": "preempted"})
+        ref.path.write_text(ref.path.read_text().replace("# Finished", "# Finished by hand"))
+    new_process()
+    before = ref.path.read_bytes()
+    edited = before.replace(b"# Finished", b"# finished")
+    assert edited != before
+
+    def hand_edit(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp") and not done:
+            done.append(how)
+            if how == "in place":
+                with open(ref.path, "r+b") as fh:
+                    fh.write(edited)
+            elif how == "saved over":
+                ref.path.with_name("saved.tmp").write_bytes(edited)
+                os.replace(ref.path.with_name("saved.tmp"), ref.path)
+            else:
+                ref.path.unlink()
+        return real(fd)
+
+    done: list = []
+    real = os.fsync
+    monkeypatch.setattr(stackfile.os, "fsync", hand_edit)
+    with pytest.raises(ConfigError, match="the file changed while this command edited it .*nothing was written"):
+        if whole == "a whole-file edit":
+            stackfile.edit(ref.path, lambda config, current: stackfile.set_job_fields(config, "vit-finetune", {"attempt": 9}))
+        else:
+            stackfile.update_job(ref.path, "vit-finetune", lambda current, written: {"state": "preempted"})
+    assert done
+    assert (ref.path.read_bytes() == edited) if how != "removed" else not ref.path.exists()
+    assert not list(ref.path.parent.glob(".*.tmp"))
+
+
 @pytest.mark.parametrize("job", ["llm-pretrain", "bert-eval"])  # (the first job; the last: nothing after it)
 def test_a_full_disk_fails_an_edit_in_pieces_and_the_file_stays(ref, monkeypatch, job):
     """A write that comes out short is continued; one the disk refuses fails the command with the

@@ -540,11 +540,12 @@ def _commit(path: Path, old_text: str, new_text: str) -> None:
     fails otherwise puts the old text back too and fails the command: nothing may be applied on an edit
     the other machines (the watcher) cannot see, or they act on the same event again."""
     session = _SHARED.get(_shared_name(path))
+    expect = _read_state(old_text)  # a hand edit saved since the read is kept, never overwritten
     if session is None:
-        write_stack(path, new_text)
+        write_stack(path, new_text, expect)
         return
     was = session.mark_unpushed()  # before the write: a kill -9 before the push leaves the mark
-    write_stack(path, new_text)
+    write_stack(path, new_text, expect)
     if held_back(path):
         return  # an edit awaiting its confirmation (or its undo) stays here: pushed once confirmed (``publish``)
     try:
@@ -751,9 +752,25 @@ def refuse_linked_folder(target: Path) -> None:
                                         "(remove the link; spotctl makes the folder)"])
 
 
-def write_stack(path: Path, text: str) -> None:
-    """Write the stack file atomically; a symlinked stack file is written where it points."""
-    atomic_write(path, text, follow=True)
+def write_stack(path: Path, text: str, expect: str | None = None) -> None:
+    """Write the stack file atomically; a symlinked stack file is written where it points.
+
+    ``expect``: the file's state when the text this replaces was read (``_read_state``). When the file
+    no longer has it right before the rename (an editor saved it meanwhile), nothing is written.
+
+    Raises:
+        ConfigError: the file changed since it was read (``expect``).
+    """
+    try:
+        atomic_write(path, text, follow=True, expect=expect)
+    except _Changed:
+        raise ConfigError(str(path), ["the file changed while this command edited it (saved from an editor?): "
+                                      "nothing was written; run the command again"]) from None
+
+
+def _read_state(text: str) -> str | None:
+    """The file's state when ``text`` (this very object) was read or written here, or None."""
+    return next((state for seen, _, state in (*_LAST_READ, *_LAST_WRITTEN) if seen is text and state), None)
 
 
 _LAST_WRITTEN: list[tuple[str, bytes, str | None]] = []  # the stack file's last text written, its bytes and state
@@ -779,7 +796,7 @@ def _line_ends(path: Path) -> tuple[bool, bool]:
     return bom, crlf
 
 
-def atomic_write(path: Path, text: str, follow: bool = False) -> None:
+def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None = None) -> None:
     """Write ``text`` to ``path`` so readers only ever see the old or the new content.
 
     ``follow``: a symlinked file is written where it points (the link stays a link): for the stack
@@ -788,8 +805,11 @@ def atomic_write(path: Path, text: str, follow: bool = False) -> None:
     link there to any file of the user's: an audit made one overwrite the cache key). The old file's
     line ends (CRLF) and byte-order mark are kept, since ``_read_text`` hands out LF text without one.
 
+    ``expect``: the state (``_file_state``) the file must still have right before the rename.
+
     Raises:
         ConfigError: the record's folder is a symbolic link.
+        _Changed: the file no longer has the state ``expect`` (nothing written).
     """
     if follow:
         target = Path(os.path.realpath(path))
@@ -815,6 +835,9 @@ def atomic_write(path: Path, text: str, follow: bool = False) -> None:
                 os.utime(fh.fileno(), ns=(stamp, stamp))
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
+        # last, right before the rename (after the fsync): a save made meanwhile is kept
+        if expect is not None and (not os.path.exists(target) or _file_state(os.stat(target)) != expect):
+            raise _Changed
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
