@@ -2,8 +2,7 @@
 into one ``error:`` line with a non-zero exit. Commands live in the sibling modules, one per area;
 each parses, calls one function of a part, and prints. The command modules evaluate their
 annotations when they are defined (no ``from __future__ import annotations``): Typer would otherwise
-evaluate every annotation string twice per command each time it builds the app (issue 20). Longer than
-420 lines: every option, confirmation and error line the commands share is here, so they print alike."""
+evaluate every annotation string twice per command each time it builds the app (issue 20)."""
 
 import enum
 import sys
