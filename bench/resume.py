@@ -5,13 +5,12 @@ included), `failover JOB --no-apply` and `complete JOB --no-apply` on stacks of 
 Per size, all in this one run: `first` is the command on a file just written by hand (the whole file is
 read and validated, and indexed); `cli` the median whole command in a fresh process (interpreter start,
 imports, read + validate, the policy's decision, locked atomic write) on the file as spotctl left it;
-`in-process` the same steps without start-up and imports (spotctl's own work; wall and CPU seconds, since
+`in-process` the same steps without start-up and imports (the issue's "own work"; wall and CPU seconds, since
 the machine may be shared; the stack file module's in-process caches emptied first, as in a new process).
 `kernel` is the time the in-process command spent in the kernel's copy of the unchanged bytes into the
 new file, fsync and rename (the stack file's atomic write and the index's rename): the kernel putting a
-file five times larger on disk, which no whole-file atomic edit avoids; `own` the in-process figure less
-that, the work spotctl itself does (medians per
-command). Each repeat resumes another job.
+file five times larger on disk, which no whole-file atomic edit avoids, and the freeing of the replaced file;
+`own` the in-process figure less that: spotctl's share of it (medians per command). Each repeat resumes another job.
 
 Run: uv run python bench/resume.py [--repeat N] [--jobs 1000 5000] [--commands resume failover complete]
 """
