@@ -266,6 +266,34 @@ def test_edits_of_different_jobs_on_two_machines_are_merged(machines, runner):
     assert laptop_file.read_text() == want and shared_text() == want
 
 
+def test_a_hand_save_while_sync_merges_is_kept_and_nothing_written(machines, runner, monkeypatch):
+    """sync's merge writes the stack file whole: an editor's save made meanwhile is kept (the file is
+    checked right before the rename) and the command says to run it again."""
+    import os
+
+    from cli.lifecycle import stackfile
+
+    laptop_file = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    machines("watcher")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0  # the watcher's edit, pushed
+    machines("laptop")
+    saved = set_field(STACK, "train", "capacity", "on-demand")
+    real, done = os.fsync, []
+
+    def save_during_the_write(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp") and not done:
+            done.append(laptop_file.write_text(saved))
+        return real(fd)
+
+    monkeypatch.setattr(stackfile.os, "fsync", save_during_the_write)
+    result = cli(runner, "sync")
+    assert done and result.exit_code == 1
+    assert "the file changed while this command edited it" in result.stderr
+    assert laptop_file.read_text() == saved
+
+
 def test_the_same_job_edited_on_two_machines_is_an_error_and_nothing_is_written(machines, runner):
     laptop_file = machines("laptop")
     assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0

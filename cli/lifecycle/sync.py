@@ -429,8 +429,8 @@ class Shared:
             self.warn(f"{self.ref.path} was never synced with {where}: job(s) {', '.join(merged.dropped)} only in this file "
                       f"were not merged in (the shared copy is the team's live file: a job removed there stays removed); "
                       f"this file as it was is in {saved}: to add one, put it back and run `spotctl sync --stack {self.ref.name}`")
-        if merged.text != ours:
-            stackfile.write_stack(self.ref.path, merged.text)
+        if merged.text != ours:  # (a save made while merging is kept: nothing written, run it again)
+            stackfile.write_stack(self.ref.path, merged.text, stackfile._read_state(ours))
             with contextlib.suppress(ConfigError):
                 stackfile._index(self.ref.path, merged.text, stackfile._parse(self.ref.path, merged.text))
         write_record(self.ref.path, Record(self.bucket, self.key, generation, theirs, bool(rec and rec.unpushed)))
@@ -442,8 +442,10 @@ class Shared:
         the shared copy replaces it whatever its generation, and the file as it was (bytes as they
         are) is saved beside the index first, never lost. None when the local file is valid."""
         path = self.ref.path
+        local = None  # (the text read, when it could be: its state guards the replacement)
         try:
-            _validated(path, stackfile._read_text(path), str(path))
+            local = stackfile._read_text(path)
+            _validated(path, local, str(path))
             return None
         except ConfigError as exc:
             problem = exc.problems[0] if exc.problems else str(exc)
@@ -461,7 +463,7 @@ class Shared:
         except ConfigError as exc:
             raise ConfigError(where, [*exc.problems, f"not a valid stack file either: {path} stays as it is"]) from None
         saved = save_aside(path, "broken")
-        stackfile.write_stack(path, theirs)
+        stackfile.write_stack(path, theirs, stackfile._read_state(local) if local is not None else None)  # (a save since the read is kept)
         with contextlib.suppress(ConfigError):
             stackfile._index(path, theirs, stackfile._parse(path, theirs))
         # this file's unpushed edits (if any) are in the saved copy: nothing here is left to push
