@@ -113,6 +113,24 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def no_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A laptop with no AWS or GCP credentials configured anywhere (and not a VM of either cloud)."""
+    import boto3
+
+    from cli.cloud import credentials
+
+    for k in (*credentials.AWS_ENV, *credentials.GCP_ENV, "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "CLOUDSDK_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "empty-home"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    (tmp_path / "dmi").mkdir()
+    (tmp_path / "dmi" / "sys_vendor").write_text("LENOVO\n")
+    monkeypatch.setattr(credentials, "DMI", tmp_path / "dmi")
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # a fresh process: no credentials resolved before
+
+
 GCP_BASE = {
     "cloud": "gcp",
     "project": "proj-1",

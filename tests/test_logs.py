@@ -89,7 +89,8 @@ def test_follow_stops_when_a_later_attempt_started(project, runner, tmp_path):
 
 def test_logs_need_a_source_and_a_known_job(project, runner, tmp_path):
     none = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws"])  # no pulumi to ask for the eventBucket output
-    assert none.exit_code == 1 and none.output.startswith("error: job diffusion: where is its log? give --events-bucket NAME")
+    assert none.exit_code == 1 and none.output.startswith("error: job diffusion: where is its log? cannot read the outputs")
+    assert "give --events-bucket NAME" in none.output and "--no-apply" not in none.output  # logs has no --no-apply
     assert len(none.output.splitlines()) == 1
     empty = runner.invoke(app, ["logs", "diffusion", "--stack", "example-aws", "--events-dir", str(tmp_path)])
     assert empty.exit_code == 1 and empty.output == f"error: job diffusion: no log found in {tmp_path}\n"

@@ -177,22 +177,6 @@ def test_cloud_errors_are_one_line(project, runner, monkeypatch):
     assert result.exit_code == 1 and result.output.startswith("error: cannot ask the cloud") and "Traceback" not in result.output
 
 
-@pytest.fixture
-def no_credentials(tmp_path, monkeypatch):
-    """A laptop with no AWS or GCP credentials configured anywhere (not a VM of either cloud)."""
-    from cli.cloud import credentials
-
-    for k in (*credentials.AWS_ENV, *credentials.GCP_ENV, "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "CLOUDSDK_CONFIG"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "empty-home"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    (tmp_path / "dmi").mkdir()
-    (tmp_path / "dmi" / "sys_vendor").write_text("LENOVO\n")
-    monkeypatch.setattr(credentials, "DMI", tmp_path / "dmi")
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # a fresh process: no credentials resolved before
-
-
 @pytest.mark.parametrize("argv, missing", [
     (["pool", "status", "g5", "--stack", "example-aws"], "no AWS credentials ("),
     (["pool", "demand", "g5", "6", "--stack", "example-aws"], "no AWS credentials ("),

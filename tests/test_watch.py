@@ -274,7 +274,8 @@ def test_events_dir_preemption_resumes_once_and_replays_do_nothing(aws_stack, ru
     events_file(events, ("train", 3, 0, "preempted", 30), ("train", 2, 0, "preempted", 1))
     result, lines = watch(runner, "--no-poll", "--events-dir", str(events))
     assert result.exit_code == 0, result.output
-    assert [(x["action"], x["kind"]) for x in lines] == [("record", "stale")]
+    assert [(x["action"], x["kind"], x["attempt"]) for x in lines] == [("record", "stale", 4)]
+    assert set(lines[0]) == {"job", "action", "kind", "attempt", "reason", "time"}  # what README "Watching a stack" lists
     assert the_job().attempt == 4 and len(ups(fake_pulumi)) == 1
     result, lines = watch(runner, "--no-poll", "--events-dir", str(events))
     assert lines == [] and len(ups(fake_pulumi)) == 1
@@ -386,7 +387,7 @@ def test_preemption_via_the_interruption_queue_acts_only_when_the_vm_is_gone(aws
     sqs.send_message(QueueUrl=url, MessageBody=interruption(old))  # an older attempt's VM: never acts
     result, lines = watch(runner, "--no-poll", "--queue-url", url)
     assert result.exit_code == 0, result.output
-    assert [(x["action"], x["kind"]) for x in lines] == [("record", "notice")]  # the VM still runs
+    assert [(x["action"], x["kind"], x["attempt"]) for x in lines] == [("record", "notice", 3)]  # the VM still runs
     assert the_job().attempt == 3 and not ups(fake_pulumi)
     ec2.terminate_instances(InstanceIds=[vm])
     result, lines = watch(runner, "--no-poll", "--queue-url", url)

@@ -122,6 +122,12 @@ def guard(fn):
         raise fail(str(exc)) from None
 
 
+# What status and cost say when neither --events-bucket nor --events-dir is given: the figures events
+# give (preemptions, VM-hours, costs) are unknown then, never 0 (README "The job lifecycle").
+NO_EVENTS = ("give --events-bucket NAME (the stack's eventBucket output, `pulumi stack output "
+             "eventBucket`) or --events-dir DIR (the bucket synced locally, or a job disk's .spotctl/)")
+
+
 def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
     from cli.lifecycle import events
 
@@ -137,12 +143,19 @@ def warn(line: str) -> None:
     typer.echo(f"warning: {line}", err=True)
 
 
+def bucket_hint(ref, bucket_option: bool = True) -> str:
+    """How to name the stack's event bucket, in options the command has (``bucket_option``: --events-bucket)."""
+    sync = f"`spotctl sync --stack {ref.name} --events-bucket NAME` once (the stack's eventBucket output)"
+    return f"give --events-bucket NAME (the stack's eventBucket output), or run {sync}" if bucket_option else f"run {sync}"
+
+
 def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always: bool = False, keep: Optional[str] = None,
-                keep_unsynced: Optional[str] = None):
+                keep_unsynced: Optional[str] = None, bucket_option: bool = True):
     """The stack file's sync session (``cli.lifecycle.sync.Shared``), or None when this file is not
     shared: it is once this machine synced it (``spotctl sync``) or when the stack declares a watcher.
     The bucket: ``bucket`` (--events-bucket), else the one last synced with, else the stack's
-    eventBucket output (only with an ``applier``); none of them is one warning, and the file is used alone."""
+    eventBucket output (only with an ``applier``); none of them is one warning, and the file is used alone
+    (``bucket_option``: whether the command has --events-bucket to suggest)."""
     from cli.lifecycle import sync
     from cli.lifecycle.apply import ApplyError
 
@@ -154,18 +167,19 @@ def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always:
         try:
             bucket = applier.outputs().get("eventBucket")
         except ApplyError as exc:
-            warn(f"{exc}: {ref.path} is used without its shared copy")
+            warn(f"{exc}: {ref.path} is used without its shared copy ({bucket_hint(ref, bucket_option)})")
             return None
     if bucket is None:
-        warn(f"{ref.path}: no event bucket known for its shared copy (give --events-bucket NAME, the stack's "
-             "eventBucket output): the file is used without it")
+        warn(f"{ref.path}: no event bucket known for its shared copy ({bucket_hint(ref, bucket_option)}): "
+             "the file is used without it")
         return None
     return sync.Shared(ref, cloud_for(cfg, ref), bucket, warn, keep=keep, keep_unsynced=keep_unsynced)
 
 
-def pull_first(stack, stack_file, job: Optional[str], bucket: Optional[str], no_apply: bool):
+def pull_first(stack, stack_file, job: Optional[str], bucket: Optional[str], no_apply: bool, bucket_option: bool = True):
     """For a command that changes the stack file: its sync session (or None), attached, with the shared
-    copy already pulled, so the command reads and decides on the merged file. Use as a context manager."""
+    copy already pulled, so the command reads and decides on the merged file. Use as a context manager.
+    ``bucket_option``: whether the command has --events-bucket (its warnings suggest only what it has)."""
     import contextlib
 
     from cli.lifecycle import stackfile
@@ -178,7 +192,7 @@ def pull_first(stack, stack_file, job: Optional[str], bucket: Optional[str], no_
         except (ConfigError, KeyError):
             yield None  # the command itself names the problem
             return
-        session = shared_copy(ref, cfg, bucket, applier_for(ref, no_apply))
+        session = shared_copy(ref, cfg, bucket, applier_for(ref, no_apply), bucket_option=bucket_option)
         if session is None:
             yield None
             return

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import (
+    NO_EVENTS,
     BucketOpt,
     EventsOpt,
     JsonOpt,
@@ -52,6 +53,9 @@ def cost(
             raise fail(f"--as-of: expected an ISO 8601 time such as 2026-11-21T18:00:00Z, got {as_of!r}") from None
         now = now if now.tzinfo else now.replace(tzinfo=UTC)
     ref, cfg, selected = stack_jobs(stack, stack_file, job)
+    if events_dir is None and not events_bucket:  # every figure below comes from the events: none is 0 by default
+        raise fail(f"no events source: every figure of the cost report (VM-hours, preemptions, costs) comes from the jobs' "
+                   f"events; {NO_EVENTS}")
     with progress("reading the events and the prices", enabled=not json_out):
         events = {j.id: recorded_events(ref, cfg, j.id, events_dir, events_bucket) for j in selected}
         cloud = cloud_for(cfg, ref)

@@ -5,6 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import (
+    NO_EVENTS,
     BucketOpt,
     EventsOpt,
     JsonOpt,
@@ -97,7 +98,7 @@ def failover(
 ) -> None:
     from cli.lifecycle.states import decide_failover
 
-    with pull_first(stack, stack_file, job, None, no_apply):
+    with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
         run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only)
 
 
@@ -117,14 +118,14 @@ def complete(
 ) -> None:
     from cli.lifecycle.states import decide_complete
 
-    with pull_first(stack, stack_file, job, None, no_apply):
+    with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
         run_change(stack, stack_file, job, decide_complete, no_apply, json_out, yes, preview_only)
 
 
 @app.command(
     short_help="Jobs' state, capacity, attempt, preemptions.  Example: spotctl status --stack team-a",
     help="Each job's state, capacity, attempt, zone, preemptions so far, time on spot vs on-demand and its last "
-    "events (from --events-dir).\n\nExample: spotctl status llm-pretrain --stack team-a --events-dir ./events --json",
+    "events (from --events-bucket or --events-dir; without either those are unknown: ?).\n\nExample: spotctl status llm-pretrain --stack team-a --events-dir ./events --json",
 )
 def status(
     job: Annotated[Optional[str], typer.Argument(help="Only this job.")] = None,
@@ -141,8 +142,11 @@ def status(
 
     ref, cfg, selected = stack_jobs(stack, stack_file, job, for_status=True, whole=observe or bool(events_bucket))
     cloud = cloud_for(cfg, ref) if observe else None
+    sourced = events_dir is not None or bool(events_bucket)
+    if not sourced and selected:  # what the file says stands; what only events say is unknown, not 0
+        warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {NO_EVENTS}")
     with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
-        rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket),
+        rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket) if sourced else None,
                            guard(lambda j=j: cloud.vms(j.id)) if cloud else None) for j in selected]
     from cli.watch.journal import watcher_view
 

@@ -54,7 +54,7 @@ def logs(
                 with progress(f"reading the outputs of stack {ref.name}"):
                     events_bucket = applier_for(ref, False).outputs().get("eventBucket")
             except ApplyError as exc:
-                raise fail(f"job {job}: where is its log? give --events-bucket NAME (the stack's eventBucket output; {exc}) "
+                raise fail(f"job {job}: where is its log? {exc}: give --events-bucket NAME (the stack's eventBucket output) "
                            "or --events-dir DIR (a copy of the job disk's .spotctl/)") from None
             if not events_bucket:
                 raise fail(f"job {job}: stack {ref.name} has no eventBucket output (is it deployed?): give --events-bucket NAME "

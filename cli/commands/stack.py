@@ -86,6 +86,7 @@ def sync(
     from cli.commands import applier_for, shared_copy
     from cli.lifecycle import stackfile
     from cli.lifecycle import sync as syncing
+    from cli.lifecycle.apply import ApplyError
 
     try:
         ref = stackfile.resolve(stack, stack_file)
@@ -106,11 +107,17 @@ def sync(
             else:
                 note = ""
             raise fail(f"{exc}{note}") from None
-    rec = syncing.read_record(ref.path)
-    applier = None if events_bucket or rec else applier_for(ref, False)
-    session = shared_copy(ref, cfg, events_bucket, applier, always=True, keep=keep.value if keep else None)
-    if session is None:
-        raise fail(f"{ref.path}: where is its shared copy? give --events-bucket NAME (the stack's eventBucket output)")
+    where = f"{ref.path}: where is its shared copy?"
+    if not events_bucket and syncing.read_record(ref.path) is None:  # never synced here: the stack's output says
+        try:
+            events_bucket = applier_for(ref, False).outputs().get("eventBucket")
+        except ApplyError as exc:
+            raise fail(f"{where} {exc}: give --events-bucket NAME (the stack's eventBucket output)") from None
+        if not events_bucket:
+            raise fail(f"{where} stack {ref.name} has no eventBucket output (is it deployed?): give --events-bucket NAME")
+    session = shared_copy(ref, cfg, events_bucket, always=True, keep=keep.value if keep else None)
+    if session is None:  # (a record naming no bucket: shared_copy warned)
+        raise fail(f"{where} give --events-bucket NAME (the stack's eventBucket output)")
     try:
         with progress(f"syncing {ref.path} with {session.where()}", enabled=not json_out):
             report = syncing.sync(session)

@@ -65,11 +65,12 @@ def watch(
     except ConfigError as exc:
         raise fail(str(exc)) from None
     applier = applier_for(ref, no_apply)
-    if applier is not None and not (events_bucket and (queue_url or subscription)):
+    unset = _unset(cfg.cloud, events_bucket, queue_url, subscription)
+    if applier is not None and unset:
         try:  # fill in what the flags left out from the stack's outputs
             outputs = applier.outputs()
         except ApplyError as exc:
-            warn(f"{exc}; pass --events-bucket / --queue-url / --subscription")
+            warn(f"{exc}; pass {' and '.join(unset)}")
             outputs = {}
         events_bucket = events_bucket or outputs.get("eventBucket")
         queue_url = queue_url or (outputs.get("interruptionQueue") if cfg.cloud == "aws" else None)
@@ -98,6 +99,16 @@ def watch(
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     raise typer.Exit(0 if ok else 1)
+
+
+def _unset(cloud: str, bucket, queue_url, subscription) -> list[str]:
+    """The sources this cloud's watcher reads from the stack's outputs that no option gave (with the output's name)."""
+    unset = [] if bucket else ["--events-bucket NAME (the stack's eventBucket output)"]
+    if cloud == "aws" and not queue_url:
+        unset.append("--queue-url URL (its interruptionQueue output)")
+    if cloud == "gcp" and not subscription:
+        unset.append("--subscription NAME (its preemptionSubscription output)")
+    return unset
 
 
 def _describe(sources) -> list[str]:

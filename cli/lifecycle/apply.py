@@ -19,6 +19,7 @@ from cli.plan.mocks import Plan
 from infra.basics import counted
 
 APPLY_WAIT_S = 120.0
+NO_PULUMI = "no `pulumi` CLI found"
 
 
 class ApplyError(Exception):
@@ -131,10 +132,9 @@ class Applier:
         return shutil.which("pulumi")
 
     def preflight(self) -> None:
+        """Every command that applies has --no-apply (the hint); reading outputs is ``outputs``'s."""
         if self._binary() is None:
-            raise ApplyError(
-                "cannot apply: no `pulumi` CLI found (install it from pulumi.com, or pass --no-apply to only edit the stack file)"
-            )
+            raise ApplyError(f"cannot apply: {NO_PULUMI} (install it from pulumi.com, or pass --no-apply to only edit the stack file)")
 
     @contextlib.contextmanager
     def exclusive(self, stack_file: Path, wait: bool = True) -> Iterator[None]:
@@ -222,6 +222,8 @@ class Applier:
         """The stack's outputs (eventBucket, interruptionQueue, preemptionSubscription, ...)."""
         from pulumi import automation as auto
 
+        if self._binary() is None:  # no --no-apply hint: the caller names what its command takes instead
+            raise ApplyError(f"cannot read the outputs of stack {self.stack}: {NO_PULUMI} (install it from pulumi.com)")
         stack = self._stack()
         self.step(f"pulumi stack output: stack {self.stack}")
         try:

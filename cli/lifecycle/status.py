@@ -213,14 +213,20 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
     }
 
 
-def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now: datetime | None = None) -> dict[str, Any]:
+# What only a job's events tell: unknown (None, named in the row's "unknown") when no events were read.
+EVENT_FIGURES = ("preemptions", "hours_running", "spot_hours", "on_demand_hours", "last_event", "attempts")
+
+
+def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = None, now: datetime | None = None) -> dict[str, Any]:
     """Status merged from the stack file, the recorded events and (``vms``: ``--observe``) the
     cloud: ``status`` is what should happen next when they disagree, e.g. ``needs-resume`` for a
-    job the file says is running whose current attempt the events (or the cloud) say was preempted."""
+    job the file says is running whose current attempt the events (or the cloud) say was preempted.
+    ``events`` None: no events source was read, and ``EVENT_FIGURES`` are unknown rather than 0."""
     from cli.lifecycle.states import attempt_outcome, noticed
 
     now = now or datetime.now(UTC)
-    events = job.mine(list(events))  # an earlier job of this id's events (spotctl:retiredJobs) are not this one's
+    unknown = events is None
+    events = job.mine(list(events or []))  # an earlier job of this id's events (spotctl:retiredJobs) are not this one's
     seen = list(events) + (cloud_events(vms, job, now) if vms is not None else [])
     row = job_status(job, events, now)
     outcome = attempt_outcome(seen, job.attempt, job.nodes)
@@ -243,6 +249,8 @@ def job_report(job: Job, events: list[Event], vms: list[Any] | None = None, now:
                                             f"spotctl is applying it now, `{again}` (or `spotctl watch`) applies it")
     row["status"], row["status_reason"] = status, reason
     row["attempts"] = sorted({e.attempt for e in events if e.event == "started"})
+    if unknown:
+        row.update(dict.fromkeys(EVENT_FIGURES), unknown=list(EVENT_FIGURES))
     if vms is not None:
         row["cloud"] = [dict(vm.__dict__) for vm in vms]
     return row
@@ -258,7 +266,9 @@ class Column:
     justify: str = "left"
 
     def text(self, row: dict[str, Any]) -> str:
-        return self.fmt(row[self.key]) if row.get(self.key) is not None else "-"
+        if row.get(self.key) is None:
+            return "?" if self.key in row.get("unknown", ()) else "-"
+        return self.fmt(row[self.key])
 
     def width(self, rows: list[dict[str, Any]]) -> int:
         return max([len(self.header), *(len(self.text(r)) for r in rows)])
@@ -302,7 +312,7 @@ STATUS_COLUMNS: list[Column] = [
     Column("last_action", "last action", lambda v: plain(v)),
     Column("last_event", "last event", _last),
 ]
-HIDDEN = {"state", "nodes", "status_reason", "attempts", "cloud", "disk_kind"}  # shown elsewhere (or only in --json)
+HIDDEN = {"state", "nodes", "status_reason", "attempts", "cloud", "disk_kind", "unknown"}  # shown elsewhere (or only in --json)
 
 
 def table_columns(rows: list[dict[str, Any]]) -> list[Column]:

@@ -121,6 +121,7 @@ class Note:
     reason: str
     ids: tuple[str, ...] = ()
     look: bool = False  # ask the cloud about this job's VMs now
+    attempt: int | None = None  # the job's attempt when it was noted (as an Action's); only on the notes `watch` prints
 
 
 @dataclass
@@ -185,7 +186,7 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     stale = [s for s in fresh if s.event.attempt != job.attempt and s.event.event in ENDS]
     if stale:
         notes.append(Note(job.id, "stale", f"{len(stale)} event(s) of attempt(s) {sorted({s.event.attempt for s in stale})}, "
-                          f"not the current attempt {job.attempt}: ignored", tuple(s.id for s in stale)))
+                          f"not the current attempt {job.attempt}: ignored", tuple(s.id for s in stale), attempt=job.attempt))
     if job.state in (JobState.PREEMPTED, JobState.STOPPED):
         return Action(job.id, "resume", job.attempt, f"the stack file says {job.state.value}: needs resume"), notes
     if job.state is not JobState.RUNNING:
@@ -223,7 +224,7 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
     if notices:
         kinds = sorted({s.event.event for s in notices})
         notes.append(Note(job.id, "notice", f"{', '.join(kinds)} for attempt {job.attempt}: recorded, not acted on "
-                          "until the VM is gone", tuple(s.id for s in notices), look=True))
+                          "until the VM is gone", tuple(s.id for s in notices), look=True, attempt=job.attempt))
     return None, notes
 
 

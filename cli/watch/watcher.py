@@ -148,13 +148,14 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
                              handled=set(journal.handled), warn=report.warn, bucket_cache=bucket_cache)
     jobs = [job for job in cfg.jobs if not asking or (job.id not in asking and "" not in asking)]
     for job in sorted(asking):
-        report.emit({"job": job or "*", "action": "record", "kind": "held", "time": now.isoformat(),
+        report.emit({"job": job or "*", "action": "record", "kind": "held", "attempt": None, "time": now.isoformat(),
                      "reason": "an edit of the stack file awaits its question's answer: decided once it is answered"})
     decisions = deciding.decide(jobs, seen.events, journal.memory(), set(journal.handled), now,
                                 zone_failover(list(cfg.zones), choose))
     for note in decisions.notes:
         if note.kind in ("notice", "stale"):
-            report.emit({"job": note.job, "action": "record", "kind": note.kind, "reason": note.reason, "time": now.isoformat()})
+            report.emit({"job": note.job, "action": "record", "kind": note.kind, "attempt": note.attempt, "reason": note.reason,
+                         "time": now.isoformat()})
             journal.handle(note.ids, now)
     if decisions.notes:
         journal.save(now)
