@@ -122,12 +122,6 @@ def guard(fn):
         raise fail(str(exc)) from None
 
 
-# What status and cost say when neither --events-bucket nor --events-dir is given: the figures events
-# give (preemptions, VM-hours, costs) are unknown then, never 0 (README "The job lifecycle").
-NO_EVENTS = ("give --events-bucket NAME (the stack's eventBucket output, `pulumi stack output "
-             "eventBucket`) or --events-dir DIR (the bucket synced locally, or a job disk's .spotctl/)")
-
-
 def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
     from cli.lifecycle import events
 
@@ -143,12 +137,6 @@ def warn(line: str) -> None:
     typer.echo(f"warning: {line}", err=True)
 
 
-def bucket_hint(ref, bucket_option: bool = True) -> str:
-    """How to name the stack's event bucket, in options the command has (``bucket_option``: --events-bucket)."""
-    sync = f"`spotctl sync --stack {ref.name} --events-bucket NAME` once (the stack's eventBucket output)"
-    return f"give --events-bucket NAME (the stack's eventBucket output), or run {sync}" if bucket_option else f"run {sync}"
-
-
 def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always: bool = False, keep: Optional[str] = None,
                 keep_unsynced: Optional[str] = None, bucket_option: bool = True):
     """The stack file's sync session (``cli.lifecycle.sync.Shared``), or None when this file is not
@@ -156,6 +144,7 @@ def shared_copy(ref, cfg, bucket: Optional[str] = None, applier=None, *, always:
     The bucket: ``bucket`` (--events-bucket), else the one last synced with, else the stack's
     eventBucket output (only with an ``applier``); none of them is one warning, and the file is used alone
     (``bucket_option``: whether the command has --events-bucket to suggest)."""
+    from cli.commands.hints import bucket_hint
     from cli.lifecycle import sync
     from cli.lifecycle.apply import ApplyError
 

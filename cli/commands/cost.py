@@ -6,7 +6,6 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import (
-    NO_EVENTS,
     BucketOpt,
     EventsOpt,
     JsonOpt,
@@ -54,6 +53,8 @@ def cost(
         now = now if now.tzinfo else now.replace(tzinfo=UTC)
     ref, cfg, selected = stack_jobs(stack, stack_file, job)
     if events_dir is None and not events_bucket:  # every figure below comes from the events: none is 0 by default
+        from cli.lifecycle.status import NO_EVENTS
+
         raise fail(f"no events source: every figure of the cost report (VM-hours, preemptions, costs) comes from the jobs' "
                    f"events; {NO_EVENTS}")
     with progress("reading the events and the prices", enabled=not json_out):

@@ -5,7 +5,6 @@ from typing import Annotated, Optional
 import typer
 
 from cli.commands import (
-    NO_EVENTS,
     BucketOpt,
     EventsOpt,
     JsonOpt,
@@ -144,6 +143,8 @@ def status(
     cloud = cloud_for(cfg, ref) if observe else None
     sourced = events_dir is not None or bool(events_bucket)
     if not sourced and selected:  # what the file says stands; what only events say is unknown, not 0
+        from cli.lifecycle.status import NO_EVENTS
+
         warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {NO_EVENTS}")
     with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
         rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket) if sourced else None,

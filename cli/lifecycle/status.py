@@ -213,6 +213,12 @@ def job_status(job: Job, events: list[Event], now: datetime | None = None) -> di
     }
 
 
+# The hint `status` and `cost` give when neither --events-bucket nor --events-dir is given: the figures
+# events give (preemptions, VM-hours, costs) are unknown then, never 0 (README "The job lifecycle").
+NO_EVENTS = ("give --events-bucket NAME (the stack's eventBucket output, `pulumi stack output "
+             "eventBucket`) or --events-dir DIR (the bucket synced locally, or a job disk's .spotctl/)")
+
+
 # What only a job's events tell: unknown (None, named in the row's "unknown") when no events were read.
 EVENT_FIGURES = ("preemptions", "hours_running", "spot_hours", "on_demand_hours", "last_event", "attempts")
 
