@@ -28,10 +28,12 @@ def median_seconds(argv: list[str], repeat: int, cwd: Path) -> tuple[float, floa
     inflates far less than the wall time)."""
     times, cpu = [], []
     for _ in range(repeat):
+        # (both sides without PYTHONDONTWRITEBYTECODE, which some hosts set: a module changed since the
+        # last run would be compiled again at every start, never cached)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                       env={**os.environ, "COLUMNS": "120"})
+                       env={**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "COLUMNS": "120"})
         times.append(time.perf_counter() - t0)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
