@@ -51,7 +51,7 @@ def test_resume_observe_sees_a_stopped_instance_on_aws(project, runner, monkeypa
     doc = json.loads(result.output)
     assert doc["changed"] is True and doc["fields"]["attempt"] == 5  # the whole gang gets the new attempt
     status = runner.invoke(app, ["status", "llm-pretrain", "--stack", "example-aws", "--observe", "--json"])
-    (row,) = json.loads(status.output)
+    (row,) = json.loads(status.stdout)  # (stderr: the warning that no events source was given)
     assert sorted(vm["status"] for vm in row["cloud"]) == ["running", "terminated"]
 
 

@@ -142,13 +142,14 @@ def status(
     ref, cfg, selected = stack_jobs(stack, stack_file, job, for_status=True, whole=observe or bool(events_bucket))
     cloud = cloud_for(cfg, ref) if observe else None
     sourced = events_dir is not None or bool(events_bucket)
-    if not sourced and selected:  # what the file says stands; what only events say is unknown, not 0
-        from cli.lifecycle.status import NO_EVENTS
-
-        warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {NO_EVENTS}")
     with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
         rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket) if sourced else None,
                            guard(lambda j=j: cloud.vms(j.id)) if cloud else None) for j in selected]
+    if not sourced and selected:  # what the file says stands; what only events say is unknown, not 0
+        from cli.lifecycle.status import NO_EVENTS
+
+        # (after the rows: a command that fails, e.g. on the cloud, says only why)
+        warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {NO_EVENTS}")
     from cli.watch.journal import watcher_view
 
     seen_by_watcher = watcher_view(ref.path, selected)
