@@ -250,13 +250,19 @@ def test_the_watcher_acted_then_a_laptop_resume_pulls_first_and_uses_the_new_att
     assert jobs_of(shared_text())["train"]["attempt"] == 5
 
 
-def test_edits_of_different_jobs_on_two_machines_are_merged(machines, runner):
+def watcher_completed_gang(machines, runner) -> Path:
+    """Both machines synced, the watcher completed `gang` and pushed; back on the laptop (its file)."""
     laptop_file = machines("laptop")
     assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
     machines("watcher")
     assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
     assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0  # the watcher's edit, pushed
     machines("laptop")
+    return laptop_file
+
+
+def test_edits_of_different_jobs_on_two_machines_are_merged(machines, runner):
+    laptop_file = watcher_completed_gang(machines, runner)
     laptop_file.write_text(set_field(STACK, "train", "capacity", "on-demand"))  # a hand edit, not pushed yet
     result = cli(runner, "sync", "--json")
     assert result.exit_code == 0, result.output
@@ -269,16 +275,9 @@ def test_edits_of_different_jobs_on_two_machines_are_merged(machines, runner):
 def test_a_hand_save_while_sync_merges_is_kept_and_nothing_written(machines, runner, monkeypatch):
     """sync's merge writes the stack file whole: an editor's save made meanwhile is kept (the file is
     checked right before the rename) and the command says to run it again."""
-    import os
-
     from cli.lifecycle import stackfile
 
-    laptop_file = machines("laptop")
-    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
-    machines("watcher")
-    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
-    assert cli(runner, "complete", "gang", "--no-apply").exit_code == 0  # the watcher's edit, pushed
-    machines("laptop")
+    laptop_file = watcher_completed_gang(machines, runner)
     saved = set_field(STACK, "train", "capacity", "on-demand")
     real, done = os.fsync, []
 
