@@ -286,6 +286,62 @@ def test_a_hand_edit_during_a_whole_file_edit_is_kept_and_nothing_written(ref, m
     assert not list(ref.path.parent.glob(".*.tmp"))
 
 
+class FakeSession:
+    """A shared copy's session (cli.lifecycle.sync.Shared's face to the stack file module)."""
+
+    def __init__(self, push):
+        self.unpushed, self.pushes, self._push = False, 0, push
+
+    def mark_unpushed(self, unpushed: bool = True) -> bool:
+        was, self.unpushed = self.unpushed, unpushed
+        return was
+
+    def pull(self) -> None:
+        pass
+
+    def push(self) -> None:
+        self.pushes += 1
+        self._push()
+
+
+@pytest.mark.parametrize("lost", ["unreachable", "moved"])
+def test_a_save_made_while_an_edit_is_pushed_is_never_undone(ref, lost):
+    """A push that fails puts the old text back, unless the file was saved meanwhile: that save is kept,
+    the command says so, and nothing is left marked to push."""
+    saved = ref.path.read_text().replace("# Finished", "# saved while pushing")
+
+    def push():
+        ref.path.with_name("saved.tmp").write_text(saved)
+        os.replace(ref.path.with_name("saved.tmp"), ref.path)
+        if lost == "moved":
+            raise stackfile.SharedCopyMoved()
+        raise stackfile.SharedCopyUnreachable("gs://b/k", ["cannot be written (offline)"])
+
+    session = FakeSession(push)
+    with stackfile.sharing(ref.path, session), pytest.raises(
+            ConfigError, match="the file changed here while the edit was pushed .*left as saved, nothing was pushed"):
+        stackfile.take_job(ref.path, "bert-eval")
+    assert ref.path.read_text() == saved and session.unpushed is False
+
+
+def test_a_write_refused_for_a_hand_edit_leaves_nothing_marked_to_push(ref, monkeypatch):
+    """The mark that an edit awaits its push is set before the write; a write refused because the file
+    was saved meanwhile clears it again (else the next lock would push the editor's file)."""
+    saved = ref.path.read_text().replace("# Finished", "# saved while writing")
+    real = os.fsync
+
+    def save_during_the_write(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp") and ref.path.read_text() != saved:
+            ref.path.write_text(saved)
+        return real(fd)
+
+    session = FakeSession(lambda: None)
+    monkeypatch.setattr(stackfile.os, "fsync", save_during_the_write)
+    with stackfile.sharing(ref.path, session), pytest.raises(ConfigError, match="the file changed while this command"):
+        stackfile.take_job(ref.path, "bert-eval")
+    assert ref.path.read_text() == saved and session.unpushed is False and session.pushes == 0
+
+
 @pytest.mark.parametrize("job", ["llm-pretrain", "bert-eval"])  # (the first job; the last: nothing after it)
 def test_a_full_disk_fails_an_edit_in_pieces_and_the_file_stays(ref, monkeypatch, job):
     """A write that comes out short is continued; one the disk refuses fails the command with the

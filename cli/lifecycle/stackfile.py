@@ -545,19 +545,29 @@ def _commit(path: Path, old_text: str, new_text: str) -> None:
         write_stack(path, new_text, expect)
         return
     was = session.mark_unpushed()  # before the write: a kill -9 before the push leaves the mark
-    write_stack(path, new_text, expect)
+    try:
+        write_stack(path, new_text, expect)
+    except ConfigError:
+        session.mark_unpushed(was)  # nothing written: a hand edit is not this command's to push
+        raise
+    written = _LAST_WRITTEN[0][2] if _LAST_WRITTEN else None  # (None: the file system dropped the stamp)
     if held_back(path):
         return  # an edit awaiting its confirmation (or its undo) stays here: pushed once confirmed (``publish``)
     try:
         session.push()
-    except SharedCopyMoved:
-        write_stack(path, old_text)
+    except (SharedCopyMoved, SharedCopyUnreachable) as exc:
+        try:
+            write_stack(path, old_text, written)  # (a save made during the push is kept, not undone)
+        except ConfigError:
+            session.mark_unpushed(was)
+            why = "the shared copy changed" if isinstance(exc, SharedCopyMoved) else f"{exc.source} {exc.problems[0]}"
+            raise ConfigError(str(path), [f"{why}, and the file changed here while the edit was pushed (saved from an "
+                                          "editor?): it is left as saved, nothing was pushed or applied; check it and run "
+                                          "the command again"]) from None
         session.mark_unpushed(was)
-        session.pull()
-        raise
-    except SharedCopyUnreachable as exc:
-        write_stack(path, old_text)
-        session.mark_unpushed(was)
+        if isinstance(exc, SharedCopyMoved):
+            session.pull()
+            raise
         raise ConfigError(str(path), [f"{exc.source} {exc.problems[0]}: the edit was undone here and nothing was applied; "
                                       "run the command again"]) from None
 
