@@ -79,6 +79,9 @@ def test_simulate_finds_the_documented_paths_in_the_shared_traces_layout(runner,
                            f"{oct22.relative_to(traces)}\n")
     missing = runner.invoke(app, ["simulate", "--trace", "nope.json"])
     assert missing.exit_code == 1 and missing.output.count("\n") == 1
+    for pattern in ("*", "us-west-2?_v100_1.json", "[u]s-west-2b_v100_1.json"):  # a name, never a pattern
+        literal = runner.invoke(app, ["simulate", "--trace", pattern, *args])
+        assert literal.exit_code == 1 and literal.output.startswith(f"error: {pattern}: trace file not found"), literal.output
     assert missing.output.startswith(f"error: nope.json: trace file not found here, nor under {traces}, "
                                      f"{traces / 'skypilot-spot-traces'}, ")
 

@@ -429,6 +429,14 @@ def test_refresh_tool_source_unreadable_is_one_error_line(tmp_path, capsys):
     assert err.startswith(f"error: {url}: cannot download: ") and err.count("\n") == 1 and "Traceback" not in err
     assert main(["--gcp-pricing", str(tmp_path / "nope.yml"), "--out", str(out)]) == 1
     assert capsys.readouterr().err == f"error: {tmp_path / 'nope.yml'}: cannot read: No such file or directory\n"
+    binary, text = tmp_path / "binary", tmp_path / "hostname"
+    binary.write_bytes(b"\x7fELF\x02\xff\xfe")
+    text.write_text("build-host\n")
+    for flag, source, says in [("--catalog", binary, "not UTF-8 text"), ("--gcp-pricing", binary, "not UTF-8 text"),
+                               ("--catalog", text, "not a catalog vms.csv"), ("--gcp-pricing", text, "not a pricing.yml")]:
+        assert main([flag, str(source), "--out", str(out)]) == 1, (flag, source)
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {source}: {says}") and err.count("\n") == 1, err
     assert not out.exists()
 
 

@@ -38,6 +38,8 @@ def test_help_is_typers_rich_help_without_the_config_models_markdown_or_tracebac
     (["resume"], "error: Missing argument 'job'. See `spotctl resume -h`."),
     (["resume", "x", "--capacity", "spto"],
      "error: Invalid value for '--capacity': 'spto' is not one of 'spot', 'on-demand' (did you mean 'spot'?). See `spotctl resume -h`."),
+    (["drill", "--cloud", "GCP"],
+     "error: Invalid value for '--cloud': 'GCP' is not one of 'gcp', 'aws' (did you mean 'gcp'?). See `spotctl drill -h`."),
     (["logs", "x", "--attempt", "0"], "error: Invalid value for '--attempt': should be greater than or equal to 1. See `spotctl logs -h`."),
     (["status", "--bogus"], "error: No such option: --bogus. See `spotctl status -h`."),
     (["bogus"], "error: No such command 'bogus'. Did you mean 'logs'? See `spotctl -h`."),

@@ -70,6 +70,8 @@ def read_catalog(where: str) -> str:
             with urllib.request.urlopen(where, timeout=60) as resp:  # noqa: S310 (a fixed https URL or the user's)
                 return resp.read().decode()
         return Path(where).read_text()
+    except UnicodeDecodeError:
+        raise SourceError(f"{where}: not UTF-8 text (a price catalog is CSV or YAML text)") from None
     except urllib.error.URLError as exc:  # (before OSError, its base: the reason is in .reason)
         raise SourceError(f"{where}: cannot download: {exc.reason}") from None
     except OSError as exc:
@@ -79,7 +81,10 @@ def read_catalog(where: str) -> str:
 def aws_entries(text: str, types: set[str], regions: set[str], source: str, date: str) -> dict[str, dict[str, dict]]:
     """{region: {type: {onDemand, spot, zones, source, date}}} from a catalog's CSV text."""
     found: dict[tuple[str, str], tuple[float, list[float]]] = {}
-    for row in csv.DictReader(io.StringIO(text)):
+    rows = csv.DictReader(io.StringIO(text))
+    if not {"Region", "InstanceType", "Price", "SpotPrice"} <= set(rows.fieldnames or ()):
+        raise SourceError("not a catalog vms.csv (no Region, InstanceType, Price and SpotPrice columns)")
+    for row in rows:
         key = (row["Region"], row["InstanceType"])
         if key[1] not in types or key[0] not in regions or not row["Price"]:
             continue
@@ -102,9 +107,12 @@ def gcp_entries(text: str, types: set[str], regions: set[str], source: str) -> t
     A type or region the file prices at 0 (its build's "a GPU SKU is missing here") is left out."""
     import yaml
 
-    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    date = datetime.strptime(" ".join(str(doc["about"]["generated"]).split()), "%a %b %d %H:%M:%S %Y").date().isoformat()
-    instances = doc["compute"]["instance"]
+    try:
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        date = datetime.strptime(" ".join(str(doc["about"]["generated"]).split()), "%a %b %d %H:%M:%S %Y").date().isoformat()
+        instances, snap_costs = doc["compute"]["instance"], doc["compute"]["storage"]["snapshot"]["cost"]
+    except (yaml.YAMLError, TypeError, KeyError, ValueError) as exc:
+        raise SourceError(f"not a pricing.yml ({type(exc).__name__}: {exc})") from None
     out: dict[str, dict[str, dict]] = {}
     for itype in sorted(types & set(instances)):
         for region in sorted(regions):
@@ -117,7 +125,6 @@ def gcp_entries(text: str, types: set[str], regions: set[str], source: str) -> t
                 "source": f"{source}: compute.instance.{itype}.cost.{region} hour / hour_spot "
                           "(Cloud Billing Catalog SKUs: GPUs + vCPUs + memory + bundled Local SSD)",
             }
-    snap_costs = doc["compute"]["storage"]["snapshot"]["cost"]
     snapshots = {}
     for region in sorted(regions):
         multi = MULTI_REGION.get(region.split("-")[0])
@@ -170,13 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def named(where: str, parse):
+    """``parse`` of the source's text; a source that is not what it should be is named in the error."""
+    text = read_catalog(where)
+    try:
+        return parse(text)
+    except SourceError as exc:
+        raise SourceError(f"{where}: {exc}") from None
+
+
 def refresh(args: argparse.Namespace) -> int:
     """Read the sources asked for (AWS unless only --gcp-pricing was given), then write the table."""
     examples = example_types()
     types, regions = set(args.types or examples["aws"][0]), set(args.regions or examples["aws"][1])
     source = f"skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv @{args.commit} (AWS Price List on-demand; spot = mean over the region's zones)"
     aws = args.catalog is not None or not args.gcp_pricing
-    entries = aws_entries(read_catalog(args.catalog or CATALOG_URL), types, regions, source, args.date) if aws else {}
+    entries = named(args.catalog or CATALOG_URL, lambda text: aws_entries(text, types, regions, source, args.date)) if aws else {}
     table = json.loads(args.out.read_text()) if args.out.exists() else {}
     for region, by_type in entries.items():
         table.setdefault("aws", {}).setdefault(region, {}).update(by_type)
@@ -189,7 +205,7 @@ def refresh(args: argparse.Namespace) -> int:
     if args.gcp_pricing:
         gtypes, gregions = set(args.gcp_types or examples["gcp"][0]), set(args.gcp_regions or examples["gcp"][1])
         gsource = f"Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @{args.gcp_commit}"
-        gcp, gsnap = gcp_entries(read_catalog(args.gcp_pricing), gtypes, gregions, gsource)
+        gcp, gsnap = named(args.gcp_pricing, lambda text: gcp_entries(text, gtypes, gregions, gsource))
         for region, by_type in gcp.items():
             table.setdefault("gcp", {}).setdefault(region, {}).update(by_type)
         snapshots.setdefault("gcp", {}).update(gsnap)

@@ -40,7 +40,8 @@ def find_trace(path: Path) -> Path:
             return folder / path
     if len(path.parts) == 1:
         for root in trace_roots():
-            found = sorted(p for p in root.rglob(path.name) if p.is_file()) if root.is_dir() else []
+            # (every file, compared by name: a name is never a pattern, `*` or `?` included)
+            found = sorted(p for p in root.rglob("*") if p.name == path.name and p.is_file()) if root.is_dir() else []
             if len(found) == 1:
                 return found[0]
             if found:

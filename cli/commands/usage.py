@@ -38,9 +38,10 @@ def usage_error(exc: Exception) -> str:
     message = " ".join(exc.format_message().split()).replace("Value error, ", "").replace("Input should be", "should be")
     bad = re.search(r"'([^']*)' is not one of ((?:'[^']*'(?:, )?)+)", message)
     if bad:
-        close = difflib.get_close_matches(bad[1], re.findall(r"'([^']*)'", bad[2]), n=1, cutoff=0.5)
+        choices = {c.lower(): c for c in re.findall(r"'([^']*)'", bad[2])}  # (GCP -> gcp too)
+        close = difflib.get_close_matches(bad[1].lower(), list(choices), n=1, cutoff=0.5)
         if close:
-            message = f"{message.rstrip('.')} (did you mean '{close[0]}'?)."
+            message = f"{message.rstrip('.')} (did you mean '{choices[close[0]]}'?)."
     message += "" if message.endswith((".", "?")) else "."
     ctx = getattr(exc, "ctx", None)
     if ctx is None:

@@ -146,7 +146,7 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
     allowance = interval if interval is not None else 0
     for a in attempts:
         if a.lost_work is not None and a.lost_work > max(allowance, 1):
-            return "lost-work", f"attempt {a.attempt} lost {a.lost_work} steps (checkpoint interval {interval})"
+            return "lost-work", f"attempt {a.attempt} lost {counted(a.lost_work, 'step')} (checkpoint interval {interval})"
     if not completed:
         failed = [a for a in attempts if a.outcome == "failed"]
         why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {counted(len(attempts), 'attempt')}"
