@@ -17,7 +17,6 @@ from infra.basics import ConfigError
 
 faster_start()
 
-
 app = typer.Typer(
     cls=OneLineErrors,
     name="spotctl",

@@ -34,12 +34,13 @@ def find_trace(path: Path) -> Path:
         return path
     if path.is_absolute():
         raise fail(f"{path}: trace file not found")
-    folders = [d for root in trace_roots() for d in (root, root / SPOT_TRACES_SUBDIR)]
+    roots = trace_roots()
+    folders = [d for root in roots for d in (root, root / SPOT_TRACES_SUBDIR)]
     for folder in folders:
         if (folder / path).is_file():
             return folder / path
     if len(path.parts) == 1:
-        for root in trace_roots():
+        for root in roots:
             # (every file, compared by name: a name is never a pattern, `*` or `?` included)
             found = sorted(p for p in root.rglob("*") if p.name == path.name and p.is_file()) if root.is_dir() else []
             if len(found) == 1:

@@ -546,11 +546,10 @@ def _commit(path: Path, old_text: str, new_text: str) -> None:
         return
     was = session.mark_unpushed()  # before the write: a kill -9 before the push leaves the mark
     try:
-        write_stack(path, new_text, expect)
+        written = write_stack(path, new_text, expect)  # (None: the file system dropped the stamp)
     except ConfigError:
         session.mark_unpushed(was)  # nothing written: a hand edit is not this command's to push
         raise
-    written = _LAST_WRITTEN[0][2] if _LAST_WRITTEN else None  # (None: the file system dropped the stamp)
     if held_back(path):
         return  # an edit awaiting its confirmation (or its undo) stays here: pushed once confirmed (``publish``)
     try:
@@ -762,24 +761,31 @@ def refuse_linked_folder(target: Path) -> None:
                                         "(remove the link; spotctl makes the folder)"])
 
 
-def write_stack(path: Path, text: str, expect: str | None = None) -> None:
+CHANGED_MEANWHILE = "the file changed while this command edited it (saved from an editor?): nothing was written; run the command again"
+
+
+def write_stack(path: Path, text: str, expect: str | None = None) -> str | None:
     """Write the stack file atomically; a symlinked stack file is written where it points.
 
     ``expect``: the file's state when the text this replaces was read (``_read_state``). When the file
     no longer has it right before the rename (an editor saved it meanwhile), nothing is written.
 
+    Returns:
+        The new file's state (``_file_state``), or None when the file system dropped spotctl's stamp.
+
     Raises:
         ConfigError: the file changed since it was read (``expect``).
     """
     try:
-        atomic_write(path, text, follow=True, expect=expect)
+        return atomic_write(path, text, follow=True, expect=expect)
     except _Changed:
-        raise ConfigError(str(path), ["the file changed while this command edited it (saved from an editor?): "
-                                      "nothing was written; run the command again"]) from None
+        raise ConfigError(str(path), [CHANGED_MEANWHILE]) from None
 
 
-def _read_state(text: str) -> str | None:
+def _read_state(text: str | None) -> str | None:
     """The file's state when ``text`` (this very object) was read or written here, or None."""
+    if text is None:
+        return None
     return next((state for seen, _, state in (*_LAST_READ, *_LAST_WRITTEN) if seen is text and state), None)
 
 
@@ -806,7 +812,7 @@ def _line_ends(path: Path) -> tuple[bool, bool]:
     return bom, crlf
 
 
-def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None = None) -> None:
+def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None = None) -> str | None:
     """Write ``text`` to ``path`` so readers only ever see the old or the new content.
 
     ``follow``: a symlinked file is written where it points (the link stays a link): for the stack
@@ -816,6 +822,9 @@ def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None
     line ends (CRLF) and byte-order mark are kept, since ``_read_text`` hands out LF text without one.
 
     ``expect``: the state (``_file_state``) the file must still have right before the rename.
+
+    Returns:
+        With ``follow``, the new file's state while it has spotctl's stamp (else None).
 
     Raises:
         ConfigError: the record's folder is a symbolic link.
@@ -845,17 +854,34 @@ def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None
                 os.utime(fh.fileno(), ns=(stamp, stamp))
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
-        # last, right before the rename (after the fsync): a save made meanwhile is kept
-        if expect is not None and (not os.path.exists(target) or _file_state(os.stat(target)) != expect):
-            raise _Changed
+        if expect is not None:
+            _still(target, expect)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     _sync_folder(target)
-    if follow:
-        _LAST_WRITTEN[:] = [(text, data, _stamped_state(target, stamp, len(data)) or None)]
+    if not follow:
+        return None
+    state = _stamped_state(target, stamp, len(data)) or None
+    _LAST_WRITTEN[:] = [(text, data, state)]
+    return state
+
+
+def _still(target: Path, state: str) -> None:
+    """The last check before a rename over ``target``: a save made meanwhile (in place, over it, or a
+    removal) is kept, since the file no longer has ``state``.
+
+    Raises:
+        _Changed: it has not (nothing may be written).
+    """
+    try:
+        if _file_state(os.stat(target)) == state:
+            return
+    except FileNotFoundError:
+        pass
+    raise _Changed
 
 
 def _sync_folder(target: Path) -> None:
@@ -1177,8 +1203,7 @@ def _update_job(path: Path, job_id: str, decide: Callable[[StackConfig, Mapping[
                 if part.text is None:
                     guard = _rewrite(path, part, block)
                     if guard is None:  # a hand edit under the lock: never overwritten, and decided on what it replaced
-                        raise ConfigError(str(path), [f"job {job_id}: the file changed while this command edited it "
-                                                      "(saved from an editor?): nothing was written; run the command again"])
+                        raise ConfigError(str(path), [f"job {job_id}: {CHANGED_MEANWHILE}"])
                     index.guard, index.plain = guard, block.isascii()
                 else:
                     start, end = part.index.span(part.at)
@@ -1648,8 +1673,7 @@ def _rewrite(path: Path, part: _Part, block: str) -> str | None:
             raise _Changed
         os.close(old)  # (before the rename, which then frees the old file's pages and blocks itself)
         old = -1
-        if _file_state(os.stat(target)) != part.index.guard:
-            raise _Changed
+        _still(target, part.index.guard)
         os.replace(tmp, target)
     except BaseException as exc:
         if old >= 0:

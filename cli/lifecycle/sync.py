@@ -463,7 +463,7 @@ class Shared:
         except ConfigError as exc:
             raise ConfigError(where, [*exc.problems, f"not a valid stack file either: {path} stays as it is"]) from None
         saved = save_aside(path, "broken")
-        stackfile.write_stack(path, theirs, stackfile._read_state(local) if local is not None else None)  # (a save since the read is kept)
+        stackfile.write_stack(path, theirs, stackfile._read_state(local))  # (a save since the read is kept)
         with contextlib.suppress(ConfigError):
             stackfile._index(path, theirs, stackfile._parse(path, theirs))
         # this file's unpushed edits (if any) are in the saved copy: nothing here is left to push
