@@ -44,6 +44,8 @@ def test_help_is_typers_rich_help_without_the_config_models_markdown_or_tracebac
     (["status", "--bogus"], "error: No such option: --bogus. See `spotctl status -h`."),
     (["bogus"], "error: No such command 'bogus'. Did you mean 'logs'? See `spotctl -h`."),
     (["pool", "bogus"], "error: No such command 'bogus'. See `spotctl pool -h`."),
+    (["resume", "x", "--capacity"], "error: Option '--capacity' requires an argument. See `spotctl resume -h`."),
+    (["pool", "demand", "--stack"], "error: Option '--stack' requires an argument. See `spotctl pool demand -h`."),
 ])
 def test_a_usage_error_is_one_error_line_naming_the_option(args, line):
     result = subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True,

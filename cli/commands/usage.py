@@ -21,7 +21,8 @@ class OneLineErrors(typer.core.TyperGroup):
             code = super().main(args, prog_name, complete_var, False, **extra)
         except ClickException as exc:
             if type(exc).__name__ != "NoArgsIsHelpError":  # (its message is the help, printed already)
-                typer.echo(f"error: {usage_error(exc)}", err=True)
+                words = sys.argv[1:] if args is None else list(args)
+                typer.echo(f"error: {usage_error(exc, self.command_path(words))}", err=True)
             sys.exit(exc.exit_code)
         except Abort:  # (a question answered with Ctrl-D or Ctrl-C)
             typer.echo("Aborted!", err=True)
@@ -29,9 +30,22 @@ class OneLineErrors(typer.core.TyperGroup):
         sys.exit(code if type(code) is int else 0)
 
 
-def usage_error(exc: Exception) -> str:
+    def command_path(self, words: list[str]) -> list[str]:
+        """The (sub)command names the leading words select: for an error raised where no context names
+        its command (click's parser: "Option '--to' requires an argument.")."""
+        names, group = [], self
+        for word in words:
+            command = getattr(group, "commands", {}).get(word)
+            if command is None:
+                break
+            names.append(word)
+            group = command
+        return names
+
+
+def usage_error(exc: Exception, names: list[str] | None = None) -> str:
     """One line for a usage error: pydantic's wording trimmed, a close choice suggested, and where the
-    command's help is."""
+    command's help is (``names``: the command's, when the error carries no context)."""
     import difflib
     import re
 
@@ -45,7 +59,7 @@ def usage_error(exc: Exception) -> str:
     message += "" if message.endswith((".", "?")) else "."
     ctx = getattr(exc, "ctx", None)
     if ctx is None:
-        return message
+        return message if names is None else f"{message} See `{' '.join(['spotctl', *names])} -h`."
     names = []
     while ctx.parent is not None:  # (the root's name is how it was started: `python -m cli` too)
         names.insert(0, ctx.info_name)
