@@ -4,11 +4,14 @@ stale, damaged or forged index, or a file it does not handle, only means the who
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import infra.config
 from cli.lifecycle import cachefile, operations, stackfile
@@ -594,19 +597,64 @@ def test_a_resume_of_an_indexed_stack_of_many_jobs_keeps_every_other_job(ref):
 
 
 @pytest.mark.parametrize(("data", "expected"), [
-    (b"a: 1\nb: 2\n", (False, False)),
-    (b"\xef\xbb\xbfa: 1\r\nb: 2\r\n", (True, True)),
-    (b"#" * ((1 << 16) - 1) + b"\r\nb: 2\n", (False, True)),  # the CRLF across two chunks
-    (b"#" * (1 << 16) + b"\r\nb: 2\n", (False, True)),  # in the second chunk
-    (b"#" * ((1 << 16) - 1) + b"\r#\nb: 2\n", (False, False)),  # a lone CR at a chunk's end
-    (b"\xef\xbb\xbf" + b"#" * 70000 + b"\n", (True, False)),
-    (b"", (False, False)),
+    (b"a: 1\nb: 2\n", (False, False, True)),
+    (b"\xef\xbb\xbfa: 1\r\nb: 2\r\n", (True, True, False)),
+    (b"#" * ((1 << 16) - 1) + b"\r\nb: 2\n", (False, True, True)),  # the CRLF across two chunks
+    (b"#" * ((1 << 16) - 1) + b"\r\nb: 2\r\n", (False, True, False)),  # (its LF is no bare LF)
+    (b"#" * (1 << 16) + b"\r\nb: 2\n", (False, True, True)),  # in the second chunk
+    (b"#" * ((1 << 16) - 1) + b"\r#\nb: 2\n", (False, False, True)),  # a lone CR at a chunk's end
+    (b"\xef\xbb\xbf" + b"#" * 70000 + b"\n", (True, False, True)),
+    (b"a\r\n" * 30000 + b"b\n", (False, True, True)),  # the bare LF chunks after the first CRLF
+    (b"", (False, False, False)),
 ])
 def test_line_ends_are_read_in_chunks_as_the_whole_file_says(tmp_path, data, expected):
     path = tmp_path / "f.yaml"
     path.write_bytes(data)
-    assert stackfile._line_ends(path) == expected == (data.startswith(stackfile.BOM.encode()), b"\r\n" in data)
-    assert stackfile._line_ends(tmp_path / "missing.yaml") == (False, False)
+    assert stackfile._line_ends(path) == expected == (
+        data.startswith(stackfile.BOM.encode()), b"\r\n" in data, data.count(b"\n") > data.count(b"\r\n"))
+    assert stackfile._line_ends(tmp_path / "missing.yaml") == (False, False, False)
+
+
+_LINE = st.text(alphabet="ab: #-", max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(old=st.lists(st.tuples(_LINE, st.booleans()), max_size=12, unique_by=lambda pair: pair[0]), edits=st.lists(
+    st.tuples(st.integers(0, 12), st.sampled_from(["drop", "change", "insert"]), _LINE), max_size=4), last=_LINE)
+def test_a_file_of_crlf_and_lf_line_ends_keeps_each_untouched_lines_end(old, edits, last):
+    data = "".join(line + ("\r\n" if cr else "\n") for line, cr in old) + last
+    lines, kept = [line for line, _ in old], list(range(len(old)))  # the old line each line is (None: new)
+    for at, what, line in edits:
+        at = min(at, len(lines))
+        if what == "insert":
+            lines.insert(at, line + "y")  # (new lines never equal an old one, nor do changed ones)
+            kept.insert(at, None)
+        elif at < len(lines):
+            if what == "drop":
+                del lines[at], kept[at]
+            else:
+                lines[at], kept[at] = lines[at] + "x", None
+    text = "".join(line + "\n" for line in lines) + last
+    out = stackfile._keep_line_ends(data.encode(), text)
+    assert out.replace("\r\n", "\n") == text
+    ends = [piece.endswith("\r") for piece in out.split("\n")[:-1]]
+    assert [cr for was, cr in zip(kept, ends, strict=True) if was is not None] == [
+        old[was][1] for was in kept if was is not None]  # every untouched line keeps its own end
+
+
+@pytest.mark.parametrize("fields", [{"state": "preempted"}, {"attempt": 7, "capacity": "on-demand"},
+                                    {"deadlineHours": 12}])  # (a key added)
+def test_an_edit_of_a_file_of_crlf_and_lf_line_ends_changes_only_the_edited_lines(ref, fields):
+    lines = ref.path.read_bytes().split(b"\n")
+    mixed = b"\n".join(line + b"\r" if k % 3 == 0 and k < len(lines) - 1 else line for k, line in enumerate(lines))
+    ref.path.write_bytes(mixed)
+    set_fields(ref, "vit-finetune", fields)
+    before, after = mixed.split(b"\n"), ref.path.read_bytes().split(b"\n")
+    diff = difflib.SequenceMatcher(None, [line.rstrip(b"\r") for line in before], [line.rstrip(b"\r") for line in after])
+    pairs = [(before[i], after[j]) for i1, j1, size in diff.get_matching_blocks() for i, j in zip(
+        range(i1, i1 + size), range(j1, j1 + size), strict=True)]
+    assert len(pairs) >= len(before) - 2 and all(old == new for old, new in pairs)  # each kept line as it was
+    assert stackfile.job_fields(ref.path, "vit-finetune", list(fields)) == fields
 
 
 def crc_forged(text: str, index: stackfile._Index) -> str:

@@ -792,24 +792,52 @@ def _read_state(text: str | None) -> str | None:
 _LAST_WRITTEN: list[tuple[str, bytes, str | None]] = []  # the stack file's last text written, its bytes and state
 
 
-def _line_ends(path: Path) -> tuple[bool, bool]:
-    """(whether the file starts with a byte-order mark, whether it has a CRLF line end), read in fixed
-    chunks: a 2 MB stack file is not copied into memory once more for two facts (issue 20)."""
+def _line_ends(path: Path) -> tuple[bool, bool, bool]:
+    """(whether the file starts with a byte-order mark, has a CRLF line end, has an LF one without a
+    CR), read in fixed chunks: a 2 MB stack file is not copied into memory once more for three facts
+    (issue 20)."""
     from cli.lifecycle.cachefile import open_regular
 
-    chunk, bom, crlf, previous = bytearray(1 << 16), False, False, b""
+    chunk, bom, crlf, lf, previous = bytearray(1 << 16), False, False, False, b""
     opened = open_regular(path)  # (a link or a device is no old file)
     if opened is None:
-        return bom, crlf
+        return bom, crlf, lf
     with open(opened[0], "rb", buffering=0) as fh:
         first = True
-        while not crlf and (size := fh.readinto(chunk)):
+        while not (crlf and lf) and (size := fh.readinto(chunk)):
             view = bytes(chunk[:size]) if size < len(chunk) else chunk
             if first:
                 bom, first = view.startswith(BOM.encode()), False
-            crlf = (previous == b"\r" and view[:1] == b"\n") or (b"\r" in view and b"\r\n" in view)
+            pairs = view.count(b"\r\n") + (previous == b"\r" and view[:1] == b"\n")
+            crlf = crlf or pairs > 0
+            lf = lf or view.count(b"\n") > pairs
             previous = view[-1:]
-    return bom, crlf
+    return bom, crlf, lf
+
+
+def _keep_line_ends(old: bytes, text: str) -> str:
+    """``text`` (LF line ends) with each line's end as in the old file of mixed CRLF and LF ends: a line
+    kept or changed in place keeps its own end, a new line takes the end of the line before it, so an
+    edit does not rewrite the ends of lines it did not touch."""
+    import difflib
+
+    before = old.decode("utf-8", "replace").removeprefix(BOM).split("\n")
+    crs, bare = [line.endswith("\r") for line in before], [line.removesuffix("\r") for line in before]
+    lines = text.split("\n")
+    head = 0  # (the unchanged lines at both ends first: a 5,000-job file is not diffed whole)
+    while head < min(len(bare), len(lines)) - 1 and bare[head] == lines[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(bare), len(lines)) - head - 1 and bare[-2 - tail] == lines[-2 - tail]:
+        tail += 1
+    ends = crs[:head] + [False] * (len(lines) - head - tail - 1) + crs[len(crs) - 1 - tail:len(crs) - 1]
+    middle = difflib.SequenceMatcher(None, bare[head:len(bare) - 1 - tail], lines[head:len(lines) - 1 - tail],
+                                     autojunk=False)
+    for tag, i1, i2, j1, j2 in middle.get_opcodes():
+        for j in range(j1, j2):
+            i = min(i1 + j - j1, i2 - 1) if tag in ("equal", "replace") else i1 - 1  # (insert: the line before)
+            ends[head + j] = crs[head + i] if head + i >= 0 else crs[0]
+    return "".join(line + ("\r\n" if cr else "\n") for line, cr in zip(lines, ends, strict=False)) + lines[-1]
 
 
 def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None = None) -> str | None:
@@ -819,7 +847,8 @@ def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None
     file only (``write_stack``). spotctl's own records are never written through a link: a link is
     replaced by the file, and a ``.spotctl`` folder that is a link is refused (a commit can carry a
     link there to any file of the user's: an audit made one overwrite the cache key). The old file's
-    line ends (CRLF) and byte-order mark are kept, since ``_read_text`` hands out LF text without one.
+    line ends (CRLF; in a file of both, each line's) and byte-order mark are kept, since ``_read_text``
+    hands out LF text without one.
 
     ``expect``: the state (``_file_state``) the file must still have right before the rename.
 
@@ -835,8 +864,10 @@ def atomic_write(path: Path, text: str, follow: bool = False, expect: str | None
     else:
         target = Path(os.path.abspath(path))
         refuse_linked_folder(target)
-    bom, crlf = _line_ends(target)
-    if crlf:
+    bom, crlf, lf = _line_ends(target)
+    if crlf and lf:
+        text = _keep_line_ends(target.read_bytes(), text.replace("\r\n", "\n"))
+    elif crlf:
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
     if bom:
         text = BOM + text
