@@ -145,3 +145,27 @@ def test_cleanup_lists_asks_and_deletes_on_yes(project, runner, fake_pulumi, pul
     assert yes.exit_code == 0, yes.output
     assert verbs(fake_pulumi).index("state") < verbs(fake_pulumi).index("up")  # unprotect, then the update
     assert "bert-eval" not in {j.id for j in stackfile.load(stackfile.resolve("example-gcp", None)).jobs}
+
+
+def test_resume_that_applies_finds_the_events_in_the_stacks_event_bucket_output(project, runner, fake_pulumi, moto_server,
+                                                                               monkeypatch):
+    """No --events-bucket, no sync: a resume that runs pulumi anyway asks it for the eventBucket output
+    (on the same selected stack) and sees the running attempt's preemption there."""
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="evts")
+    boto3.client("s3", region_name="us-east-1").put_object(
+        Bucket="evts", Key="example-aws/llm-pretrain/attempt-4/node-0/1-preempted.json",
+        Body=json.dumps({"job": "llm-pretrain", "stack": "example-aws", "attempt": 4, "node": 0, "event": "preempted",
+                         "time": "2026-11-21T10:00:00+00:00", "details": {}}).encode())
+    monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", json.dumps({"eventBucket": "evts"}))
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-aws", "--yes", "--capacity", "spot"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("job llm-pretrain: attempt=5, state=running") and result.stdout.endswith("— applied\n")
+    assert "attempt: 5" in path.read_text()
+    calls = pulumi_calls(fake_pulumi)
+    assert [c[1:3] for c in calls if c[1:3] == ["stack", "select"]] == [["stack", "select"]]  # selected once
+    monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", "{}")  # not deployed: nothing known, as before
+    again = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-aws", "--yes"])
+    assert again.exit_code == 0 and "nothing says it stopped" in again.stdout and "no events source was found" in again.stdout

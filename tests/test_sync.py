@@ -819,3 +819,63 @@ def test_a_watcher_whose_push_is_lost_undoes_the_edit_and_resumes_once_next_cycl
     assert [(a["action"], a["result"]) for a in acted] == [("resume", "error"), ("resume", "written")]
     assert "cannot be written (connection reset): the edit was undone here and nothing was applied" in acted[0]["detail"]
     assert jobs_of(vm.read_text())["train"]["attempt"] == 4 == jobs_of(shared_text())["train"]["attempt"]
+
+
+# ---- a synced stack's bucket is where its events are -----------------------------------------------------
+
+
+def put_event(job: str, attempt: int, event: str, minute: int, **details) -> None:
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").put_object(
+        Bucket="evts", Key=f"team/{job}/attempt-{attempt}/node-0/{minute}-{event}.json",
+        Body=json.dumps({"job": job, "stack": "team", "attempt": attempt, "node": 0, "event": event,
+                         "time": f"2026-11-21T10:{minute:02d}:00+00:00", "details": details}).encode())
+
+
+def test_a_synced_stack_reads_its_events_from_the_bucket_it_was_synced_with(machines, runner):
+    """status, cost, events and resume without --events-bucket: the bucket this machine synced the file
+    with is the stack's event bucket (the shared copy lives there), so its figures are known."""
+    path = machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    put_event("train", 3, "started", 0, capacity="spot")
+    put_event("train", 3, "preempted", 30)
+    status = cli(runner, "status", "--json")
+    assert status.exit_code == 0, status.output
+    row = next(r for r in json.loads(status.stdout) if r["job"] == "train")
+    assert row["preemptions"] == 1 and row["status"] == "needs-resume" and "unknown" not in row
+    assert "no events source" not in status.stderr
+    shown = cli(runner, "events", "train", "--json")
+    assert shown.exit_code == 0 and [e["event"] for e in json.loads(shown.stdout)] == ["started", "preempted"]
+    priced = cli(runner, "cost", "train", "--json")
+    assert priced.exit_code == 0, priced.output
+    resumed = cli(runner, "resume", "train", "--no-apply", "--json")
+    assert resumed.exit_code == 0 and json.loads(resumed.stdout)["fields"]["attempt"] == 4, resumed.output
+    assert jobs_of(path.read_text())["train"]["attempt"] == 4
+
+
+def test_a_synced_bucket_that_cannot_be_read_leaves_status_to_the_file_and_names_it(machines, runner, monkeypatch):
+    machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    status = cli(runner, "status", "--json")
+    assert status.exit_code == 0, status.output
+    assert all(row["preemptions"] is None for row in json.loads(status.stdout))
+    assert "the events in bucket evts (the one this stack file was synced with) could not be read" in status.stderr
+    assert "no events source" in status.stderr
+    cost = cli(runner, "cost")
+    assert cost.exit_code == 1 and cost.stderr.startswith("error: the events in bucket evts (the one this stack file")
+    resumed = cli(runner, "resume", "train", "--no-apply")  # decided on the file as before, saying why
+    assert resumed.exit_code == 0 and "is decided without its events" in resumed.stderr
+    monkeypatch.undo()
+
+
+def test_resume_without_a_source_says_where_its_events_would_be(project, runner):
+    result = runner.invoke(app, ["resume", "vit-finetune", "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 0
+    assert result.stdout == (
+        "job vit-finetune: is running attempt 3; nothing says it stopped (use --force to start a new attempt anyway); "
+        "no events source was found: give --events-bucket NAME (the stack's eventBucket output, `pulumi stack output "
+        "eventBucket`) or --events-dir DIR (the bucket synced locally, or a job disk's .spotctl/), or run `spotctl sync "
+        "--stack example-gcp --events-bucket NAME` once (the stack's eventBucket output)\n")

@@ -320,7 +320,8 @@ def interrupted(exc) -> typer.Exit:
 
 
 def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool,
-               yes: bool = False, preview_only: bool = False) -> None:
+               yes: bool = False, preview_only: bool = False, applier=None) -> None:
+    """Decide and make one job's change under the lock (``applier``: one the command already used)."""
     import json
 
     from cli.lifecycle import operations, stackfile
@@ -333,7 +334,9 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
     try:
         ref = stackfile.resolve(stack, stack_file)
         with progress(f"job {job_id}: deciding under the lock of {ref.path.name}", enabled=not json_out) as spinner:
-            outcome = operations.change_job(ref, job_id, decide, applier=applier_for(ref, no_apply, spinner.step), out=spinner.echo,
+            if applier is not None:  # (the same one: its stack is selected once)
+                applier.step = spinner.step
+            outcome = operations.change_job(ref, job_id, decide, applier=applier or applier_for(ref, no_apply, spinner.step), out=spinner.echo,
                                             confirm=spinner.paused(confirm) if confirm else None)
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None

@@ -16,9 +16,9 @@ from cli.commands import (
     fail,
     guard,
     progress,
-    recorded_events,
     stack_jobs,
 )
+from cli.commands.hints import Unread, events_source, read_events
 
 
 @app.command(
@@ -52,13 +52,17 @@ def cost(
             raise fail(f"--as-of: expected an ISO 8601 time such as 2026-11-21T18:00:00Z, got {as_of!r}") from None
         now = now if now.tzinfo else now.replace(tzinfo=UTC)
     ref, cfg, selected = stack_jobs(stack, stack_file, job)
-    if events_dir is None and not events_bucket:  # every figure below comes from the events: none is 0 by default
+    bucket, where = events_source(ref, cfg, events_dir, events_bucket)
+    if events_dir is None and not bucket:  # every figure below comes from the events: none is 0 by default
         from cli.lifecycle.status import NO_EVENTS
 
         raise fail(f"no events source: every figure of the cost report (VM-hours, preemptions, costs) comes from the jobs' "
                    f"events; {NO_EVENTS}")
     with progress("reading the events and the prices", enabled=not json_out):
-        events = {j.id: recorded_events(ref, cfg, j.id, events_dir, events_bucket) for j in selected}
+        try:
+            events = {j.id: read_events(ref, cfg, j.id, events_dir, bucket, where) for j in selected}
+        except Unread as exc:
+            raise fail(f"{exc}; give --events-bucket NAME or --events-dir DIR") from None
         cloud = cloud_for(cfg, ref)
         rep = guard(lambda: ledger.report(cfg, ref.name, selected, events, now, lookup=cloud.prices))
     if plot is not None:

@@ -1,8 +1,70 @@
-"""What a command suggests when it lacks the stack's event bucket: only options it has, so a hint never
-names another command's option (README "Everyday use of the command line")."""
+"""Where a command finds the stack's event bucket when neither --events-bucket nor --events-dir is
+given, and what it suggests when it finds none: only options it has, so a hint never names another
+command's option (README "Everyday use of the command line")."""
+
+from __future__ import annotations
 
 
 def bucket_hint(ref, bucket_option: bool = True) -> str:
     """How to name the stack's event bucket, in options the command has (``bucket_option``: --events-bucket)."""
     sync = f"`spotctl sync --stack {ref.name} --events-bucket NAME` once (the stack's eventBucket output)"
     return f"give --events-bucket NAME (the stack's eventBucket output), or run {sync}" if bucket_option else f"run {sync}"
+
+
+def known_bucket(ref, session=None, applier=None) -> tuple[str | None, str]:
+    """The stack's event bucket as this machine knows it without being told, and where from: the sync
+    session's (``session``: --events-bucket, the synced one, or the eventBucket output), else the one this
+    stack file was last synced with (a record sealed with this user's key: a commit cannot name another
+    bucket), else the stack's eventBucket output, asked only of an ``applier`` (a command that talks to
+    Pulumi anyway). (None, "") when none is known or Pulumi cannot say."""
+    from cli.lifecycle.stackfile import sync_record_path
+
+    if session is not None:
+        return session.bucket, f"bucket {session.bucket} (the stack file's shared copy's)"
+    if sync_record_path(ref.path).exists():  # (without importing the sync part otherwise)
+        from cli.lifecycle.sync import read_record
+
+        record = read_record(ref.path)
+        if record is not None:
+            return record.bucket, f"bucket {record.bucket} (the one this stack file was synced with)"
+    if applier is not None:
+        from cli.lifecycle.apply import ApplyError
+
+        try:
+            bucket = applier.outputs().get("eventBucket")
+        except ApplyError:
+            return None, ""
+        if bucket:
+            return str(bucket), f"bucket {bucket} (the stack's eventBucket output)"
+    return None, ""
+
+
+class Unread(Exception):
+    """A bucket this machine knew of (not given on the command line) could not be read."""
+
+
+def events_source(ref, cfg, events_dir, bucket, session=None, applier=None) -> tuple[str | None, str]:
+    """(the bucket to read the jobs' events from, where it was found: "" when given or none). Given
+    --events-bucket or --events-dir, exactly what was given; else the bucket ``known_bucket`` knows."""
+    if bucket or events_dir is not None or cfg is None:  # (cfg None: a file never synced, read for status)
+        return bucket, ""
+    return known_bucket(ref, session, applier)
+
+
+def read_events(ref, cfg, job_id: str, events_dir, bucket, where: str) -> list:
+    """A job's recorded events from what ``events_source`` found ([] from nowhere).
+
+    Raises:
+        Unread: a bucket found (``where``) could not be read; a given one's failure is one error line.
+    """
+    from cli.commands import cloud_for, recorded_events, warn
+
+    if not where:
+        return recorded_events(ref, cfg, job_id, events_dir, bucket) if bucket or events_dir is not None else []
+    from cli.cloud import CloudError
+    from cli.lifecycle import events
+
+    try:
+        return events.recorded(cloud_for(cfg, ref), job_id, None, bucket, warn)
+    except CloudError as exc:
+        raise Unread(f"the events in {where} could not be read: {exc}") from None

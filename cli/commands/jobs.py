@@ -24,12 +24,12 @@ from cli.commands import (
     interrupted,
     progress,
     pull_first,
-    recorded_events,
     run_change,
     shared_copy,
     stack_jobs,
     warn,
 )
+from cli.commands.hints import Unread, events_source, read_events
 from infra.basics import Capacity, ConfigError, counted
 
 FromAttemptOpt = Annotated[
@@ -65,9 +65,18 @@ def resume(
     from cli.lifecycle.states import decide_resume
 
     forced = capacity
-    with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first
+    with pull_first(stack, stack_file, job, events_bucket, no_apply) as session:  # the shared copy's news first
         ref, cfg, _ = stack_jobs(stack, stack_file, job)
-        events = recorded_events(ref, cfg, job, events_dir, events_bucket)
+        if not (preview_only and no_apply):
+            confirmer(yes, preview_only, no_apply)  # (a refusal comes before pulumi is asked anything)
+        applier = applier_for(ref, no_apply)  # (asked for the eventBucket output only when nothing else knows it)
+        bucket, where = events_source(ref, cfg, events_dir, events_bucket, session, applier)
+        sourced = events_dir is not None or bool(bucket)
+        try:
+            events = read_events(ref, cfg, job, events_dir, bucket, where)
+        except Unread as exc:  # (as without a bucket, as before one was looked for: the file's state decides)
+            warn(f"{exc}: job {job} is decided without its events")
+            events, sourced = [], False
         if observe:
             from datetime import UTC, datetime
 
@@ -75,8 +84,20 @@ def resume(
 
             events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
         choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
-        run_change(stack, stack_file, job, lambda j: decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt), no_apply, json_out,
-                   yes, preview_only)
+
+        def decide(j):
+            change = decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt)
+            if change.noop and not sourced:  # (nothing could say it stopped: say where its events are)
+                from dataclasses import replace
+
+                from cli.commands.hints import bucket_hint
+                from cli.lifecycle.status import NO_EVENTS
+
+                change = replace(change, reason=f"{change.reason}; no events source was found: {NO_EVENTS}, "
+                                 f"or {bucket_hint(ref).split(', or ')[-1]}")
+            return change
+
+        run_change(stack, stack_file, job, decide, no_apply, json_out, yes, preview_only, applier)
 
 
 @app.command(
@@ -141,15 +162,21 @@ def status(
 
     ref, cfg, selected = stack_jobs(stack, stack_file, job, for_status=True, whole=observe or bool(events_bucket))
     cloud = cloud_for(cfg, ref) if observe else None
-    sourced = events_dir is not None or bool(events_bucket)
+    bucket, where = events_source(ref, cfg, events_dir, events_bucket)
+    sourced, unread = events_dir is not None or bool(bucket), ""
     with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
-        rows = [job_report(j, recorded_events(ref, cfg, j.id, events_dir, events_bucket) if sourced else None,
+        try:
+            found = {j.id: read_events(ref, cfg, j.id, events_dir, bucket, where) for j in selected} if sourced else {}
+        except Unread as exc:  # a bucket found, not given, and unreachable: the file's columns still stand
+            sourced, unread = False, f"{exc}; "
+        rows = [job_report(j, found[j.id] if sourced else None,
                            guard(lambda j=j: cloud.vms(j.id)) if cloud else None) for j in selected]
-    if not sourced and selected:  # what the file says stands; what only events say is unknown, not 0
+    if not sourced and selected:
         from cli.lifecycle.status import NO_EVENTS
 
-        # (after the rows: a command that fails, e.g. on the cloud, says only why)
-        warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {NO_EVENTS}")
+        # (after the rows: a command that fails, e.g. on the cloud, says only why) what the file says
+        # stands; what only events say is unknown, not 0
+        warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {unread}{NO_EVENTS}")
     from cli.watch.journal import watcher_view
 
     seen_by_watcher = watcher_view(ref.path, selected)
@@ -270,12 +297,16 @@ def events(
 
     from cli.lifecycle.events import event_json
 
-    if events_dir is None and events_bucket is None:
-        raise fail(f"job {job}: where are its events? give --events-dir DIR (a synced bucket or a job disk's .spotctl/) "
-                   "or --events-bucket NAME (the stack's eventBucket output)")
     ref, cfg, _ = stack_jobs(stack, stack_file, job)
     with progress(f"job {job}: reading its events", enabled=not json_out):
-        found = recorded_events(ref, cfg, job, events_dir, events_bucket)
+        bucket, where = events_source(ref, cfg, events_dir, events_bucket)
+        try:
+            found = read_events(ref, cfg, job, events_dir, bucket, where)
+        except Unread as exc:
+            raise fail(f"job {job}: {exc}; give --events-bucket NAME or --events-dir DIR") from None
+    if not (bucket or events_dir is not None):
+        raise fail(f"job {job}: where are its events? give --events-dir DIR (a synced bucket or a job disk's .spotctl/) "
+                   "or --events-bucket NAME (the stack's eventBucket output)")
     if json_out:
         typer.echo(json.dumps([event_json(e) for e in found], indent=2, sort_keys=True))
         return

@@ -50,6 +50,10 @@ def logs(
         source: joblogs.LogSource = joblogs.DirLogs(events_dir, job, ref.name)
     else:
         if events_bucket is None:
+            from cli.commands.hints import known_bucket
+
+            events_bucket = known_bucket(ref)[0]  # (the synced one: no pulumi run)
+        if events_bucket is None:
             try:
                 with progress(f"reading the outputs of stack {ref.name}"):
                     events_bucket = applier_for(ref, False).outputs().get("eventBucket")
