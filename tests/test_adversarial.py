@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,11 @@ class Inventory:
 
 def example_disks(stack: str = STACK, owner_stack: str | None = None) -> list[CloudDisk]:
     jobs = {"llm-pretrain": ("us-central1-a", 2), "vit-finetune": ("us-central1-b", 1), "bert-eval": ("us-central1-c", 1)}
-    return [CloudDisk(disk_name(stack_slug(stack), job, n), zone, {**gcp_labels(owner_stack or stack, {}, job=job), "spotctl-node": str(n)})
-            for job, (zone, nodes) in jobs.items() for n in range(nodes)]
+    return [CloudDisk(disk_name(stack_slug(stack), job, n), zone, {**gcp_labels(owner_stack or stack, {}, job=job), "spotctl-node": str(n)},
+                      created=MADE) for job, (zone, nodes) in jobs.items() for n in range(nodes)]
+
+
+MADE, DONE = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)  # disks made, then jobs completed
 
 
 class Applier:
@@ -475,7 +479,7 @@ def run_command(ref, name: str, job: str, inventory, violations, completed) -> N
         elif name.startswith("cleanup"):
             cleanup.cleanup_job(ref, job, force=name.endswith("force"), yes=True, applier=applier, inventory=lambda cfg: inventory)
         else:
-            cleanup.cleanup_orphans(ref, lambda cfg: inventory, applier, lambda cfg, j: j in completed, delete=None)
+            cleanup.cleanup_orphans(ref, lambda cfg: inventory, applier, lambda cfg, j: DONE if j in completed else None, delete=None)
     except (ConfigError, LifecycleError, ApplyError):
         pass  # refused: that is allowed; losing a disk is not
     except Exception as exc:  # noqa: BLE001 - a crash is a finding too, reported by the test
@@ -529,8 +533,9 @@ def interleave(states, foreign, completed, threads) -> None:
         for job, state in zip(JOBS, states, strict=True):
             set_state(ref, job, state)
         disks = [d if d.labels["spotctl-job"] not in foreign else
-                 CloudDisk(d.id, d.zone, {**d.labels, "spotctl-owner": owner_value("example.gcp")}) for d in example_disks()]
-        disks.append(CloudDisk("example-gcp-gone-n0-disk", "us-central1-a", {**gcp_labels(STACK, {}, job="gone"), "spotctl-node": "0"}))
+                 CloudDisk(d.id, d.zone, {**d.labels, "spotctl-owner": owner_value("example.gcp")}, created=MADE) for d in example_disks()]
+        disks.append(CloudDisk("example-gcp-gone-n0-disk", "us-central1-a", {**gcp_labels(STACK, {}, job="gone"), "spotctl-node": "0"},
+                               created=MADE))
         violations: list[str] = []
         inventory = Watched(disks, ref, completed, violations)
         workers = [threading.Thread(target=lambda cmds=cmds: [run_command(ref, n, j, inventory, violations, completed) for n, j in cmds])

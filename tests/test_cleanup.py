@@ -4,6 +4,7 @@ this stack's ownership labels; the targeted update deletes exactly the job's res
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -253,9 +254,11 @@ def owned(job: str) -> dict[str, str]:
     return data_labels("example-aws", job, "aws")
 
 
-def completed_event(events: Path, job: str, stack: str = "example-aws") -> None:
+def completed_event(events: Path, job: str, stack: str = "example-aws", time: str | None = None) -> None:
+    """A ``completed`` event of ``job``, by default now (after the disks the test made)."""
     events.mkdir(exist_ok=True)
-    line = {"job": job, "attempt": 1, "node": 0, "event": "completed", "time": "2026-11-21T10:00:00Z", "stack": stack}
+    line = {"job": job, "attempt": 1, "node": 0, "event": "completed", "stack": stack,
+            "time": time or datetime.now(UTC).isoformat()}
     (events / f"{job}.jsonl").write_text(json.dumps(line) + "\n")
 
 
@@ -289,6 +292,26 @@ def test_orphans_with_moto(project, runner, monkeypatch, fake_pulumi):
     assert wet.exit_code == 0, wet.output
     left = {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
     assert orphan not in left and {declared, foreign, other_stack, attached, pool_root, unfinished} <= left
+
+
+@mock_aws
+def test_an_orphan_made_after_its_jobs_completion_is_kept(project, runner, monkeypatch, fake_pulumi):
+    """A completion older than the disk is not its job's: an earlier job of that id (retired and
+    reused), or a job of another deployment of a stack of the same name in this account (same
+    ownership tags): a live job's preempted (unattached) volume stays."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    live = make_volume(ec2, "us-east-1a", owned("train"))
+    completed_event(project / "events", "train", time="2026-01-05T10:00:00Z")  # the earlier `train`
+    wet = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws", "--yes", "--events-dir", "events"])
+    assert wet.exit_code == 0, wet.output
+    assert (f"keeping {live} (us-east-1a): job train's last `completed` event (2026-01-05T10:00:00+00:00) is older than "
+            "the disk") in wet.output
+    assert live in {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
+    completed_event(project / "events", "train")  # now it completed after the disk was made: it goes
+    again = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-aws", "--yes", "--events-dir", "events"])
+    assert again.exit_code == 0 and f"{live} (us-east-1a): job train completed" in again.output, again.output
+    assert live not in {v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]}
 
 
 @mock_aws
@@ -341,7 +364,8 @@ def test_aws_inventory_reads_tags_and_attachment():
     ec2 = boto3.client("ec2", region_name="us-east-1")
     vid = make_volume(ec2, "us-east-1a", owned("x"))
     (disk,) = AwsInventory("us-east-1", "example-aws", client=ec2).disks()
-    assert disk == CloudDisk(vid, "us-east-1a", owned("x"), in_use=False)
+    made = ec2.describe_volumes(VolumeIds=[vid])["Volumes"][0]["CreateTime"]
+    assert disk == CloudDisk(vid, "us-east-1a", owned("x"), in_use=False, created=made) and made.tzinfo is not None
 
 
 labels = st.fixed_dictionaries({}, optional={
@@ -353,11 +377,16 @@ labels = st.fixed_dictionaries({}, optional={
 states = st.sampled_from(["pending", "running", "preempted", "stopped", "completed", "failed"])
 
 
-@given(disks=st.lists(st.tuples(labels, st.booleans()), max_size=12), job_states=st.lists(states, min_size=3, max_size=3),
-       in_state=st.sets(st.sampled_from(["a", "zzz", "yyy"])), done=st.sets(st.sampled_from(["a", "b", "zzz", "yyy"])))
+DAYS = st.none() | st.integers(1, 9).map(lambda day: datetime(2026, 11, day, tzinfo=UTC))
+
+
+@given(disks=st.lists(st.tuples(labels, st.booleans(), DAYS), max_size=12), job_states=st.lists(states, min_size=3, max_size=3),
+       in_state=st.sets(st.sampled_from(["a", "zzz", "yyy"])),
+       done=st.dictionaries(st.sampled_from(["a", "b", "zzz", "yyy"]), DAYS.filter(bool)))
 def test_orphan_selection_never_deletes_what_it_must_not(disks, job_states, in_state, done):
     cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(id=i, state=s) for i, s in zip("abc", job_states, strict=True)]), "t")
-    inventory = [CloudDisk(f"vol-{n}", "us-east-1a", dict(tags), in_use=used) for n, (tags, used) in enumerate(disks)]
+    inventory = [CloudDisk(f"vol-{n}", "us-east-1a", dict(tags), in_use=used, created=made)
+                 for n, (tags, used, made) in enumerate(disks)]
     held = Held(frozenset(in_state), frozenset())
     for disk, ok, _ in deletable_orphans(inventory, cfg, "team-a", held, done):
         assert "spotctl:pool" not in disk.labels and "spotctl:node" in disk.labels  # data volumes only
@@ -365,7 +394,7 @@ def test_orphan_selection_never_deletes_what_it_must_not(disks, job_states, in_s
             assert disk.labels.get("spotctl:owner") == owner_value("team-a") and disk.labels.get("spotctl:managed") == "true"
             job = disk.labels.get("spotctl:job")
             assert job not in {"a", "b", "c"} and job not in in_state and job in done
-            assert not disk.in_use
+            assert not disk.in_use and disk.created is not None and done[job] > disk.created
 
 
 def test_owner_value_tells_lossy_slugs_apart():

@@ -35,6 +35,7 @@ class CloudDisk:
     zone: str
     labels: dict[str, str] = field(default_factory=dict)
     in_use: bool = False
+    created: datetime | None = None  # when the cloud made it (a completion before it is not its job's)
 
     def owner(self, cloud: str) -> tuple[str | None, str | None, bool]:
         """(owner, job, managed) from our ownership labels/tags; owner is ``naming.owner_value`` of
@@ -47,8 +48,6 @@ class CloudDisk:
 @dataclass(frozen=True)
 class CloudSnapshot(CloudDisk):
     """A snapshot (GCP: global; AWS: regional, ``zone`` empty) with its labels/tags and when it was made."""
-
-    created: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ class AwsInventory:
         for page in pages:
             for v in page["Volumes"]:
                 tags = {t["Key"]: t["Value"] for t in v.get("Tags", [])}
-                out.append(CloudDisk(v["VolumeId"], v["AvailabilityZone"], tags, in_use=v["State"] != "available"))
+                # CreateTime: "The time stamp when volume creation was initiated" (EC2 Volume; boto3: aware UTC)
+                out.append(CloudDisk(v["VolumeId"], v["AvailabilityZone"], tags, in_use=v["State"] != "available",
+                                     created=v.get("CreateTime")))
         return out
 
     def delete(self, disk: CloudDisk) -> None:

@@ -76,7 +76,9 @@ class GcpInventory:
         for scope, scoped in self.client.aggregated_list(request=request):
             for d in scoped.disks:
                 zone = d.zone.rsplit("/", 1)[-1] if d.zone else scope.rsplit("/", 1)[-1]
-                out.append(CloudDisk(d.name, zone, dict(d.labels), in_use=bool(d.users)))
+                # creationTimestamp: "[Output Only] Creation timestamp in RFC3339 text format" (Compute V1 Disk)
+                out.append(CloudDisk(d.name, zone, dict(d.labels), in_use=bool(d.users),
+                                     created=datetime.fromisoformat(d.creation_timestamp) if d.creation_timestamp else None))
         return out
 
     def delete(self, disk: CloudDisk) -> None:

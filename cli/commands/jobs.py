@@ -359,7 +359,7 @@ def cleanup(
 
     def completed(cfg, job_id):
         found = events.recorded(cloud_for(cfg, ref), job_id, events_dir, events_bucket, warn)
-        return any(e.event == "completed" for e in found)
+        return max((e.time for e in found if e.event == "completed"), default=None)
 
     with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first
         try:

@@ -272,16 +272,22 @@ def is_data_disk(disk: CloudDisk, cloud: str) -> bool:
 
 
 def deletable_orphans(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str, held: Held | None = None,
-                      completed: Iterable[str] = ()) -> list[tuple[CloudDisk, bool, str]]:
+                      completed: Mapping[str, datetime] | None = None) -> list[tuple[CloudDisk, bool, str]]:
     """Every data disk of this stack that no job of the file declares, with whether it may go and why.
 
     Boot disks and pool disks are not listed. An orphan may be deleted only when it carries this
     exact stack's ownership labels, its job is in neither the stack file nor the Pulumi state
     (``held``; None: unknown, so nothing goes), Pulumi holds no resource with its id, its job
-    recorded a ``completed`` event, and no VM uses it. Anything else is listed and kept.
+    recorded a ``completed`` event after the disk was made (``completed``: job -> its last completion),
+    and no VM uses it. Anything else is listed and kept.
+
+    The completion must be later than the disk: an earlier one is of an earlier job of that id (ids
+    are reused once retired), or of another deployment of a stack of the same name in the same account
+    (AWS names its resources with random suffixes, so two can coexist; their ownership tags are the
+    same): the disk of a live job of either stays.
     """
     declared = {j.id for j in cfg.jobs}
-    done = set(completed)
+    done = dict(completed or {})
     out = []
     for disk in disks:
         if not is_data_disk(disk, cfg.cloud):
@@ -296,6 +302,12 @@ def deletable_orphans(disks: Iterable[CloudDisk], cfg: StackConfig, stack: str, 
             ok, why = False, f"Pulumi's state still holds it (job {job_id})"
         elif ok and job_id not in done:
             ok, why = False, f"job {job_id} recorded no `completed` event (renamed or removed by hand?)"
+        elif ok and disk.created is None:
+            ok, why = False, "its creation time is unknown (a completion cannot be told to be its job's)"
+        elif ok and done[job_id] <= disk.created:
+            ok, why = False, (f"job {job_id}'s last `completed` event ({done[job_id].isoformat()}) is older than the disk "
+                              f"(made {disk.created.isoformat()}): it is of an earlier job of that id, or of another stack "
+                              "of the same name")
         elif ok and disk.in_use:
             ok, why = False, "it is attached to a VM"
         elif ok:
@@ -311,18 +323,18 @@ def orphan_jobs(disks: Iterable[CloudDisk], cfg: StackConfig) -> set[str]:
 
 
 def cleanup_orphans(ref: stackfile.StackRef, inventory: Callable[[StackConfig], Inventory], applier: Applier | None,
-                    completed: Callable[[StackConfig, str], bool], *, delete: set[str] | None,
+                    completed: Callable[[StackConfig, str], datetime | None], *, delete: set[str] | None,
                     report: Callable[[CloudDisk, bool, str, bool], None] | None = None) -> list[tuple[CloudDisk, bool, str]]:
     """List orphaned disks and delete those that may go, decided and deleted under the stack
     file's lock: all of them with ``delete`` None, only those whose ids are in ``delete`` (what
-    the user was shown and confirmed) otherwise. ``completed(cfg, job)`` says whether a job
-    recorded a ``completed`` event; ``report(disk, deletable, why, deleting)`` is told about each."""
+    the user was shown and confirmed) otherwise. ``completed(cfg, job)`` is when a job last recorded a
+    ``completed`` event (None: never); ``report(disk, deletable, why, deleting)`` is told about each."""
     with stackfile.locked(ref.path):
         cfg = stackfile.load(ref)
         inv = inventory(cfg)
         disks = inv.disks()
         held = applier.held() if applier else None
-        done = [job for job in sorted(orphan_jobs(disks, cfg)) if completed(cfg, job)]
+        done = {job: when for job in sorted(orphan_jobs(disks, cfg)) if (when := completed(cfg, job)) is not None}
         found = deletable_orphans(disks, cfg, ref.name, held, done)
         _delete_listed(found, delete, report, inv.delete)
     return found
