@@ -133,7 +133,7 @@ def refusing(project: Path, fake_pulumi: Path, pulumi_state, monkeypatch, tmp_pa
     events = tmp_path / "ev.jsonl"
     write_events(events, (3, "started", -114), (3, "preempted", 0))
     monkeypatch.setenv("FAKE_PULUMI_CAPACITY_ZONE", "us-east-1a")
-    monkeypatch.setattr(capacity, "policy_capacity", lambda now: lambda j, ev: Capacity.SPOT)
+    monkeypatch.setattr(capacity, "policy_capacity", lambda now, **_: lambda j, ev: Capacity.SPOT)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     with mock_aws():  # the stack's snapshots, listed once a move finished (none expired here)
         # The job's volumes in the cloud, every generation its moves may leave: a move's release

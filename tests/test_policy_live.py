@@ -194,3 +194,51 @@ def test_resume_weighs_the_stacks_prices(runner, tmp_path):
     stack, events = write_stack(tmp_path, "loop", SHORT[:1])
     stack.write_text(stack.read_text().replace("  spotctl:jobs:", "  spotctl:prices:\n    p3.2xlarge: {spot: 1.0, onDemand: 1.3}\n  spotctl:jobs:"))
     assert resume(runner, stack, events, "loop")["fields"]["capacity"] == "on-demand"
+
+
+# ---- `spotctl watch` chooses as `resume` does: the job's whole history, the stack's learning and prices ----
+
+
+def watch_resume(runner, stack: Path, events: Path) -> dict:
+    """`watch --once --no-apply` over a stack whose job still says running: its resume record."""
+    stack.write_text(stack.read_text().replace("state: preempted", "state: running", 1))
+    result = runner.invoke(app, ["watch", "--stack-file", str(stack), "--once", "--json", "--no-poll", "--no-apply",
+                                 "--events-dir", str(events)])
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    resumed = [r for r in records if r["action"] == "resume" and r["job"] == "loop"]
+    assert len(resumed) == 1 and resumed[0]["result"] == "written", result.output
+    return resumed[0]
+
+
+@pytest.mark.parametrize("policy", ["default", "n-preemptions"])
+def test_watch_chooses_the_capacity_resume_chooses_on_the_same_history(runner, tmp_path, policy):
+    """Four short windows: `resume` goes on-demand (test above), and so does the watcher, which must
+    see every attempt's events (not only the current attempt's end) and count the preemptions."""
+    def stack_of(where: Path, runs) -> tuple[Path, Path]:
+        stack, events = write_stack(where, "loop", runs)
+        if policy != "default":
+            stack.write_text(stack.read_text().replace("state: preempted", f"state: preempted\n      policy: {policy}", 1))
+        return stack, events
+
+    by_resume = resume(runner, *stack_of(tmp_path / "r", SHORT), "loop")["fields"]
+    by_watch = watch_resume(runner, *stack_of(tmp_path / "w", SHORT))["fields"]
+    assert by_resume == by_watch == {"attempt": 5, "state": "running", "capacity": "on-demand"}
+    if policy != "default":  # (three preemptions of hours are on-demand for n-preemptions)
+        return
+    # The same holds where spot pays (windows of hours): both keep spot.
+    assert resume(runner, *stack_of(tmp_path / "r2", LONG), "loop")["fields"] == {"attempt": 4, "state": "running"}
+    assert watch_resume(runner, *stack_of(tmp_path / "w2", LONG))["fields"] == {"attempt": 4, "state": "running"}
+
+
+def test_watch_weighs_the_stacks_prices_and_learning_as_resume_does(runner, tmp_path):
+    """One short window: spot at the shipped 3x; on-demand at the stack's 1.3x, or once `policy fit`
+    learned the neighbour's short windows in this zone, in `watch` as in `resume`."""
+    stack, events = write_stack(tmp_path / "p", "loop", SHORT[:1])
+    stack.write_text(stack.read_text().replace("  spotctl:jobs:", "  spotctl:prices:\n    p3.2xlarge: {spot: 1.0, onDemand: 1.3}\n  spotctl:jobs:"))
+    assert watch_resume(runner, stack, events)["fields"]["capacity"] == "on-demand"
+    stack, events = write_stack(tmp_path / "l", "loop", SHORT[:1])
+    (events / "neighbour.jsonl").write_text("\n".join(json.dumps(d) for d in attempts("neighbour", [
+        (r[0] + 200, r[1] + 200, r[2] + 200, r[3]) for r in SHORT])) + "\n")
+    result = runner.invoke(app, ["policy", "fit", "--stack-file", str(stack), "--events-dir", str(events)])
+    assert result.exit_code == 0, result.output
+    assert watch_resume(runner, stack, events)["fields"]["capacity"] == "on-demand"

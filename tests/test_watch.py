@@ -579,7 +579,7 @@ def test_capacity_refusals_back_off_ask_the_policy_each_try_then_succeed(aws_sta
     aws_stack.write_text(AWS_STACK.replace("      attempt: 3\n", "      attempt: 3\n      moveOnCapacity: false\n", 1))
     asked = []
 
-    def policy(now):
+    def policy(now, **_):
         def choose(j, events):
             asked.append(j.attempt)
             return Capacity.ON_DEMAND if len(asked) >= 3 else Capacity.SPOT  # the policy changes its mind
@@ -700,7 +700,7 @@ def test_a_non_capacity_failure_retries_the_same_update_and_never_asks_the_polic
     failovers: list[int] = []
     real = capacity.decide_zone_failover
 
-    def policy(now):
+    def policy(now, **_):
         def choose(j, events):
             asked.append(j.attempt)
             return Capacity.SPOT if len(asked) == 1 else Capacity.ON_DEMAND  # the resume's own ask: spot

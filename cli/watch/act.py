@@ -38,20 +38,26 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
     """Carry out ``action``; every outcome is written to the journal before this returns.
     ``inventory`` (the stack's cloud inventory) lets a finished move prune expired snapshots."""
     memo = journal.job(action.job)
+    # What ends the current attempt decides whether to resume (idempotency: only this attempt's outcome
+    # counts); the capacity is chosen on the job's whole history, every attempt, as `resume` chooses it.
     facts = [e for e in events if e.attempt == action.attempt and e.event in ("preempted", "stopped", "failed", "completed")]
+    own = [e for e in events if e.job == action.job]
+
+    def choose_own(job: Job, _facts: list[Event]) -> Capacity:
+        return choose(job, own)
 
     def decide(job: Job) -> Change:
         stale = still_current(job, action)
         if stale:
             return Change(job.id, {}, stale, noop=True)
         if action.kind == "resume":
-            change = decide_resume(job, facts, force=action.force, choose=choose)
+            change = decide_resume(job, facts, force=action.force, choose=choose_own)
         elif action.kind == "complete":
             change = decide_complete(job, by_events=True)
         elif action.kind == "mark-failed":
             change = mark_failed(job, action.reason)
         else:  # retry-capacity: same attempt, the capacity decided (on-demand in place) or the policy's now
-            cap = Capacity(action.capacity) if action.capacity else choose(job, events)
+            cap = Capacity(action.capacity) if action.capacity else choose(job, own)
             change = Change(job.id, {"capacity": cap.value}, f"{action.reason}: {cap.value}")
         if applier is not None and not change.noop:
             # Under the stack lock, before the file is written: a crash from here on is finished by

@@ -56,8 +56,6 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
             lock) or, when the stack file is shared, anywhere (the lease in the event bucket).
         LeaseLost: the bucket lease was taken or could not be renewed in time; nothing more was done.
     """
-    from cli.lifecycle.capacity import policy_capacity
-
     rng = rng or random.Random()
     if settings.shared is not None:
         settings.shared.strict = True  # never act on a file that may be stale: hold back instead (``cycle``)
@@ -77,7 +75,7 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
                 fence = bucket_lease(settings, lease, report, now, sleep, quiet=True, monotonic=monotonic)
             t = now()
             poll_due = last_poll is None or (t - last_poll).total_seconds() >= settings.poll_every_s
-            ok = cycle(settings, report, cloud_for, t, rng, poll_due, policy_capacity(now), bucket_cache, fence) and ok
+            ok = cycle(settings, report, cloud_for, t, rng, poll_due, None, bucket_cache, fence) and ok
             if settings.shared is not None:
                 settings.shared.retry()  # unreachable for this cycle only: the next one asks again
             last_poll = t if poll_due else last_poll
@@ -118,10 +116,11 @@ def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable
 
 
 def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: random.Random, poll_due: bool,
-          choose, bucket_cache: dict[str, bytes] | None = None, fence: leasing.BucketLease | None = None) -> bool:
+          choose=None, bucket_cache: dict[str, bytes] | None = None, fence: leasing.BucketLease | None = None) -> bool:
     """One observe -> decide -> act pass over the stack; True when every action succeeded. With a
     ``fence`` (the bucket lease) every action first checks the lease is still this watcher's, and it is
-    kept renewed while the action runs.
+    kept renewed while the action runs. ``choose`` picks a resumed job's capacity; None: the stack's
+    chooser, the one ``resume`` uses (``cli.lifecycle.capacity.stack_capacity``).
 
     Raises:
         LeaseLost: the lease is no longer this watcher's: the remaining actions are not taken.
@@ -142,6 +141,10 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     except ConfigError as exc:
         report.warn(str(exc))
         return False
+    if choose is None:  # as `resume` chooses: the job's policy, what `policy fit` learned, the stack's prices
+        from cli.lifecycle.capacity import stack_capacity
+
+        choose = stack_capacity(ref.path, ref.name, cfg, now=lambda: now)
     journal = Journal.load(ref.path)
     cloud = cloud_for(cfg)
     seen = observing.observe(cloud, cfg, ref.name, settings.sources, now, poll_due=poll_due,
