@@ -160,9 +160,9 @@ def test_policy_fit_learns_from_the_stack_and_resume_reads_it(runner, tmp_path):
 def test_policy_fit_needs_events_and_a_damaged_file_teaches_nothing(runner, tmp_path):
     stack, events = write_stack(tmp_path, "loop", SHORT[:1])
     result = runner.invoke(app, ["policy", "fit", "--stack-file", str(stack)])
-    assert result.exit_code == 1 and "--events-dir" in result.output
+    assert result.exit_code == 1 and "--events-dir" in result.output and not (tmp_path / "stacks" / ".spotctl" / "team.policy.json").exists()
     path = tmp_path / "stacks" / ".spotctl" / "team.policy.json"
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)  # (the stack was read: its index is there)
     path.write_text('{"version": 1, "pools": {"us-east-1a/p3.2xlarge": {"up_rate": "x", "jobs": 3}}}')
     assert "capacity" not in resume(runner, stack, events, "loop")["fields"]  # spot, as without the file
 
@@ -242,3 +242,27 @@ def test_watch_weighs_the_stacks_prices_and_learning_as_resume_does(runner, tmp_
     result = runner.invoke(app, ["policy", "fit", "--stack-file", str(stack), "--events-dir", str(events)])
     assert result.exit_code == 0, result.output
     assert watch_resume(runner, stack, events)["fields"]["capacity"] == "on-demand"
+
+
+def test_policy_fit_with_only_the_stack_finds_the_events_in_its_event_bucket_output(project, runner, fake_pulumi,
+                                                                                  moto_server, monkeypatch):
+    """Issue 21: `spotctl policy fit --stack NAME` refits from the stack's event history: given neither
+    option, the events are in the stack's eventBucket output (asked of pulumi)."""
+    import boto3
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="team-events")
+    for k, doc in enumerate(attempts("loop", SHORT)):
+        s3.put_object(Bucket="team-events", Key=f"team/loop/attempt-{doc['attempt']}/node-0/{k}-{doc['event']}.json",
+                      Body=json.dumps({**doc, "stack": "team"}).encode())
+    (project / "stacks" / "Pulumi.team.yaml").write_text(STACK.format(job="loop", attempt=len(SHORT)))
+    monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", json.dumps({"eventBucket": "team-events"}))
+    result = runner.invoke(app, ["policy", "fit", "--stack", "team"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[:3] == [
+        "events from bucket team-events (the stack's eventBucket output)", "wrote stacks/.spotctl/team.policy.json",
+        "  us-east-1a/p3.2xlarge: 4 spot windows (0 open), expected window "
+        + result.stdout.splitlines()[2].split("expected window ")[1]]
+    monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", "{}")  # not deployed: nothing to read, said so
+    nothing = runner.invoke(app, ["policy", "fit", "--stack", "team"])
+    assert nothing.exit_code == 1 and nothing.stderr.startswith("error: policy fit: no events source found for stack team")

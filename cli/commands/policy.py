@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, fail, progress, recorded_events, stack_jobs
+from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, applier_for, fail, progress, stack_jobs
 from cli.commands.traces import TRACE_LOOKUP, find_trace
 from infra.basics import counted
 
@@ -84,7 +84,8 @@ app.add_typer(policy_app, name="policy")
 @policy_app.command(
     "fit",
     short_help="Learn spot windows and changeovers from the stack's events.  Example: spotctl policy fit -s team-a",
-    help="Read every job's recorded events (--events-dir and/or --events-bucket), measure spot windows (started to "
+    help="Read every job's recorded events (--events-dir and/or --events-bucket; given neither, the bucket the stack "
+    "file was synced with, else the stack's eventBucket output), measure spot windows (started to "
     "preempted) and changeovers (started to the first progress event) per zone and machine type, fit the hazards "
     "of spot windows with the shipped regimes as prior, and write stacks/.spotctl/<stack>.policy.json, which "
     "`resume` reads.\n\nExample: spotctl policy fit --stack team-a --events-dir ./events --json",
@@ -94,15 +95,24 @@ def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_d
     import json
     from datetime import UTC, datetime
 
+    from cli.commands.hints import Unread, bucket_hint, events_source, read_events
     from cli.lifecycle.capacity import fit_stack
 
-    if events_dir is None and events_bucket is None:
-        raise fail("policy fit: give --events-dir DIR and/or --events-bucket NAME (where the jobs' events are)")
     if events_dir is not None and not events_dir.exists():
         raise fail(f"--events-dir {events_dir}: no such file or directory")
     ref, cfg, jobs = stack_jobs(stack, stack_file, None)
-    path, doc = fit_stack(ref.path, ref.name, jobs, lambda job_id: recorded_events(ref, cfg, job_id, events_dir, events_bucket),
-                          datetime.now(UTC))
+    # Given neither option: the bucket the file was synced with, else the stack's eventBucket output.
+    bucket, where = events_source(ref, cfg, events_dir, events_bucket, applier=applier_for(ref, False))
+    if events_dir is None and not bucket:
+        raise fail(f"policy fit: no events source found for stack {ref.name}: give --events-dir DIR (the bucket synced "
+                   f"locally) and/or --events-bucket NAME (the stack's eventBucket output), or {bucket_hint(ref).split(', or ')[-1]}")
+    try:
+        path, doc = fit_stack(ref.path, ref.name, jobs, lambda job_id: read_events(ref, cfg, job_id, events_dir, bucket, where),
+                              datetime.now(UTC))
+    except Unread as exc:
+        raise fail(f"policy fit: {exc}; give --events-bucket NAME or --events-dir DIR") from None
+    if where and not json_out:
+        typer.echo(f"events from {where}")
     if json_out:
         typer.echo(json.dumps({"path": str(path), **doc}, indent=2, sort_keys=True))
         return
