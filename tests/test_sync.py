@@ -879,3 +879,25 @@ def test_resume_without_a_source_says_where_its_events_would_be(project, runner)
         "no events source was found: give --events-bucket NAME (the stack's eventBucket output, `pulumi stack output "
         "eventBucket`) or --events-dir DIR (the bucket synced locally, or a job disk's .spotctl/), or run `spotctl sync "
         "--stack example-gcp --events-bucket NAME` once (the stack's eventBucket output)\n")
+
+
+def test_cleanup_of_orphans_reads_completions_from_the_synced_bucket(machines, runner, fake_pulumi):
+    from datetime import UTC, datetime
+
+    import boto3
+
+    from tests.conftest import data_labels
+
+    machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    tags = [{"Key": k, "Value": v} for k, v in data_labels("team", "gone", "aws").items()]
+    vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=10,
+                            TagSpecifications=[{"ResourceType": "volume", "Tags": tags}])["VolumeId"]
+    boto3.client("s3", region_name="us-east-1").put_object(
+        Bucket="evts", Key="team/gone/attempt-1/node-0/1-completed.json",
+        Body=json.dumps({"job": "gone", "stack": "team", "attempt": 1, "node": 0, "event": "completed",
+                         "time": datetime.now(UTC).isoformat(), "details": {}}).encode())
+    dry = cli(runner, "cleanup", "--orphans")
+    assert dry.exit_code == 0, dry.output
+    assert f"{vol} (us-east-1a): job gone completed and is in neither the stack file nor the Pulumi state" in dry.output

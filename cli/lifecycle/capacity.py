@@ -7,7 +7,9 @@ Measured, not assumed: an attempt's changeover runs from its ``started`` event t
 one (``DEFAULT_CHANGEOVER_H`` until one does); progress is running time minus changeovers. A spot
 window is an attempt that ended ``preempted``: from ``started`` to the preemption; a spot attempt
 (its ``started`` event's ``capacity``) that is still running or that we ended is a window at least
-that long.
+that long. A window is evidence about the zone and machine type it ran in (``attempt_pools``): the
+zone of its attempt in the job's ``zoneHistory`` and the ``machineType`` its ``started`` event
+records, not the job's zone now.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,9 +49,13 @@ def _hours(a: datetime, b: datetime) -> float:
     return max(0.0, (b - a).total_seconds() / 3600)
 
 
-def measure(events: Iterable[Event], now: datetime, default_changeover_h: float = DEFAULT_CHANGEOVER_H) -> Measured:
-    """Changeover, progress and spot windows from one job's events (see the module docstring)."""
+def measure(events: Iterable[Event], now: datetime, default_changeover_h: float = DEFAULT_CHANGEOVER_H,
+            attempts: Container[int] | None = None) -> Measured:
+    """Changeover, progress and spot windows from one job's events (see the module docstring);
+    with ``attempts``, of those attempts only (the ones that ran in one zone on one machine type)."""
     events = list(events)
+    if attempts is not None:
+        events = [e for e in events if e.attempt in attempts]
     tl = Timeline.of(events, now)
     first_progress: dict[int, datetime] = {}
     started: dict[int, datetime] = {}
@@ -80,7 +86,8 @@ def measure(events: Iterable[Event], now: datetime, default_changeover_h: float 
 
 def observation_for(job: Job, events: list[Event], now: datetime, changeover_h: float | None = None,
                     price_ratio: float = DEFAULT_PRICE_RATIO):
-    """The policy's view of a job about to be resumed, and the availability history to replay.
+    """The policy's view of a job about to be resumed, and the availability history to replay (from
+    the job's attempts in its zone and machine type now: see ``attempt_pools``).
 
     Without ``deadlineHours`` (or without ``jobHours``, when a deadline cannot be weighed) the
     deadline is ``inf``: the policies then weigh cost per hour of progress, or preemptions.
@@ -91,8 +98,10 @@ def observation_for(job: Job, events: list[Event], now: datetime, changeover_h: 
     tl = Timeline.of(events, now)
     start = tl.first_start or now
     history: list[bool] = []
-    cursor = start
-    for a, b, _ in tl.runs:
+    here = _here(job, events)  # the availability replayed is this zone's (and machine type's) only
+    seen_here = Timeline.of([e for e in events if e.attempt in here], now)
+    cursor = seen_here.first_start or now
+    for a, b, _ in seen_here.runs:
         history += [False] * int(_hours(cursor, a) / TICK_H)
         history += [True] * int(_hours(a, b) / TICK_H)
         cursor = b
@@ -115,8 +124,33 @@ def learned_path(stack_path: Path, stack: str) -> Path:
 
 
 def pool_key(job: Job) -> str:
-    """Jobs share what they learn with jobs in the same zone on the same machine type."""
+    """Jobs share what they learn with jobs in the same zone on the same machine type (the job's now)."""
     return f"{job.zone}/{job.machine_type or job.instance_type or '?'}"
+
+
+def attempt_pools(job: Job, events: Iterable[Event]) -> dict[int, str]:
+    """The pool (zone/machine type) each attempt in ``events`` ran in: its zone from ``zoneHistory``
+    (attempts up to a stay's ``lastAttempt`` ran in that zone; later ones in the job's zone: during a
+    move's snapshot and restore steps the job's zone is still the one it leaves), its machine type
+    from its ``started`` event's ``machineType`` (the scripts record it), else the job's."""
+    stays = sorted(job.zone_history, key=lambda s: s.last_attempt)
+    machine: dict[int, str] = {}
+    for e in events:
+        if e.event == "started" and e.details.get("machineType"):
+            machine.setdefault(e.attempt, e.details["machineType"])
+    attempts = {e.attempt for e in events}
+    default_machine = job.machine_type or job.instance_type or "?"
+    out = {}
+    for a in attempts:
+        zone = next((s.zone for s in stays if a <= s.last_attempt), job.zone)
+        out[a] = f"{zone}/{machine.get(a, default_machine)}"
+    return out
+
+
+def _here(job: Job, events: list[Event]) -> set[int]:
+    """The job's attempts that ran in its pool now: the only ones that are evidence about it."""
+    key = pool_key(job)
+    return {a for a, pool in attempt_pools(job, events).items() if pool == key}
 
 
 def fit(jobs: Iterable[Job], events_of: Callable[[str], list[Event]], now: datetime) -> dict[str, Any]:
@@ -128,15 +162,20 @@ def fit(jobs: Iterable[Job], events_of: Callable[[str], list[Event]], now: datet
 
     pools: dict[str, dict[str, Any]] = {}
     for job in jobs:
-        m = measure(events_of(job.id), now)
-        entry = pools.setdefault(pool_key(job), {"jobs": {}, "windows_h": [], "censored_h": [], "changeovers_h": []})
-        entry["jobs"][job.id] = {"windows_h": [round(w, 4) for w in m.windows_h],
-                                 "censored_h": [round(w, 4) for w in m.censored_h],
-                                 "changeover_h": round(m.changeover_h, 4) if m.measured_changeovers else None}
-        entry["windows_h"] += m.windows_h
-        entry["censored_h"] += m.censored_h
-        if m.measured_changeovers:
-            entry["changeovers_h"].append(m.changeover_h)
+        events = events_of(job.id)
+        by_pool: dict[str, set[int]] = {pool_key(job): set()}
+        for attempt, key in attempt_pools(job, events).items():
+            by_pool.setdefault(key, set()).add(attempt)
+        for key, attempts in by_pool.items():  # each attempt's windows where it ran, not where the job is now
+            m = measure(events, now, attempts=attempts)
+            entry = pools.setdefault(key, {"jobs": {}, "windows_h": [], "censored_h": [], "changeovers_h": []})
+            entry["jobs"][job.id] = {"windows_h": [round(w, 4) for w in m.windows_h],
+                                     "censored_h": [round(w, 4) for w in m.censored_h],
+                                     "changeover_h": round(m.changeover_h, 4) if m.measured_changeovers else None}
+            entry["windows_h"] += m.windows_h
+            entry["censored_h"] += m.censored_h
+            if m.measured_changeovers:
+                entry["changeovers_h"].append(m.changeover_h)
     out = {}
     for key, entry in sorted(pools.items()):
         regime = fit_windows(key, entry["windows_h"], entry["censored_h"], pooled_regime())
@@ -226,7 +265,9 @@ def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC), lea
         ratio = price_ratio(job) if price_ratio else DEFAULT_PRICE_RATIO
         obs, history = observation_for(job, events, at, price_ratio=ratio)
         if job.policy == Default.name:
-            policy = make_policy(job.policy, **_policy_params(job, learned or {}, measure(events, at)))
+            # The windows weighed are this zone's and machine type's: the job's own elsewhere are not
+            # evidence about them (the changeover and progress, in ``obs``, are the whole job's).
+            policy = make_policy(job.policy, **_policy_params(job, learned or {}, measure(events, at, attempts=_here(job, events))))
         else:
             policy = make_policy(job.policy)
         if math.isfinite(obs.deadline_h):
