@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli.app import app
 from cli.lifecycle.capacity import measure, observation_for, policy_capacity, read_learned
@@ -124,6 +126,28 @@ def test_open_ended_cost_per_progress_overrides_the_prior_with_evidence():
     assert spot_cost_per_progress([0.1], [], 0.25, prior) < k  # one short window is not a pattern
     assert spot_cost_per_progress([0.1] * 5, [], 0.25, prior) > k  # five are
     assert spot_cost_per_progress([4.0, 5.0], [], 0.25, prior) < 1.2
+
+
+@pytest.mark.parametrize("minutes,preemptions", [(0, 4), (1, 4), (2, 6), (1, 10)])
+def test_no_deadline_and_windows_of_a_minute_or_two_move_to_on_demand(runner, tmp_path, minutes, preemptions):
+    """Issue 21's example with windows far shorter than the (default, unmeasured) 0.2 h changeover:
+    launches that end at once make no progress and cost at least their changeover, never nothing."""
+    runs = [(30 * i, None, 30 * i + minutes, "preempted") for i in range(preemptions)]
+    stack, events = write_stack(tmp_path, "loop", runs)
+    assert resume(runner, stack, events, "loop")["fields"] == {"attempt": preemptions + 1, "state": "running", "capacity": "on-demand"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 6), st.floats(0, 3)), min_size=1, max_size=8),
+       st.floats(0.01, 0.5), st.sampled_from([math.inf, 5.0, 50.0]))
+def test_open_ended_cost_per_progress_never_falls_as_windows_get_shorter(pairs, changeover, work):
+    """Monotone: lengthening any window never makes spot dearer per hour of progress."""
+    prior = pooled_regime()
+    shorter = [w for w, _ in pairs]
+    longer = [w + extra for w, extra in pairs]
+    a = spot_cost_per_progress(shorter, [], changeover, prior, work_h=work)
+    b = spot_cost_per_progress(longer, [], changeover, prior, work_h=work)
+    assert a >= b * (1 - 1e-9), (shorter, longer, a, b)
 
 
 def test_open_ended_default_leaves_on_demand_only_after_a_quiet_spell():

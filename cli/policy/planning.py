@@ -193,13 +193,14 @@ class OnlineRegime:
 def launch_economics(regime: Regime, changeover_h: float, age_h: float = 0.0, work_h: float = math.inf,
                      dt_h: float = 1 / 60) -> tuple[float, float]:
     """Expected (hours billed, hours of progress) of one spot launch into a window that has already
-    lasted ``age_h``: billed until the window ends (or the work is done), progress after the changeover."""
+    lasted ``age_h``: billed until the window ends (or the work is done), and at least through the
+    changeover (see ``spot_cost_per_progress``), progress after the changeover."""
     horizon = min(work_h + changeover_h, 24 * 14)
     n = max(1, int(math.ceil(horizon / dt_h)))
     t = (np.arange(n) + 0.5) * dt_h
     rates = _rates_at(regime, age_h + t)
     alive = np.exp(-np.concatenate([[0.0], np.cumsum(rates * dt_h)]))[:-1]  # P(window still open at t)
-    billed = float(np.sum(alive) * dt_h)
+    billed = float(np.sum(np.where(t <= changeover_h, 1.0, alive)) * dt_h)
     progress = float(np.sum(alive[t > changeover_h]) * dt_h)
     if math.isinf(work_h):  # beyond the horizon the last bucket's rate holds: an exponential tail
         tail = alive[-1] * math.exp(-rates[-1] * dt_h) / max(rates[-1], 1e-6)
@@ -213,11 +214,24 @@ def spot_cost_per_progress(windows_h: Sequence[float], censored_h: Sequence[floa
     """Spot's cost per hour of progress, renewal-reward style: hours billed over hours of progress per
     launch, from observed spot windows (each launch pays the changeover again), plus ``prior_windows``
     pseudo-windows of ``prior`` so a handful of observations override it. A censored window (still
-    open, or ended by us) counts with the prior's expected remainder. ``inf`` when nothing progresses."""
+    open, or ended by us) counts with the prior's expected remainder. ``inf`` when nothing progresses.
+
+    A launch costs at least its changeover, whether or not its window outlived it: a window shorter
+    than the changeover makes no progress and is billed as the changeover, not as the window. Why
+    not the window: a window runs from ``started``, but the cloud bills from launch (the boot before
+    ``started`` is not recorded, so not measured), at least a minute a launch ("Every time you start
+    your instance, Amazon EC2 charges a one-minute minimum for instance usage, and thereafter charges
+    per second", docs.aws.amazon.com/cli/v1/reference/ec2/start-instances.html), and a relaunch also
+    spends the job's time with no progress. Billing the window alone made a zone that preempts every
+    VM at once look free (a 0-minute window cost nothing: such a job stayed on spot forever); with
+    the floor the cost per hour of progress never falls as windows get shorter (a shorter window
+    never bills less past the changeover nor progresses more). It overstates a failed launch's bill
+    by at most the changeover minus the window, only where spot made no progress at all.
+    """
     cap = work_h + changeover_h
     billed = progress = 0.0
     for w in windows_h:
-        billed += min(w, cap)
+        billed += max(min(w, cap), changeover_h)
         progress += max(0.0, min(w, cap) - changeover_h)
     for w in censored_h:
         b, p = launch_economics(prior, max(0.0, changeover_h - w), age_h=w, work_h=max(0.0, work_h - w))
