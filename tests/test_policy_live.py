@@ -290,3 +290,56 @@ def test_policy_fit_with_only_the_stack_finds_the_events_in_its_event_bucket_out
     monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", "{}")  # not deployed: nothing to read, said so
     nothing = runner.invoke(app, ["policy", "fit", "--stack", "team"])
     assert nothing.exit_code == 1 and nothing.stderr.startswith("error: policy fit: no events source found for stack team")
+
+
+# ---- windows are evidence about the zone and machine type they ran in ---------------------------------
+
+MOVED = "zone: us-east-1b\n      zoneHistory: [{zone: us-east-1a, lastAttempt: 4}]\n      capacity: spot\n      attempt: {attempt}"
+
+
+def moved(stack: Path, attempt: int) -> None:
+    """The job's first four attempts ran in us-east-1a; it has moved to us-east-1b since."""
+    text = stack.read_text()
+    before = f"zone: us-east-1a\n      capacity: spot\n      attempt: {attempt}"
+    assert before in text
+    stack.write_text(text.replace(before, MOVED.replace("{attempt}", str(attempt)), 1))
+
+
+def test_policy_fit_pools_each_window_under_the_zone_and_machine_type_it_ran_in(runner, tmp_path):
+    stack, events = write_stack(tmp_path, "loop", SHORT)
+    moved(stack, 4)
+    docs = attempts("neighbour", [(r[0] + 200, r[1] + 200, r[2] + 200, r[3]) for r in SHORT[:2]])
+    for d in docs:  # the neighbour's VMs were p3.8xlarge then (its `started` events say so)
+        if d["event"] == "started":
+            d["details"]["machineType"] = "p3.8xlarge"
+    (events / "neighbour.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    result = runner.invoke(app, ["policy", "fit", "--stack-file", str(stack), "--events-dir", str(events), "--json"])
+    assert result.exit_code == 0, result.output
+    pools = json.loads(result.stdout)["pools"]
+    assert {k: (v["spot_windows"], sorted(v["jobs"])) for k, v in pools.items()} == {
+        "us-east-1a/p3.2xlarge": (4, ["loop", "neighbour"]),  # where loop's windows ran, not where it is now
+        "us-east-1b/p3.2xlarge": (0, ["loop"]),
+        "us-east-1a/p3.8xlarge": (2, ["neighbour"]),  # the machine type its VMs ran on
+    }
+
+
+def test_resume_weighs_only_the_windows_seen_in_the_jobs_zone_now(runner, tmp_path):
+    """Four short windows in us-east-1a, then one of 30 minutes in us-east-1b, where the job is now:
+    us-east-1a's windows say nothing about us-east-1b, so spot (the same history in one zone: on-demand)."""
+    runs = [*SHORT, (130, 145, 160, "preempted")]
+    stack, events = write_stack(tmp_path / "one", "loop", runs)
+    assert resume(runner, stack, events, "loop")["fields"]["capacity"] == "on-demand"
+    stack, events = write_stack(tmp_path / "moved", "loop", runs)
+    moved(stack, 5)
+    assert resume(runner, stack, events, "loop")["fields"] == {"attempt": 6, "state": "running"}
+
+
+def test_the_availability_replayed_with_a_deadline_is_the_zones_the_job_is_in():
+    """With a deadline the policy replays the availability the job saw: in its zone now, not before its move."""
+    docs = attempts("j", [(0, 10, 120, "preempted"), (150, 160, 270, "preempted"), (400, 410, 460, "preempted")])
+    job = Job.model_validate({"id": "j", "instanceType": "p3.2xlarge", "zone": "us-east-1b", "command": "x", "jobHours": 20,
+                              "deadlineHours": 40, "state": "preempted", "attempt": 3,
+                              "zoneHistory": [{"zone": "us-east-1a", "lastAttempt": 2}]})
+    obs, replay = observation_for(job, [Event.parse(d) for d in docs], T0 + timedelta(minutes=520))
+    assert obs.elapsed_h == pytest.approx(520 / 60) and obs.preemptions == 3  # the job's whole history
+    assert replay == [True] * 6 + [False] * 6  # us-east-1b: up 400-460, down since (10-minute ticks)
