@@ -358,7 +358,13 @@ def cleanup(
         return cloud_for(cfg, ref).inventory()
 
     def completed(cfg, job_id):
-        found = events.recorded(cloud_for(cfg, ref), job_id, events_dir, events_bucket, warn)
+        bucket, where = events_source(ref, cfg, events_dir, events_bucket)  # (given neither: the synced bucket)
+        try:
+            found = read_events(ref, cfg, job_id, events_dir, bucket, where) if where else \
+                events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn)
+        except Unread as exc:  # (then nothing says the job completed: its disks are kept)
+            warn(f"{exc}: job {job_id}'s disks are kept")
+            return None
         return max((e.time for e in found if e.event == "completed"), default=None)
 
     with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first
