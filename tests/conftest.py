@@ -37,6 +37,32 @@ if "SPOTCTL_TEST_CONFIG_HOME" not in os.environ:
 os.environ["XDG_CONFIG_HOME"] = os.environ["SPOTCTL_TEST_CONFIG_HOME"]
 
 
+def _share_botocore_models() -> None:
+    """One cache of botocore's parsed data files (service models, endpoints, paginators) for every
+    botocore session in this process.
+
+    botocore parses each JSON model once per session (``Loader``'s instance cache: ec2's alone is
+    ~0.1 s), and the suite starts a fresh session for nearly every test that reaches AWS (moto's
+    backends, ``boto3.DEFAULT_SESSION = None`` so no test sees another's credentials): ~150 parses
+    in test_sync.py alone. The files are botocore's own, read-only; within one session botocore
+    already hands the same parsed objects to every client, so sharing them between sessions (with the
+    same search paths and extras) shares nothing a session owns: credentials, config, handlers stay
+    per session."""
+    from botocore import loaders
+
+    shared: dict[tuple, dict] = {}
+    init = loaders.Loader.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._cache = shared.setdefault((tuple(self.search_paths), tuple(self.extras_types), type(self.file_loader)), {})
+
+    loaders.Loader.__init__ = __init__
+
+
+_share_botocore_models()
+
+
 def _imported_by_tests() -> list[str]:
     """The absolute imports of the test files and their fixtures (modules, by name), in file order."""
     import ast
@@ -309,13 +335,31 @@ def _plans_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# Where a patch cannot reach the Pulumi program `cli.plan.mocks.run` evaluates: the program is infra/*
+# (which never imports cli: tests/test_layout.py), cli.plan and the libraries they call; the rest of
+# cli (the lifecycle, the watcher, the commands, the cloud adapters) runs around it, never inside it.
+_OUTSIDE_THE_PROGRAM = ("cli.", "boto3.", "botocore.", "tests.")
+
+
+def _outside_the_program(obj: object) -> bool:
+    """Whether a monkeypatched ``obj`` (a module, a class, or an instance: what ``setattr`` changed)
+    is code the program never runs, so the patch cannot change a plan."""
+    import types
+
+    home = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj if isinstance(obj, type) else type(obj), "__module__", "")
+    home = f"{home}."
+    return home.startswith(_OUTSIDE_THE_PROGRAM) and not home.startswith("cli.plan.")
+
+
 @pytest.fixture(autouse=True)
 def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
     """Reuse a Pulumi mock run (`cli.plan.mocks.run`, 1-5 s each) for a config the program has already
     been run on in this test run (by this worker or another): the plan is a function of the config map
     the program reads, the stack name and the mock account (`test_plan_json_is_deterministic_across_processes`
-    holds it to that). Each caller gets its own copy. A test that patched anything else through
-    ``monkeypatch`` (a component, an invoke) always runs the program afresh."""
+    holds it to that). Each caller gets its own copy. A test that patched through ``monkeypatch`` anything
+    the program may run (a component, an invoke, the planner, the SDK, the standard library) always runs
+    it afresh; a patch of the code around it (``_outside_the_program``: the lifecycle, the watcher's
+    policy, a cloud adapter) keeps the cache (a move test re-planned the same stack ~60 times)."""
     import hashlib
     import pickle
 
@@ -324,9 +368,14 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
     real = planner.run
 
     def run(cfg, stack, account=None, decrypted=None):
-        # Ours is the first patch; anything after may change the program. Decrypted secrets make the
+        # Ours is the first patch; a later one may change the program. Decrypted secrets make the
         # program read the stack file in the working directory: not a function of the config alone.
-        if decrypted or len(monkeypatch._setattr) > 1:
+        if decrypted or not all(_outside_the_program(obj) for obj, _, _ in monkeypatch._setattr[1:]):
+            if os.environ.get("SS_LOG"):
+                import time as _t; t0 = _t.process_time(); r = real(cfg, stack, account, decrypted=decrypted)
+                with open(os.environ["SS_LOG"], "a") as fh:
+                    fh.write(json.dumps([os.environ.get("PYTEST_CURRENT_TEST"), _t.process_time() - t0, [repr(o)[:80] for o, _, _ in monkeypatch._setattr[1:]]]) + "\n")
+                return r
             return real(cfg, stack, account, decrypted=decrypted)
         key = hashlib.sha256(repr((json.dumps(planner._config_map(cfg), sort_keys=True), stack, repr(account))).encode()).hexdigest()
         if key not in _PLANS:
