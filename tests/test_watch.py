@@ -644,18 +644,33 @@ def test_the_shipped_systemd_unit_runs_a_real_watch_command(runner):
 
 
 def test_the_bucket_is_read_incrementally_across_cycles(aws_stack):
+    """An object is downloaded and parsed once per generation: an unchanged one is neither read nor
+    decoded again, a replaced one (a job's VM may overwrite its own) is, an expired one is forgotten."""
+    from cli.cloud import Stored
+    from cli.lifecycle.events import BucketEvents
     from cli.watch import observe
 
-    docs = {"team/train/attempt-3/node-0/1.json": json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "started", "time": T0.isoformat()}).encode()}
+    def doc(event, minutes=0):
+        return json.dumps({"job": "train", "attempt": 3, "node": 0, "event": event,
+                           "time": (T0 + timedelta(minutes=minutes)).isoformat()}).encode()
+
+    docs = {"team/train/attempt-3/node-0/1.json": ("g1", doc("started"))}
 
     class Bucket:  # the Cloud object's bucket call, as the tests swap whole Cloud objects
-        skips: list = []
+        known: list = []
+        read: list = []
 
-        def bucket_objects(self, bucket, prefix, skip, suffix=""):
-            self.skips.append(set(skip))
-            return {k: (None if k in skip else v) for k, v in docs.items() if k.startswith(prefix) and k.endswith(suffix)}
+        def stored_objects(self, bucket, prefix, suffix, known, limit):
+            self.known.append(dict(known))
+            out = []
+            for k, (g, data) in docs.items():
+                if k.startswith(prefix) and k.endswith(suffix):
+                    fresh = known.get(k) != g
+                    self.read += [k] if fresh else []
+                    out.append(Stored(k, g, len(data), data if fresh else None))
+            return out
 
-    cloud, cache = Bucket(), {}
+    cloud, cache = Bucket(), BucketEvents("team")
     cfg = stackfile.load(stackfile.resolve("team", None))
 
     def kinds():
@@ -663,13 +678,14 @@ def test_the_bucket_is_read_incrementally_across_cycles(aws_stack):
                               handled=set(), warn=print, bucket_cache=cache)
         return [s.event.event for s in got.events.get("train", [])]
 
-    assert kinds() == ["started"] and cloud.skips[-1] == set()
-    assert kinds() == ["started"] and cloud.skips[-1] == {"team/train/attempt-3/node-0/1.json"}  # not downloaded again
-    docs["team/train/attempt-3/node-0/2.json"] = json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "preempted",
-                                            "time": (T0 + timedelta(minutes=1)).isoformat()}).encode()
+    assert kinds() == ["started"] and cloud.known[-1] == {}
+    assert kinds() == ["started"] and cloud.read == ["team/train/attempt-3/node-0/1.json"]  # not downloaded again
+    docs["team/train/attempt-3/node-0/2.json"] = ("g2", doc("preempted", 1))
     assert kinds() == ["started", "preempted"]
+    docs["team/train/attempt-3/node-0/2.json"] = ("g3", doc("stopped", 1))  # replaced: a new generation
+    assert kinds() == ["started", "stopped"] and cloud.read.count("team/train/attempt-3/node-0/2.json") == 2
     del docs["team/train/attempt-3/node-0/1.json"]  # expired by the bucket's lifecycle rule
-    assert kinds() == ["preempted"] and set(cache) == {"team/train/attempt-3/node-0/2.json"}
+    assert kinds() == ["stopped"] and set(cache.parsed) == {"team/train/attempt-3/node-0/2.json"}
 
 
 @pytest.mark.parametrize("name", ["example-aws", "example-gcp"])

@@ -11,7 +11,7 @@ core's. Tests swap the whole ``Cloud`` object (or point the SDK clients at moto 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
@@ -60,6 +60,18 @@ class VmState:
     status: str  # the cloud's word: running, terminated, TERMINATED, RUNNING, ...
     preempted: bool
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One object of a bucket listing: its generation (S3 ETag, GCS generation: equal means unchanged),
+    its listed size, and its content when it was read (None: a generation the caller already knew, or
+    larger than the caller's limit: then ``size`` is over it)."""
+
+    key: str
+    generation: str
+    size: int
+    data: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,19 @@ class Cloud:
         from cli.cloud.gcp import gcs_objects
 
         return self._call(lambda: gcs_objects(bucket, prefix, skip, suffix))
+
+    def stored_objects(self, bucket: str, prefix: str, suffix: str, known: Mapping[str, str], limit: int) -> list[Stored]:
+        """Every object under ``prefix`` ending in ``suffix``, with its generation and size; read only when
+        its generation is not the one ``known`` (key -> generation) has, and never more than ``limit``
+        bytes of it (a larger one is listed unread). For objects others may write (a job's VM writes
+        its own events): one object can neither flood memory nor be downloaded again every call."""
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import s3_stored
+
+            return self._call(lambda: s3_stored(self.cfg.region, bucket, prefix, suffix, known, limit))
+        from cli.cloud.gcp import gcs_stored
+
+        return self._call(lambda: gcs_stored(bucket, prefix, suffix, known, limit))
 
     def bucket_names(self, bucket: str, prefix: str) -> list[str]:
         """Every object name under ``prefix``, without reading the objects."""

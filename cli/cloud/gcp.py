@@ -8,11 +8,11 @@ Pub/Sub.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from cli.cloud import METRICS_FRESH, CloudDisk, CloudError, CloudSnapshot, Message, PoolView, PoolVm, VmState
+from cli.cloud import METRICS_FRESH, CloudDisk, CloudError, CloudSnapshot, Message, PoolView, PoolVm, Stored, VmState
 from infra.naming import POOL_METRICS, label_value, pool_metric_labels, pool_metric_type, stack_slug
 
 OPERATION_DEADLINE_S = 30 * 60.0
@@ -139,7 +139,7 @@ def gcs_objects(bucket: str, prefix: str, skip: frozenset[str] = frozenset(), su
 
     session, base = _gcs(bucket)
     docs: dict[str, bytes | None] = {}
-    for name in _gcs_list(session, base, prefix):
+    for name in (item["name"] for item in _gcs_list(session, base, prefix)):
         if not name.endswith(suffix):
             continue
         if name in skip:
@@ -153,7 +153,36 @@ def gcs_objects(bucket: str, prefix: str, skip: frozenset[str] = frozenset(), su
 
 def gcs_names(bucket: str, prefix: str) -> list[str]:
     """Every object name under ``prefix``, without reading any object."""
-    return list(_gcs_list(*_gcs(bucket), prefix))
+    return [item["name"] for item in _gcs_list(*_gcs(bucket), prefix)]
+
+
+def gcs_stored(bucket: str, prefix: str, suffix: str, known: Mapping[str, str], limit: int) -> list[Stored]:
+    """``Cloud.stored_objects`` on GCS: the listing's ``size`` and ``generation`` (objects.list items are
+    object resources) decide what is read; a read is of exactly the listed generation and asks for the
+    first ``limit + 1`` bytes only (a ``Range`` header: cloud.google.com/storage/docs/downloads), streamed
+    and cut there whatever the server sends. An empty object is not asked for (an unsatisfiable range)."""
+    import urllib.parse
+
+    session, base = _gcs(bucket)
+    out = []
+    for item in _gcs_list(session, base, prefix):
+        name, generation, size = item["name"], str(item.get("generation", "")), int(item.get("size", 0))
+        if not name.endswith(suffix):
+            continue
+        data = None
+        if known.get(name) != generation and size <= limit:
+            if size == 0:
+                data = b""
+            else:
+                params = {"alt": "media", **({"generation": generation} if generation else {})}
+                with session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params=params, timeout=30, stream=True,
+                                 headers={"Range": f"bytes=0-{limit}"}) as got:
+                    got.raise_for_status()
+                    data = got.raw.read(limit + 1, decode_content=True)
+                if len(data) > limit:
+                    data, size = None, len(data)
+        out.append(Stored(name, generation, size, data))
+    return out
 
 
 def _gcs(bucket: str, write: bool = False) -> tuple[Any, str]:
@@ -222,13 +251,13 @@ def gcs_write_if(bucket: str, name: str, data: bytes, expected: str | None) -> s
 
 
 def _gcs_list(session: Any, base: str, prefix: str):
-    """Object names under ``prefix``, every page (objects.list: items[].name, nextPageToken)."""
+    """Objects under ``prefix``, every page (objects.list: items[] object resources, nextPageToken)."""
     token = None
     while True:
         listing = session.get(base, params={"prefix": prefix, **({"pageToken": token} if token else {})}, timeout=30)
         listing.raise_for_status()
         body = listing.json()
-        yield from (item["name"] for item in body.get("items", []))
+        yield from body.get("items", [])
         token = body.get("nextPageToken")
         if not token:
             return

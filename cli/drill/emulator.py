@@ -16,6 +16,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -411,10 +412,12 @@ def _make_handler(emu: Emulator):
                 mine = {u.name: json.dumps(u.body).encode() for u in emu.state.uploads if u.bucket == bucket}
                 mine.update({n: c for n, c in emu.state.log_chunks.items() if emu.state.chunk_buckets.get(n) == bucket})
                 mine.update({n: c for (b, n), c in emu.state.blobs.items() if b == bucket})
-                generations = {n: str(g) for (b, n), g in emu.state.generations.items() if b == bucket}
-            if rest == "o":
+                generations = {u.name: str(int(u.received * 1e6)) for u in emu.state.uploads if u.bucket == bucket}
+                generations.update({n: str(g) for (b, n), g in emu.state.generations.items() if b == bucket})
+            if rest == "o":  # items are object resources: name, size and generation as strings (JSON API objects.list)
                 prefix = query.get("prefix", [""])[0]
-                items = [{"name": n, "bucket": bucket} for n in sorted(mine) if n.startswith(prefix)]
+                items = [{"name": n, "bucket": bucket, "size": str(len(mine[n])), "generation": generations.get(n, "1")}
+                         for n in sorted(mine) if n.startswith(prefix)]
                 self._send(200, json.dumps({"kind": "storage#objects", "items": items}), "application/json")
             elif rest.startswith("o/"):
                 name = urllib.parse.unquote(rest[2:])
@@ -422,7 +425,11 @@ def _make_handler(emu: Emulator):
                 if name not in mine or (wanted is not None and wanted != generations.get(name)):
                     self._send(404, "no such object")
                 elif query.get("alt") == ["media"]:
-                    self._send(200, mine[name], "application/octet-stream")
+                    ranged = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+                    if ranged:  # a partial download (cloud.google.com/storage/docs/downloads)
+                        self._send(206, mine[name][int(ranged[1]):int(ranged[2]) + 1], "application/octet-stream")
+                    else:
+                        self._send(200, mine[name], "application/octet-stream")
                 else:  # the object's metadata
                     self._send(200, json.dumps({"bucket": bucket, "name": name, "generation": generations.get(name, "1")}),
                                "application/json")

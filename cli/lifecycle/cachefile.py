@@ -112,11 +112,11 @@ def write(target: Path, data: bytes) -> None:
                 os.unlink(tmp)
 
 
-def open_regular(target: Path) -> tuple[int, os.stat_result] | None:
-    """(an open descriptor, its stat) of ``target`` when it is a regular file, not followed through a link,
-    else None: a FIFO never blocks, a device or a committed link is no file of spotctl's."""
+def open_regular(target: Path, follow: bool = False) -> tuple[int, os.stat_result] | None:
+    """(an open descriptor, its stat) of ``target`` when it is a regular file, not followed through a link
+    (unless ``follow``), else None: a FIFO never blocks, a device or a committed link is no file of spotctl's."""
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
     except OSError:
         return None
     info = os.fstat(fd)
@@ -126,10 +126,10 @@ def open_regular(target: Path) -> tuple[int, os.stat_result] | None:
     return fd, info
 
 
-def _bounded(target: Path, limit: int) -> tuple[bytes, os.stat_result] | None:
+def _bounded(target: Path, limit: int, follow: bool = False) -> tuple[bytes, os.stat_result] | None:
     """(the bytes, the stat) of ``target`` when it is a regular file (``open_regular``) of at most
     ``limit`` bytes, else None."""
-    opened = open_regular(target)
+    opened = open_regular(target, follow)
     if opened is None:
         return None
     fd, info = opened
@@ -191,10 +191,10 @@ def open_record(target: Path, limit: int = 1 << 20, unsealed_without_key: bool =
     return record if isinstance(mac, str) and _compare_digest(mac.encode(), _record_mac(secret, target, body)) else None
 
 
-def read_bounded(target: Path, limit: int = 1 << 26) -> bytes | None:
+def read_bounded(target: Path, limit: int = 1 << 26, follow: bool = False) -> bytes | None:
     """The bytes of ``target`` when it is a regular file of at most ``limit`` bytes (never a FIFO, a
-    device or a link: a committed link to /dev/zero read for ever), else None."""
-    found = _bounded(target, limit)
+    device or, unless ``follow``, a link: a committed link to /dev/zero read for ever), else None."""
+    found = _bounded(target, limit, follow)
     return None if found is None else found[0]
 
 

@@ -19,7 +19,7 @@ import math
 import statistics
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from infra.config import Capacity, Job, StackConfig
 DEFAULT_CHANGEOVER_H = 0.2
 DEFAULT_PRICE_RATIO = 3.0
 TICK_H = 1 / 6
+HISTORY_SPAN_H = 90 * 24  # the availability a policy replays: the last 90 days at most (observation_for)
 PROGRESS_EVENTS = ("progress", "checkpoint")
 LEARNED_VERSION = 1
 LIVE_STATES = 150_000  # one plan of a one-off decision: ~0.15 s on an idle core (bench/policy_latency.py)
@@ -100,8 +101,13 @@ def observation_for(job: Job, events: list[Event], now: datetime, changeover_h: 
     history: list[bool] = []
     here = _here(job, events)  # the availability replayed is this zone's (and machine type's) only
     seen_here = Timeline.of([e for e in events if e.attempt in here], now)
-    cursor = seen_here.first_start or now
+    # The replay covers at most the last HISTORY_SPAN_H, in time order (a run is clipped to the span, to
+    # what came before it and to now): one element per tick, so however far apart the events' times
+    # are, at most HISTORY_SPAN_H / TICK_H of them.
+    cursor = max(seen_here.first_start or now, now - timedelta(hours=HISTORY_SPAN_H))
     for a, b, _ in seen_here.runs:
+        a = min(max(a, cursor), now)
+        b = min(max(b, a), now)
         history += [False] * int(_hours(cursor, a) / TICK_H)
         history += [True] * int(_hours(a, b) / TICK_H)
         cursor = b

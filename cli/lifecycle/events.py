@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,27 +49,66 @@ def of_stack(doc: dict, stack: str | None) -> bool:
     return stack is None or doc.get("stack") in (None, stack)
 
 
+# What one recorded event may cost whoever reads it (README "Watching a stack", the limits). A job's VM
+# writes its own events, so a broken or hostile one must not exhaust the reader (the watcher is a
+# small VM serving every job of the stack):
+# - size: the scripts upload one event as one JSON line (``spotctl_record``, templates/common/lib.sh.j2),
+#   a few hundred bytes, and as one curl argument (``--data-binary "$body"``), which Linux bounds at
+#   MAX_ARG_STRLEN (32 pages: 128 KiB). 1 MiB is 8 times that bound; a larger object is skipped unread.
+#   A ``.jsonl`` of an ``--events-dir`` (a job disk's ``events.jsonl``: every event of the job, ~300 bytes
+#   each, a year of 10-minute checkpoints ~20 MB) is allowed 64 MiB.
+# - time: an event is kept only between EARLIEST (before spotctl wrote any event: a year-1 ``started``
+#   made one resume build 1.7 GB of availability ticks) and the reader's clock plus CLOCK_SKEW (the VMs
+#   and the reader keep NTP time; an hour covers a drifting laptop, nothing a job could gain from).
+EVENT_OBJECT_LIMIT = 1 << 20
+EVENT_LOG_LIMIT = 1 << 26
+EARLIEST = datetime(2020, 1, 1, tzinfo=UTC)
+CLOCK_SKEW = timedelta(hours=1)
+
+
+def implausible(t: datetime, now: datetime) -> str | None:
+    """Why an event's time cannot be true (None: it can): before ``EARLIEST`` or after ``now`` + ``CLOCK_SKEW``."""
+    if t < EARLIEST:
+        return f"is before {EARLIEST.date().isoformat()}"
+    if t > now + CLOCK_SKEW:
+        return f"is more than {CLOCK_SKEW} after now ({now.isoformat(timespec='seconds')})"
+    return None
+
+
 def load_events(source: Path | None, job_id: str, stack: str | None = None,
-                warn: Callable[[str], None] | None = None) -> list[Event]:
+                warn: Callable[[str], None] | None = None, now: datetime | None = None) -> list[Event]:
     """Recorded events of a job from a directory (the bucket synced locally, or a job disk's
     ``.spotctl/events.jsonl``): every ``*.json``/``*.jsonl`` below it, sorted by time. A file in a
     folder counts only if the folders, read as the bucket's key from the root, name the body's
     stack, job, attempt and node (:func:`vouched_locally`)."""
-    return keyed_events(read_dir(source), {job_id}, stack, warn) if source is not None else []
+    return keyed_events(read_dir(source, warn), {job_id}, stack, warn, now=now) if source is not None else []
 
 
-def read_dir(source: Path) -> dict[str, bytes]:
+def read_dir(source: Path, warn: Callable[[str], None] | None = None) -> dict[str, bytes]:
     """{path relative to ``source``: content} of every ``*.json``/``*.jsonl`` below ``source`` (or the
-    file itself); an unreadable file (a broken link, no permission) is skipped: a stray file never
-    fails a resume."""
+    file itself); an unreadable file (a broken link, no permission, not a regular file) is skipped: a
+    stray file never fails a resume. A file over its limit (``EVENT_OBJECT_LIMIT``, ``EVENT_LOG_LIMIT``
+    for ``.jsonl``) is skipped unread, with one warning naming it."""
+    from cli.lifecycle.cachefile import read_bounded
+
     files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file())
     out = {}
     for path in files:
-        try:
-            out[path.name if path == source else path.relative_to(source).as_posix()] = path.read_bytes()
-        except OSError:
-            continue
+        name = path.name if path == source else path.relative_to(source).as_posix()
+        limit = EVENT_LOG_LIMIT if path.suffix == ".jsonl" else EVENT_OBJECT_LIMIT
+        data = read_bounded(path, limit, follow=True)
+        if data is not None:
+            out[name] = data
+        elif warn is not None and _size(path) > limit:
+            warn(f"event file {path}: skipped: {_size(path)} bytes, over the {limit >> 20} MiB an events file may be")
     return out
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 # Where the scripts write an event object: ``<stack>/<job>/attempt-N/node-K/<time>-<event>.json``
@@ -88,10 +127,17 @@ def trusted(key: str, doc: Mapping[str, Any], event: Event, stack: str) -> bool:
             and m["stack"] == stack and doc.get("stack", stack) == stack)
 
 
-# The root of a copy of ONE job's prefix (``<stack>/<job>/`` synced alone) holds ``attempt-N/``
-# folders. Every file in such a copy may be that job's VM's own writing, and no path in it names
-# the job, so none of it can vouch for an event.
-JOB_COPY_ROOT = re.compile(r"attempt-\d+/")
+# A copy of ONE job's prefix (``<stack>/<job>/`` synced alone) holds the scripts' event files at
+# ``attempt-N/node-K/<file>``. Every file in such a copy may be that job's VM's own writing, and no
+# path in it names the job, so none of it can vouch for an event. The whole depth is matched: a job
+# may be named ``attempt-2`` (a valid job id), and a stack's copy then holds
+# ``attempt-2/attempt-N/node-K/<file>``, one folder deeper.
+JOB_COPY_FILE = re.compile(r"attempt-\d+/node-[^/]+/[^/]+")
+
+
+def is_job_copy(paths: Iterable[str]) -> bool:
+    """Whether paths relative to an ``--events-dir`` are a copy of one job's prefix (``JOB_COPY_FILE``)."""
+    return any(JOB_COPY_FILE.fullmatch(path) for path in paths)
 
 
 def vouched_locally(path: str, doc: Mapping[str, Any], event: Event, stack: str | None, *,
@@ -143,18 +189,44 @@ def _documents(text: str) -> list[Any]:
 
 def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str | None,
                  warn: Callable[[str], None] | None = None, *, bucket: bool = False,
-                 rejected: set[str] | None = None) -> list[Event]:
+                 now: datetime | None = None) -> list[Event]:
     """The events of any of ``job_ids`` (of ``stack``, when given) among ``{key: JSON or JSON lines}``,
     sorted by time, each only if its key vouches for it: ``bucket`` keys must be full
     ``<stack>/<job>/attempt-N/node-K/`` object keys (:func:`trusted`), otherwise the keys are paths
     relative to an ``--events-dir`` (:func:`vouched_locally`). A document its key contradicts (a job's
     VM writing another job's events under its own prefix) is skipped with one warning naming the key;
-    its key is added to ``rejected``."""
+    so is an event whose time cannot be true (:func:`implausible` against ``now``, the clock's when None)."""
+    return plausible(vouched(objects, job_ids, stack, warn, bucket=bucket), now, warn)
+
+
+def plausible(keyed: Iterable[tuple[str, Event]], now: datetime | None, warn: Callable[[str], None] | None = None,
+              told: set[str] | None = None) -> list[Event]:
+    """The events of ``(key, event)`` pairs whose time can be true (:func:`implausible`), sorted by time;
+    one warning per key of the others (none for the keys in ``told``, to which they are added)."""
+    now = now or datetime.now(UTC)
+    told = set() if told is None else told
     events = []
-    job_copy = not bucket and any(JOB_COPY_ROOT.match(key) for key in objects)
+    for key, event in keyed:
+        why = implausible(event.time, now)
+        if why is None:
+            events.append(event)
+        elif key not in told:  # one warning per object (a job disk's events.jsonl holds many)
+            told.add(key)
+            if warn is not None:
+                warn(f"event {key}: skipped: job {event.job!r} attempt {event.attempt} {event.event!r} at "
+                     f"{event.time.isoformat()}: that time {why}")
+    return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
+
+
+def vouched(objects: Mapping[str, Any], job_ids: Container[str], stack: str | None,
+            warn: Callable[[str], None] | None = None, *, bucket: bool = False) -> list[tuple[str, Event]]:
+    """``(key, event)`` of every event ``keyed_events`` reads, before their times are weighed. A bucket
+    object is one JSON document (the scripts write one event per object)."""
+    out = []
+    job_copy = not bucket and is_job_copy(objects)
     for key, raw in objects.items():
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        for doc in _documents(text):
+        for doc in _documents(text)[:1] if bucket else _documents(text):
             try:
                 # a local directory may hold several stacks; under this stack's bucket prefix, another
                 # stack's claim is a forgery (warned of below)
@@ -164,17 +236,63 @@ def keyed_events(objects: Mapping[str, Any], job_ids: Container[str], stack: str
             except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
                 continue
             if trusted(key, doc, event, stack) if bucket else vouched_locally(key, doc, event, stack, job_copy=job_copy):
-                events.append(event)
+                out.append((key, event))
                 continue
-            if rejected is not None:
-                rejected.add(key)
             if warn is not None:
                 warn(f"event {key}: skipped: its body claims job {event.job!r} attempt {event.attempt} node "
                      f"{event.node}{' of stack ' + repr(doc.get('stack')) if 'stack' in doc else ''}, "
                      f"which its {'key' if bucket else 'path'} does not grant"
                      + (" (a copy of one job's prefix: sync the bucket or a stack's prefix)" if job_copy else ""))
             break  # one warning per object
-    return sorted(events, key=lambda e: (e.time, e.attempt, e.node))
+    return out
+
+
+class _AnyJob:
+    """Every job id (a parsed object's events are kept for whichever job reads them later)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+class BucketEvents:
+    """A stack's event objects, each downloaded and parsed once per generation: key -> (generation, the
+    event its key vouches for, or None). Kept across reads (the watcher's cycles, ``logs --follow``), an
+    unchanged object is neither downloaded nor decoded again; one over ``EVENT_OBJECT_LIMIT`` is never
+    downloaded (one warning naming its key). Nothing but parsed events is kept."""
+
+    def __init__(self, stack: str):
+        self.stack = stack
+        self.parsed: dict[str, tuple[str, Event | None]] = {}
+        self.told: set[str] = set()  # keys warned of (too large, an implausible time): once each
+
+    def read(self, cloud, bucket: str, prefix: str, warn: Callable[[str], None] | None = None) -> None:
+        """List ``prefix`` of ``bucket`` through ``cloud`` (a ``cli.cloud.Cloud``: CloudError) and parse what changed."""
+        known = {k: g for k, (g, _) in self.parsed.items() if k.startswith(prefix)}
+        self.update(cloud.stored_objects(bucket, prefix, ".json", known, EVENT_OBJECT_LIMIT), prefix, warn)
+
+    def update(self, listed: Iterable[Any], prefix: str, warn: Callable[[str], None] | None = None) -> None:
+        """Take a listing of ``prefix`` (``cli.cloud.Stored``): objects no longer listed are forgotten
+        (expired by the bucket's lifecycle rule), new or changed ones parsed."""
+        listed = list(listed)
+        names = {o.key for o in listed}
+        for key in [k for k in self.parsed if k.startswith(prefix) and k not in names]:
+            del self.parsed[key]
+        for o in listed:
+            if o.data is not None:
+                found = vouched({o.key: o.data}, _AnyJob(), self.stack, warn, bucket=True)
+                self.parsed[o.key] = (o.generation, found[0][1] if found else None)
+            elif o.size > EVENT_OBJECT_LIMIT and self.parsed.get(o.key, ("",))[0] != o.generation:
+                self.parsed[o.key] = (o.generation, None)
+                if warn is not None:
+                    warn(f"event {o.key}: skipped unread: {o.size} bytes, over the {EVENT_OBJECT_LIMIT >> 20} MiB "
+                         "an event object may be (the scripts write a few hundred)")
+
+    def events(self, job_ids: Container[str], now: datetime | None, warn: Callable[[str], None] | None = None,
+               prefix: str = "") -> list[Event]:
+        """The events of ``job_ids`` among the objects read under ``prefix``, sorted by time, each with a
+        time that can be true (:func:`plausible`: each other key warned of once)."""
+        return plausible(((k, e) for k, (_, e) in self.parsed.items() if e is not None and e.job in job_ids
+                          and k.startswith(prefix)), now, warn, self.told)
 
 
 @dataclass(frozen=True)
@@ -219,14 +337,16 @@ def cloud_events(vms, job: Job, now: datetime) -> list[Event]:
 
 
 def recorded(cloud, job_id: str, events_dir: Path | None, bucket: str | None,
-             warn: Callable[[str], None] | None = None) -> list[Event]:
+             warn: Callable[[str], None] | None = None, now: datetime | None = None) -> list[Event]:
     """A job's events from ``events_dir`` and/or the stack's event bucket (objects ``<stack>/<job>/``),
-    sorted by time, each only if its key vouches for it (:func:`keyed_events`; ``warn`` hears of the
-    others). ``cloud`` is the stack's ``cli.cloud.Cloud``; its failures raise CloudError."""
-    found = load_events(events_dir, job_id, cloud.stack, warn)
+    sorted by time, each only if its key vouches for it and its time can be true (:func:`keyed_events`,
+    :class:`BucketEvents`; ``warn`` hears of the others). ``cloud`` is the stack's ``cli.cloud.Cloud``;
+    its failures raise CloudError."""
+    found = load_events(events_dir, job_id, cloud.stack, warn, now)
     if bucket:
-        objects = cloud.bucket_objects(bucket, f"{cloud.stack}/{job_id}/", suffix=".json")
-        found += keyed_events({k: v for k, v in objects.items() if v is not None}, {job_id}, cloud.stack, warn, bucket=True)
+        parsed = BucketEvents(cloud.stack)
+        parsed.read(cloud, bucket, f"{cloud.stack}/{job_id}/", warn)
+        found += parsed.events({job_id}, now, warn)
     return sorted(found, key=lambda e: (e.time, e.attempt, e.node))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from cli.lifecycle.events import Event, keyed_events, load_events
+from cli.lifecycle.events import BucketEvents, Event, load_events
 
 DISK_LOG_RE = re.compile(r"^attempt-(\d+)-node-(\d+)\.log$")
 CHUNK_RE = re.compile(r"attempt-(\d+)/node-(\d+)/logs/(\d+)\.log$")
@@ -162,6 +162,7 @@ class BucketLogs:
         self.prefix = f"{cloud.stack}/{job_id}/"
         self.where = f"bucket {bucket} under {self.prefix}"
         self.cache: dict[str, bytes] = {}
+        self.parsed = BucketEvents(cloud.stack)
 
     def _fetch(self, prefix: str, suffix: str, keep_last: bool = False) -> dict[str, bytes]:
         mine = sorted(n for n in self.cache if n.startswith(prefix) and n.endswith(suffix))
@@ -179,8 +180,9 @@ class BucketLogs:
         return read(None, self.job_id, key, self._fetch(f"{self.prefix}attempt-{key.attempt}/node-{key.node}/logs/", ".log", True))
 
     def events(self, key: LogKey) -> list[Event]:
-        return keyed_events(self._fetch(f"{self.prefix}attempt-{key.attempt}/", ".json"), {self.job_id}, self.cloud.stack,
-                            bucket=True)
+        prefix = f"{self.prefix}attempt-{key.attempt}/"
+        self.parsed.read(self.cloud, self.bucket, prefix)
+        return self.parsed.events({self.job_id}, None, prefix=prefix)
 
 
 def show(source: LogSource, attempt: int | None, node: int, write: Callable[[str], None], *, lines: int = 0,

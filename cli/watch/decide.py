@@ -4,7 +4,9 @@ Events in, actions out, each with its reason. Only *facts* about the job's *curr
 ``preempted``/``stopped`` on any node -> resume (the gang restarts), ``failed`` -> retry while the
 job's ``maxFailures`` allows, else mark failed; ``completed`` on every node -> complete. Notices
 (interruption warning, rebalance recommendation, maintenance) are recorded and make the watcher
-look at the job's VMs, never act. Events of another attempt are stale and only noted.
+look at the job's VMs, never act. Events of an older attempt are stale and only noted; one of a
+newer attempt (this watcher's copy of the stack file lags behind the one that started it) waits,
+neither acted on nor handled, until the file reaches that attempt.
 """
 
 from __future__ import annotations
@@ -183,7 +185,9 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
         why = f"try {memory.tries + 1} after a capacity refusal"
         return _after_refusal(job, why, failover(job, [s.event for s in events], memory, now) if failover else None), notes
     fresh = [s for s in events if s.id not in handled]
-    stale = [s for s in fresh if s.event.attempt != job.attempt and s.event.event in ENDS]
+    # Only an OLDER attempt's end is stale for good. A newer one's is left unhandled (not in the journal,
+    # its message not acknowledged): once the file reaches that attempt it is the current attempt's fact.
+    stale = [s for s in fresh if s.event.attempt < job.attempt and s.event.event in ENDS]
     if stale:
         notes.append(Note(job.id, "stale", f"{len(stale)} event(s) of attempt(s) {sorted({s.event.attempt for s in stale})}, "
                           f"not the current attempt {job.attempt}: ignored", tuple(s.id for s in stale), attempt=job.attempt))

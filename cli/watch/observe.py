@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cli.cloud import CloudError, Message
-from cli.lifecycle.events import Event, cloud_events, keyed_events, read_dir
+from cli.lifecycle.events import BucketEvents, Event, cloud_events, keyed_events, read_dir
 from cli.watch.decide import FACTS, Seen, merge, seen
 from infra.config import JobState, StackConfig
 from infra.naming import stack_slug
@@ -94,10 +94,10 @@ def aws_notice(body: bytes) -> tuple[str, str, datetime] | None:
 
 
 def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime, *, poll_due: bool,
-            handled: set[str], warn: Callable[[str], None], bucket_cache: dict[str, bytes] | None = None) -> Observed:
+            handled: set[str], warn: Callable[[str], None], bucket_cache: BucketEvents | None = None) -> Observed:
     """Read every source once; events by job, each fact once, plus the messages to ack later.
-    ``bucket_cache`` (kept by the loop across cycles) holds the event objects already read, so a
-    cycle downloads only new ones."""
+    ``bucket_cache`` (kept by the loop across cycles) holds the events of the objects already read,
+    so a cycle downloads and parses only new or changed ones."""
     jobs = {j.id: j for j in cfg.jobs}
     ids = set(jobs)
     out = Observed()
@@ -111,19 +111,13 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
 
     if sources.events_dir is not None:
         attempt(f"events dir {sources.events_dir}", lambda: batches.append(
-            [seen(e, "events-dir") for e in keyed_events(read_dir(sources.events_dir), ids, stack, warn)]))
+            [seen(e, "events-dir") for e in keyed_events(read_dir(sources.events_dir, warn), ids, stack, warn, now=now)]))
     if sources.bucket:
-        cache = {} if bucket_cache is None else bucket_cache
+        cache = BucketEvents(stack) if bucket_cache is None else bucket_cache
 
         def bucket() -> None:
-            listed = cloud.bucket_objects(sources.bucket, f"{stack}/", frozenset(cache), suffix=".json")  # events, not log chunks
-            fresh = {k: v for k, v in listed.items() if v is not None}
-            for k in [k for k in cache if k not in listed]:  # expired by the bucket's lifecycle rule
-                del cache[k]
-            forged: set[str] = set()
-            keyed_events(fresh, ids, stack, warn, bucket=True, rejected=forged)  # each new object warned of once
-            cache.update({k: b"" if k in forged else v for k, v in fresh.items()})  # kept, so not read again
-            batches.append([seen(e, "bucket") for e in keyed_events(cache, ids, stack, bucket=True)])
+            cache.read(cloud, sources.bucket, f"{stack}/", warn)  # each new object warned of once
+            batches.append([seen(e, "bucket") for e in cache.events(ids, now, warn)])
 
         attempt(f"event bucket {sources.bucket}", bucket)
     if sources.subscription:

@@ -13,7 +13,7 @@ from typing import Any
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier
-from cli.lifecycle.events import Event
+from cli.lifecycle.events import BucketEvents, Event
 from cli.watch import act as acting
 from cli.watch import decide as deciding
 from cli.watch import lease as leasing
@@ -64,7 +64,7 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
     fence: leasing.BucketLease | None = None
     ok = True
     last_poll: datetime | None = None
-    bucket_cache: dict[str, bytes] = {}
+    bucket_cache = BucketEvents(settings.ref.name)
     try:
         fence = bucket_lease(settings, lease, report, now, sleep, monotonic=monotonic)
         n = 0
@@ -116,7 +116,7 @@ def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable
 
 
 def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: random.Random, poll_due: bool,
-          choose=None, bucket_cache: dict[str, bytes] | None = None, fence: leasing.BucketLease | None = None) -> bool:
+          choose=None, bucket_cache: BucketEvents | None = None, fence: leasing.BucketLease | None = None) -> bool:
     """One observe -> decide -> act pass over the stack; True when every action succeeded. With a
     ``fence`` (the bucket lease) every action first checks the lease is still this watcher's, and it is
     kept renewed while the action runs. ``choose`` picks a resumed job's capacity; None: the stack's
@@ -153,8 +153,17 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     for job in sorted(asking):
         report.emit({"job": job or "*", "action": "record", "kind": "held", "attempt": None, "time": now.isoformat(),
                      "reason": "an edit of the stack file awaits its question's answer: decided once it is answered"})
-    decisions = deciding.decide(jobs, seen.events, journal.memory(), set(journal.handled), now,
-                                zone_failover(list(cfg.zones), choose))
+    decisions, ok = deciding.Decisions(), True
+    failover, memory, handled = zone_failover(list(cfg.zones), choose), journal.memory(), set(journal.handled)
+    for job in jobs:
+        try:
+            one = deciding.decide([job], seen.events, memory, handled, now, failover)
+        except Exception as exc:  # noqa: BLE001 - one job's data must not stop the watcher for every job
+            report.warn(f"job {job.id}: not decided this cycle ({_crash(exc)}); the other jobs go on")
+            ok = False
+            continue
+        decisions.actions += one.actions
+        decisions.notes += one.notes
     for note in decisions.notes:
         if note.kind in ("notice", "stale"):
             report.emit({"job": note.job, "action": "record", "kind": note.kind, "attempt": note.attempt, "reason": note.reason,
@@ -162,7 +171,6 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
             journal.handle(note.ids, now)
     if decisions.notes:
         journal.save(now)
-    ok = True
     if stale is not None and decisions.actions:  # observed and journaled notes, but nothing that changes the stack
         jobs = ", ".join(dict.fromkeys(a.job for a in decisions.actions))
         report.warn(f"{stale}: {len(decisions.actions)} action(s) held back ({jobs}) rather than taken on a stack file "
@@ -173,9 +181,16 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         events: list[Event] = [s.event for s in seen.events.get(action.job, [])]
         if fence is not None:
             fence.check()
-        with fence.kept() if fence is not None else contextlib.nullcontext():
-            result = acting.act(ref, action, events, journal, applier=settings.applier, choose=choose, now=now, rng=rng,
-                                out=report.out, inventory=lambda c: cloud.inventory())
+        try:
+            with fence.kept() if fence is not None else contextlib.nullcontext():
+                result = acting.act(ref, action, events, journal, applier=settings.applier, choose=choose, now=now, rng=rng,
+                                    out=report.out, inventory=lambda c: cloud.inventory())
+        except leasing.LeaseHeld:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as a crash of this job's action alone: its intent, if written, is reapplied
+            report.warn(f"job {action.job}: {action.kind} stopped ({_crash(exc)}); the other jobs go on")
+            ok = False
+            continue
         report.results.append(result)
         ok = ok and result.ok
         record = {"job": action.job, "action": action.kind, "attempt": action.attempt, "reason": action.reason,
@@ -187,6 +202,12 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         report.emit(record)
     _acknowledge(cloud, settings.sources, seen.acks, set(journal.handled), report.warn)
     return ok
+
+
+def _crash(exc: BaseException) -> str:
+    """One line for an unexpected exception: its type and first line."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def zone_failover(zones: list[str], choose) -> deciding.Failover:
