@@ -180,7 +180,7 @@ def test_one_jobs_crash_does_not_stop_the_watch_cycle_for_the_others(project, fa
 
     (project / "stacks" / "Pulumi.team.yaml").write_text(AWS_STACK)
 
-    def policy(now):
+    def policy(now, **_):
         def choose(j, events):
             if j.id == "train":
                 raise MemoryError("a policy gone wrong on train's events")

@@ -7,11 +7,15 @@ SDK failure. ``aws.py`` and ``gcp.py`` hold the SDK calls and import their SDKs 
 May import: ``infra.config`` / ``infra.naming`` (the config model and label rules). Never
 ``cli.lifecycle``, ``cli.app`` or any other part: decisions about what the cloud returns are the
 core's. Tests swap the whole ``Cloud`` object (or point the SDK clients at moto / local endpoints).
+
+Longer than 420 lines because it is the one face of both clouds the other parts see: the ``Cloud`` and
+``PoolCloud`` objects, their data types, and the rules shared by the AWS and GCP sides (errors,
+conditional writes, bounded reads of objects others write).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
@@ -72,6 +76,25 @@ class Stored:
     generation: str
     size: int
     data: bytes | None = None
+
+
+def bounded_reads(listing: Iterable[tuple[str, str, int]], suffix: str, known: Mapping[str, str], limit: int,
+                 fetch: Callable[[str, str], tuple[bytes, str]]) -> list[Stored]:
+    """``Cloud.stored_objects`` over a listing of (key, generation, size): ``fetch(key, generation)`` ->
+    (at most ``limit + 1`` bytes, generation) reads an object of a generation not ``known`` and listed
+    within ``limit``; one that turns out longer (replaced since the listing) counts as over it. An empty
+    object is not fetched (a byte range of a zero-byte object is unsatisfiable: 416)."""
+    out = []
+    for key, generation, size in listing:
+        if not key.endswith(suffix):
+            continue
+        data = None
+        if known.get(key) != generation and size <= limit:
+            data, generation = (b"", generation) if size == 0 else fetch(key, generation)
+            if len(data) > limit:
+                data, size = None, len(data)
+        out.append(Stored(key, generation, size, data))
+    return out
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, Stored, VmState
+from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, Stored, VmState, bounded_reads
 from infra.basics import counted
 from infra.naming import CLOUDWATCH_NAMESPACE, POOL_METRICS, pool_metric_dimensions
 
@@ -102,25 +102,15 @@ def _s3_listing(region: str, bucket: str, prefix: str, s3=None) -> list[dict]:
 def s3_stored(region: str, bucket: str, prefix: str, suffix: str, known: Mapping[str, str], limit: int) -> list[Stored]:
     """``Cloud.stored_objects`` on S3: the listing's Size and ETag decide what is read; a read asks for
     the first ``limit + 1`` bytes only (GetObject ``Range``: docs.aws.amazon.com/AmazonS3/latest/API/
-    API_GetObject.html), so an object replaced by a larger one after the listing is still bounded. An
-    empty object is not asked for (a range of a zero-byte object is unsatisfiable, 416)."""
+    API_GetObject.html), so an object replaced by a larger one after the listing is still bounded."""
     s3 = _s3(region)
-    out = []
-    for obj in _s3_listing(region, bucket, prefix, s3):
-        key, generation, size = obj["Key"], str(obj.get("ETag", "")), int(obj.get("Size", 0))
-        if not key.endswith(suffix):
-            continue
-        data = None
-        if known.get(key) != generation and size <= limit:
-            if size == 0:
-                data = b""
-            else:
-                got = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{limit}")
-                data, generation = got["Body"].read(limit + 1), str(got.get("ETag", generation))
-                if len(data) > limit:
-                    data, size = None, len(data)
-        out.append(Stored(key, generation, size, data))
-    return out
+
+    def fetch(key: str, generation: str) -> tuple[bytes, str]:
+        got = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{limit}")
+        return got["Body"].read(limit + 1), str(got.get("ETag", generation))
+
+    listing = ((o["Key"], str(o.get("ETag", "")), int(o.get("Size", 0))) for o in _s3_listing(region, bucket, prefix, s3))
+    return bounded_reads(listing, suffix, known, limit, fetch)
 
 
 # Filters of a Linux, shared-tenancy, no-preinstalled-software on-demand price (the same attributes

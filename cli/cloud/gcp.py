@@ -12,7 +12,18 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from cli.cloud import METRICS_FRESH, CloudDisk, CloudError, CloudSnapshot, Message, PoolView, PoolVm, Stored, VmState
+from cli.cloud import (
+    METRICS_FRESH,
+    CloudDisk,
+    CloudError,
+    CloudSnapshot,
+    Message,
+    PoolView,
+    PoolVm,
+    Stored,
+    VmState,
+    bounded_reads,
+)
 from infra.naming import POOL_METRICS, label_value, pool_metric_labels, pool_metric_type, stack_slug
 
 OPERATION_DEADLINE_S = 30 * 60.0
@@ -160,29 +171,20 @@ def gcs_stored(bucket: str, prefix: str, suffix: str, known: Mapping[str, str], 
     """``Cloud.stored_objects`` on GCS: the listing's ``size`` and ``generation`` (objects.list items are
     object resources) decide what is read; a read is of exactly the listed generation and asks for the
     first ``limit + 1`` bytes only (a ``Range`` header: cloud.google.com/storage/docs/downloads), streamed
-    and cut there whatever the server sends. An empty object is not asked for (an unsatisfiable range)."""
+    and cut there whatever the server sends."""
     import urllib.parse
 
     session, base = _gcs(bucket)
-    out = []
-    for item in _gcs_list(session, base, prefix):
-        name, generation, size = item["name"], str(item.get("generation", "")), int(item.get("size", 0))
-        if not name.endswith(suffix):
-            continue
-        data = None
-        if known.get(name) != generation and size <= limit:
-            if size == 0:
-                data = b""
-            else:
-                params = {"alt": "media", **({"generation": generation} if generation else {})}
-                with session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params=params, timeout=30, stream=True,
-                                 headers={"Range": f"bytes=0-{limit}"}) as got:
-                    got.raise_for_status()
-                    data = got.raw.read(limit + 1, decode_content=True)
-                if len(data) > limit:
-                    data, size = None, len(data)
-        out.append(Stored(name, generation, size, data))
-    return out
+
+    def fetch(name: str, generation: str) -> tuple[bytes, str]:
+        params = {"alt": "media", **({"generation": generation} if generation else {})}
+        with session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params=params, timeout=30, stream=True,
+                         headers={"Range": f"bytes=0-{limit}"}) as got:
+            got.raise_for_status()
+            return got.raw.read(limit + 1, decode_content=True), generation
+
+    listing = ((i["name"], str(i.get("generation", "")), int(i.get("size", 0))) for i in _gcs_list(session, base, prefix))
+    return bounded_reads(listing, suffix, known, limit, fetch)
 
 
 def _gcs(bucket: str, write: bool = False) -> tuple[Any, str]:
