@@ -7,6 +7,7 @@ recorded events (``events``, ``resume``), and a local ``--events-dir`` laid out 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -265,8 +266,9 @@ def test_cleanup_orphans_ignores_a_completion_forged_in_another_jobs_folder(proj
         assert r.exit_code == 0, r.output
         assert "keeping example-gcp-old-n0-disk (us-central1-a): job old recorded no `completed` event" in r.output
         assert "example-gcp/vit-finetune/forged.json: skipped" in r.output and gce.deleted == []
+        # after the disk was made (the fake made it now): an earlier completion is an earlier job's (cleanup)
         write_event(project / "ev" / "example-gcp" / "old" / "attempt-1" / "node-0" / "t-completed.json",
-                    job="old", attempt=1, node=0, event="completed")
+                    job="old", attempt=1, node=0, event="completed", time=datetime.now(UTC).isoformat())
         r = runner.invoke(app, args)
         assert r.exit_code == 0, r.output
         assert gce.deleted == [("us-central1-a", "example-gcp-old-n0-disk")]
