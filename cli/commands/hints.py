@@ -7,8 +7,12 @@ from __future__ import annotations
 
 def bucket_hint(ref, bucket_option: bool = True) -> str:
     """How to name the stack's event bucket, in options the command has (``bucket_option``: --events-bucket)."""
-    sync = f"`spotctl sync --stack {ref.name} --events-bucket NAME` once (the stack's eventBucket output)"
-    return f"give --events-bucket NAME (the stack's eventBucket output), or run {sync}" if bucket_option else f"run {sync}"
+    return f"give --events-bucket NAME (the stack's eventBucket output), or {sync_hint(ref)}" if bucket_option else sync_hint(ref)
+
+
+def sync_hint(ref) -> str:
+    """How to make this machine know the stack's event bucket for good."""
+    return f"run `spotctl sync --stack {ref.name} --events-bucket NAME` once (the stack's eventBucket output)"
 
 
 def known_bucket(ref, session=None, applier=None) -> tuple[str | None, str]:

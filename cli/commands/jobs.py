@@ -93,11 +93,11 @@ def resume(
             if change.noop and not sourced:  # (nothing could say it stopped: say where its events are)
                 from dataclasses import replace
 
-                from cli.commands.hints import bucket_hint
+                from cli.commands.hints import sync_hint
                 from cli.lifecycle.status import NO_EVENTS
 
                 change = replace(change, reason=f"{change.reason}; no events source was found: {NO_EVENTS}, "
-                                 f"or {bucket_hint(ref).split(', or ')[-1]}")
+                                 f"or {sync_hint(ref)}")
             return change
 
         run_change(stack, stack_file, job, decide, no_apply, json_out, yes, preview_only, applier)

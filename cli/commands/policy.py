@@ -95,7 +95,7 @@ def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_d
     import json
     from datetime import UTC, datetime
 
-    from cli.commands.hints import Unread, bucket_hint, events_source, read_events
+    from cli.commands.hints import Unread, events_source, read_events, sync_hint
     from cli.lifecycle.capacity import fit_stack
 
     if events_dir is not None and not events_dir.exists():
@@ -105,7 +105,7 @@ def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_d
     bucket, where = events_source(ref, cfg, events_dir, events_bucket, applier=applier_for(ref, False))
     if events_dir is None and not bucket:
         raise fail(f"policy fit: no events source found for stack {ref.name}: give --events-dir DIR (the bucket synced "
-                   f"locally) and/or --events-bucket NAME (the stack's eventBucket output), or {bucket_hint(ref).split(', or ')[-1]}")
+                   f"locally) and/or --events-bucket NAME (the stack's eventBucket output), or {sync_hint(ref)}")
     try:
         path, doc = fit_stack(ref.path, ref.name, jobs, lambda job_id: read_events(ref, cfg, job_id, events_dir, bucket, where),
                               datetime.now(UTC))
