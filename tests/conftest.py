@@ -95,8 +95,18 @@ def pytest_configure(config: pytest.Config) -> None:
     """In a fresh checkout (no bytecode cache yet), the xdist controller imports what the tests import
     once, before it starts its workers: otherwise every worker compiles the same Pulumi SDKs, moto and
     the rest at once (a cold collection is ~3x a warm one: ~1 min of a 2-core run, issue 20). A warm
-    environment skips it (one stat)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or not config.pluginmanager.hasplugin("xdist") \
+    environment skips it (one stat).
+
+    An xdist worker skips pytest's full garbage collections after its session (unraisableexception's
+    ``pytest_unconfigure`` and cleanup: 0.5-1.5 s each of a heap holding the Pulumi SDKs and moto, five
+    workers): they come after the worker has sent its results, so what they could find is shown
+    nowhere; every test still has its own check for unraisable exceptions (setup, call, teardown)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from _pytest.unraisableexception import gc_collect_iterations_key
+
+        config.stash[gc_collect_iterations_key] = 0
+        return
+    if not config.pluginmanager.hasplugin("xdist") \
             or not config.getvalue("numprocesses") or not _bytecode_cold():
         return
     import importlib
