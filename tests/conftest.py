@@ -242,7 +242,7 @@ class PulumiState:
 
 
 @pytest.fixture(scope="session")
-def _fake_pulumi_planner():
+def _fake_pulumi_planner(_plans_dir: Path):
     """A warm planner for the stateful fake pulumi's `up`s (tests/fixtures/fake_pulumi_planner.py),
     one per worker, started on first use; yields its socket's path. It ends with the session (its
     stdin closes: it also ends if this worker dies)."""
@@ -256,7 +256,8 @@ def _fake_pulumi_planner():
         listener.bind(str(address))
         listener.listen(16)
         proc = subprocess.Popen([sys.executable, "-m", "tests.fixtures.fake_pulumi_planner", str(listener.fileno())],
-                                cwd=ROOT, stdin=subprocess.PIPE, pass_fds=[listener.fileno()])
+                                cwd=ROOT, stdin=subprocess.PIPE, pass_fds=[listener.fileno()],
+                                env={**os.environ, "FAKE_PULUMI_PLANS": str(_plans_dir)})  # the run's plans, shared
     try:
         yield str(address)
     finally:
@@ -364,16 +365,14 @@ def _outside_the_program(obj: object) -> bool:
 @pytest.fixture(autouse=True)
 def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
     """Reuse a Pulumi mock run (`cli.plan.mocks.run`, 1-5 s each) for a config the program has already
-    been run on in this test run (by this worker or another): the plan is a function of the config map
+    been run on in this test run (by this worker, another, or a worker's fake-pulumi planner): the plan is a function of the config map
     the program reads, the stack name and the mock account (`test_plan_json_is_deterministic_across_processes`
     holds it to that). Each caller gets its own copy. A test that patched through ``monkeypatch`` anything
     the program may run (a component, an invoke, the planner, the SDK, the standard library) always runs
     it afresh; a patch of the code around it (``_outside_the_program``: the lifecycle, the watcher's
     policy, a cloud adapter) keeps the cache (a move test re-planned the same stack ~60 times)."""
-    import hashlib
-    import pickle
-
     from cli.plan import mocks as planner
+    from tests.fixtures.fake_pulumi_planner import plan_key, shared_plan
 
     real = planner.run
 
@@ -381,22 +380,10 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
         # Ours is the first patch; a later one may change the program. Decrypted secrets make the
         # program read the stack file in the working directory: not a function of the config alone.
         if decrypted or not all(_outside_the_program(obj) for obj, _, _ in monkeypatch._setattr[1:]):
-            if os.environ.get("SS_LOG"):
-                import time as _t; t0 = _t.process_time(); r = real(cfg, stack, account, decrypted=decrypted)
-                with open(os.environ["SS_LOG"], "a") as fh:
-                    fh.write(json.dumps([os.environ.get("PYTEST_CURRENT_TEST"), _t.process_time() - t0, [repr(o)[:80] for o, _, _ in monkeypatch._setattr[1:]]]) + "\n")
-                return r
             return real(cfg, stack, account, decrypted=decrypted)
-        key = hashlib.sha256(repr((json.dumps(planner._config_map(cfg), sort_keys=True), stack, repr(account))).encode()).hexdigest()
+        key = plan_key(cfg, stack, account)
         if key not in _PLANS:
-            shared = _plans_dir / f"{key}.pickle"
-            try:
-                _PLANS[key] = pickle.loads(shared.read_bytes())
-            except FileNotFoundError:
-                _PLANS[key] = real(cfg, stack, account)
-                tmp = shared.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_bytes(pickle.dumps(_PLANS[key]))
-                tmp.replace(shared)
+            _PLANS[key] = shared_plan(_plans_dir, key, lambda: real(cfg, stack, account))
         return copy.deepcopy(_PLANS[key])
 
     monkeypatch.setattr(planner, "run", run)
