@@ -343,3 +343,18 @@ def test_the_availability_replayed_with_a_deadline_is_the_zones_the_job_is_in():
     obs, replay = observation_for(job, [Event.parse(d) for d in docs], T0 + timedelta(minutes=520))
     assert obs.elapsed_h == pytest.approx(520 / 60) and obs.preemptions == 3  # the job's whole history
     assert replay == [True] * 6 + [False] * 6  # us-east-1b: up 400-460, down since (10-minute ticks)
+
+
+def test_an_earlier_job_of_the_same_id_is_not_this_ones_history(runner, tmp_path):
+    """spotctl:retiredJobs: the four short windows of the retired `loop` (attempts 1-4) are not the new
+    job's: it saw one window of hours, so it stays on spot (in resume as in watch and policy fit)."""
+    stack, events = write_stack(tmp_path, "loop", SHORT)
+    text = stack.read_text().replace("attempt: 4", "attempt: 5").replace("  spotctl:jobs:", "  spotctl:retiredJobs: {loop: 4}\n  spotctl:jobs:")
+    stack.write_text(text)
+    new = attempts("loop", [(500, 512, 700, "preempted")])
+    with (events / "loop.jsonl").open("a") as fh:
+        fh.write("\n".join(json.dumps({**d, "attempt": 5}) for d in new) + "\n")
+    assert "capacity" not in resume(runner, stack, events, "loop")["fields"]
+    fitted = runner.invoke(app, ["policy", "fit", "--stack-file", str(stack), "--events-dir", str(events), "--json"])
+    assert fitted.exit_code == 0, fitted.output
+    assert json.loads(fitted.stdout)["pools"]["us-east-1a/p3.2xlarge"]["spot_windows"] == 1  # the new job's one

@@ -642,6 +642,29 @@ def test_a_file_of_crlf_and_lf_line_ends_keeps_each_untouched_lines_end(old, edi
         old[was][1] for was in kept if was is not None]  # every untouched line keeps its own end
 
 
+def test_line_ends_of_a_file_of_repeated_lines_follow_their_lines_through_many_edits():
+    """Stack files repeat lines by the thousand (``state: running``): edits of every tenth job, a job
+    removed and one added keep every other line's end (pairing by unique lines, then by position)."""
+    def job(i: int, attempt: int = 1) -> list[str]:
+        return [f"    - id: job{i}", "      zone: us-east-1a", f"      attempt: {attempt}", "      state: running"]
+
+    jobs = [job(i) for i in range(300)]
+    crs = [[i % 3 == 0] * 4 for i in range(300)]  # every third job CRLF
+    crs[7][2] = True  # and one line alone
+    old = ("config:\n  spotctl:jobs:\n" + "".join(line + ("\r\n" if cr else "\n") for i in range(300)
+                                                  for line, cr in zip(jobs[i], crs[i], strict=True))).encode()
+    new, ends = ["config:", "  spotctl:jobs:"], [False, False]
+    for i in range(300):
+        if i == 150:
+            continue  # removed: its four lines go
+        new += job(i, 2 if i % 10 == 0 else 1)  # every tenth job's attempt edited in place
+        ends += crs[i]
+    new, ends = new + job(999), ends + [ends[-1]] * 4  # an added job takes the end of the line before it
+    out = stackfile._keep_line_ends(old, "".join(line + "\n" for line in new))
+    assert out.replace("\r\n", "\n") == "".join(line + "\n" for line in new)
+    assert [piece.endswith("\r") for piece in out.split("\n")[:-1]] == ends
+
+
 @pytest.mark.parametrize("fields", [{"state": "preempted"}, {"attempt": 7, "capacity": "on-demand"},
                                     {"deadlineHours": 12}])  # (a key added)
 def test_an_edit_of_a_file_of_crlf_and_lf_line_ends_changes_only_the_edited_lines(ref, fields):

@@ -859,13 +859,21 @@ def test_a_synced_bucket_that_cannot_be_read_leaves_status_to_the_file_and_names
     assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    cost = cli(runner, "cost")  # (no shared copy's check first: the read itself fails, one error)
+    assert cost.exit_code == 1 and cost.stderr.startswith("error: the events in bucket evts (the one this stack file")
+    read = []
+    real = sync.Shared.behind
+    monkeypatch.setattr(sync.Shared, "behind", lambda self: (read.append(1), real(self))[1])
+    import cli.commands.jobs as job_commands
+
+    monkeypatch.setattr(job_commands, "read_events", lambda *a: pytest.fail("a bucket the shared copy's check found unreachable is read"))
     status = cli(runner, "status", "--json")
     assert status.exit_code == 0, status.output
-    assert all(row["preemptions"] is None for row in json.loads(status.stdout))
-    assert "the events in bucket evts (the one this stack file was synced with) could not be read" in status.stderr
-    assert "no events source" in status.stderr
-    cost = cli(runner, "cost")
-    assert cost.exit_code == 1 and cost.stderr.startswith("error: the events in bucket evts (the one this stack file")
+    assert all(row["preemptions"] is None for row in json.loads(status.stdout)) and read == [1]
+    warnings = [line for line in status.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2 and "the shared copy s3://evts/" in warnings[0] and "cannot be reached" in warnings[0]
+    assert warnings[1].startswith("warning: no events source: ") and (
+        "bucket evts (the stack file's shared copy's) cannot be reached" in warnings[1])
     resumed = cli(runner, "resume", "train", "--no-apply")  # decided on the file as before, saying why
     assert resumed.exit_code == 0 and "is decided without its events" in resumed.stderr
     monkeypatch.undo()
@@ -901,3 +909,45 @@ def test_cleanup_of_orphans_reads_completions_from_the_synced_bucket(machines, r
     dry = cli(runner, "cleanup", "--orphans")
     assert dry.exit_code == 0, dry.output
     assert f"{vol} (us-east-1a): job gone completed and is in neither the stack file nor the Pulumi state" in dry.output
+
+
+def test_without_a_usable_key_a_record_never_picks_where_events_are_read(machines, runner, monkeypatch):
+    """Without this user's key records are read unsealed, so a commit could carry one naming another
+    bucket: it may still say where the file is pushed, never which events decide (status, cleanup)."""
+    from cli.lifecycle import cachefile
+
+    machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    put_event("train", 3, "started", 0, capacity="spot")
+    put_event("train", 3, "preempted", 30)
+    monkeypatch.setattr(cachefile, "_KEY", [None])  # no usable key from here on
+    status = cli(runner, "status", "--json")
+    assert status.exit_code == 0, status.output
+    assert all(row["preemptions"] is None for row in json.loads(status.stdout)) and "no events source" in status.stderr
+
+
+def test_cleanup_of_orphans_with_an_unreadable_synced_bucket_is_one_error_and_deletes_nothing(machines, runner, fake_pulumi,
+                                                                                            monkeypatch):
+    import boto3
+
+    from tests.conftest import data_labels
+
+    machines("laptop")
+    assert cli(runner, "sync", "--events-bucket", "evts").exit_code == 0
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    for job in ("gone", "old", "older"):
+        tags = [{"Key": k, "Value": v} for k, v in data_labels("team", job, "aws").items()]
+        ec2.create_volume(AvailabilityZone="us-east-1a", Size=10, TagSpecifications=[{"ResourceType": "volume", "Tags": tags}])
+    before = len(ec2.describe_volumes()["Volumes"])
+    from cli.cloud import Cloud, CloudError
+
+    def unreachable(self, *a, **k):
+        raise CloudError("cannot ask the cloud: the bucket did not answer")
+
+    monkeypatch.setattr(Cloud, "stored_objects", unreachable)
+    wet = cli(runner, "cleanup", "--orphans", "--yes")
+    assert wet.exit_code == 1, wet.output
+    errors = [line for line in wet.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: the events in bucket evts (the one this stack file was synced with) could not be read: cannot ask the cloud: "
+                      "the bucket did not answer: nothing deleted; give --events-bucket NAME or --events-dir DIR"], wet.stderr
+    assert len(ec2.describe_volumes()["Volumes"]) == before

@@ -23,9 +23,10 @@ def known_bucket(ref, session=None, applier=None) -> tuple[str | None, str]:
     Pulumi anyway). (None, "") when none is known or Pulumi cannot say."""
     from cli.lifecycle.stackfile import sync_record_path
 
-    if session is not None:
+    sealed = (session is not None or sync_record_path(ref.path).exists()) and _sealed_records()
+    if session is not None and sealed:  # (without a key the session's bucket may be an unsealed record's)
         return session.bucket, f"bucket {session.bucket} (the stack file's shared copy's)"
-    if sync_record_path(ref.path).exists():  # (without importing the sync part otherwise)
+    if sealed and sync_record_path(ref.path).exists():  # (without importing the sync part otherwise)
         from cli.lifecycle.sync import read_record
 
         record = read_record(ref.path)
@@ -41,6 +42,14 @@ def known_bucket(ref, session=None, applier=None) -> tuple[str | None, str]:
         if bucket:
             return str(bucket), f"bucket {bucket} (the stack's eventBucket output)"
     return None, ""
+
+
+def _sealed_records() -> bool:
+    """Whether this user's key seals records: without one, a record is read unsealed (a commit could
+    carry one naming another bucket), which may say where to push but never where events are read."""
+    from cli.lifecycle import cachefile
+
+    return cachefile.key() is not None
 
 
 class Unread(Exception):

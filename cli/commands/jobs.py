@@ -76,6 +76,8 @@ def resume(
         bucket, where = events_source(ref, cfg, events_dir, events_bucket, session, applier)
         sourced = events_dir is not None or bool(bucket)
         try:
+            if where and session is not None and session.offline:  # (the pull found it unreachable just now)
+                raise Unread(f"{where} cannot be reached")
             events = read_events(ref, cfg, job, events_dir, bucket, where)
         except Unread as exc:  # (as without a bucket, as before one was looked for: the file's state decides)
             warn(f"{exc}: job {job} is decided without its events")
@@ -165,8 +167,16 @@ def status(
 
     ref, cfg, selected = stack_jobs(stack, stack_file, job, for_status=True, whole=observe or bool(events_bucket))
     cloud = cloud_for(cfg, ref) if observe else None
-    bucket, where = events_source(ref, cfg, events_dir, events_bucket)
+    session = None
+    if cfg is not None and (events_bucket or synced(ref.path)):  # a shared stack file: is this copy behind it?
+        session = shared_copy(ref, cfg, events_bucket)
+        behind = session.behind() if session else None  # (first: it tells whether the bucket answers at all)
+        for line in (behind or "").splitlines():
+            warn(line)
+    bucket, where = events_source(ref, cfg, events_dir, events_bucket, session)
     sourced, unread = events_dir is not None or bool(bucket), ""
+    if where and session is not None and session.offline:  # (not waiting on a bucket that did not answer)
+        sourced, unread = False, f"{where} cannot be reached; "
     with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
         try:
             found = {j.id: read_events(ref, cfg, j.id, events_dir, bucket, where) for j in selected} if sourced else {}
@@ -186,12 +196,6 @@ def status(
     for row in rows:
         if row["job"] in seen_by_watcher:
             row["watcher"] = seen_by_watcher[row["job"]]
-    session = None
-    if cfg is not None and (events_bucket or synced(ref.path)):  # a shared stack file: is this copy behind it?
-        session = shared_copy(ref, cfg, events_bucket)
-        behind = session.behind() if session else None
-        for line in (behind or "").splitlines():
-            warn(line)
     if json_out:
         typer.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
@@ -357,14 +361,17 @@ def cleanup(
     def inventory(cfg):
         return cloud_for(cfg, ref).inventory()
 
+    source: list = []  # (the bucket found once per command)
+
     def completed(cfg, job_id):
-        bucket, where = events_source(ref, cfg, events_dir, events_bucket)  # (given neither: the synced bucket)
+        if not source:
+            source.append(events_source(ref, cfg, events_dir, events_bucket))  # (given neither: the synced bucket)
+        bucket, where = source[0]
         try:
             found = read_events(ref, cfg, job_id, events_dir, bucket, where) if where else \
                 events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn)
-        except Unread as exc:  # (then nothing says the job completed: its disks are kept)
-            warn(f"{exc}: job {job_id}'s disks are kept")
-            return None
+        except Unread as exc:  # nothing could say which jobs completed: no disk can be decided on
+            raise fail(f"{exc}: nothing deleted; give --events-bucket NAME or --events-dir DIR") from None
         return max((e.time for e in found if e.event == "completed"), default=None)
 
     with pull_first(stack, stack_file, job, events_bucket, no_apply):  # the shared copy's news first

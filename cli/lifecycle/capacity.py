@@ -168,7 +168,7 @@ def fit(jobs: Iterable[Job], events_of: Callable[[str], list[Event]], now: datet
 
     pools: dict[str, dict[str, Any]] = {}
     for job in jobs:
-        events = events_of(job.id)
+        events = job.mine(list(events_of(job.id)))  # (an earlier job of this id's windows are not this one's)
         by_pool: dict[str, set[int]] = {pool_key(job): set()}
         for attempt, key in attempt_pools(job, events).items():
             by_pool.setdefault(key, set()).add(attempt)
@@ -267,6 +267,7 @@ def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC), lea
     from cli.policy.policies import ON_DEMAND, Default, Observation, make_policy
 
     def choose(job: Job, events: list[Event]) -> Capacity:
+        events = job.mine(list(events))  # an earlier job of this id (spotctl:retiredJobs) is not this one's history
         at = now()
         ratio = price_ratio(job) if price_ratio else DEFAULT_PRICE_RATIO
         obs, history = observation_for(job, events, at, price_ratio=ratio)
@@ -325,6 +326,7 @@ def decide_zone_failover(job: Job, events: list[Event], *, zones: list[str], ref
     ``in_place()`` asks the job's policy for its zone, only when a move is possible at all."""
     from cli.policy.failover import MOVE_WINDOW_H, FailoverObservation, eligible_zones, make_failover
 
+    events = job.mine(list(events))  # (an earlier job of this id's attempts are not this one's)
     obs, _ = observation_for(job, events, now, price_ratio=price_ratio)
     move_h, _ = move_changeover_h(job, events)
     reachable = job.disk_replica_zones or zones  # a regional disk moves only between its two zones
