@@ -23,10 +23,11 @@ def known_bucket(ref, session=None, applier=None) -> tuple[str | None, str]:
     Pulumi anyway). (None, "") when none is known or Pulumi cannot say."""
     from cli.lifecycle.stackfile import sync_record_path
 
-    sealed = (session is not None or sync_record_path(ref.path).exists()) and _sealed_records()
-    if session is not None and sealed:  # (without a key the session's bucket may be an unsealed record's)
+    synced = sync_record_path(ref.path).exists()  # (without importing the sync part otherwise)
+    sealed = (session is not None or synced) and _sealed_records()  # (no key: the bucket may be an unsealed record's)
+    if session is not None and sealed:
         return session.bucket, f"bucket {session.bucket} (the stack file's shared copy's)"
-    if sealed and sync_record_path(ref.path).exists():  # (without importing the sync part otherwise)
+    if sealed and synced:
         from cli.lifecycle.sync import read_record
 
         record = read_record(ref.path)

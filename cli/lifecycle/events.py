@@ -99,8 +99,8 @@ def read_dir(source: Path, warn: Callable[[str], None] | None = None) -> dict[st
         data = read_bounded(path, limit, follow=True)
         if data is not None:
             out[name] = data
-        elif warn is not None and _size(path) > limit:
-            warn(f"event file {path}: skipped: {_size(path)} bytes, over the {limit >> 20} MiB an events file may be")
+        elif warn is not None and (size := _size(path)) > limit:
+            warn(f"event file {path}: skipped: {size} bytes, over the {limit >> 20} MiB an events file may be")
     return out
 
 
