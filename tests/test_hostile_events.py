@@ -338,3 +338,22 @@ def test_hostile_messages_in_the_preemption_subscription(gcp_team, runner, batch
     r = runner.invoke(app, ["watch", "--stack", "team", "--once", "--no-poll", "--no-apply", "--json", "--subscription", SUB])
     train_resumed(r)
     assert not [mid for mid, _ in fake.messages[SUB] if mid.startswith("h")]  # the unreadable ones are acknowledged
+
+
+def test_events_and_status_print_no_control_characters_from_event_text(machines, runner, tmp_path):
+    """A VM's event text reaches the terminal: escape sequences (clear the screen, retitle it, a
+    hyperlink) are printed as spaces, by `events` and `status` alike."""
+    home = machines("laptop").parent.parent
+    reset(home)
+    root = tmp_path / "events"
+    folder = root / "team" / "train" / "attempt-3" / "node-0"
+    folder.mkdir(parents=True)
+    evil = "\x1b[2J\x1b]0;pwned\x07\x9b31m"
+    (folder / "x.json").write_text(json.dumps({**preempted_train(), "event": f"progress{evil}",
+                                               "details": {f"k{evil}": f"v{evil}\nnext"}}))
+    for args in (["events", "train", "--events-dir", str(root)], ["status", "--events-dir", str(root)],
+                 ["events", "train", "--events-dir", str(root), "--json"]):
+        r = cli(runner, *args)
+        assert r.exit_code == 0, r.output
+        assert not any(c in r.output for c in "\x1b\x07\x9b"), (args, r.output)
+    assert "progress" in cli(runner, "events", "train", "--events-dir", str(root)).output

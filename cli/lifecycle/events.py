@@ -28,14 +28,25 @@ class Event:
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any]) -> Event:
+        """An event document as a VM wrote it; its text without control characters (``printable``)."""
         return cls(
             job=str(doc["job"]),
             attempt=int(doc["attempt"]),
             node=int(doc.get("node", 0)),
-            event=str(doc["event"]),
+            event=printable(str(doc["event"])),
             time=_aware(datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00"))),
-            details={str(k): str(v) for k, v in dict(doc.get("details") or {}).items()},
+            details={printable(str(k)): printable(str(v)) for k, v in dict(doc.get("details") or {}).items()},
         )
+
+
+# C0 and C1 control characters (ESC starts a terminal's escape sequences, CSI is C1's): a VM writes
+# its events' text, and `events`, `status` and `watch` print it to a terminal.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character (newlines and tabs too) replaced by a space."""
+    return CONTROL.sub(" ", text)
 
 
 def _aware(t: datetime) -> datetime:
