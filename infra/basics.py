@@ -151,3 +151,25 @@ def loads_bounded(data: bytes | str, limit: int, depth: int = JSON_DEPTH) -> Any
         return json.loads(text)
     except (ValueError, RecursionError) as exc:  # ValueError also: a number of over 4,300 digits
         raise BadJson("syntax", f"not JSON ({str(exc).splitlines()[0][:120]})") from None
+
+
+def read_regular(path: Any, limit: int) -> bytes:
+    """The bytes of ``path`` (links followed) when it is a regular file of at most ``limit`` bytes.
+
+    Raises:
+        OSError: it cannot be opened, or it is not a regular file (a FIFO, /dev/zero: never read for
+            ever), or it is larger than ``limit`` (``strerror`` says which).
+    """
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, and is refused below
+    with open(fd, "rb", buffering=0, closefd=True) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
+    return data
+

@@ -11,7 +11,6 @@ drill is stopped must stop everything it started) are one unit that is read toge
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import re
@@ -26,7 +25,7 @@ from typing import Any, Literal
 
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
-from infra.basics import counted
+from infra.basics import counted, loads_bounded, read_regular
 from infra.config import SECRET_PLACEHOLDER
 from infra.render import NOTICE_S, ScriptContext, secret_payload
 
@@ -162,9 +161,26 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
     return "reentrant", f"every attempt resumed from its last checkpoint (at most {counted(lost, 'step')} lost{within})"
 
 
+TRACE_LIMIT = 64 << 20  # a spot-traces file: a year of 10-minute ticks is ~200 KB
+
+
+def trace_doc(path: Path) -> dict:
+    """A spot-traces JSON file's document, read within bounds (``infra.basics.read_regular``,
+    ``loads_bounded``).
+
+    Raises:
+        OSError: not a readable regular file within the bound.
+        ValueError: not a JSON object.
+    """
+    doc = loads_bounded(read_regular(path, TRACE_LIMIT), TRACE_LIMIT)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
 def availability_runs(path: Path) -> tuple[list[float], list[float]]:
     """(up durations, down durations) in seconds from a spot-traces JSON file (1 = available)."""
-    doc = json.loads(path.read_text())
+    doc = trace_doc(path)
     gap = float(doc.get("metadata", {}).get("gap_seconds", 600))
     ups, downs, run, value = [], [], 0, None
     for v in doc["data"]:
@@ -371,7 +387,9 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
     if trace is not None:
         try:
             ups, downs = availability_runs(trace)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:
+            raise ValueError(f"{trace}: cannot read: {exc.strerror}") from None
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise ValueError(f"{trace}: not a spot-traces availability file ({exc})") from None
         preemptions = trace_preemptions(ups, downs, trace)
         if time_scale is None:
@@ -388,7 +406,7 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
 def trace_preemptions(ups: list[float], downs: list[float], trace: Path) -> list[float]:
     """The spot runs of a trace that end in a loss of capacity (a run still up at the trace's end
     ends in no preemption); ValueError when there is none: the trace cannot preempt anything."""
-    data = json.loads(trace.read_text())["data"]
+    data = trace_doc(trace)["data"]
     ending = ups[:-1] if data and int(data[-1]) > 0 else ups
     if not downs or not ending:
         raise ValueError(f"{trace}: spot capacity is never lost in this trace, so it cannot preempt the run "

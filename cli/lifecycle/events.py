@@ -3,7 +3,6 @@ job's VMs as events, and the timeline they tell (pure, apart from reading files)
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
