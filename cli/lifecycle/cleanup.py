@@ -56,6 +56,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         applier.preflight()
     guard = applier.exclusive(ref.path) if (yes and applier) else contextlib.nullcontext()
     with guard, stackfile.locked(ref.path):
+        _finish_retirement(ref, out)
         if applier is not None:  # (the listing too: the job's resources are still in Pulumi's state)
             _resume_interrupted(ref, job_id, out)
         cfg = stackfile.load(ref)
@@ -116,19 +117,23 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
                 signum, name = signal_of(exc)
                 err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
                 raise Interrupted(str(err), signum) from None
-            _record_path(ref.path).unlink(missing_ok=True)
             # Gone for good: a new job of this id starts after this one's attempts (its events stay).
-            # After the record: a kill between the two leaves no record that would put the job back
-            # (at an attempt the retired id then refuses), only no retirement.
+            # The record says so first: a kill before the retirement is written leaves it to the next
+            # cleanup (``_finish_retirement``), never a job gone without its id retired.
+            _record_interrupted(ref.path, taken, lifted, retire=job.attempt)
             stackfile.retire(ref.path, job_id, job.attempt)
+            _record_path(ref.path).unlink(missing_ok=True)
     return Cleanup(job_id, targets, [d for d in disks if d in targets], done=True, leftovers=leftovers)
 
 
 def _gone(ref: stackfile.StackRef, job: Job) -> None:
     """The job leaves the file for good when nothing of it is left to delete by an update: its id is
-    retired after its attempts (its events stay; a new job of that id starts after them)."""
+    retired after its attempts (its events stay; a new job of that id starts after them). Two writes:
+    the record of the retirement to come is written before them (see ``_finish_retirement``)."""
+    _record_interrupted(ref.path, ("", 0, {"id": job.id}), [], retire=job.attempt)
     stackfile.take_job(ref.path, job.id)
     stackfile.retire(ref.path, job.id, job.attempt)
+    _record_path(ref.path).unlink(missing_ok=True)
 
 
 def _targets(urns: list[str], disks: list[str], held: Held, job_id: str) -> list[str]:
@@ -163,13 +168,35 @@ def _record_path(path: Path) -> Path:
     return path.parent / ".spotctl" / f"{path.name}.cleanup.json"
 
 
-def _record_interrupted(path: Path, taken: tuple, lifted: list[str]) -> None:
-    """What a cleanup under way took out of the file and unprotected (removed once it is over)."""
+def _record_interrupted(path: Path, taken: tuple, lifted: list[str], retire: int | None = None) -> None:
+    """What a cleanup under way took out of the file and unprotected (removed once it is over); with
+    ``retire``, its deletes are done and only the retirement of the id after that attempt is left."""
     from cli.lifecycle import cachefile
 
     block, index, entry = taken
     _record_path(path).parent.mkdir(parents=True, exist_ok=True)
-    cachefile.save_record(_record_path(path), {"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted})
+    cachefile.save_record(_record_path(path), {"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted,
+                                               **({"retire": retire} if retire is not None else {})})
+
+
+def _finish_retirement(ref: stackfile.StackRef, out: Callable[[str], None]) -> None:
+    """A cleanup killed between dropping its job from the file and retiring its id (two writes): its
+    record says what is left, and it is done now, whichever job this cleanup is of. A job still in
+    the file was never dropped: nothing to retire."""
+    from cli.lifecycle import cachefile
+
+    path = _record_path(ref.path)
+    doc = cachefile.open_record(path)
+    try:
+        job_id, attempt = (str(doc["job"]), doc["retire"]) if doc is not None and "retire" in doc else (None, None)
+    except (KeyError, TypeError):
+        return
+    if job_id is None or isinstance(attempt, bool) or not isinstance(attempt, int):
+        return
+    if job_id not in {j.id for j in stackfile.load(ref).jobs}:
+        stackfile.retire(ref.path, job_id, attempt)
+        out(f"job {job_id}: an earlier cleanup was stopped before it retired the id: retired after attempt {attempt} now")
+    path.unlink(missing_ok=True)
 
 
 def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str], None]) -> None:
