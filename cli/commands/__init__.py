@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands.startup import faster_start
 from cli.commands.usage import OneLineErrors
+from cli.faster import faster_start
 from infra.basics import ConfigError
 
 faster_start()
