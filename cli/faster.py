@@ -43,7 +43,7 @@ class _LighterRichHelp:
     """Typer imports ``typer.rich_utils`` to print help and errors, and that module imports
     ``rich.markdown`` (markdown-it) and ``rich.traceback`` (pygments) at its top although spotctl
     uses neither (no Markdown markup mode, pretty exceptions off): a third of ``spotctl --help``'s
-    start-up (issue 20). While rich_utils is imported, those two modules are stand-ins whose one
+    start-up. While rich_utils is imported, those two modules are stand-ins whose one
     name imports the real module on first use; afterwards the real modules import as usual."""
 
     STAND_INS = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
@@ -94,7 +94,7 @@ class _LighterRichHelp:
 def plain_coercion() -> None:
     """Typer (0.2x) converts every parameter through a pydantic ``TypeAdapter`` built on its first
     use, even one left at its default: importing pydantic and building the adapters is most of a
-    short command's start-up (issue 20, bench/cli_startup.py). For the plain annotations spotctl's
+    short command's start-up (bench/cli_startup.py). For the plain annotations spotctl's
     options have (str, int, float, Path, an Enum) and a value of the plain shape, the result is
     computed here as the adapter would (paths and choices by Typer's own pydantic-free helpers);
     anything else, a bad value included (so the message is Typer's), goes to Typer's adapter.

@@ -1,4 +1,4 @@
-"""Issue 20: the job index. An edit of one job of a file spotctl validated whole reads, validates and
+"""The job index: an edit of one job of a file spotctl validated whole reads, validates and
 splices only that job's lines, and gives exactly the file (and errors) the whole-file path gives; a
 stale, damaged or forged index, or a file it does not handle, only means the whole file is read."""
 
@@ -94,7 +94,7 @@ def new_process() -> None:
 
 
 def test_a_file_spotctl_wrote_is_never_hashed_whole_by_one_jobs_edit(ref, monkeypatch):
-    """Issue 20: an index built from a file spotctl read is guarded by the sha256 of its text (hashed once,
+    """An index built from a file spotctl read is guarded by the sha256 of its text (hashed once,
     from the bytes read); once spotctl has written the file, by its stamped state: later edits of one
     job, in this process or a new one, hash nothing whole, and the index is rewritten, never re-derived."""
     stackfile.load(ref)
@@ -165,7 +165,7 @@ def whole_reads_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("copy", ["in the kernel", "refused by the file system", "not on this platform"])
 def test_a_file_spotctl_wrote_is_edited_in_pieces_as_the_whole_file_path_edits_it(ref, monkeypatch, copy):
-    """Issue 20: once spotctl wrote the file (its state guards the index, its bytes are its text), one job's
+    """Once spotctl wrote the file (its state guards the index, its bytes are its text), one job's
     read and edit read only the stack-wide lines and the job's (in a new process too), and the rest of the
     file is copied by the kernel (or through a small buffer where the file system cannot): the file is
     byte for byte what the whole-file path writes, and the index follows it."""

@@ -60,7 +60,7 @@ def command_named(args: list[str]) -> str | None:
 def one_command(app, args: list[str]):
     """The app to run ``spotctl ARGS`` with: when ARGS name one command, an app with only that
     command (the same callback, settings and command); otherwise the whole app. Typer builds every
-    command's parameters before running one, ~15 ms of a short command (issue 20)."""
+    command's parameters before running one, ~15 ms of a short command."""
     import copy
 
     from typer.main import get_command_name

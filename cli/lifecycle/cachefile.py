@@ -5,7 +5,7 @@ holder), sealed with a key only this user's spotctl knows.
 Why: a cache there decides which lines of the stack file an edit touches and what ``status`` shows
 without reading the whole file, and the folder is in the repository's tree: a commit can carry a file
 there (``.gitignore`` does not stop a tracked file), and so can anyone who can write the checkout. A
-forged job index made an edit change another job's lines and report success (an audit, issue 20). So
+forged job index made an edit change another job's lines and report success (found by an audit). So
 each cache is written with a keyed BLAKE2b MAC (RFC 7693's keyed mode, a MAC by design) under a
 random per-user key kept outside the checkout (``$XDG_CONFIG_HOME/spotctl/cache.key``, mode 0600);
 a file that does not carry this key's MAC is not a cache of ours and is ignored (the whole stack file

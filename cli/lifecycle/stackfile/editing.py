@@ -112,7 +112,7 @@ def _take_job(path: Path, job_id: str) -> tuple[str, int, dict[str, Any]]:
 
 def retire(path: Path, job_id: str, attempt: int) -> None:
     """Record that the job ``job_id`` is gone after ``attempt`` (``spotctl:retiredJobs``, under the lock):
-    a new job of that id then starts after it (infra/config.py), so the old one's events, which are
+    a new job of that id then starts after it (infra/config/stack.py), so the old one's events, which are
     kept, are never read as the new one's."""
 
     def change(config: Any, current: StackConfig) -> None:

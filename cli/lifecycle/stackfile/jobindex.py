@@ -19,12 +19,12 @@ from cli.lifecycle.stackfile.splicing import _jobs_in, _last_line
 # A stack file spotctl validated whole is recorded by the reading.sha256 of its whole text and the
 # validation code's fingerprint, with the place of every job. While the file still has that hash, a
 # command about one job reads and validates only the stack-wide settings and that job's lines: every
-# cross-job rule of infra/config.py compares only job ids (unique, not a pool's name), and an edit of
+# cross-job rule of infra/config/ compares only job ids (unique, not a pool's name), and an edit of
 # one job never changes its id. A file with anchors or aliases, or not in plain block layout, is never
 # indexed; anything unexpected falls back to the whole file. The index is a cache: a stale, damaged
 # or foreign one only means the whole file is read.
 #
-# Why these choices (issue 20: the cost of one job's edit must not grow with the stack; and an
+# Why these choices (the cost of one job's edit must not grow with the stack; and an
 # adversary): a file spotctl read is guarded by its content, not size + mtime + inode (an in-place
 # edit within the file system's timestamp granularity keeps those: the kernel stamps writes with a
 # clock that moves once per tick), and by a cryptographic hash, not a CRC: a CRC is linear, so a file
@@ -56,15 +56,14 @@ def _rules() -> str:
         import importlib.util
 
         infra_dir = Path(importlib.util.find_spec("infra").origin).parent  # (not imported: no pydantic for a reader)
-        _RULES.append(code_fingerprint(INDEX_VERSION, infra_dir / "config.py", infra_dir / "basics.py",
-                                       infra_dir / "contract" / "gcp.py",
-                                       *sorted(Path(__file__).parent.glob("*.py"))))
+        _RULES.append(code_fingerprint(INDEX_VERSION, *sorted((infra_dir / "config").glob("*.py")), infra_dir / "basics.py",
+                                       *sorted((infra_dir / "contract").glob("gcp*.py")), *sorted(Path(__file__).parent.glob("*.py"))))
     return _RULES[0]
 
 
 def code_fingerprint(version: int, *sources: Path) -> str:
     """Which code this is, for a cache that code produced: each source file's size and CRC-32 (a
-    version check, not a guard against forgery: ~30x cheaper than hashing it, issue 20)."""
+    version check, not a guard against forgery: ~30x cheaper than hashing it)."""
     import zlib
 
     parts = [str(version)]

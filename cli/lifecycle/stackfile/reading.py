@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 # infra.config (pydantic's models) is imported on the first validation, not with this module: a
-# command that validates nothing (`status` of a file validated before) never pays for it (issue 20).
+# command that validates nothing (`status` of a file validated before) never pays for it.
 def validate(raw: Mapping[str, Any], source: str) -> StackConfig:
     from infra.config import validate
 
@@ -67,7 +67,7 @@ def _read_text(path: Path) -> str:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     last = _LAST_READ[0] if _LAST_READ else None
     if last is not None and last[1] == data:  # read again under the lock: the same text object, so every
-        _LAST_READ[:] = [(last[0], data, state)]  # cache keyed by it (guard, part, parse) answers by identity (issue 20)
+        _LAST_READ[:] = [(last[0], data, state)]  # cache keyed by it (guard, part, parse) answers by identity
         return last[0]
     text = decode(data, str(path))
     _LAST_READ[:] = [(text, data, state)]
@@ -222,7 +222,7 @@ _PARSED_LOCK = threading.Lock()
 
 def sha256(data: bytes):
     """A sha256 hash object of ``data``: OpenSSL's (hashlib) for large data or once it is loaded, else
-    Python's built-in module (the same digest): loading OpenSSL is ~2 ms of a short command (issue 20)."""
+    Python's built-in module (the same digest): loading OpenSSL is ~2 ms of a short command."""
     import sys
 
     if len(data) < 1 << 18 and "hashlib" not in sys.modules:

@@ -49,8 +49,7 @@ def write_stack(path: Path, text: str, expect: str | None = None) -> str | None:
 
 def _line_ends(path: Path) -> tuple[bool, bool, bool]:
     """(whether the file starts with a byte-order mark, has a CRLF line end, has an LF one without a
-    CR), read in fixed chunks: a 2 MB stack file is not copied into memory once more for three facts
-    (issue 20)."""
+    CR), read in fixed chunks: a 2 MB stack file is not copied into memory once more for three facts."""
     chunk, bom, crlf, lf, previous = bytearray(1 << 16), False, False, False, b""
     opened = open_regular(path)  # (a link or a device is no old file)
     if opened is None:
