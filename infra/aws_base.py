@@ -1,5 +1,5 @@
-"""The AWS stack's shared pieces (StackBase): the event bucket, the interruption queue, the network
-and its egress, the permissions boundary, and the watcher's place."""
+"""The AWS stack's shared pieces (``StackBase``): the event bucket, the interruption queue, the jobs'
+security group, the network's egress (endpoints, NAT) and the permissions boundary of job roles."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The GCP stack's shared pieces (StackBase): the event bucket and its writers, the audit-log sink
-that reports preemptions, the egress (Cloud NAT) and the watcher's place."""
+"""The GCP stack's shared pieces (``StackBase``): the event bucket, the audit-log sink and its
+Pub/Sub topic that report preemptions, and the egress (Cloud NAT)."""
 
 from __future__ import annotations
 
