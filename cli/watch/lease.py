@@ -50,6 +50,7 @@ from typing import Any
 
 from cli.cloud import CloudError, PreconditionFailed
 from cli.lifecycle.stackfile import pid_alive
+from cli.watch.journal import LeaseHeld, LeaseLost, Predecessor, read_holder
 from infra.basics import WATCH_INTERVAL_MAX_S, loads_bounded
 from infra.naming import watch_lease
 
@@ -72,14 +73,6 @@ PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT (proc(5), /proc/sys/kernel/pid_max); 
 def term_for(interval_s: float) -> timedelta:
     """How long one renewal holds the stack: ``TERM_CYCLES`` cycles, at least ``TERM_MIN``."""
     return min(TERM_MAX, max(TERM_MIN, timedelta(seconds=TERM_CYCLES * interval_s)))
-
-
-class LeaseHeld(Exception):
-    """Another watcher holds the stack; ``str()`` names it."""
-
-
-class LeaseLost(LeaseHeld):
-    """This watcher's lease was taken or could not be renewed before it expired: it stopped acting."""
 
 
 @dataclass(frozen=True)
@@ -121,16 +114,6 @@ class Holder:
 def _aware(value: Any) -> datetime:
     t = datetime.fromisoformat(value)  # TypeError unless a str
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Predecessor:
-    """The lease this checkout's previous watcher held (from the local holder file), and whether its
-    process is gone; only then may its lease be taken before it expires."""
-
-    id: str
-    host: str
-    pid: int
 
 
 def decide(current: Holder | None, me: Holder, predecessor: Predecessor | None, unchanged_s: float,
@@ -341,7 +324,6 @@ def watcher_line(stack_file: Any, now: datetime, shared: Any = None, host: str |
     watcher starting at that moment."""
     import socket
 
-    from cli.watch.journal import read_holder
 
     if shared is not None:
         key = watch_lease(shared.ref.name)
