@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,6 +21,7 @@ from typing import Any, Literal
 
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
+from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
 from infra.basics import counted, loads_bounded, read_regular
 from infra.config import SECRET_PLACEHOLDER
 from infra.render import NOTICE_S, ScriptContext, secret_payload
@@ -413,15 +413,16 @@ def trace_preemptions(ups: list[float], downs: list[float], trace: Path) -> list
 
 def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -> Report:
     """Run a drill in a temp dir that is removed afterwards; every process is killed, also on Ctrl-C."""
-    with tempfile.TemporaryDirectory(prefix="spotctl-drill-") as tmp:
-        drill = Drill(spec, Path(tmp), status)
+    with watched_tmp() as tmp:
+        drill = Drill(spec, tmp, status)
         # Ctrl-C, SIGTERM and SIGHUP (the terminal closed) all stop the drill and everything it
-        # started. SIGINT is caught even when it was inherited as ignored (a drill started in the
-        # background of a non-interactive shell: bash sets SIGINT to SIG_IGN there, and Python then
-        # never raises KeyboardInterrupt); SIGHUP stays ignored under nohup.
-        signals = [signal.SIGINT, signal.SIGTERM]
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-            signals.append(signal.SIGHUP)
+        # started, and so does every other signal whose default is to end the process (SIGQUIT,
+        # SIGUSR1/2, SIGALRM, ...: without a handler they end it at once, its VMs' loops polling on).
+        # SIGINT is caught even when it was inherited as ignored (a drill started in the background
+        # of a non-interactive shell: bash sets SIGINT to SIG_IGN there, and Python then never
+        # raises KeyboardInterrupt); the others stay ignored when they were (SIGHUP under nohup).
+        # SIGKILL cannot be caught: the watchdog (``cli.drill.watchdog``) cleans up after it.
+        signals = [signal.SIGINT] + [sig for sig in ENDING_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
         previous = {sig: signal.signal(sig, _raise_interrupt) for sig in signals}
         try:
             return drill.run()
