@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from cli.app import app
 from infra.basics import BadJson, json_depth, loads_bounded
-from tests import test_sync
+from tests import test_sync, test_watch
 from tests.test_sync import STACK, cli
 
 bucket, machines = test_sync.bucket, test_sync.machines  # moto S3 in server mode; a checkout sharing bucket evts
@@ -279,19 +279,7 @@ def test_queue_messages_about_a_finished_job_or_from_the_future_are_acknowledged
 
 # ---- the GCP preemption subscription (local Pub/Sub + Compute) ----------------------------------------------
 
-GCP_STACK = """config:
-  spotctl:cloud: gcp
-  spotctl:project: proj-1
-  spotctl:region: us-central1
-  spotctl:zones: [us-central1-a]
-  spotctl:jobs:
-    - id: train
-      machineType: a2-highgpu-1g
-      zone: us-central1-a
-      command: python train.py
-      attempt: 3
-      state: running
-    - id: gang
+GCP_STACK = test_watch.GCP_STACK + """    - id: gang
       machineType: a2-highgpu-1g
       zone: us-central1-a
       command: python train.py
