@@ -143,7 +143,7 @@ BLOCK = 1 << 20  # a job disk's log is read this much at a time: an 800 MiB log 
 def _blocks(path: Path, since: int) -> Iterator[tuple[int, bytes]]:
     """(offset, data) blocks of a job disk's log from byte ``since`` to its end as it is now; a
     file that is not a regular one (a FIFO would block) is none."""
-    from cli.lifecycle.cachefile import open_regular
+    from cli.lifecycle.stackfile.writing import open_regular
 
     opened = open_regular(path, follow=True)
     if opened is None:
