@@ -214,6 +214,10 @@ class Move(_Model):
     # zones (``to`` one of them): a zonal job disk converted through a snapshot (``spotctl move
     # --replica-zones``); the start step writes them as the job's ``diskReplicaZones``.
     replica_zones: list[Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]] | None = None
+    # The attempt whose disks the snapshot step snapshotted: the restored disks hold its work and
+    # no later one's, so no other attempt may run on the disks left behind (``states.moving_guard``)
+    # and the release deletes them only while the zone history says this attempt was the last there.
+    attempt: PositiveInt | None = None
 
 
 class ZoneStay(_Model):
@@ -678,6 +682,8 @@ def _move_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, s
     for zone in move.held:
         if zone not in cfg.zones:
             problems.append((f"jobs[{i}].move.held", _choice_message("zone", zone, cfg.zones)))
+    if move.attempt is not None and move.attempt > job.attempt:
+        problems.append((f"jobs[{i}].move.attempt", f"is {move.attempt}, later than the job's attempt {job.attempt}"))
     generations = sum(not stay.same_disk for stay in job.zone_history) - (move.step in ("start", "release"))
     if len(move.held) > generations:
         problems.append((f"jobs[{i}].move.held", f"names {len(move.held)} zone(s) whose disks were left, but the zone "

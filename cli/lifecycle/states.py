@@ -50,6 +50,29 @@ class LifecycleError(Exception):
     """A move the state machine or the job's situation does not allow; ``str()`` is the message."""
 
 
+# The guard on every new attempt (resume, failover, the watcher's resume: all decide here, under the
+# stack file's lock). Between a move's snapshot and start steps the job's disks in the zone it leaves
+# are the ones the move's release deletes once the attempt in the new zone started: an attempt started
+# there meanwhile would write work no snapshot holds, and lose it to that release.
+MOVING = ("a job being moved accepts no new attempt except through the move (an attempt started in the zone it "
+          "leaves would run on the disks the move's release deletes)")
+
+
+def moving_guard(job: Job) -> None:
+    """Refuse a new attempt outside the move while the job is between its move's snapshot and start
+    steps (from the start step on it runs in the new zone on the restored disks, as any job)."""
+    move = job.move
+    if move is not None and moving_away(job):
+        raise LifecycleError(f"job {job.id} is moving to {move.to} (step {move.step}): {MOVING}; "
+                             f"`spotctl move {job.id} --to-zone {move.to}` continues the move, whose start step is "
+                             "the next attempt")
+
+
+def moving_away(job: Job) -> bool:
+    """The job is between its move's snapshot and start steps (``moving_guard`` refuses new attempts)."""
+    return job.move is not None and job.move.step in ("snapshot", "restore")
+
+
 def check(job_id: str, old: JobState, new: JobState) -> str:
     """The reason for a legal transition; raises LifecycleError naming both states otherwise."""
     try:
@@ -134,6 +157,7 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
         raise LifecycleError(f"job {job.id} is completed; there is nothing to resume (spotctl cleanup {job.id} deletes its disks)")
     if (again := retried(job, from_attempt)) is not None:
         return again
+    moving_guard(job)
     state = job.state
     if state is R:
         seen = attempt_outcome(events, job.attempt, job.nodes)
@@ -172,6 +196,7 @@ def decide_failover(job: Job, to: Capacity | None, from_attempt: int | None = No
         raise LifecycleError(f"job {job.id} is completed; there is nothing to fail over")
     if (again := retried(job, from_attempt)) is not None:
         return again
+    moving_guard(job)
     target = to or (Capacity.ON_DEMAND if job.capacity is Capacity.SPOT else Capacity.SPOT)
     if job.state is F:
         raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force --capacity {target.value}` retries it")
