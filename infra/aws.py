@@ -25,6 +25,7 @@ from infra.common import (
     JobPlan,
     StackArgs,
     declare_components,
+    frozen_scripts,
     job_outputs,
     job_script_context,
     pool_parts,
@@ -712,7 +713,7 @@ class TrainingJob(pulumi.ComponentResource):
                     # The master's public address is there before its first boot runs the user data.
                     parent=self, delete_before_replace=True,
                     depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else [])],
-                    ignore_changes=["ami"],
+                    ignore_changes=["ami", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt
                 ),
             )
             aws.ec2.VolumeAttachment(

@@ -268,6 +268,10 @@ class Job(_Model):
     # generation: each move creates new disks with new names, so old and new coexist until release).
     move: Move | None = None
     zone_history: list[ZoneStay] = Field(default_factory=list)
+    # The digest of spotctl's VM scripts the current attempt started with (``infra.render.scripts_digest``,
+    # written with each new attempt): while it differs from this spotctl's, the attempt's VMs keep their
+    # scripts (``infra.common.frozen_scripts``); new scripts reach the next attempt.
+    scripts_digest: Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9a-f]{16}$")] | None = None
     # `spotctl watch` may move the job to another zone of the stack when resumes keep being refused
     # for capacity in its zone and a move is cheaper than on-demand (cli/policy/failover.py).
     move_on_capacity: bool = True

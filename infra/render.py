@@ -154,6 +154,20 @@ def templates_dir() -> Path:
     raise FileNotFoundError("spotctl templates directory not found")
 
 
+@cache
+def scripts_digest() -> str:
+    """What identifies spotctl's own VM scripts (every file ``templates/`` holds, whatever they say):
+    recorded per job with each new attempt (``scriptsDigest``), so a running attempt keeps the scripts
+    it started with when spotctl is upgraded (``infra.common.frozen_scripts``)."""
+    import hashlib
+
+    root = templates_dir()
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def _quote(value: object) -> str:
     if value is None or isinstance(value, jinja2.Undefined):
         raise jinja2.UndefinedError("refusing to shell-quote an undefined value")

@@ -51,6 +51,8 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     if json_out:
         typer.echo(result.to_json(), nl=False)
         return
+    for note in result.notes:  # rules on what only the cloud answers: the real engine checks them
+        typer.echo(f"note: {note}", err=True)
     import shutil
 
     from cli.plan.tree import render

@@ -16,7 +16,8 @@ table stays the one list of what the clouds require.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -52,19 +53,22 @@ class Rule:
     fix: str
     source: str
     check: Callable[[str, Mapping[str, Any]], str | None] | None = None
+    # A context rule whose inputs are the cloud's answers to look-ups (data sources), named here: under
+    # spotctl's plan mocks those answers are made up, so offline it is noted, not enforced (``offline``).
+    lookup: str = ""
 
 
 _RULES: dict[str, Rule] = {}
 _BY_TYPE: dict[str, tuple[Rule, ...]] = {}  # type token -> the rules checking it (every resource asks)
 
 
-def rule(id: str, types: Iterable[str], says: str, fix: str, source: str):
+def rule(id: str, types: Iterable[str], says: str, fix: str, source: str, lookup: str = ""):
     """Register a rule; used as a decorator on its check (or called bare for a context rule)."""
 
     def register(check: Callable[[str, Mapping[str, Any]], str | None] | None) -> Callable | None:
         if id in _RULES:
             raise ValueError(f"contract rule {id} registered twice")
-        _RULES[id] = Rule(id, tuple(types), says, fix, source, check)
+        _RULES[id] = Rule(id, tuple(types), says, fix, source, check, lookup)
         _BY_TYPE.clear()
         return check
 
@@ -87,10 +91,31 @@ def error(rule: Rule, resource: str, problem: str) -> ContractError:
     return ContractError(f"{resource}: {problem}\n  rule {rule.id}: {rule.says}\n  fix: {rule.fix}\n  source: {rule.source}")
 
 
+_OFFLINE: list[set[str]] = []  # the notes of the plans under way offline (innermost last)
+
+
+@contextlib.contextmanager
+def offline(notes: set[str]) -> Iterator[None]:
+    """Plan offline (spotctl's mocks, no cloud): rules with a ``lookup`` are not enforced, their
+    look-ups' answers being made up; ``notes`` gets one line per rule left to the real engine. A
+    lifecycle command's targets then never depend on an invented fact (a subnet's VPC)."""
+    _OFFLINE.append(notes)
+    try:
+        yield
+    finally:
+        _OFFLINE.pop()
+
+
 def enforce(id: str, resource: str, problem: str | None) -> None:
-    """Raise ContractError for a context rule when ``problem`` is not None."""
+    """Raise ContractError for a context rule when ``problem`` is not None (offline, a rule with a
+    ``lookup`` is only noted: ``offline``)."""
+    r = get(id)
+    if _OFFLINE and r.lookup:
+        _OFFLINE[-1].add(f"{id} not checked offline: it needs {r.lookup}, which only the cloud knows "
+                         "(`pulumi preview` checks it)")
+        return
     if problem is not None:
-        raise error(get(id), resource, problem)
+        raise error(r, resource, problem)
 
 
 def rules_for(type_: str) -> tuple[Rule, ...]:
