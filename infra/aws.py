@@ -146,6 +146,28 @@ def rule_name(slug: str, owner: str) -> str:
     return f"spotctl-{slug}_{owner}"
 
 
+def queue_policy(queue_arn: str, region: str, slug: str) -> dict:
+    """Only this stack's job rules (named by ``rule_name``) in this account may send to the queue.
+    EventBridge delivers to SQS queues of other accounts too
+    (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-service-cross-account.html), so a rule ARN
+    with any account (``:*:``) let another account's rule of that name send: the ARN names the queue's own
+    account (its ARN's fifth field), and ``aws:SourceAccount`` must be it, the confused-deputy guard for a
+    service principal in a resource policy (https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html,
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-sourceaccount)."""
+    account = queue_arn.split(":")[4]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Action": "sqs:SendMessage",
+            "Resource": queue_arn,
+            "Condition": {"ArnLike": {"aws:SourceArn": f"arn:aws:events:{region}:{account}:rule/{rule_name(slug, '')}*"},
+                          "StringEquals": {"aws:SourceAccount": account}},
+        }],
+    }
+
+
 def _tls_only_policy(bucket_arn: str) -> str:
     # https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-bucket-policies.html (RestrictToTLSRequestsOnly)
     return json.dumps({
@@ -270,27 +292,10 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        # Only this stack's job rules (named by rule_name) may send to the queue.
-        rules_arn = f"arn:aws:events:{cfg.region}:*:rule/{rule_name(args.slug, '')}*"
         aws.sqs.QueuePolicy(
             f"{name}-interruptions-policy",
             queue_url=self.queue.url,
-            policy=self.queue.arn.apply(
-                lambda arn: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {
-                                "Effect": "Allow",
-                                "Principal": {"Service": "events.amazonaws.com"},
-                                "Action": "sqs:SendMessage",
-                                "Resource": arn,
-                                "Condition": {"ArnLike": {"aws:SourceArn": rules_arn}},
-                            }
-                        ],
-                    }
-                )
-            ),
+            policy=self.queue.arn.apply(lambda arn: json.dumps(queue_policy(arn, cfg.region, args.slug))),
             opts=child,
         )
         self.register_outputs({"eventBucket": self.bucket.bucket, "interruptionQueue": self.queue.url})

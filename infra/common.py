@@ -216,7 +216,7 @@ SCRIPT_INPUTS = {"aws": ["userDataBase64"], "gcp": ['metadata["startup-script"]'
 def frozen_scripts(job: Job, cloud: str) -> list[str]:
     """The VM inputs to leave as they are (``ignore_changes``): the scripts, while the job's current
     attempt started with other scripts than this spotctl's (or before they were recorded)."""
-    from infra.render import scripts_digest
+    from infra.basics import scripts_digest
 
     return [] if job.scripts_digest == scripts_digest() else list(SCRIPT_INPUTS[cloud])
 

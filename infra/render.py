@@ -12,10 +12,11 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
 import jinja2
+
+from infra.basics import scripts_digest, templates_dir  # noqa: F401 - re-exported: the scripts' home and digest
 
 GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 AWS_METADATA_URL = "http://169.254.169.254"
@@ -143,29 +144,6 @@ def event_object_prefix(stack: str, name: str) -> str:
     """Where the scripts of job or pool ``name`` write event objects (``spotctl_record`` in
     templates/common/lib.sh.j2: ``<event_prefix><name>/attempt-N/...`` with the default prefix)."""
     return f"{stack}/{name}/"
-
-
-def templates_dir() -> Path:
-    """``templates/`` in a checkout; ``infra/_templates`` in an installed wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "templates", here / "_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("spotctl templates directory not found")
-
-
-@cache
-def scripts_digest() -> str:
-    """What identifies spotctl's own VM scripts (every file ``templates/`` holds, whatever they say):
-    recorded per job with each new attempt (``scriptsDigest``), so a running attempt keeps the scripts
-    it started with when spotctl is upgraded (``infra.common.frozen_scripts``)."""
-    import hashlib
-
-    root = templates_dir()
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def _quote(value: object) -> str:

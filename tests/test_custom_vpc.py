@@ -5,7 +5,6 @@ the answers are real (the engine's preview; a test's mock account) and noted off
 
 from __future__ import annotations
 
-import json
 import random
 import re
 

@@ -13,7 +13,7 @@ import pytest
 from cli.app import app
 from cli.lifecycle import stackfile
 from cli.plan import mocks as planner
-from infra import render
+from infra import basics, render
 from infra.config import validate
 from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
 
@@ -45,6 +45,7 @@ def changed_template(tmp_path, monkeypatch) -> None:
     for f in copy_dir.rglob("*.j2"):
         f.write_text(f.read_text() + "\n# a newer spotctl\n")
     monkeypatch.setattr(render, "templates_dir", lambda: copy_dir)
+    monkeypatch.setattr(basics, "templates_dir", lambda: copy_dir)
     render.environment.cache_clear()
     render.scripts_digest.cache_clear()
 

@@ -1,5 +1,9 @@
 """``spotctl cleanup``: deleting a completed job's disks, and which orphaned disks may go.
 
+Longer than 420 lines: a job's cleanup decides, plans and acts in three stretches around the
+stack file's lock, each with its undo (the record a kill -9 leaves, the protection set again), and
+the orphans' and snapshots' rules share its one deletion rule; split, that order would scatter.
+
 Every deletion goes through the one rule in ``cli.lifecycle.states.may_delete_disks``, decided and
 acted on under the stack file's lock (so no resume/failover can land between the decision and the
 delete), and only for disks that carry this exact stack's ownership labels (``naming.owner_value``).
@@ -201,9 +205,9 @@ def _resume_if_idle(ref: stackfile.StackRef, job_id: str, applier: Applier, hold
     if holding:
         _resume_interrupted(ref, job_id, out)
     elif _record_path(ref.path).exists():
-        with contextlib.suppress(ApplyError):  # a cleanup's update is running now: its record stays
-            with applier.exclusive(ref.path, wait=False):
-                _resume_interrupted(ref, job_id, out)
+        # (an ApplyError: a cleanup's update is running now, and its record stays)
+        with contextlib.suppress(ApplyError), applier.exclusive(ref.path, wait=False):
+            _resume_interrupted(ref, job_id, out)
 
 
 def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str], None]) -> None:

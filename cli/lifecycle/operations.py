@@ -19,8 +19,8 @@ from typing import Any
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
 from cli.lifecycle.states import PENDING_STAMP, Change, LifecycleError
+from infra.basics import scripts_digest
 from infra.config import ConfigError, Job, StackConfig
-from infra.render import scripts_digest
 
 # ---- act ----------------------------------------------------------------------------------------------
 

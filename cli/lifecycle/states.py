@@ -107,11 +107,18 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
     2 minutes on AWS, 30 s on GCP); a new attempt then would replace it mid-checkpoint. ``watch``
     acts on it only once the VM is gone (``cli.watch.decide``), and so do ``resume`` and ``status``.
     """
+    events = list(events)
     mine = without_moot(e for e in events if e.attempt == attempt)  # a node's stop after its trainer ended on its own ends nothing
     done = {e.node for e in mine if e.event == "completed"}
     kinds = {e.event for e in mine}
     if "preempted" in kinds:
         return PR
+    held = maintained(events, attempt)
+    if held and "failed" in kinds:
+        # The gang's failures follow a node's host maintenance (its peers lose it mid-collective): the
+        # attempt was stopped, not failed, once every such node stopped (until then it may checkpoint).
+        stopped = {e.node for e in events if e.attempt == attempt and e.event == "stopped"}
+        return S if held <= stopped else None
     if "failed" in kinds:
         return F
     if "stopped" in kinds:
@@ -119,6 +126,18 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
     if done and done >= set(range(nodes)):
         return C
     return None
+
+
+# GCE stops GPU VMs for host maintenance ("Compute Engine gives GPU VMs a 1-hour stopping notice, while normal
+# VMs receive only a 60-second notice", https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance): the
+# VM records ``maintenance-notice`` then, and ``stopped`` with reason ``host-maintenance`` when it stops.
+MAINTENANCE_REASONS = ("host-maintenance", "maintenance")
+
+
+def maintained(events: Iterable[Event], attempt: int) -> set[int]:
+    """The nodes of the attempt that host maintenance stops (their notice, or a stop it caused)."""
+    return {e.node for e in events if e.attempt == attempt and (
+        e.event == "maintenance-notice" or (e.event == "stopped" and e.details.get("reason") in MAINTENANCE_REASONS))}
 
 
 def noticed(events: Iterable[Event], attempt: int) -> bool:
@@ -182,6 +201,9 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
             fields["capacity"] = cap.value
         return Change(job.id, fields, TRANSITIONS[(P, R)])
     reason = check(job.id, state, R) if state is not R else TRANSITIONS[(R, R)]
+    if state is S and (held := maintained(events, job.attempt)):
+        reason = (f"host maintenance stopped node(s) {', '.join(map(str, sorted(held)))} of attempt {job.attempt} (GCE's notice): "
+                  f"not the job's failure; {reason}")
     cap = capacity or choose(job, events)
     fields = {"attempt": job.attempt + 1, "state": R.value}
     if cap is not job.capacity:

@@ -12,7 +12,6 @@ provider instead of the stack's explicit one is an error.
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 import json
 from collections.abc import Mapping
