@@ -254,9 +254,11 @@ class StackBase(pulumi.ComponentResource):
         )
 
         # No inline rules: mixed with separate rule resources the provider keeps overwriting them.
+        # Egress only: node-to-node traffic is admitted per job, among its gang's members (TrainingJob's
+        # gang group), as GCP's gang firewall does; pools' VMs and single-node jobs admit nothing.
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-nodes-sg",
-            description=f"spotctl {args.stack}: egress, and node-to-node traffic of multi-node jobs",
+            description=f"spotctl {args.stack}: egress of every job and pool VM",
             vpc_id=vpc_id,
             tags=tags,
             opts=child,
@@ -270,15 +272,8 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        aws.vpc.SecurityGroupIngressRule(
-            f"{name}-nodes-sg-self",
-            security_group_id=self.security_group.id,
-            referenced_security_group_id=self.security_group.id,
-            ip_protocol="-1",
-            description="nodes of one stack talk to each other (NCCL, rendezvous)",
-            tags=tags,
-            opts=child,
-        )
+        self.vpc_id, self._tags = vpc_id, tags
+        self._endpoint_group: aws.ec2.SecurityGroup | None = None
         self.egress = cfg.network.egress or "s3-endpoint"
         self.egress_routes: list[pulumi.Resource] = []  # what a VM needing the NAT waits for (the watcher)
         self.api_urls: dict[str, pulumi.Output[str]] = {}  # service -> its interface endpoint's URL (s3-endpoint)
@@ -378,6 +373,18 @@ class StackBase(pulumi.ComponentResource):
             found.update(tables("association.subnet-id", subnet.id) or tables("association.main", "true"))
         return sorted(found)
 
+    def _endpoints_group(self, name: str, child: pulumi.ResourceOptions) -> aws.ec2.SecurityGroup:
+        """The interface endpoints' group: HTTPS (443) from the stack's VMs (the nodes group), nothing else."""
+        if self._endpoint_group is None:
+            self._endpoint_group = aws.ec2.SecurityGroup(
+                f"{name}-endpoints-sg", description="spotctl: the stack's interface endpoints (HTTPS from its VMs)",
+                vpc_id=self.vpc_id, tags=self._tags, opts=child)
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-endpoints-sg-https", security_group_id=self._endpoint_group.id,
+                referenced_security_group_id=self.security_group.id, ip_protocol="tcp", from_port=443, to_port=443,
+                description="the stack's VMs call the AWS APIs through the endpoints", tags=self._tags, opts=child)
+        return self._endpoint_group
+
     def _interface_endpoint(self, name: str, cfg: StackConfig, service: str, vpc_id: str, tags, child) -> None:
         """An interface endpoint of an AWS API, in the VMs' subnets (one per zone) and the nodes' security
         group, whose self rule admits the VMs' HTTPS; its URL for the scripts in ``self.api_urls``.
@@ -401,7 +408,7 @@ class StackBase(pulumi.ComponentResource):
             service_name=f"com.amazonaws.{cfg.region}.{service}",
             vpc_endpoint_type="Interface",
             subnet_ids=[subnet.id for subnet in self.subnets.values()],
-            security_group_ids=[self.security_group.id],
+            security_group_ids=[self._endpoints_group(name, child).id],
             private_dns_enabled=False,
             tags=tags,
             opts=child,
@@ -614,12 +621,25 @@ class TrainingJob(pulumi.ComponentResource):
         runs = any(n.declares_instance for n in plan.nodes)
         master_eni = None
         master_addr: pulumi.Output[str] | None = None
+        groups = [base.security_group.id]
+        if job.nodes > 1:
+            # Only this job's nodes reach each other, on every protocol NCCL and the rendezvous use: a rule
+            # whose source is a group admits the resources associated with that group (security group
+            # referencing, https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html), so a
+            # group of the gang alone, referencing itself; GCP's gang firewall scopes it to the job's identity.
+            gang = aws.ec2.SecurityGroup(f"{name}-gang-sg", description=f"spotctl {args.stack}: the nodes of job {job.id}",
+                                         vpc_id=base.vpc_id, tags=tags, opts=child)
+            aws.vpc.SecurityGroupIngressRule(f"{name}-gang-sg-self", security_group_id=gang.id,
+                                             referenced_security_group_id=gang.id, ip_protocol="-1",
+                                             description=f"the nodes of job {job.id} talk to each other (NCCL, rendezvous)",
+                                             tags=tags, opts=child)
+            groups.append(gang.id)
         if plan.needs_master_address:
             # An ENI outlives instances: the master keeps its private IP across attempts.
             master_eni = aws.ec2.NetworkInterface(
                 f"{name}-master-eni",
                 subnet_id=subnet.id,
-                security_groups=[base.security_group.id],
+                security_groups=groups,
                 description=f"spotctl {args.stack}/{job.id} master",
                 tags=aws_tags(args.stack, cfg.labels, name=f"{plan.slug}-{job.id}-master", job=job.id),
                 opts=child,
@@ -680,7 +700,7 @@ class TrainingJob(pulumi.ComponentResource):
                 instance_type=job.instance_type,
                 availability_zone=job.zone,
                 subnet_id=None if uses_eni else subnet.id,
-                vpc_security_group_ids=None if uses_eni else [base.security_group.id],
+                vpc_security_group_ids=None if uses_eni else groups,
                 primary_network_interface=aws.ec2.InstancePrimaryNetworkInterfaceArgs(network_interface_id=master_eni.id)
                 if uses_eni
                 else None,
