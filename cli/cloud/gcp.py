@@ -78,7 +78,7 @@ class GcpInventory:
         self.waiting: dict[str, Any] = {}  # wait_done's deadline_s / clock / sleep (tests shorten them)
 
     def disks(self) -> list[CloudDisk]:
-        request = {"project": self.project, "filter": f'{owner_filter(self.stack_name)}'}
+        request = {"project": self.project, "filter": owner_filter(self.stack_name)}
         out = []
         for scope, scoped in self.client.aggregated_list(request=request):
             for d in scoped.disks:
@@ -96,7 +96,7 @@ class GcpInventory:
 
     def snapshots(self) -> list[CloudSnapshot]:
         """The project's snapshots labelled with this stack (a move's snapshots; global resources)."""
-        request = {"project": self.project, "filter": f'{owner_filter(self.stack_name)}'}
+        request = {"project": self.project, "filter": owner_filter(self.stack_name)}
         return [CloudSnapshot(s.name, "", dict(s.labels),
                               created=datetime.fromisoformat(s.creation_timestamp) if s.creation_timestamp else None)
                 for s in self.snapshot_client.list(request=request)]
