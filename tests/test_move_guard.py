@@ -101,6 +101,13 @@ def test_a_release_keeps_disks_a_later_attempt_used_in_the_zone_left():
         next_step(at_start(2, attempt=3, recorded=1), "us-central1-b", go)
 
 
+def test_the_recorded_attempts_own_late_boot_does_not_keep_the_disks():
+    """Its VM booted after the move began (a resume just before the move): the snapshot step stopped it
+    before the snapshot, which holds its work."""
+    go = [Event("train", 1, 0, "started", T0 - timedelta(minutes=30)), Event("train", 2, 0, "started", T0)]
+    assert next_step(at_start(1, attempt=2, recorded=1), "us-central1-b", go).fields["move"]["step"] == "release"
+
+
 def test_a_release_of_a_record_without_its_attempt_reads_the_events():
     go = [Event("train", 2, 0, "started", T0)]
     assert next_step(at_start(1, attempt=2, recorded=None), "us-central1-b", go).fields["move"]["step"] == "release"

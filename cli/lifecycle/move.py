@@ -143,12 +143,13 @@ def _left_unused(job: Job, events: list[Event]) -> None:
     if stay is None:
         return
     mine = move.attempt if move.attempt is not None else stay.last_attempt
-    late = sorted({e.attempt for e in events if mine < e.attempt <= stay.last_attempt}
-                  | ({stay.last_attempt} if stay.last_attempt > mine else set())
-                  | {e.attempt for e in events if move.began is not None and e.event == "started"
-                     and e.attempt <= stay.last_attempt and e.time > move.began})
+    late = {e.attempt for e in events if mine < e.attempt <= stay.last_attempt} | ({stay.last_attempt} if stay.last_attempt > mine else set())
+    if move.attempt is None and move.began is not None:
+        # (with the attempt recorded, its own VM booting after the move began is no matter: the
+        # snapshot step stopped it before the snapshot)
+        late |= {e.attempt for e in events if e.event == "started" and e.attempt <= stay.last_attempt and e.time > move.began}
     if late:
-        raise LifecycleError(f"job {job.id}: attempt(s) {', '.join(map(str, late))} ran in {move.from_} after the move "
+        raise LifecycleError(f"job {job.id}: attempt(s) {', '.join(map(str, sorted(late)))} ran in {move.from_} after the move "
                              f"snapshotted its disks (at attempt {mine}): the disks its move left hold their work and "
                              "are kept; nothing deleted")
 
