@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from cli.app import app
 from infra.basics import BadJson, json_depth, loads_bounded
+from infra.naming import owner_value
 from tests import test_sync, test_watch
 from tests.test_sync import STACK, cli
 
@@ -304,8 +305,9 @@ def gcp_team(project, monkeypatch):
     gce = FakeGce()
     monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", gce.url)
     for job, attempt in (("train", 3), ("gang", 1)):
-        gce.add_instance("us-central1-a", f"team-{job}-a{attempt}-n0", {"spotctl-stack": "team", "spotctl-job": job,
-                                                                        "spotctl-attempt": str(attempt), "spotctl-node": "0"})
+        gce.add_instance("us-central1-a", f"team-{job}-a{attempt}-n0", {"spotctl-stack": "team", "spotctl-owner": owner_value("team"),
+                                                                        "spotctl-job": job, "spotctl-attempt": str(attempt),
+                                                                        "spotctl-node": "0"})
     gce.preempt("us-central1-a", "team-train-a3-n0")
     with FakePubsub() as fake:
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", fake.host)
