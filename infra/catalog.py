@@ -57,8 +57,9 @@ def unknown_type(cloud: str, machine: str) -> str | None:
     if fam not in families and not malformed:
         return None
     close = close_names(cloud, machine)
+    sizes = sorted(t for t in part["types"] if family(cloud, t) == fam)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
-        f"{fam} sizes: {', '.join(sorted(t for t in part['types'] if family(cloud, t) == fam))}" if fam in families
+        f"{fam} types: {', '.join(sizes[:8])}{', ...' if len(sizes) > 8 else ''}" if fam in families
         else "an EC2 instance type is FAMILY.SIZE, e.g. 'g5.2xlarge'")
     what = "instance type" if cloud == "aws" else "machine type"
     return f"unknown {what} {machine!r} ({hint}); `spotctl catalog` lists the GPU types"
