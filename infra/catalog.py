@@ -186,3 +186,43 @@ def problems(cfg: Any, out: list[tuple[str, str]]) -> None:
         if machine:
             out += [(key, m) for m in check(cfg.cloud, cfg.region, machine, acc.type if acc else None,
                                             acc.count if acc else None, where)]
+
+
+def gpu_matches(wanted: str, name: str, memory: float | None = None) -> bool:
+    """``--gpu h100`` matches 'nvidia-h100-80gb' and AWS 'H100'; 'a100-80gb' only A100s known to have 80 GB
+    (by the name, else by ``memory``)."""
+    want, size = _gpu_key(wanted)
+    have, have_size = _gpu_key(name)
+    if want not in have:
+        return False
+    known = have_size if have_size is not None else memory
+    return size is None or (known is not None and abs(known - size) <= 0.08 * size)
+
+
+def offers(cloud: str | None = None, gpu: str | None = None, region: str | None = None, zone: str | None = None) -> list[dict]:
+    """One row per GPU machine type and region it is offered in (N1's attachable GPUs as ``n1-*``),
+    filtered; ``zones`` is a list or ``"unknown"``. Sorted by cloud, GPU, count, type, region."""
+    rows = []
+    if zone and not region:
+        region = zone[:-1] if re.fullmatch(r".*[0-9][a-z]", zone) else zone.rsplit("-", 1)[0]
+    data = load()
+    for c in ("aws", "gcp"):
+        if cloud not in (None, c) or c not in data:
+            continue
+        entries = [(name, e["gpu"] or {}, e) for name, e in data[c]["gpu"].items()]
+        if c == "gcp":
+            entries += [("n1-*", {"type": acc, "count": "/".join(map(str, e["counts"])), "memoryGB": e["memoryGB"]}, e)
+                        for acc, e in data[c]["attachable"].items()]
+        for name, g, e in entries:
+            gpu_name = g.get("name") or g.get("type")  # None: a type spotctl's GPU table does not know
+            if gpu and not (gpu_name and gpu_matches(gpu, gpu_name, g.get("memoryGiB") or g.get("memoryGB"))):
+                continue
+            for r, where in sorted(e["regions"].items()):
+                zones = where["zones"]
+                if (region and r != region) or (zone and zones != UNKNOWN and zone not in zones):
+                    continue
+                unit = "GiB" if c == "aws" else "GB"  # as each source states it (EC2: MiB; GCE: GB)
+                rows.append({"cloud": c, "type": name, "gpu": gpu_name, "count": g.get("count"),
+                             f"gpuMemory{unit}": g.get(f"memory{unit}"), "vcpus": e.get("vcpus"),
+                             f"memory{unit}": e.get(f"memory{unit}"), "region": r, "zones": zones})
+    return sorted(rows, key=lambda x: (x["cloud"], x["gpu"] or "", str(x["count"]), x["type"], x["region"]))
