@@ -39,7 +39,7 @@ def test_filters_zone_and_gpu_and_the_alias(runner):
     assert {o["type"] for o in offers} == {f"a2-ultragpu-{n}g" for n in (1, 2, 4, 8)}
     assert all(o["zones"] == "unknown" and o["gpuMemoryGB"] == 80 for o in offers)  # GCP export: per region
     result = runner.invoke(app, ["catalog", "--cloud", "gcp", "--region", "us-central1", "--gpu", "t4"])
-    assert result.output.splitlines()[1].split()[:4] == ["n1-*", "1/2/4", "x", "t4"]
+    assert result.output.splitlines()[1].split()[:5] == ["n1-*", "1/2/4", "x", "t4", "16GB"]
 
 
 def test_nothing_found_is_one_error_line(runner):

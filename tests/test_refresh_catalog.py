@@ -103,7 +103,7 @@ def test_gcp_from_the_compute_api_is_per_zone(compute, tmp_path):
     gcp = doc["gcp"]
     assert gcp["types"] == ["a2-highgpu-1g", "n1-standard-8"]  # the deprecated type left out
     assert gcp["gpu"]["a2-highgpu-1g"] == {
-        "vcpus": 12, "memoryGB": 85.0, "gpu": {"type": "nvidia-tesla-a100", "count": 1, "memoryGB": None},
+        "vcpus": 12, "memoryGB": 85.0, "gpu": {"type": "nvidia-tesla-a100", "count": 1, "memoryGB": 40},
         "regions": {"us-central1": {"zones": ["us-central1-a", "us-central1-b"]}}}
     assert gcp["attachable"]["nvidia-tesla-t4"]["regions"] == {"us-central1": {"zones": ["us-central1-a"]},
                                                               "europe-west4": {"zones": ["europe-west4-a"]}}

@@ -41,11 +41,22 @@ from infra.contract.gcp import ACCELERATOR_OPTIMIZED, N1_GPUS  # noqa: E402
 
 CATALOG = ROOT / "infra" / "catalog.json"
 AZ_IDS_DOC = "https://docs.aws.amazon.com/global-infrastructure/latest/regions/az-ids.html"
-# GPU memory per GCE accelerator type where a page states it: https://cloud.google.com/compute/docs/gpus
-# ("NVIDIA L4 | g2-standard-4 | 1 GPU | 24 GB GDDR6"; a3-highgpu-8g "8 GPUs | 640 GB HBM3"); types whose
-# name carries it (nvidia-a100-80gb) are read from the name; the rest are left unknown.
-GCP_GPU_MEMORY_GB = {"nvidia-l4": 24, "nvidia-h100-80gb": 80}
-GCP_GPU_MEMORY_SOURCE = "https://cloud.google.com/compute/docs/gpus (GPU memory per machine type); else the type's name (-80gb)"
+# GPU memory per GPU (GB) of each GCE accelerator type: https://cloud.google.com/compute/docs/gpus, "General
+# comparison chart" (page last updated 2026-04-14: "A4 (B200) 180 GB HBM3e", "N1 (P4) 8 GB GDDR5", ...).
+GCP_GPU_MEMORY_GB = {
+    "nvidia-gb300": 279, "nvidia-gb200": 186, "nvidia-b200": 180, "nvidia-h200-141gb": 141, "nvidia-h100-80gb": 80,
+    "nvidia-h100-mega-80gb": 80, "nvidia-a100-80gb": 80, "nvidia-tesla-a100": 40, "nvidia-rtx-pro-6000": 96,
+    "nvidia-l4": 24, "nvidia-tesla-t4": 16, "nvidia-tesla-p4": 8, "nvidia-tesla-v100": 16, "nvidia-tesla-p100": 16,
+}
+# Machine types the same page lists that spotctl's GPU table (infra/contract/gcp.py, what `plan` can build) does
+# not: shown by `spotctl catalog`, still refused by `validate` until the table has them. G4's small types hold a
+# part of one GPU ("g4-standard-6 ... GPU count 1/8").
+GCP_MORE_GPUS = {
+    "a3-edgegpu-8g": ("nvidia-h100-80gb", 8), "a3-edgegpu-8g-nolssd": ("nvidia-h100-80gb", 8),
+    "a4x-maxgpu-4g-metal": ("nvidia-gb300", 4), "g4-standard-6": ("nvidia-rtx-pro-6000", 0.125),
+    "g4-standard-12": ("nvidia-rtx-pro-6000", 0.25), "g4-standard-24": ("nvidia-rtx-pro-6000", 0.5),
+}
+GCP_GPU_MEMORY_SOURCE = "https://cloud.google.com/compute/docs/gpus (General comparison chart; page of 2026-04-14)"
 
 
 class SourceError(Exception):
@@ -53,12 +64,7 @@ class SourceError(Exception):
 
 
 def gpu_memory_gb(gpu: str) -> int | None:
-    import re
-
-    if gpu in GCP_GPU_MEMORY_GB:
-        return GCP_GPU_MEMORY_GB[gpu]
-    m = re.search(r"-(\d+)gb$", gpu)
-    return int(m.group(1)) if m else None
+    return GCP_GPU_MEMORY_GB.get(gpu)
 
 
 # ---- AWS --------------------------------------------------------------------------------------------
@@ -132,7 +138,7 @@ def gcp_catalog(machines: list[tuple[str, float, float, str]], accelerators: lis
     names = sorted({m[0] for m in machines})
     gpu: dict[str, dict] = {}
     for name, cpus, mem, location in machines:
-        shape = ACCELERATOR_OPTIMIZED.get(name)
+        shape = ACCELERATOR_OPTIMIZED.get(name) or GCP_MORE_GPUS.get(name)
         if shape is None and not (name.split("-", 1)[0] in ("a2", "a3", "a4", "a4x", "g2", "g4")):
             continue
         entry = gpu.setdefault(name, {

@@ -48,19 +48,31 @@ def _print(rows: list[dict], sources: dict) -> None:
     table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
     for name, justify in (("type", "left"), ("GPUs", "left"), ("vCPU", "right"), ("region", "left"), ("zones", "left"),
                           ("spot $/h", "right"), ("od $/h", "right")):
-        table.add_column(name, justify=justify, overflow="fold", no_wrap=name in ("type", "region"))
+        table.add_column(name, justify=justify, overflow="fold", no_wrap=name in ("type", "region"),
+                         min_width=18 if name == "GPUs" else None)
     for r in rows:
         unit = "GiB" if r["cloud"] == "aws" else "GB"
         memory = r.get(f"gpuMemory{unit}")
-        gpus = "?" if r["count"] is None else (f"{r['count'] if r['count'] != 0 else '<1'} x "
-                                                f"{r['gpu'].removeprefix('nvidia-').removeprefix('tesla-')}"
-                                                + (f" {memory:.0f}{unit}" if memory else ""))
+        table_gpus = "?" if r["count"] is None else f"{_count(r['count'])} x {_gpu_name(r['gpu'], memory, unit)}"
         zones = "?" if r["zones"] == "unknown" else " ".join(z.removeprefix(r["region"]).lstrip("-") for z in r["zones"])
-        table.add_row(r["type"], gpus, str(r["vcpus"] or ""), r["region"], zones, _money(r["spot"]), _money(r["onDemand"]))
+        table.add_row(r["type"], table_gpus, str(r["vcpus"] or ""), r["region"], zones, _money(r["spot"]), _money(r["onDemand"]))
     console.print(table)
     for cloud in sorted({r["cloud"] for r in rows}):
         src = sources.get(cloud, {})
         console.print(f"{cloud}: catalog of {src.get('date')}, read {src.get('read')} (its sources: --json)")
+
+
+def _count(count) -> str:
+    """8, "1/2/4" (N1's choices), or "1/8" for a part of one GPU (G4's small types)."""
+    return f"1/{round(1 / count)}" if isinstance(count, float) and count < 1 else str(count)
+
+
+def _gpu_name(gpu: str, memory: float | None, unit: str) -> str:
+    """'h100 80GB' of nvidia-h100-80gb, 'A10G 22GiB' of AWS's A10G."""
+    import re
+
+    name = re.sub(r"-\d+gb$", "", gpu.removeprefix("nvidia-").removeprefix("tesla-"))
+    return f"{name} {memory:.0f}{unit}" if memory else name
 
 
 def _money(value: float | None) -> str:
