@@ -62,7 +62,8 @@ def job_plan(cfg, stack: str, job_id: str) -> Plan:
     as in the whole stack's plan). Raises KeyError for a job ``cfg`` does not have."""
     from cli.plan import mocks as planner
 
-    return planner.run(cfg.model_copy(update={"jobs": [cfg.job(job_id)], "pools": []}), stack)
+    cfg.job(job_id)  # (KeyError for a job the file does not have)
+    return planner.checked_run(cfg, stack, job_id)
 
 
 def change_targets(new: Iterable[str], dropped: Iterable[str], state: Callable[[], Held], job_id: str) -> list[str]:

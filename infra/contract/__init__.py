@@ -25,6 +25,16 @@ from typing import Any
 class ContractError(Exception):
     """A declared resource breaks a rule the cloud enforces; ``str()`` names resource, rule and fix."""
 
+    rule: Rule | None = None
+    resource: str = ""
+    problem: str = ""
+
+    def one_line(self) -> str:
+        """The error on one line (for the lifecycle commands' ``error:`` line): resource, problem, rule and fix."""
+        if self.rule is None:
+            return " ".join(str(self).split())
+        return f"{self.resource}: {self.problem} (rule {self.rule.id}: {self.rule.fix})"
+
 
 class _Unknown:
     """An input whose value is not known at registration (an unresolved Output)."""
@@ -84,7 +94,9 @@ def get(id: str) -> Rule:
 
 
 def error(rule: Rule, resource: str, problem: str) -> ContractError:
-    return ContractError(f"{resource}: {problem}\n  rule {rule.id}: {rule.says}\n  fix: {rule.fix}\n  source: {rule.source}")
+    exc = ContractError(f"{resource}: {problem}\n  rule {rule.id}: {rule.says}\n  fix: {rule.fix}\n  source: {rule.source}")
+    exc.rule, exc.resource, exc.problem = rule, resource, problem
+    return exc
 
 
 def enforce(id: str, resource: str, problem: str | None) -> None:

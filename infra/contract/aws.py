@@ -56,8 +56,9 @@ def _raw_user_data(type_: str, props: Mapping[str, Any]) -> bytes | Any | None:
 
 @rule("aws.user-data-16k", [INSTANCE, LAUNCH_TEMPLATE],
       says="EC2 user data is limited to 16 KB (16,384 bytes) in raw form, before base64 encoding.",
-      fix="ship the script gzip-compressed (cloud-init accepts gzip user data; infra/aws.py user_data_gzip_b64) "
-          "or as a small bootstrap",
+      fix="the script already travels gzip-compressed (infra/aws.py user_data_gzip_b64): shrink the stack values in it "
+          "(make large env values Pulumi secrets, which reach the VM through SSM; put a long command in a script on the "
+          "job disk); `spotctl validate` names the key that grew it",
       source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html "
              "(\"User data is limited to 16 KB, in raw form, before it is base64-encoded\")")
 def user_data_size(type_: str, props: Mapping[str, Any]) -> str | None:
@@ -485,3 +486,42 @@ def role_permissions_boundary(type_: str, props: Mapping[str, Any]) -> str | Non
     if own is not None and own["slug"] != m["slug"]:
         return f"permissions_boundary {boundary!r} is another stack's (role prefix {prefix!r})"
     return None
+
+
+# ---- tags -----------------------------------------------------------------------------------------
+
+MAX_TAGS = 50
+TAGS_SOURCE = ("AWS tag restrictions as https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html and the ECS "
+               "Tag API reference state them (\"Maximum number of "
+               "tags per resource - 50\"; \"Don't use aws: ... as a prefix for either keys or values, as it is reserved for "
+               "AWS use\"; keys at most 128, values at most 256 Unicode characters)")
+
+
+def tag_problems(labels: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(label key or "" for the whole map, message) for spotctl:labels that would break EC2's tag rules on a
+    resource that also carries spotctl's own tags (infra/naming.py AWS_SPOTCTL_TAGS_MAX)."""
+    from infra.naming import AWS_SPOTCTL_TAGS_MAX
+
+    out = []
+    room = MAX_TAGS - AWS_SPOTCTL_TAGS_MAX
+    if len(labels) > room:
+        out.append(("", f"{len(labels)} labels: at most {room} on AWS (a resource takes {MAX_TAGS} tags and spotctl puts up "
+                        f"to {AWS_SPOTCTL_TAGS_MAX} of its own on a job's VM; rule aws.tags-50): drop {len(labels) - room}"))
+    for key, value in labels.items():
+        if key.lower().startswith("aws:") or str(value).lower().startswith("aws:"):
+            out.append((key, "the aws: prefix is reserved for AWS (rule aws.tags-50): rename it"))
+        elif len(key) > 128 or len(str(value)) > 256:
+            out.append((key, "a tag key is at most 128 and a value at most 256 characters (rule aws.tags-50)"))
+    return out
+
+
+@rule("aws.tags-50", [INSTANCE, LAUNCH_TEMPLATE, VOLUME, SNAPSHOT, SECURITY_GROUP, ASG, ROLE, INSTANCE_PROFILE, EVENT_RULE],
+      says=f"An AWS resource carries at most {MAX_TAGS} user tags (aws:-prefixed tags are AWS's own and reserved).",
+      fix="fewer spotctl:labels (`spotctl validate` checks them against infra/naming.py AWS_SPOTCTL_TAGS_MAX)",
+      source=TAGS_SOURCE)
+def tags_50(type_: str, props: Mapping[str, Any]) -> str | None:
+    tags = props.get("tags")
+    if not isinstance(tags, Mapping):
+        return None
+    mine = [k for k in tags if not str(k).lower().startswith("aws:")]
+    return f"{len(mine)} tags (limit {MAX_TAGS})" if len(mine) > MAX_TAGS else None
