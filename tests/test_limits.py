@@ -206,3 +206,25 @@ def test_the_example_stacks_pass_the_limits(stack):
     path = Path(__file__).resolve().parent.parent / "stacks" / f"Pulumi.{stack}.yaml"
     cfg = validate(namespaced(yaml.safe_load(path.read_text())["config"], str(path)), str(path))
     assert stack_problems(cfg, stack) == []
+
+
+def test_no_policy_picks_on_demand_for_a_spot_only_machine_type():
+    from datetime import UTC, datetime, timedelta
+
+    from cli.lifecycle.capacity import policy_capacity
+    from cli.lifecycle.events import Event
+    from infra.basics import Capacity
+    from infra.config import Job
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    runs = [(1, 0, 30), (2, 40, 70), (3, 80, 110)]  # three attempts, each preempted
+    events = [Event.parse({"event": kind, "job": "j", "attempt": n, "node": 0, "time": (t0 + timedelta(minutes=m)).isoformat()})
+              for n, a, b in runs for kind, m in (("started", a), ("preempted", b))]
+    choose = policy_capacity(now=lambda: t0 + timedelta(hours=3))
+
+    def job(machine: str) -> Job:
+        return Job.model_validate({"id": "j", "machineType": machine, "zone": "us-central1-a", "command": "x",
+                                   "policy": "n-preemptions", "state": "preempted", "attempt": 4})
+
+    assert choose(job("a3-highgpu-8g"), events) is Capacity.ON_DEMAND  # 3 preemptions: on-demand for good
+    assert choose(job("a3-highgpu-1g"), events) is Capacity.SPOT  # ... except where GCE has none

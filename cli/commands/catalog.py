@@ -79,6 +79,7 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-for _name, _hidden in (("catalog", False), ("show-gpus", True)):
-    app.command(name=_name, hidden=_hidden, short_help="GPU machine types, where they are offered, list prices.  "
-                "Example: spotctl catalog --gpu h100", help=HELP)(catalog)
+app.command(name="catalog", short_help="GPU machine types, where they are offered, list prices.  "
+            "Example: spotctl catalog --gpu h100", help=HELP)(catalog)
+app.command(name="show-gpus", short_help="The same as `catalog`.  Example: spotctl show-gpus --gpu l4",
+            help=HELP.replace("Example: spotctl catalog", "Example: spotctl show-gpus"))(catalog)
