@@ -173,3 +173,15 @@ def test_the_catalog_names_its_sources_and_dates():
         assert src["date"] and src["read"] and src["source"]
     assert "DescribeInstanceTypeOfferings" in sources["aws"]["source"]
     assert "machinetyperegion.csv" in sources["gcp"]["source"]
+
+
+def test_plan_refuses_what_validate_refuses(project, runner):
+    from cli.app import app
+
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    path.write_text(path.read_text().replace("instanceType: g5.2xlarge", "instanceType: g5.2xlarg", 1))
+    result = runner.invoke(app, ["plan", "--stack", "example-aws"])
+    assert result.exit_code == 1
+    assert result.output == ("error: stacks/Pulumi.example-aws.yaml: spotctl:jobs[2].instanceType: unknown instance type "
+                             "'g5.2xlarg' (did you mean 'g5.2xlarge' or 'g5g.2xlarge' or 'g5.24xlarge'?); `spotctl catalog` "
+                             "lists the GPU types\n")
