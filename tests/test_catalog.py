@@ -94,7 +94,7 @@ GCP_WRONG = [
     (gcp({"machineType": "g2-standard-24", **acc("nvidia-l4", 1)}), "jobs[0].accelerator", "comes with 2 x nvidia-l4"),
     (gcp({"machineType": "a2-ultragpu-1g", **acc("nvidia-tesla-a100")}), "jobs[0].accelerator", "1 x nvidia-a100-80gb"),
     (gcp({"machineType": "n1-standard-8", **acc("nvidia-tesla-v100", 3)}), "jobs[0].accelerator", "counts 1, 2, 4, 8, got 3"),
-    (gcp({"machineType": "a4-highgpu-8g"}, region="europe-west2"), "jobs[0].machineType", "not offered in region europe-west2"),
+    (gcp({"machineType": "a2-ultragpu-1g"}, region="europe-west2"), "jobs[0].machineType", "not offered in region europe-west2"),
     (gcp({"machineType": "n1-standard-8", **acc("nvidia-tesla-p4")}, region="us-east1"), "jobs[0].machineType",
      "nvidia-tesla-p4 (attached to n1-standard-8) is not offered in region us-east1"),
     (gcp({"machineType": "a2-highgpu-1g"}, region="europe-west2"), "jobs[0].machineType", "regions that offer it: asia-northeast1"),
@@ -104,7 +104,7 @@ GCP_WRONG = [
     (gcp(pools=[pool(machineType="a2-highgpu-1g", **acc("nvidia-tesla-a100", 4))]), "pools[0].accelerator", "use a2-highgpu-4g"),
     (gcp(pools=[pool(machineType="a2-ultragpu-1g")], region="southamerica-east1"), "pools[0].machineType",
      "not offered in region southamerica-east1"),
-    (gcp({"machineType": "a4-highgpu-8g"}, region="asia-east1"), "jobs[0].machineType", "us-central1"),
+    (gcp({"machineType": "a3-megagpu-8g"}, region="asia-south1"), "jobs[0].machineType", "asia-east1, asia-northeast1"),
     (gcp({"machineType": "n1-standard-8", **acc("nvidia-tesla-k80")}), "jobs[0].accelerator", "cannot be attached to N1"),
 ]
 
