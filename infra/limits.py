@@ -15,7 +15,7 @@ import gzip
 from collections.abc import Iterable
 from typing import Any
 
-from infra.basics import Capacity
+from infra.basics import Capacity, JobState
 from infra.contract import get
 
 # Stand-ins of the values the program fills in at `pulumi up` (their longest forms): the size of
@@ -66,9 +66,11 @@ def stack_problems(cfg: Any, stack: str, job_ids: Iterable[str] | None = None) -
     if cfg.cloud == "gcp" and (why := gcp_rules.reserved_name_problem(stack)):
         out.append(f"stack name {stack!r}: {why}")
     if cfg.cloud == "aws":
+        # A whole stack: every job that may run again (not completed); named jobs (a lifecycle command's
+        # plan, old and new): only while they declare VMs, so a change that ends a job is never refused.
         wanted = None if job_ids is None else set(job_ids)
         for i, job in enumerate(cfg.jobs):
-            if wanted is None or job.id in wanted:
+            if (job.state is not JobState.COMPLETED) if wanted is None else (job.id in wanted and job.active):
                 out += _user_data_problems(cfg, stack, i, job)
         if job_ids is None:
             for i, pool in enumerate(cfg.pools):

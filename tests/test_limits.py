@@ -103,6 +103,16 @@ def test_failover_of_a_job_whose_user_data_is_too_big_is_one_error_line_and_noth
     assert path.read_text() == before
 
 
+def test_a_change_that_ends_a_job_is_never_refused_for_its_user_data(project, runner, fake_pulumi):
+    cfg = big_env_stack()
+    cfg["jobs"][0].update(state="running", attempt=2)
+    write(project, "big", cfg)
+    result = runner.invoke(app, ["complete", "train", "--stack", "big", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "state: completed" in (project / "stacks" / "Pulumi.big.yaml").read_text()
+    assert runner.invoke(app, ["validate", "--stack", "big"]).exit_code == 0  # a completed job runs no VM again
+
+
 def test_a_contract_error_on_a_lifecycle_command_is_one_line():
     from cli.plan.mocks import checked_run
     from infra.config import validate as load

@@ -63,7 +63,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         allowed, why = may_delete_disks(job, force=force, owned=True)
         if not allowed:
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
-        plan = planner.run(cfg, ref.name)
+        plan = planner.checked_run(cfg, ref.name, limits=False)  # (a contract error: one line, as ConfigError)
         urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
         if applier is None:
             if yes:

@@ -17,6 +17,7 @@ table stays the one list of what the clouds require.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -122,8 +123,29 @@ def violations(type_: str, props: Mapping[str, Any]) -> list[tuple[Rule, str]]:
     return found
 
 
+_READ_BACK = [False]  # inside ``read_back()``: nothing raised (a single-threaded CLI's flag, not a program's)
+
+
+@contextmanager
+def read_back():
+    """Plan a config only to read its URNs back (a lifecycle command's file before its edit, whose
+    resources are never applied again): its broken rules are not this change's to refuse."""
+    _READ_BACK[0] = True
+    try:
+        yield
+    finally:
+        _READ_BACK[0] = False
+
+
+def reading_back() -> bool:
+    """Whether a plan now is only read back (``read_back``): its rules are not enforced."""
+    return _READ_BACK[0]
+
+
 def check(type_: str, name: str, props: Mapping[str, Any]) -> None:
     """Raise ContractError for the first rule ``props`` break."""
+    if _READ_BACK[0]:
+        return
     for r, problem in violations(type_, props):
         raise error(r, f"{type_} {name!r}", problem)
 
