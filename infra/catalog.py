@@ -46,13 +46,29 @@ def close_names(cloud: str, machine: str, n: int = 3) -> list[str]:
     return difflib.get_close_matches(machine, load().get(cloud, {}).get("types", []), n=n, cutoff=0.75)
 
 
+def forget() -> None:
+    """Drop what was worked out from the catalog (after ``load`` gives another one: tests)."""
+    for f in (_families, _types, _check):
+        f.cache_clear()
+
+
+@cache
+def _families(cloud: str) -> frozenset[str]:
+    return frozenset(family(cloud, t) for t in load().get(cloud, {}).get("types", ()))
+
+
+@cache
+def _types(cloud: str) -> frozenset[str]:
+    return frozenset(load().get(cloud, {}).get("types", ()))
+
+
 def unknown_type(cloud: str, machine: str) -> str | None:
     """Why ``machine`` is not a type of ``cloud``, or None (known, custom, or of a family the catalog lacks)."""
     part = load().get(cloud)
-    if not part or machine in part["types"] or (cloud == "gcp" and is_custom(machine)):
+    if not part or machine in _types(cloud) or (cloud == "gcp" and is_custom(machine)):
         return None
     fam = family(cloud, machine)
-    families = {family(cloud, t) for t in part["types"]}
+    families = _families(cloud)
     malformed = cloud == "aws" and "." not in machine
     if fam not in families and not malformed:
         return None
@@ -133,13 +149,22 @@ def _zone_exists(region: str, zone: str) -> str | None:
 def check(cloud: str, region: str, machine: str, gpu: str | None, count: int | None, zones: list[str]) -> list[str]:
     """What the catalog says is wrong with ``machine`` (+ accelerator) in ``zones`` of ``region``: messages
     for the machine key (the caller names it); empty when nothing, or when the catalog cannot tell."""
+    return list(_check(cloud, region, machine, gpu, count, tuple(zones)))
+
+
+@cache  # (a stack of thousands of jobs asks about a handful of shapes)
+def _check(cloud: str, region: str, machine: str, gpu: str | None, count: int | None, zones: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_problems_of(cloud, region, machine, gpu, count, list(zones)))
+
+
+def _problems_of(cloud: str, region: str, machine: str, gpu: str | None, count: int | None, zones: list[str]) -> list[str]:
     part = load().get(cloud)
     if not part:
         return []
     bad = unknown_type(cloud, machine)
     if bad:
         return [bad]
-    if machine not in part["types"]:
+    if machine not in _types(cloud):
         return []
     if cloud == "aws":
         entry = part["gpu"].get(machine)

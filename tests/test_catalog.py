@@ -160,10 +160,15 @@ def test_zones_the_catalog_records_as_unknown_are_not_refused_and_known_ones_are
                 "attachable": {}, "n1Regions": []}
     patched = {**catalog.load(), "gcp": per_zone}
     monkeypatch.setattr(catalog, "load", lambda path=catalog.PATH: patched)
-    assert catalog.check("gcp", "us-central1", "a2-highgpu-1g", None, None, ["us-central1-a"]) == []
-    assert catalog.check("gcp", "us-central1", "a2-highgpu-1g", None, None, ["us-central1-b"]) == [
-        "a2-highgpu-1g is not offered in zone us-central1-b (catalog of 2026-08-17); zones of us-central1 that offer it: "
-        "us-central1-a"]
+    catalog.forget()
+    try:
+        assert catalog.check("gcp", "us-central1", "a2-highgpu-1g", None, None, ["us-central1-a"]) == []
+        assert catalog.check("gcp", "us-central1", "a2-highgpu-1g", None, None, ["us-central1-b"]) == [
+            "a2-highgpu-1g is not offered in zone us-central1-b (catalog of 2026-08-17); zones of us-central1 that offer it: "
+            "us-central1-a"]
+    finally:
+        monkeypatch.undo()
+        catalog.forget()
 
 
 def test_the_catalog_names_its_sources_and_dates():
