@@ -211,7 +211,7 @@ def test_the_example_stacks_pass_the_limits(stack):
     from pathlib import Path
 
     from infra.config import namespaced
-    from infra.limits import stack_problems
+    from infra.stack_limits import stack_problems
 
     path = Path(__file__).resolve().parent.parent / "stacks" / f"Pulumi.{stack}.yaml"
     cfg = validate(namespaced(yaml.safe_load(path.read_text())["config"], str(path)), str(path))

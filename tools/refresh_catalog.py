@@ -139,7 +139,7 @@ def gcp_catalog(machines: list[tuple[str, float, float, str]], accelerators: lis
     gpu: dict[str, dict] = {}
     for name, cpus, mem, location in machines:
         shape = ACCELERATOR_OPTIMIZED.get(name) or GCP_MORE_GPUS.get(name)
-        if shape is None and not (name.split("-", 1)[0] in ("a2", "a3", "a4", "a4x", "g2", "g4")):
+        if shape is None and name.split("-", 1)[0] not in ("a2", "a3", "a4", "a4x", "g2", "g4"):
             continue
         entry = gpu.setdefault(name, {
             "vcpus": int(cpus), "memoryGB": mem,

@@ -19,8 +19,7 @@ from infra.basics import ConfigError, counted
 )
 def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
     from cli.lifecycle import stackfile
-
-    from infra.limits import stack_problems
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)
@@ -46,7 +45,7 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
     from infra.contract import ContractError
-    from infra.limits import stack_problems
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)

@@ -404,7 +404,7 @@ def checked_run(cfg: StackConfig, stack: str, job_id: str | None = None, limits:
 
     from infra.basics import ConfigError
     from infra.contract import ContractError, read_back
-    from infra.limits import stack_problems
+    from infra.stack_limits import stack_problems
 
     problems = stack_problems(cfg, stack, None if job_id is None else [job_id]) if limits else []
     if problems:

@@ -1,7 +1,6 @@
 """AWS rules (see ``infra.contract``). One ``@rule`` per rule the AWS APIs enforce on what spotctl
 declares, each citing its source; checks get the pulumi-aws constructor inputs as plain Python.
-Context rules (no types) are checked by the component that has both sides, through ``enforce``.
-Longer than 400 lines because every AWS rule and its source lives here and nowhere else."""
+Context rules (no types) are checked by the component that has both sides, through ``enforce``."""
 
 from __future__ import annotations
 
@@ -11,7 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.contract import UNKNOWN, dig, known, move_timeout_problem, rule
+from infra.contract.aws_tags import MAX_TAGS, tag_problems, tags_50  # noqa: F401  (registers the tag rules)
+from infra.contract.rulebook import UNKNOWN, dig, known, move_timeout_problem, rule
 
 INSTANCE = "aws:ec2/instance:Instance"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -454,7 +454,7 @@ def role_policy_size(type_: str, props: Mapping[str, Any]) -> str | None:
 rule("aws.passrole-covers-job-roles", [],
      says="Launching an instance with an instance profile needs iam:PassRole on the profile's role: the watcher's "
           "PassRole statement must match every job role of the stack (and not its own role).",
-     fix="keep infra/aws.py job_role_naming and infra/aws_watcher.py _job_roles in step",
+     fix="keep infra/aws_common.py job_role_naming and infra/aws_watcher.py _job_roles in step",
      source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/permission-to-pass-iam-roles.html (\"must have "
             "specific permissions to launch an Amazon EC2 instance with an IAM role\": iam:PassRole; \"specify the ARNs "
             "of specific IAM roles with iam:PassRole\")")(None)
@@ -487,41 +487,3 @@ def role_permissions_boundary(type_: str, props: Mapping[str, Any]) -> str | Non
         return f"permissions_boundary {boundary!r} is another stack's (role prefix {prefix!r})"
     return None
 
-
-# ---- tags -----------------------------------------------------------------------------------------
-
-MAX_TAGS = 50
-TAGS_SOURCE = ("AWS tag restrictions as https://docs.aws.amazon.com/batch/latest/userguide/tag-restrictions.html and the ECS "
-               "Tag API reference state them (\"Maximum number of "
-               "tags per resource - 50\"; \"Don't use aws: ... as a prefix for either keys or values, as it is reserved for "
-               "AWS use\"; keys at most 128, values at most 256 Unicode characters)")
-
-
-def tag_problems(labels: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(label key or "" for the whole map, message) for spotctl:labels that would break EC2's tag rules on a
-    resource that also carries spotctl's own tags (infra/naming.py AWS_SPOTCTL_TAGS_MAX)."""
-    from infra.naming import AWS_SPOTCTL_TAGS_MAX
-
-    out = []
-    room = MAX_TAGS - AWS_SPOTCTL_TAGS_MAX
-    if len(labels) > room:
-        out.append(("", f"{len(labels)} labels: at most {room} on AWS (a resource takes {MAX_TAGS} tags and spotctl puts up "
-                        f"to {AWS_SPOTCTL_TAGS_MAX} of its own on a job's VM; rule aws.tags-50): drop {len(labels) - room}"))
-    for key, value in labels.items():
-        if key.lower().startswith("aws:") or str(value).lower().startswith("aws:"):
-            out.append((key, "the aws: prefix is reserved for AWS (rule aws.tags-50): rename it"))
-        elif len(key) > 128 or len(str(value)) > 256:
-            out.append((key, "a tag key is at most 128 and a value at most 256 characters (rule aws.tags-50)"))
-    return out
-
-
-@rule("aws.tags-50", [INSTANCE, LAUNCH_TEMPLATE, VOLUME, SNAPSHOT, SECURITY_GROUP, ASG, ROLE, INSTANCE_PROFILE, EVENT_RULE],
-      says=f"An AWS resource carries at most {MAX_TAGS} user tags (aws:-prefixed tags are AWS's own and reserved).",
-      fix="fewer spotctl:labels (`spotctl validate` checks them against infra/naming.py AWS_SPOTCTL_TAGS_MAX)",
-      source=TAGS_SOURCE)
-def tags_50(type_: str, props: Mapping[str, Any]) -> str | None:
-    tags = props.get("tags")
-    if not isinstance(tags, Mapping):
-        return None
-    mine = [k for k in tags if not str(k).lower().startswith("aws:")]
-    return f"{len(mine)} tags (limit {MAX_TAGS})" if len(mine) > MAX_TAGS else None
