@@ -238,3 +238,10 @@ def test_no_policy_picks_on_demand_for_a_spot_only_machine_type():
 
     assert choose(job("a3-highgpu-8g"), events) is Capacity.ON_DEMAND  # 3 preemptions: on-demand for good
     assert choose(job("a3-highgpu-1g"), events) is Capacity.SPOT  # ... except where GCE has none
+
+
+def test_plan_refuses_a_goog_stack_name_before_evaluating_the_program(project, runner):
+    write(project, "goog-ml", stack_config(GCP_BASE, jobs=[gcp_job()]))
+    result = runner.invoke(app, ["plan", "--stack", "goog-ml"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: stacks/Pulumi.goog-ml.yaml: stack name 'goog-ml': ") and result.output.count("\n") == 1

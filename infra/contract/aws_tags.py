@@ -23,7 +23,8 @@ TAGS_SOURCE = ("AWS tag restrictions as https://docs.aws.amazon.com/batch/latest
 
 def tag_problems(labels: Mapping[str, str]) -> list[tuple[str, str]]:
     """(label key or "" for the whole map, message) for spotctl:labels that would break EC2's tag rules on a
-    resource that also carries spotctl's own tags (infra/naming.py AWS_SPOTCTL_TAGS_MAX)."""
+    resource that also carries spotctl's own tags (infra/naming.py AWS_SPOTCTL_TAGS_MAX). The key and value
+    rules (no ``aws:`` prefix, lengths) are within spotctl's stricter label rules (infra/config/stack.py)."""
     from infra.naming import AWS_SPOTCTL_TAGS_MAX
 
     out = []
@@ -31,11 +32,6 @@ def tag_problems(labels: Mapping[str, str]) -> list[tuple[str, str]]:
     if len(labels) > room:
         out.append(("", f"{len(labels)} labels: at most {room} on AWS (a resource takes {MAX_TAGS} tags and spotctl puts up "
                         f"to {AWS_SPOTCTL_TAGS_MAX} of its own on a job's VM; rule aws.tags-50): drop {len(labels) - room}"))
-    for key, value in labels.items():
-        if key.lower().startswith("aws:") or str(value).lower().startswith("aws:"):
-            out.append((key, "the aws: prefix is reserved for AWS (rule aws.tags-50): rename it"))
-        elif len(key) > 128 or len(str(value)) > 256:
-            out.append((key, "a tag key is at most 128 and a value at most 256 characters (rule aws.tags-50)"))
     return out
 
 
