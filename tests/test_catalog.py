@@ -41,10 +41,12 @@ def pool(**over) -> dict:
 # (stack, the key named, a piece of the message)
 AWS_WRONG = [
     (aws({"instanceType": "g5.2xlarg"}), "jobs[0].instanceType", "did you mean 'g5.2xlarge'"),
-    (aws({"instanceType": "p4d.24xlarg"}), "jobs[0].instanceType", "did you mean 'p4d.24xlarge'"),
+    (aws({"instanceType": "g5.2xlarge"}, region="eu-west-2", zones=["eu-west-2c", "eu-west-2a"]), "jobs[0].instanceType",
+     "not offered in zone eu-west-2c (catalog of 2026-10); zones of eu-west-2 that offer it: eu-west-2a, eu-west-2b"),
     (aws({"instanceType": "g5.2xl"}), "jobs[0].instanceType", "unknown instance type 'g5.2xl'"),
     (aws({"instanceType": "p5.48xlarges"}), "jobs[0].instanceType", "did you mean 'p5.48xlarge'"),
-    (aws({"instanceType": "g6e.xlarg"}), "jobs[0].instanceType", "did you mean 'g6e.xlarge'"),
+    (aws(pools=[pool(instanceTypes=["g5.4xlarge"])], region="eu-west-2", zones=["eu-west-2a", "eu-west-2c"]),
+     "pools[0].instanceTypes[0]", "g5.4xlarge is not offered in zone eu-west-2c"),
     (aws({"instanceType": "g4dn.xlargee"}), "jobs[0].instanceType", "did you mean 'g4dn.xlarge'"),
     (aws({"instanceType": "g52xlarge"}), "jobs[0].instanceType", "unknown instance type 'g52xlarge'"),
     (aws({"instanceType": "g5.2xlarge", **acc("nvidia-h100-80gb")}), "jobs[0].instanceType", "comes with 1 x A10G"),
@@ -150,7 +152,9 @@ def test_what_the_catalog_cannot_tell_is_not_refused(raw):
 
 
 def test_zones_the_catalog_records_as_unknown_are_not_refused_and_known_ones_are(monkeypatch):
-    # g5.2xlarge is in 5 of us-east-1's 6 AZ IDs: which AZ *names* those are differs per account
+    # g5.2xlarge is in 5 of us-east-1's 6 AZ IDs: which AZ *names* those are differs per account there
+    # (us-east-1 maps names per account); eu-west-2 maps them uniformly: its names are known
+    assert catalog.load()["aws"]["gpu"]["g5.2xlarge"]["regions"]["eu-west-2"]["zones"] == ["eu-west-2a", "eu-west-2b"]
     entry = catalog.load()["aws"]["gpu"]["g5.2xlarge"]["regions"]["us-east-1"]
     assert entry["zones"] == "unknown" and len(entry["zoneIds"]) == 5
     for zone in ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1e", "us-east-1f"):

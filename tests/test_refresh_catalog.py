@@ -16,17 +16,20 @@ from tools import refresh_catalog
 
 def test_aws_from_ec2_in_moto_gives_the_shipped_entries(moto_server, tmp_path, capsys):
     out = tmp_path / "catalog.json"
-    assert refresh_catalog.main(["--aws", "--regions", "us-east-1", "eu-west-1", "--out", str(out)]) == 0
+    assert refresh_catalog.main(["--aws", "--regions", "us-east-1", "eu-west-1", "eu-west-2", "--out", str(out)]) == 0
     built = json.loads(out.read_text())["aws"]
     shipped = catalog.load()["aws"]
     assert built["types"] == shipped["types"] and len(built["types"]) > 1000
     assert set(built["gpu"]) == set(shipped["gpu"])
     for name in ("g5.2xlarge", "p5.48xlarge", "p4d.24xlarge"):
-        for region in ("us-east-1", "eu-west-1"):
+        for region in ("us-east-1", "eu-west-1", "eu-west-2"):
             assert built["gpu"][name]["regions"].get(region) == shipped["gpu"][name]["regions"].get(region)
         assert built["gpu"][name]["gpu"] == shipped["gpu"][name]["gpu"]
     assert built["gpu"]["p5.48xlarge"]["gpu"] == {"name": "H100", "maker": "NVIDIA", "count": 8, "memoryGiB": 80.0}
     assert built["regions"]["eu-west-1"]["zones"] == ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
+    # names kept where they are the same place in every account (eu-west-2), not where they are not (us-east-1)
+    assert built["gpu"]["g5.2xlarge"]["regions"]["eu-west-2"]["zones"] == ["eu-west-2a", "eu-west-2b"]
+    assert built["gpu"]["g5.2xlarge"]["regions"]["us-east-1"]["zones"] == "unknown"
     assert "aws: 65 GPU machine types" in capsys.readouterr().out
 
 

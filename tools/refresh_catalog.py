@@ -5,9 +5,9 @@ EC2 ``DescribeInstanceTypes`` (every type's name; for GPU types vCPUs, memory an
 ``DescribeInstanceTypeOfferings`` with ``LocationType=availability-zone-id`` and ``availability-zone`` per
 region. An AZ *name* (``us-east-1a``) is mapped to a physical zone per account in the oldest regions
 (docs.aws.amazon.com/global-infrastructure/latest/regions/az-ids.html: "the us-east-1a for your AWS
-account might not be the same physical location as the us-east-1a for another AWS account"), so the
-catalog records AZ IDs, and names only where the type is offered in every AZ ID of the region (then
-every name offers it); elsewhere the zone is ``"unknown"`` and spotctl does not refuse on it.
+account might not be the same physical location as the us-east-1a for another AWS account"), so there
+the catalog records names only where the type is offered in every AZ ID of the region (then every name
+offers it), else ``"unknown"`` (spotctl does not refuse on it); the other regions map names uniformly.
 
 GCP (``--gcp-project`` with the Compute Engine API, google-cloud-compute; ``--gcp-endpoint`` for a local
 stand-in): ``machineTypes.aggregatedList`` and ``acceleratorTypes.aggregatedList`` give every machine
@@ -41,6 +41,12 @@ from infra.contract.gcp import ACCELERATOR_OPTIMIZED, N1_GPUS  # noqa: E402
 
 CATALOG = ROOT / "infra" / "catalog.json"
 AZ_IDS_DOC = "https://docs.aws.amazon.com/global-infrastructure/latest/regions/az-ids.html"
+# The same page, "Regions with independently mapped Availability Zones": "In the following Regions, we
+# independently map Availability Zones to codes for each AWS account. All other Regions use a uniform
+# mapping." (US East (N. Virginia), US West (N. California), US West (Oregon), Asia Pacific (Singapore),
+# Asia Pacific (Sydney), Asia Pacific (Tokyo), Europe (Ireland), South America (São Paulo), GovCloud (US-West)).
+INDEPENDENT_AZ_REGIONS = frozenset({"us-east-1", "us-west-1", "us-west-2", "ap-southeast-1", "ap-southeast-2",
+                                    "ap-northeast-1", "eu-west-1", "sa-east-1", "us-gov-west-1"})
 # GPU memory per GPU (GB) of each GCE accelerator type: https://cloud.google.com/compute/docs/gpus, "General
 # comparison chart" (page last updated 2026-04-14: "A4 (B200) 180 GB HBM3e", "N1 (P4) 8 GB GDDR5", ...).
 GCP_GPU_MEMORY_GB = {
@@ -101,9 +107,11 @@ def aws_catalog(ec2_for, regions: list[str]) -> dict:
             continue  # a region EC2 answers nothing for (not enabled, or not a region)
         zones_of[region] = {"zones": all_names, "zoneIds": all_ids}
         for name, ids in by_id.items():
-            everywhere = set(ids) == set(all_ids)
+            # A zone name is the same place in every account outside INDEPENDENT_AZ_REGIONS; inside, only a
+            # type every AZ ID offers is known by name (every name then offers it).
+            known = region not in INDEPENDENT_AZ_REGIONS or set(ids) == set(all_ids)
             gpu[name]["regions"][region] = {"zoneIds": sorted(ids),
-                                            "zones": sorted(by_name.get(name, all_names)) if everywhere else "unknown"}
+                                            "zones": sorted(by_name.get(name, all_names)) if known else "unknown"}
     return {"types": sorted(types), "regions": zones_of, "gpu": gpu}
 
 
@@ -254,7 +262,8 @@ def refresh(args: argparse.Namespace) -> int:
         table["aws"] = aws_from_api(regions)
         sources["aws"] = {"date": args.date or today, "read": today, "source": args.aws_source or
                           "AWS EC2 API DescribeInstanceTypes + DescribeInstanceTypeOfferings (availability-zone-id, "
-                          f"availability-zone); zone names only where every AZ ID offers the type ({AZ_IDS_DOC})"}
+                          f"availability-zone); in regions that map AZ names per account, zone names only where every AZ ID offers the "
+                          f"type ({AZ_IDS_DOC})"}
     if args.gcp_project or args.gcp_csv:
         if args.gcp_csv:
             table["gcp"] = gcp_from_csv(args.gcp_csv)
