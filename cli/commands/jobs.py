@@ -33,6 +33,7 @@ from cli.commands import (
     warn,
 )
 from cli.commands.hints import Unread, events_source, read_events
+from cli.lifecycle import glossary
 from infra.basics import Capacity, ConfigError, counted
 
 FromAttemptOpt = Annotated[
@@ -150,7 +151,9 @@ def complete(
 @app.command(
     short_help="Jobs' state, capacity, attempt, preemptions.  Example: spotctl status --stack team-a",
     help="Each job's state, capacity, attempt, zone, preemptions so far, time on spot vs on-demand and its last "
-    "events (from --events-bucket or --events-dir; without either those are unknown: ?).\n\nExample: spotctl status llm-pretrain --stack team-a --events-dir ./events --json",
+    "events (from --events-bucket or --events-dir; without either those are unknown: ?). The status column is the "
+    "job's state, or what its events make of it:\n\n" + glossary.help_text()
+    + "\n\nExample: spotctl status llm-pretrain --stack example-gcp --events-dir ./events --json",
 )
 def status(
     job: Annotated[Optional[str], typer.Argument(help="Only this job.")] = None,

@@ -86,6 +86,8 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             wrote = dict(change.fields)
             if job.stop_reason and wrote.get("state", "stopped") != "stopped":
                 wrote["stopReason"] = None  # the job leaves the stop it explained
+            if job.stopped_by and wrote.get("state", "stopped") != "stopped":
+                wrote["stoppedBy"] = None  # the user's stop ends with its next change of state (resume)
             if applier is not None and confirm is None and not change.noop:
                 # No question (--yes, watch): the ``applying`` mark goes in with the edit, in one write, so
                 # a kill -9 while the targets are planned (seconds) leaves a mark that the next command
