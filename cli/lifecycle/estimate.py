@@ -147,7 +147,6 @@ def expected_cost(cfg: StackConfig, job: Job, learned: dict[str, Any], find_trac
         return Expected(job.id, job.policy, "no deadlineHours: between all spot and all on-demand", (low + high) / 2,
                         low, high, 0, job.job_hours, None, changeover, round(ratio, 6), rate.spot)
     from cli.policy import simulate as sim
-
     from cli.policy.policies import make_policy
 
     trace, basis = _trace(job, pool, job.deadline_hours, find_trace)
