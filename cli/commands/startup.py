@@ -170,7 +170,7 @@ GROUP_VALUE_OPTIONS = ("--cwd", "-C")  # the group's options that take a value
 COMMAND_MODULE = {
     "validate": "stack", "plan": "stack", "sync": "stack", "drill": "drill", "simulate": "policy", "policy": "policy",
     "resume": "jobs", "failover": "jobs", "complete": "jobs", "status": "jobs", "events": "jobs", "cleanup": "jobs",
-    "move": "move", "logs": "logs", "pool": "pool", "cost": "cost", "watch": "watch",
+    "move": "move", "logs": "logs", "pool": "pool", "cost": "cost", "watch": "watch", "launch": "launch", "stop": "launch",
 }
 
 

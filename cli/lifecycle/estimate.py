@@ -251,9 +251,8 @@ def render(doc: dict[str, Any], width: int = 80) -> list[str]:
         out.append(f"prices: shipped table of {doc['price_table_date']} (spotctl:prices in the stack file wins)")
     for e in doc["expected"]:
         hours = f"{e['job_hours']:g} h of work" + (f" by {e['deadline_hours']:g} h" if e["deadline_hours"] else "")
-        out.append(f"job {e['job']}: expected {money(e['mean'])} ({money(e['low'])} to {money(e['high'])}) "
-                   f"for {hours}, policy {e['policy']}")
-        out.append(f"  {e['basis']}" if not e["starts"] else f"  {e['starts']} runs on {e['basis']}")
+        out.append(f"job {e['job']}, policy {e['policy']}: expected {money(e['mean'])} ({money(e['low'])} to {money(e['high'])})")
+        out.append(f"  {hours}; " + (e["basis"] if not e["starts"] else f"{e['starts']} runs on {e['basis']}"))
     return [_fit(x, width) for x in out]
 
 
