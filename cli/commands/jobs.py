@@ -103,7 +103,7 @@ def resume(
                                  f"or {sync_hint(ref)}")
             return change
 
-        run_change(stack, stack_file, job, decide, no_apply, json_out, yes, preview_only, applier)
+        run_change(stack, stack_file, job, decide, no_apply, json_out, yes, preview_only, applier, cost=True)
 
 
 @app.command(
@@ -125,7 +125,8 @@ def failover(
     from cli.lifecycle.states import decide_failover
 
     with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
-        run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only)
+        run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only,
+                   cost=True)
 
 
 @app.command(

@@ -33,10 +33,14 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
 @app.command(
     short_help="Show every resource the stack declares, offline.  Example: spotctl plan --stack example-gcp",
     help="Evaluate the real Pulumi program under Pulumi's mocks (no cloud account, no pulumi CLI) and print "
-    "the resource tree: type, name, parent and key inputs. --json prints inputs in Pulumi's wire form.\n\n"
+    "the resource tree: type, name, parent and key inputs, then what it costs per hour (each job's spot and "
+    "on-demand $/h, the always-on parts; --expected: each running job's expected cost under its policy). --json "
+    "prints inputs in Pulumi's wire form, and the cost figures under \"cost\".\n\n"
     "Example: spotctl plan --stack example-aws --json > plan.json",
 )
-def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: JsonOpt = False) -> None:
+def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: JsonOpt = False,
+         expected: Annotated[bool, typer.Option("--expected", help="Also replay each running job's policy for its "
+                                                "expected cost (jobHours and deadlineHours; seconds per job).")] = False) -> None:
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
     from infra.contract import ContractError
@@ -48,14 +52,24 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
         raise fail(str(exc)) from None
+    from cli.commands.launch import cost_preview
+
+    cost = cost_preview(ref, cfg, list(cfg.jobs), [j for j in cfg.jobs if j.active] if expected else (), enabled=not json_out)
     if json_out:
-        typer.echo(result.to_json(), nl=False)
+        import json
+
+        typer.echo(json.dumps(result.as_json() | {"cost": cost}, indent=2, sort_keys=True))
         return
     import shutil
 
+    from cli.lifecycle.estimate import render as render_cost
     from cli.plan.tree import render
 
-    typer.echo(render(result, shutil.get_terminal_size((100, 24)).columns), nl=False)
+    width = shutil.get_terminal_size((100, 24)).columns
+    typer.echo(render(result, width), nl=False)
+    typer.echo(f"\nwhat it costs per hour (USD){'' if expected else '; --expected replays each job policy'}:")
+    for line in render_cost(cost, width):
+        typer.echo(line)
 
 
 class Side(enum.StrEnum):
