@@ -10,7 +10,7 @@ from cli.commands import app
 from cli.commands.startup import main as run
 
 # Importing a module registers its commands; this order is the order of `spotctl --help`.
-COMMAND_MODULES = ("stack", "drill", "policy", "launch", "jobs", "move", "logs", "pool", "cost", "watch")
+COMMAND_MODULES = ("stack", "drill", "policy", "launch", "jobs", "move", "logs", "pool", "cost", "watch", "check")
 for _name in COMMAND_MODULES:
     importlib.import_module(f"cli.commands.{_name}")
 

@@ -171,6 +171,7 @@ COMMAND_MODULE = {
     "validate": "stack", "plan": "stack", "sync": "stack", "drill": "drill", "simulate": "policy", "policy": "policy",
     "resume": "jobs", "failover": "jobs", "complete": "jobs", "status": "jobs", "events": "jobs", "cleanup": "jobs",
     "move": "move", "logs": "logs", "pool": "pool", "cost": "cost", "watch": "watch", "launch": "launch", "stop": "launch",
+    "check": "check",
 }
 
 
