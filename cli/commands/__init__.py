@@ -320,9 +320,8 @@ def interrupted(exc) -> typer.Exit:
 
 
 def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool,
-               yes: bool = False, preview_only: bool = False, applier=None, cost: bool = False) -> None:
-    """Decide and make one job's change under the lock (``applier``: one the command already used).
-    ``cost``: the question comes after the job's cost at its new capacity (``--json``: its $/h)."""
+               yes: bool = False, preview_only: bool = False, applier=None, costs=None) -> None:
+    """Decide and make one job's change under the lock (``applier``: one the command already used; ``costs``: a JobCost)."""
     import json
 
     from cli.lifecycle import operations, stackfile
@@ -332,8 +331,8 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
     if preview_only and no_apply:
         raise fail("--preview-only needs pulumi: it cannot be combined with --no-apply")
     confirm = confirmer(yes, preview_only, no_apply)
-    if cost and confirm is not None:
-        confirm = _costed(stack, stack_file, job_id, confirm)
+    if costs is not None and confirm is not None:
+        confirm = costs.before(confirm)
     try:
         ref = stackfile.resolve(stack, stack_file)
         with progress(f"job {job_id}: deciding under the lock of {ref.path.name}", enabled=not json_out) as spinner:
@@ -347,36 +346,13 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
         raise interrupted(exc) from None
     change = outcome.change
     if json_out:
-        doc = {"job": change.job_id, "changed": not change.noop and not outcome.declined, "fields": change.fields,
-               "reason": change.reason, "applied": outcome.applied, "declined": outcome.declined}
-        if cost:
-            from cli.commands.launch import cost_preview
-
-            whole = stackfile.load(ref)
-            doc["cost"] = cost_preview(ref, whole, [whole.job(change.job_id)], enabled=False)
-        typer.echo(json.dumps(doc, sort_keys=True))
+        cost = {"cost": costs.figures()} if costs is not None else {}
+        typer.echo(json.dumps({"job": change.job_id, "changed": not change.noop and not outcome.declined, "fields": change.fields,
+                               "reason": change.reason, "applied": outcome.applied, "declined": outcome.declined, **cost}, sort_keys=True))
     elif outcome.declined:
         typer.echo(change.describe() + (" — preview only: nothing changed" if preview_only else " — not confirmed: nothing changed"))
     else:
         typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else f" — written to {ref.path}")))
-
-
-
-def _costed(stack, stack_file, job_id: str, confirm):
-    """``confirm`` after the job's cost as the edited file has it (its $/h at its capacity now, the
-    always-on parts, the expected cost under its policy), on stderr with the preview."""
-
-    def ask(question: str) -> bool:
-        from cli.commands.launch import cost_preview, echo_cost
-        from cli.lifecycle import stackfile
-
-        ref = stackfile.resolve(stack, stack_file)
-        cfg = stackfile.load(ref)  # (whole: the always-on parts are the stack's)
-        job = cfg.job(job_id)
-        echo_cost(cost_preview(ref, cfg, [job], [job]), err=True)
-        return confirm(question)
-
-    return ask
 
 
 class Spinner:

@@ -21,6 +21,7 @@ from cli.commands import (
     progress,
     pull_first,
     run_change,
+    warn,
 )
 from infra.basics import ConfigError
 
@@ -66,6 +67,34 @@ def echo_cost(doc: dict, err: bool = False) -> None:
 
     for line in render(doc, min(shutil.get_terminal_size((80, 24)).columns, 100)):
         typer.echo(line, err=err)
+
+
+class JobCost:
+    """One job's cost as the stack file has it when asked (after the edit): shown before the question of
+    ``resume`` and ``failover`` (its $/h at its capacity now, the always-on parts, the expected cost under
+    its policy, on stderr with Pulumi's preview) and given in their --json ($/h only: no replay)."""
+
+    def __init__(self, stack, stack_file, job_id: str):
+        self.stack, self.stack_file, self.job_id = stack, stack_file, job_id
+
+    def _now(self):
+        from cli.lifecycle import stackfile
+
+        ref = stackfile.resolve(self.stack, self.stack_file)
+        cfg = stackfile.load(ref)  # (whole: the always-on parts are the stack's)
+        return ref, cfg, cfg.job(self.job_id)
+
+    def before(self, confirm):
+        def ask(question: str) -> bool:
+            ref, cfg, job = self._now()
+            echo_cost(cost_preview(ref, cfg, [job], [job]), err=True)
+            return confirm(question)
+
+        return ask
+
+    def figures(self) -> dict:
+        ref, cfg, job = self._now()
+        return cost_preview(ref, cfg, [job], enabled=False)
 
 
 @app.command(
@@ -121,6 +150,11 @@ def launch(
         except (ConfigError, LifecycleError) as exc:
             raise fail(str(exc)) from None
         job = cfg.job(entry["id"])
+        from infra.tokens import token_warnings
+
+        for line in token_warnings(cfg):  # (the new job is the last one)
+            if line.startswith(f"spotctl:jobs[{len(cfg.jobs) - 1}]."):
+                warn(f"{ref.path}: {line}")
         cost = cost_preview(ref, cfg, [job], [job], enabled=not json_out)
         if not json_out:
             typer.echo(f"job {job.id}: " + ", ".join(f"{k}={_shown(v)}" for k, v in entry.items() if k != "id"))

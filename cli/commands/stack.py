@@ -24,8 +24,9 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
     except ConfigError as exc:
         raise fail(str(exc)) from None
     from infra.config import policy_warnings
+    from infra.tokens import token_warnings
 
-    for warning in policy_warnings(cfg):
+    for warning in policy_warnings(cfg) + token_warnings(cfg):
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 
@@ -67,7 +68,7 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
 
     width = shutil.get_terminal_size((100, 24)).columns
     typer.echo(render(result, width), nl=False)
-    typer.echo(f"\nwhat it costs per hour (USD){'' if expected else '; --expected replays each job policy'}:")
+    typer.echo("\nwhat it costs per hour, in USD:")
     for line in render_cost(cost, width):
         typer.echo(line)
 
@@ -80,13 +81,13 @@ class Side(enum.StrEnum):
 
 
 @app.command(
-    short_help="Pull and push the stack file's shared copy.  Example: spotctl sync --stack team-a",
+    short_help="Pull and push the stack file's shared copy.  Example: spotctl sync --stack example-gcp",
     help="Sync the stack file with its shared copy in the stack's event bucket (--events-bucket, else the bucket "
     "last synced with, else the stack's eventBucket output): merge what others wrote there (the watcher's "
     "resumes, a teammate's new jobs) into this file, job by job, then write this file's own changes back with a "
     "conditional write. The same job changed on both sides is an error naming it (nothing is written) unless "
     "--keep says which side wins. Once synced, every command that changes the file pulls first and pushes after.\n\n"
-    "Example: spotctl sync --stack team-a --events-bucket spotctl-team-a-events-x1y2",
+    "Example: spotctl sync --stack example-gcp --events-bucket example-gcp-events-4d8689f7",
 )
 def sync(
     stack: StackOpt = None,
