@@ -111,3 +111,23 @@ def test_the_table_fits_80_columns_and_never_cuts_money(project):
         assert all(len(line) <= width for line in text.splitlines()), width
         figures = {estimate.money(r[k]) for r in doc["jobs"] + doc["always_on"] for k in ("spot", "on_demand") if r[k] is not None}
         assert figures <= set(re.findall(r"\$[\d,.]+", text)), width
+
+
+def test_failover_shows_the_jobs_new_cost_before_the_question(project, runner, fake_pulumi, tmp_path, monkeypatch):
+    from cli import commands
+
+    monkeypatch.setattr(commands, "interactive", lambda: True)
+    write_trace(tmp_path / "traces")
+    monkeypatch.setenv("SPOTCTL_TRACES", str(tmp_path / "traces"))
+    result = runner.invoke(app, ["failover", "vit-finetune", "--to", "spot", "--stack", "example-gcp"], input="n\n",
+                           env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    out = result.output
+    row = next(line for line in out.splitlines() if line.startswith("job vit-finetune"))
+    assert row.split()[-3:] == ["$1.93", "$3.67", "spot"]  # its new capacity, as the edited file has it
+    assert out.index("job vit-finetune, policy uniform-progress: expected $") < out.index("Do you want to perform this update")
+    assert result.stdout.endswith("not confirmed: nothing changed\n")
+    data = json.loads(runner.invoke(app, ["failover", "vit-finetune", "--to", "spot", "--stack", "example-gcp", "--no-apply",
+                                          "--json"]).stdout)
+    (vit,) = data["cost"]["jobs"]
+    assert (vit["capacity"], vit["per_h"]) == ("spot", 1.928) and data["cost"]["expected"] == []

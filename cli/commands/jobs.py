@@ -33,7 +33,6 @@ from cli.commands import (
     warn,
 )
 from cli.commands.hints import Unread, events_source, read_events
-from cli.commands.launch import JobCost
 from cli.lifecycle import glossary
 from infra.basics import Capacity, ConfigError, counted
 
@@ -66,6 +65,7 @@ def resume(
     from_attempt: FromAttemptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
+    from cli.commands.costview import JobCost
     from cli.lifecycle import capacity as capacity_choice
     from cli.lifecycle.states import decide_resume
 
@@ -123,6 +123,7 @@ def failover(
     from_attempt: FromAttemptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
+    from cli.commands.costview import JobCost
     from cli.lifecycle.states import decide_failover
 
     with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):

@@ -53,7 +53,7 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
         raise fail(str(exc)) from None
-    from cli.commands.launch import cost_preview
+    from cli.commands.costview import cost_preview
 
     cost = cost_preview(ref, cfg, list(cfg.jobs), [j for j in cfg.jobs if j.active] if expected else (), enabled=not json_out)
     if json_out:
