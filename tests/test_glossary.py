@@ -75,3 +75,9 @@ def test_stop_is_refused_where_there_is_nothing_to_stop():
 def test_stopped_by_belongs_to_a_stopped_job():
     with pytest.raises(ValueError, match="stoppedBy: user is only for a stopped job"):
         job(state="running", stopped_by="user")
+
+
+def test_a_job_the_user_stopped_says_how_it_comes_back():
+    row = job_report(job(state="stopped", stopped_by="user"), [])
+    assert (row["status"], row["status_reason"]) == ("stopped", "stopped by the user (`spotctl stop`); `spotctl resume "
+                                                                 "train` starts attempt 4 on the same disks")

@@ -211,3 +211,47 @@ def test_the_fake_pulumi_records_a_selection_as_pulumi_does(project, fake_pulumi
     exe = Path(os.environ["SPOTCTL_PULUMI_ROOT"]) / "bin" / "pulumi"
     subprocess.run([str(exe), "stack", "select", "--stack", "example-aws"], cwd=project, check=True)
     assert json.loads(selection_file(project).read_text()) == {"stack": "example-aws"}
+
+
+def test_a_second_launch_of_the_same_id_meanwhile_is_refused(project):
+    from cli.lifecycle import launch
+    from cli.lifecycle.states import LifecycleError
+
+    ref = stackfile.resolve("example-gcp", None)
+    entry = {"id": "twice", "machineType": "g2-standard-8", "zone": "us-central1-a", "command": "python train.py"}
+    launch.check_new(ref, entry, "test")  # both commands checked before either wrote
+    launch.add(ref, entry)
+    with pytest.raises(LifecycleError, match="job twice was added to stacks/Pulumi.example-gcp.yaml by another command"):
+        launch.add(ref, entry)
+    assert [j.id for j in stackfile.load(ref).jobs].count("twice") == 1
+
+
+def test_a_state_in_the_job_file_is_refused(project, runner, tmp_path):
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("id: sweep-09\nmachineType: g2-standard-8\ncommand: x\nstate: running\n")
+    result = runner.invoke(app, ["launch", str(job_file), "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 1
+    assert result.output == f"error: {job_file}: state: a new job is pending until launch applies it: remove the key\n"
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command=st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\x00"), min_size=1, max_size=60)
+       .filter(lambda c: c.strip() == c and c))
+def test_any_command_is_written_as_given_and_the_rest_of_the_file_kept(project, command):
+    from cli.lifecycle import launch
+
+    ref = stackfile.resolve("example-gcp", None)
+    path = gcp_file(project)
+    original = path.read_text()
+    entry = {"id": "any", "machineType": "g2-standard-8", "zone": "us-central1-a", "command": command}
+    try:
+        launch.check_new(ref, entry, "test")
+        launch.add(ref, entry)
+        assert stackfile.load(ref).job("any").command == command
+        assert path.read_text().startswith(original)  # spliced after the last job: every other line as it was
+    finally:
+        path.write_text(original)

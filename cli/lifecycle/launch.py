@@ -36,8 +36,8 @@ def read_job_file(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ConfigError(str(path), ["expected one job: a mapping with the keys of a spotctl:jobs entry "
                                       "(id, machineType or instanceType, zone, command, ...)"])
-    if "state" in doc or "attempt" in doc:
-        raise ConfigError(str(path), ["a new job has no state or attempt: spotctl writes them (remove those keys)"])
+    if "state" in doc:
+        raise ConfigError(str(path), ["state: a new job is pending until launch applies it: remove the key"])
     return {str(k): v for k, v in doc.items()}
 
 
