@@ -96,8 +96,7 @@ def test_keys_without_the_prefix_or_outside_config_get_that_hint(runner, project
 def test_a_plain_text_token_is_warned_about_without_showing_it(runner, project):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     token = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"
-    path.write_text(path.read_text().replace("      command: python eval.py\n",
-                                             f"      command: python eval.py\n      env:\n        HF_TOKEN: {token}\n"
+    path.write_text(path.read_text().replace("    - id: bert-eval\n", f"    - id: bert-eval\n      env:\n        HF_TOKEN: {token}\n"
                                              "        DATA_DIR: /mnt/data/imagenet-2012-train\n"))
     result = runner.invoke(app, ["validate", "--stack", "example-gcp"])
     assert result.exit_code == 0, result.output
