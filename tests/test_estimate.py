@@ -131,3 +131,19 @@ def test_failover_shows_the_jobs_new_cost_before_the_question(project, runner, f
                                           "--json"]).stdout)
     (vit,) = data["cost"]["jobs"]
     assert (vit["capacity"], vit["per_h"]) == ("spot", 1.928) and data["cost"]["expected"] == []
+
+
+def test_plan_expected_replays_each_running_job_with_hours(project, runner, tmp_path, monkeypatch):
+    write_trace(tmp_path / "traces")
+    monkeypatch.setenv("SPOTCTL_TRACES", str(tmp_path / "traces"))
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    path.write_text(path.read_text().replace("    - id: sweep-07\n", "    - id: sweep-07\n      jobHours: 2\n      deadlineHours: 6\n"
+                                             "      policy: uniform-progress\n"))
+    assert plan_cost(runner, "example-aws")["expected"] == []  # plain plan: $/h only
+    result = runner.invoke(app, ["plan", "--stack", "example-aws", "--expected", "--json"])
+    assert result.exit_code == 0, result.output
+    (exp,) = json.loads(result.output)["cost"]["expected"]  # the others are unpriced (p5, p4d) or have no hours
+    assert (exp["job"], exp["policy"], exp["job_hours"], exp["deadline_hours"]) == ("sweep-07", "uniform-progress", 2, 6)
+    assert exp["spot_per_h"] == 0.5165 and exp["low"] <= exp["mean"] <= exp["high"]
+    text = runner.invoke(app, ["plan", "--stack", "example-aws", "--expected"], env={"COLUMNS": "80"}).output
+    assert "job sweep-07, policy uniform-progress: expected $" in text
