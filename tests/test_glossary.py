@@ -67,7 +67,7 @@ def test_starting_between_the_applied_attempt_and_its_started_event():
     assert job_report(job(applying="attempt=3 (since 2026-11-21T10:00:00Z)"), [])["status"] == "update-pending"
 
 
-@pytest.mark.parametrize("state", ["running", "preempted", "stopped", "pending"])
+@pytest.mark.parametrize("state", ["running", "preempted", "stopped"])
 def test_the_users_stop_is_an_edge_of_the_state_machine(state):
     change = states.decide_stop(job(state=state))
     assert change.fields == {"state": "stopped", "stoppedBy": "user"}
@@ -79,6 +79,8 @@ def test_stop_is_refused_where_there_is_nothing_to_stop():
     for state in ("completed", "failed"):
         with pytest.raises(states.LifecycleError, match=f"job train is {state}: it has no VMs to stop"):
             states.decide_stop(job(state=state))
+    with pytest.raises(states.LifecycleError, match="job train is pending: nothing of it runs yet"):
+        states.decide_stop(job(state="pending"))
 
 
 def test_stopped_by_belongs_to_a_stopped_job():

@@ -52,7 +52,6 @@ USER_STOPS: dict[tuple[JobState, JobState], str] = {
     (R, S): "spotctl stop: the user stops a running job; its VMs go, its disks stay until `spotctl resume`",
     (PR, S): "spotctl stop: the user keeps a preempted job stopped (the watcher would resume it)",
     (S, S): "spotctl stop: the user keeps a stopped job stopped (the watcher would resume it)",
-    (P, S): "spotctl stop: the user holds a job before its first attempt ran",
 }
 
 
@@ -216,6 +215,9 @@ def decide_stop(job: Job) -> Change:
                              f"(`spotctl move {job.id} --to-zone {job.move.to}`), then stop it")
     if job.stopped_by == "user":
         return Change(job.id, {}, "is already stopped by the user; `spotctl resume` brings it back", noop=True)
+    if job.state is P:  # (its update would create the disks of a job nothing started; the watcher never starts one)
+        raise LifecycleError(f"job {job.id} is pending: nothing of it runs yet, and only `spotctl resume {job.id}` "
+                             "starts it")
     try:
         reason = USER_STOPS[(job.state, S)]
     except KeyError:
