@@ -199,27 +199,21 @@ def preview(cfg: StackConfig, jobs: list[Job], expected: list[Expected] | None =
     """The numbers (``--json``): each job's rate, the always-on parts, the hourly total at the jobs'
     capacities (None when anything counted is unpriced) and the expected costs."""
     rates = [job_rate(cfg, j) for j in jobs]
+    runs = [j.active for j in jobs]  # (pending or running: it has VMs, so it counts in the total)
     fixed = always_on(cfg)
-    counted = [r for r in rates if _runs(cfg, r)] + fixed
+    counted = [r for r, active in zip(rates, runs, strict=True) if active] + fixed
     total = None if any(r.per_h is None for r in counted) else round(sum(r.per_h or 0.0 for r in counted), 4)
     from cli.cost.prices import shipped_table
 
     return {
         "currency": "USD",
-        "jobs": [asdict(r) | {"per_h": r.per_h, "runs": _runs(cfg, r)} for r in rates],
+        "jobs": [asdict(r) | {"per_h": r.per_h, "runs": active} for r, active in zip(rates, runs, strict=True)],
         "always_on": [asdict(r) | {"per_h": r.per_h} for r in fixed],
         "total_per_h": total,
         "unpriced": sorted({r.detail for r in rates + fixed if r.per_h is None}),
-        "price_table_date": max((e["date"] for region in shipped_table().get(cfg.cloud, {}).values() for e in region.values()),
-                                default=None),
+        "price_table_date": max((e["date"] for e in shipped_table().get(cfg.cloud, {}).get(cfg.region, {}).values()), default=None),
         "expected": [asdict(e) for e in expected or []],
     }
-
-
-def _runs(cfg: StackConfig, rate: Rate) -> bool:
-    """Whether a job's rate counts in the hourly total: the job has VMs (pending or running)."""
-    job_id = rate.part.removeprefix("job ")
-    return any(j.id == job_id and j.active for j in cfg.jobs)
 
 
 def money(value: float | None) -> str:
