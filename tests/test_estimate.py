@@ -147,3 +147,24 @@ def test_plan_expected_replays_each_running_job_with_hours(project, runner, tmp_
     assert exp["spot_per_h"] == 0.5165 and exp["low"] <= exp["mean"] <= exp["high"]
     text = runner.invoke(app, ["plan", "--stack", "example-aws", "--expected"], env={"COLUMNS": "80"}).output
     assert "job sweep-07, policy uniform-progress: expected $" in text
+
+
+def test_the_watcher_vm_and_an_aws_nat_gateway_are_always_on():
+    from infra.config import validate
+
+    gcp = validate({"cloud": "gcp", "project": "p-1", "region": "us-central1", "zones": ["us-central1-a"],
+                    "prices": {"e2-small": {"spot": 0.005, "onDemand": 0.0168}},
+                    "watcher": {"backend": "gs://team-state", "repo": "https://github.com/acme/spotctl.git",
+                                "passphraseSecret": "pulumi-passphrase"}}, "test")
+    (watcher,) = [r for r in estimate.always_on(gcp) if r.part == "watcher VM"]
+    assert (watcher.detail, watcher.per_h, watcher.source) == ("e2-small", 0.0168, "stack file (spotctl:prices)")
+    aws = validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"],
+                    "network": {"egress": "nat", "natSubnet": "subnet-0a1b2c3d4e5f60009", "subnets": {"us-east-1a": "subnet-0a1b2c3d4e5f60001"}},
+                    "watcher": {"backend": "s3://team-state", "repo": "https://github.com/acme/spotctl.git",
+                                "passphraseSecret": "/team/pulumi-passphrase"}}, "test")
+    parts = {r.part: r for r in estimate.always_on(aws)}
+    assert parts["NAT gateway"].per_h == 0.045  # always_on.json: $0.045 per NAT gateway hour (us-east-1)
+    assert "endpoints" not in parts  # NAT egress reaches the AWS APIs without interface endpoints
+    assert (parts["watcher VM"].detail, parts["watcher VM"].per_h) == ("t3.small", None)  # not in the shipped table: unpriced
+    doc = estimate.preview(aws, [])
+    assert doc["total_per_h"] is None and doc["unpriced"] == ["t3.small"]
