@@ -29,21 +29,22 @@ from infra.basics import ConfigError
 @app.command(
     short_help="Add a job and apply only it.  Example: spotctl launch --id sweep-08 --machine g2-standard-8 -s example-gcp",
     help="Add a job to the stack from a job file (the keys of a spotctl:jobs entry) or flags, validated within the "
-    "stack; show its resources and what it costs (spot and on-demand $/h, the always-on parts, and the expected "
-    "cost under its policy when it gives --job-hours and --deadline-hours); ask; write it into the stack file "
-    "(under the lock, comments kept) and apply only its resources with a targeted update. An id the stack has "
-    "is refused. --no-apply only writes the entry (state pending).\n\n"
+    "stack; show what it costs (spot and on-demand $/h, the always-on parts, and the expected cost under its policy "
+    "when it gives --job-hours and --deadline-hours); write it into the stack file (under the lock, comments kept); "
+    "show Pulumi's preview of only its resources and ask; apply them with a targeted update (no, or an update that "
+    "cannot start: the job is taken out again). An id the stack has is refused. --no-apply only writes the entry "
+    "(state pending).\n\n"
     "Example: spotctl launch --id sweep-08 --machine g2-standard-8 --gpus nvidia-l4:1 --command 'python train.py' "
     "--job-hours 6 --deadline-hours 12 --stack example-gcp --no-apply",
 )
 def launch(
-    job_file: Annotated[Optional[Path], typer.Argument(metavar="[JOB_FILE]", help="A YAML file with one job's keys.")] = None,
+    job_file: Annotated[Optional[Path], typer.Argument(metavar="JOB_FILE", help="A YAML file with one job's keys.")] = None,
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     job_id: Annotated[Optional[str], typer.Option("--id", metavar="NAME", help="The job id.")] = None,
     machine: Annotated[Optional[str], typer.Option("--machine", metavar="TYPE", help="machineType (GCP) or instanceType (AWS).")] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="TYPE:COUNT", help="The accelerator, e.g. nvidia-l4:1.")] = None,
-    nodes: Annotated[Optional[int], typer.Option("--nodes", min=1, help="Nodes of a multi-node job.")] = None,
+    nodes: Annotated[Optional[int], typer.Option("--nodes", metavar="N", min=1, help="Nodes of a multi-node job.")] = None,
     zone: Annotated[Optional[str], typer.Option("--zone", metavar="ZONE", help="Default: the stack's first zone.")] = None,
     command: Annotated[Optional[str], typer.Option("--command", metavar="CMD", help="What every node runs.")] = None,
     code: Annotated[Optional[str], typer.Option("--code", metavar="DIR", help="The job's code (its `code:` key).")] = None,
