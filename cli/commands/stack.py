@@ -62,14 +62,17 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
         typer.echo(json.dumps(result.as_json() | {"cost": cost}, indent=2, sort_keys=True))
         return
     import shutil
+    import textwrap
 
     from cli.lifecycle.estimate import render as render_cost
     from cli.plan.tree import render
 
-    width = shutil.get_terminal_size((100, 24)).columns
-    typer.echo(render(result, width), nl=False)
+    columns = shutil.get_terminal_size((100, 24)).columns
+    typer.echo(render(result, columns), nl=False)
+    for note in result.notes:  # rules on what only the cloud answers: the real engine checks them
+        typer.echo(textwrap.fill(f"note: {note}", width=max(columns, 40), subsequent_indent="  "), err=True)
     typer.echo("\nwhat it costs per hour, in USD:")
-    for line in render_cost(cost, width):
+    for line in render_cost(cost, columns):
         typer.echo(line)
 
 
