@@ -26,6 +26,8 @@ STATUSES: dict[str, str] = {
     "preempting": "the current attempt got a preemption notice: checkpointing until its VM is gone",
     "completed?": "the events say the current attempt completed; the file still says running (`spotctl complete`)",
     "failed?": "the events say the current attempt failed; the file still says running",
+    "moving": "a move to another zone is under way (`move:`): `spotctl move JOB --to-zone ZONE` or `spotctl watch` "
+              "continues it; resume waits for it",
     "update-pending": "an update spotctl started never finished (`applying:`): the same command or `spotctl resume` applies it",
 }
 
