@@ -37,8 +37,8 @@ def test_a_kill_while_the_targets_are_planned_leaves_a_mark_the_next_command_app
     driver.write_text(textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from cli.lifecycle import operations
-        operations.job_targets = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        from cli.lifecycle import pipeline
+        pipeline.job_targets = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
         from cli.app import app
         sys.argv = ["spotctl", "resume", "train", "--stack", "team", "--events-dir", {str(ev)!r}, "--yes"]
         app()

@@ -256,7 +256,7 @@ def confirmer(yes: bool, preview_only: bool, no_apply: bool = False):
 
 def _ask(question: str) -> bool:
     """The question on the terminal; Ctrl-C or the end of input there (click's Abort) is a
-    KeyboardInterrupt for the part, which undoes its edit (``operations.Interrupted``)."""
+    KeyboardInterrupt for the part, which undoes its edit (``interrupts.Interrupted``)."""
     if sys.stdin.isatty():
         return _tty_confirm(question)
     try:  # input from a pipe or CliRunner: click's question as it is
@@ -332,7 +332,7 @@ def _tty_line() -> str | None:
 
 
 def interrupted(exc) -> typer.Exit:
-    """An ``operations.Interrupted``: its message, and the exit code of the signal (130 for Ctrl-C)."""
+    """An ``interrupts.Interrupted``: its message, and the exit code of the signal (130 for Ctrl-C)."""
     typer.echo(f"error: {exc}", err=True)
     return typer.Exit(128 + exc.signum)
 
@@ -342,7 +342,7 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
     """Decide and make one job's change under the lock (``applier``: one the command already used; ``costs``: a JobCost)."""
     import json
 
-    from cli.lifecycle import operations, stackfile
+    from cli.lifecycle import pipeline, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
@@ -356,11 +356,11 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
         with progress(f"job {job_id}: deciding under the lock of {ref.path.name}", enabled=not json_out) as spinner:
             if applier is not None:  # (the same one: its stack is selected once)
                 applier.step = spinner.step
-            outcome = operations.change_job(ref, job_id, decide, applier=applier or applier_for(ref, no_apply, spinner.step), out=spinner.echo,
+            outcome = pipeline.change_job(ref, job_id, decide, applier=applier or applier_for(ref, no_apply, spinner.step), out=spinner.echo,
                                             confirm=spinner.paused(confirm) if confirm else None)
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
-    except operations.Interrupted as exc:
+    except pipeline.Interrupted as exc:
         raise interrupted(exc) from None
     change = outcome.change
     if json_out:

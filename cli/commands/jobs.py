@@ -353,7 +353,7 @@ def cleanup(
 ) -> None:
     from cli.cloud import CloudError
     from cli.lifecycle import cleanup as cleanups
-    from cli.lifecycle import events, operations, stackfile
+    from cli.lifecycle import events, pipeline, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
@@ -410,7 +410,7 @@ def cleanup(
                                               inventory=inventory, out=spinner.echo)
         except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
             raise fail(str(exc)) from None
-        except operations.Interrupted as exc:
+        except pipeline.Interrupted as exc:
             raise interrupted(exc) from None
     if no_apply:
         typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")

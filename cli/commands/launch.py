@@ -58,7 +58,7 @@ def launch(
     import json
 
     from cli.lifecycle import launch as launching
-    from cli.lifecycle import operations, stackfile
+    from cli.lifecycle import pipeline, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
@@ -95,7 +95,7 @@ def launch(
                 outcome = None
             else:
                 with progress(f"job {job.id}: applying its first attempt", enabled=not json_out) as spinner:
-                    outcome = launching.apply_first(ref, job.id, operations.change_job,
+                    outcome = launching.apply_first(ref, job.id, pipeline.change_job,
                                                     applier=applier_for(ref, False, spinner.step), out=spinner.echo,
                                                     confirm=spinner.paused(confirm) if confirm else None)
         except (ConfigError, LifecycleError) as exc:
@@ -104,7 +104,7 @@ def launch(
             kept = f"; the job stays in {ref.path}: `spotctl resume {job.id}` applies it" if exc.started else \
                 f"; job {job.id} was taken out of {ref.path} again"
             raise fail(f"{exc}{kept}") from None
-        except operations.Interrupted as exc:
+        except pipeline.Interrupted as exc:
             raise interrupted(exc) from None
     applied = bool(outcome and outcome.applied)
     declined = bool(outcome and outcome.declined)

@@ -60,7 +60,7 @@ def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, 
           replicas: list[str] | None = None) -> None:
     import json
 
-    from cli.lifecycle import operations, stackfile
+    from cli.lifecycle import pipeline, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.move import move_job
     from cli.lifecycle.states import LifecycleError
@@ -79,7 +79,7 @@ def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, 
             )
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
-    except operations.Interrupted as exc:
+    except pipeline.Interrupted as exc:
         raise interrupted(exc) from None
     if json_out:
         typer.echo(json.dumps({"job": job, "to_zone": to_zone, "steps": [{"fields": c.fields, "reason": c.reason} for c in result.steps],

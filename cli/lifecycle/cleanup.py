@@ -96,7 +96,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         owned, why = disks_owned(inventory(cfg).disks(), cfg, ref.name, job_id, names, held)
         if not owned:
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
-        from cli.lifecycle.operations import signals_raise
+        from cli.lifecycle.interrupts import signals_raise
 
         with signals_raise():  # SIGTERM/SIGHUP raise as Ctrl-C does, so what follows is put right
             with stackfile.locked(ref.path):  # act: on the job decided on, or not at all
@@ -134,7 +134,7 @@ def _take(ref: stackfile.StackRef, job: Job, force: bool, applier: Applier, lift
 def _delete(ref: stackfile.StackRef, job: Job, applier: Applier, targets: list[str], taken: tuple, lifted: list[str],
             out: Callable[[str], None]) -> None:
     """The update that deletes what ``_take`` took out of the file; a failure puts it back (``_failed``)."""
-    from cli.lifecycle.operations import STOPS, Interrupted, signal_of
+    from cli.lifecycle.interrupts import STOPS, Interrupted, signal_of
 
     try:
         applier.up(targets, out)

@@ -2,7 +2,7 @@
 stack file (under the lock, atomically, the file's other lines and comments kept) and applied alone.
 
 observe (the stack file) -> decide (``entry``, ``check_new``) -> act (``add``, then the first attempt is
-applied by ``operations.change_job`` as every job change is: preview, question, targeted update, undo).
+applied by ``pipeline.change_job`` as every job change is: preview, question, targeted update, undo).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def first_attempt(job) -> Change:
 
 
 def apply_first(ref: stackfile.StackRef, job_id: str, change_job: Callable[..., Any], **kwargs: Any):
-    """Apply the new job's first attempt (``operations.change_job``); declined, interrupted, or an
+    """Apply the new job's first attempt (``pipeline.change_job``); declined, interrupted, or an
     update that could not start: the job is taken out of the file again, as if never launched."""
     from cli.lifecycle.apply import ApplyError
 

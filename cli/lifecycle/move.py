@@ -4,7 +4,7 @@ The move is code in the stack file: the job's ``move`` record names the last ste
 (``snapshot`` -> ``restore`` -> ``start`` -> ``release``; what each step declares is
 ``infra.common.node_disks``) and ``zoneHistory`` the zones it left. Deciding the next step is pure
 (``next_step``: the job as written and its events); acting writes it under the stack lock and
-applies a targeted update of the job (``cli.lifecycle.operations.change_job``). An interrupted move
+applies a targeted update of the job (``cli.lifecycle.pipeline.change_job``). An interrupted move
 is continued by running the same command again: the recorded step is applied again (a no-op when
 it was applied), then the next ones.
 """
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cli.cloud import CloudError, Inventory
-from cli.lifecycle import operations, stackfile
+from cli.lifecycle import pipeline, stackfile
 from cli.lifecycle.apply import Applier, ApplyError, job_plan, job_urns
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, attempt_outcome, check, may_delete_disks
@@ -258,7 +258,7 @@ class MoveOutcome:
 
 def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[[], list[Event]],
              applier: Applier | None, out: Callable[[str], None] = print,
-             confirm: operations.Confirm | None = None,
+             confirm: pipeline.Confirm | None = None,
              now: Callable[[], datetime] = lambda: datetime.now(UTC),
              inventory: Callable[[StackConfig], Inventory] | None = None,
              replicas: list[str] | None = None) -> MoveOutcome:
@@ -313,7 +313,7 @@ def _prune(ref: stackfile.StackRef, inventory: Callable[[StackConfig], Inventory
 
 
 def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], applier: Applier | None,
-          out: Callable[[str], None], confirm: operations.Confirm | None, result: MoveOutcome,
+          out: Callable[[str], None], confirm: pipeline.Confirm | None, result: MoveOutcome,
           inventory: Callable[[StackConfig], Inventory] | None = None) -> bool:
     """One step: written and applied; False when the move stops here (done, waiting, declined)."""
     job = stackfile.load(ref).job(job_id)
@@ -339,7 +339,7 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
     if stop_first and job.state is S and applier is not None:
         _stray_vms_gone(ref, job_id, applier, out)
     try:
-        outcome = operations.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release,
+        outcome = pipeline.change_job(ref, job_id, decide, applier=applier, out=out, confirm=confirm, release=release,
                                         stop_first=stop_first)
     except ApplyError as exc:
         hint = _existing_snapshots(ref, job_id, f"{exc}\n{exc.detail}")
@@ -378,7 +378,7 @@ def _stray_vms_gone(ref: stackfile.StackRef, job_id: str, applier: Applier, out:
 
 
 def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
-              inventory: Callable[[StackConfig], Inventory] | None) -> operations.Release:
+              inventory: Callable[[StackConfig], Inventory] | None) -> pipeline.Release:
     """Approve deleting the disks a move left behind through the one deletion rule, decided under
     the stack file's lock on the real disks: each must carry this exact stack's ownership labels
     and the job's label in the cloud (``cleanup.disks_owned``, as ``cleanup`` decides), else the
@@ -386,12 +386,12 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
     unprotected right before the update that deletes them (after the preview and the question)."""
     from cli.lifecycle.cleanup import disks_owned, physical_name
 
-    def release(targets: list[str]) -> operations.Approved:
+    def release(targets: list[str]) -> pipeline.Approved:
         with stackfile.locked(ref.path):
             current = stackfile.load(ref)
             job = current.job(job_id)
             if job.move is None or job.move.step != "release":
-                return operations.Approved([])
+                return pipeline.Approved([])
             # What the job declared at step start (old disks and snapshots included), also when this
             # is a release applied again after an interruption (the file already says release).
             at_start = job.model_copy(update={"move": job.move.model_copy(update={"step": "start"})})
@@ -400,7 +400,7 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
             gone = sorted(set(job_urns(plan, job_id)) - set(targets))
             disks = [r for r in plan.resources if r.urn in gone and (r.urn.endswith("-disk") or r.urn.endswith("-volume"))]
             if not disks:
-                return operations.Approved(gone)
+                return pipeline.Approved(gone)
             if applier is None or inventory is None:
                 raise LifecycleError(f"job {job_id}: the disks its move left are kept because their ownership labels "
                                      "could not be checked")
@@ -434,24 +434,24 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
                                          f"`spotctl move {job_id} --to-zone {job.zone}` again to decide on the file as it is")
 
             # `state unprotect` of a URN the state does not hold fails: only those it holds protected
-            return operations.Approved(gone, [d.urn for d in disks if d.urn in held.protected], recheck)
+            return pipeline.Approved(gone, [d.urn for d in disks if d.urn in held.protected], recheck)
 
     return release
 
 
-def _forget_snapshots(ref: stackfile.StackRef, job_id: str, before: Job) -> operations.Release:
+def _forget_snapshots(ref: stackfile.StackRef, job_id: str, before: Job) -> pipeline.Release:
     """Moving on drops the refused move's snapshots from the program (kept in the cloud:
     ``retain_on_delete``): target them so Pulumi's state forgets them now, as a release does. No
     disk may be among what the edit drops (every earlier disk is ``held``)."""
 
-    def release(targets: list[str]) -> operations.Approved:
+    def release(targets: list[str]) -> pipeline.Approved:
         current = stackfile.load(ref)
         was = current.model_copy(update={"jobs": [before if j.id == job_id else j for j in current.jobs]})
         gone = sorted(set(job_urns(job_plan(was, ref.name, job_id, limits=False), job_id)) - set(targets))
         disks = [u for u in gone if u.endswith("-disk") or u.endswith("-volume")]
         if disks:
             raise LifecycleError(f"job {job_id}: moving on would drop disk(s) {', '.join(disks)}: refused")
-        return operations.Approved([u for u in gone if u.endswith("-snapshot")])
+        return pipeline.Approved([u for u in gone if u.endswith("-snapshot")])
 
     return release
 

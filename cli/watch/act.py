@@ -1,5 +1,5 @@
 """The watcher's act step: one action on one job through the lifecycle core
-(``cli.lifecycle.operations.change_job``), decided again under the stack-file lock with the state
+(``cli.lifecycle.pipeline.change_job``), decided again under the stack-file lock with the state
 machine, with its intent journaled first so a crash mid-action is finished, never repeated."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cli.lifecycle import operations, stackfile
+from cli.lifecycle import operations, pipeline, stackfile
 from cli.lifecycle.apply import Applier, ApplyError
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, LifecycleError, decide_complete, decide_resume
@@ -80,7 +80,7 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
             return _apply_again(ref, action, journal, memo, now, applier, out)
         if action.kind == "move":
             return _move(ref, action, events, journal, memo, applier=applier, now=now, out=out, inventory=inventory)
-        outcome = operations.change_job(ref, action.job, decide, applier=applier, out=out)
+        outcome = pipeline.change_job(ref, action.job, decide, applier=applier, out=out)
     except ApplyError as exc:
         text = f"{exc}\n{getattr(exc, 'detail', '')}"
         memo.pop("intent", None)

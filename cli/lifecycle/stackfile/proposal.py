@@ -13,7 +13,7 @@ from cli.lifecycle.stackfile.reading import plain
 from cli.lifecycle.stackfile.refs import proposal_path
 from cli.lifecycle.stackfile.splicing import MISSING
 
-# ``operations.change_job`` writes the edit, previews it and asks. Until the answer, the edit is a
+# ``pipeline.change_job`` writes the edit, previews it and asks. Until the answer, the edit is a
 # proposal: recorded in ``proposal_path`` (this process's pid, the job, the keys it set and what they
 # were), written to the local file only (``_commit`` marks it unpushed, and no push of any spotctl on
 # this machine sends the file while a live process holds a proposal), pushed once confirmed

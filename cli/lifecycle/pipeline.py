@@ -1,0 +1,448 @@
+"""The change pipeline every applying command goes through, in order:
+observe -> decide -> preview -> confirm -> write -> apply -> undo-on-failure.
+
+``change_job`` reads as those steps; each is a function below it. The edit is written to the stack
+file (under its lock) as a local proposal by ``decide``, so Pulumi can plan and preview the edited
+file; ``write`` makes it final (checked, marked ``applying``, published to the shared copy) only
+after ``confirm``. Whatever stops the change before the update starts runs ``undo``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cli.lifecycle import stackfile
+from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
+from cli.lifecycle.interrupts import STOPS, Interrupted, signal_of, signals_raise
+from cli.lifecycle.states import PENDING_STAMP, Change, LifecycleError
+from infra.basics import scripts_digest
+from infra.config import ConfigError, Job, StackConfig
+
+STEPS = ("observe", "decide", "preview", "confirm", "write", "apply", "undo")
+
+
+def _unheard(step: str) -> None:
+    """No one follows the steps (tests set ``on_step`` to record them)."""
+
+
+on_step: Callable[[str], None] = _unheard
+"""Told the name of each step (``STEPS``) as it starts."""
+
+
+@dataclass
+class Outcome:
+    change: Change
+    config: StackConfig
+    applied: bool
+    declined: bool = False  # previewed, then not confirmed (or --preview-only): the file is as before
+
+
+Confirm = Callable[[str], bool]
+"""Asked after Pulumi's preview of the targeted update; False leaves everything as it was."""
+
+
+@dataclass(frozen=True)
+class Approved:
+    """What a ``Release`` approved: URNs the update must also target because the edit drops them
+    (so it deletes them), and the protected ones among them to unprotect right before that update."""
+
+    drop: list[str]
+    unprotect: list[str] = field(default_factory=list)
+    recheck: Callable[[], None] | None = None
+    """Raises (a ``LifecycleError``) when what approved no longer holds: called right before the
+    unprotect, after the question (a hand edit meanwhile does not take the lock)."""
+
+
+Release = Callable[[list[str]], Approved]
+"""Given the URNs a targeted update would touch, under the lock after the edit and before the preview:
+what it must also target and unprotect (``spotctl move`` releasing old disks); raises to refuse.
+Nothing is unprotected before the edit is confirmed: a no (or an interrupt) leaves every disk protected."""
+
+
+@dataclass
+class _Edit:
+    """One job's change as it goes through the steps."""
+
+    ref: stackfile.StackRef
+    job_id: str
+    applier: Applier | None
+    asked: bool  # a question follows the preview (a proposal until confirmed)
+    change: Change | None = None
+    wrote: dict[str, Any] = field(default_factory=dict)
+    before: dict[str, Any] = field(default_factory=dict)  # what ``undo`` puts back
+    pending: str | None = None  # the job's ``applying`` mark as observed
+    applying: Any = None  # the mark's text as written before the edit (what ``write`` replaces)
+
+
+@dataclass
+class _Plan:
+    """The targets of the update, and what a release approved."""
+
+    declared: list[str]
+    dropped: set[str]
+    approved: Approved
+    state: Callable[[], Held]
+    targets: list[str]
+
+    @property
+    def lifting(self) -> set[str]:
+        return set(self.approved.unprotect)
+
+
+def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
+               applier: Applier | None, out: Callable[[str], None] = print,
+               confirm: Confirm | None = None, release: Release | None = None, stop_first: str = "") -> Outcome:
+    """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
+
+    With ``applier`` None the file is only edited (--no-apply). With ``confirm`` (the commands pass
+    one unless --yes; ``watch`` passes none) Pulumi first previews the targeted update and ``confirm``
+    decides; declined, the edit is undone. ``release``: what only a move's release may drop (old
+    disks). ``stop_first``: the job's running VMs go by an update of their own before the change.
+    If the update cannot start, the edit is undone (only the keys it set).
+    """
+    guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
+    if applier:
+        applier.preflight()
+    edit = _Edit(ref, job_id, applier, asked=confirm is not None and applier is not None)
+    with guard, contextlib.ExitStack() as proposal:
+        if edit.asked:
+            proposal.enter_context(stackfile.proposing(ref.path))  # the edit stays on this machine until confirmed
+        old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: decide_step(
+            edit, observe(ref, current, job_id), written, decide))
+        change = edit.change
+        if change.noop and applier is not None and edit.pending:
+            return _finish_pending(ref, job_id, new_cfg, edit.pending, applier, out, confirm, proposal)
+        if change.noop or applier is None:
+            return Outcome(change, new_cfg, applied=False)
+        then = _stop_first(old_cfg.job(job_id), change, stop_first)
+        # Until the update starts the edit is only a proposal: whatever ends this stretch (an error, a
+        # no, Ctrl-C, SIGTERM/SIGHUP, the end of input at the question) puts the file back as it was.
+        try:
+            with _undone_unless_confirmed(edit):
+                plan = preview(edit, old_cfg, new_cfg, release, out, confirm)
+                if confirm is not None and not confirm_step(edit, then, old_cfg.job(job_id), confirm):
+                    raise _Declined
+                write(edit, plan, new_cfg, change)
+        except _Declined:
+            return Outcome(change, old_cfg, applied=False, declined=True)
+        proposal.close()
+        apply(edit, plan, old_cfg, new_cfg, then, out)
+        return Outcome(change, new_cfg, applied=True)
+
+
+def observe(ref: stackfile.StackRef, current: StackConfig, job_id: str) -> Job:
+    """The job as the stack file has it now, under the lock."""
+    on_step("observe")
+    try:
+        return current.job(job_id)
+    except KeyError as exc:
+        raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
+
+
+def decide_step(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Change]) -> dict[str, Any]:
+    """The change and the keys it writes (staged in the file as a local proposal until ``write``)."""
+    on_step("decide")
+    change = decide(job)
+    wrote = dict(change.fields)
+    if job.stop_reason and wrote.get("state", "stopped") != "stopped":
+        wrote["stopReason"] = None  # the job leaves the stop it explained
+    if job.stopped_by and wrote.get("state", "stopped") != "stopped":
+        wrote["stoppedBy"] = None  # the user's stop ends with its next change of state (resume)
+    if _starts_attempt(job, wrote):  # its VMs get this spotctl's scripts (infra.common.frozen_scripts)
+        wrote["scriptsDigest"] = scripts_digest()
+    if edit.applier is not None and not edit.asked and not change.noop:
+        # No question (--yes, watch): the ``applying`` mark goes in with the edit, in one write, so
+        # a kill -9 while the targets are planned (seconds) leaves a mark that the next command
+        # (status, resume, watch) sees and applies, not a "running" attempt nothing started.
+        # With a question the proposal record covers that stretch; the mark follows the yes.
+        wrote["applying"] = _pending_text(change)
+    edit.change, edit.wrote, edit.pending = change, wrote, job.applying
+    edit.applying = written.get("applying", _MISSING)  # what ``write`` replaces
+    edit.before = {k: written.get(k, _MISSING) for k in wrote}
+    if change.noop:
+        return {}
+    if edit.asked:
+        stackfile.note_proposal(edit.ref.path, edit.job_id, edit.before, wrote)  # before the write
+    return wrote
+
+
+def preview(edit: _Edit, old_cfg: StackConfig, new_cfg: StackConfig, release: Release | None,
+            out: Callable[[str], None], confirm: Confirm | None) -> _Plan:
+    """The update's targets, planned under mocks; with a question, Pulumi's preview of them."""
+    on_step("preview")
+    applier, ref, job_id = edit.applier, edit.ref, edit.job_id
+    applier.step(f"job {job_id}: planning its resources under mocks (the URNs to target)")
+    declared = job_targets(new_cfg, ref.name, job_id)
+    # What the edit drops is targeted too (so the update deletes it): the one rule, in
+    # ``change_targets``. ``release`` adds what only a move's release may drop (old disks).
+    approved = release(declared) if release is not None else Approved([])
+    dropped = set(job_targets(old_cfg, ref.name, job_id, limits=False)) | set(approved.drop)
+    lifting = set(approved.unprotect)
+
+    def state() -> Held:  # as it will be once the approved disks are unprotected, right before the update
+        held = applier.held()
+        return replace(held, protected=held.protected - lifting) if lifting else held
+
+    plan = _Plan(declared, dropped, approved, state, change_targets(declared, dropped, state, job_id))
+    if confirm is not None:
+        applier.preview(plan.targets, out)
+    return plan
+
+
+def confirm_step(edit: _Edit, then: _Then | None, old_job: Job, confirm: Confirm) -> bool:
+    """The question, after the preview: False leaves everything as it was."""
+    on_step("confirm")
+    gang = f" (every node of attempt {old_job.attempt} is stopped first)" if then else ""
+    return confirm(f"Do you want to perform this update of job {edit.job_id}{gang}?")
+
+
+def write(edit: _Edit, plan: _Plan, new_cfg: StackConfig, change: Change) -> None:
+    """The edit made final: still as written, marked ``applying``, published to the shared copy."""
+    on_step("write")
+    if plan.approved.recheck is not None and edit.asked:
+        plan.approved.recheck()  # its own words first (a move's release); again right before the unprotect
+    _mark_pending(edit, new_cfg, change)
+    stackfile.publish(edit.ref.path)  # the edit (and its mark) reach the shared copy before the update
+
+
+def apply(edit: _Edit, plan: _Plan, old_cfg: StackConfig, new_cfg: StackConfig, then: _Then | None,
+          out: Callable[[str], None]) -> None:
+    """The targeted update (after the gang's stop when ``then``); its failure before it starts runs ``undo``."""
+    on_step("apply")
+    applier, ref, job_id = edit.applier, edit.ref, edit.job_id
+    targets = plan.targets
+    if then:
+        _stop_gang_first(edit, old_cfg, out, then)
+        # The stop deleted what the state held of the old VMs: a target gone from both the state
+        # and the program would fail the update (``change_targets``).
+        targets = change_targets(plan.declared, plan.dropped, plan.state, job_id)
+    lifting = plan.lifting
+    try:
+        if plan.approved.recheck is not None:
+            plan.approved.recheck()
+        if lifting:
+            applier.unprotect(sorted(lifting))  # right before the update that deletes them
+        applier.up(targets, out)
+    except LifecycleError:  # the release's recheck refused: nothing unprotected, nothing applied
+        undo(edit)
+        raise
+    except ApplyError as exc:
+        if not exc.started:
+            if lifting:  # nothing was deleted: the disks are protected again, as the undone edit declares them
+                with contextlib.suppress(ApplyError):
+                    applier.protect(sorted(lifting))
+            undo(edit)
+            if then:  # the old gang is gone: the file must not say it runs
+                attempt = old_cfg.job(job_id).attempt
+                why = (f"every node of attempt {attempt} was stopped, then {then.next_step} could not "
+                       f"start: {exc}. {then.retry}")
+                stackfile.update_job(ref.path, job_id, lambda current, written: {"state": "stopped", "stopReason": why})
+                raise ApplyError(f"job {job_id}: left stopped at attempt {attempt}: {why}", detail=exc.detail) from None
+        raise
+    record_applied(ref.path, job_id, new_cfg, edit.wrote["applying"])
+
+
+def undo(edit: _Edit, before: dict[str, Any] | None = None, wrote: dict[str, Any] | None = None) -> None:
+    """Put back the keys this change set, each only while it still holds what the change wrote."""
+    on_step("undo")
+    # (``stackfile.restore_fields``: a concurrent complete, failover or hand edit wins)
+    stackfile.restore_fields(edit.ref.path, edit.job_id, edit.before if before is None else before,
+                             edit.wrote if wrote is None else wrote)
+
+
+# ---- the steps' parts ----------------------------------------------------------------------------------
+
+
+def _starts_attempt(job: Job, wrote: dict[str, Any]) -> bool:
+    """The edit starts an attempt (a new attempt number, or a pending job's first): its VMs are
+    created anew, with the scripts this spotctl renders."""
+    return wrote.get("attempt", job.attempt) != job.attempt or (wrote.get("state") == "running" and job.state.value == "pending")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _pending_text(change: Change) -> str:
+    """What the ``applying`` mark says: the change's plain fields, its reason, and when the update
+    began (``(since <UTC time>)``: another machine's watcher leaves a mark that young alone,
+    ``states.PENDING_GRACE``, as the update may still be under way there)."""
+    parts = ", ".join(f"{k}={v}" for k, v in change.fields.items() if not isinstance(v, (dict, list)))
+    since = _now().strftime(PENDING_STAMP)
+    head = f"{parts}: {change.reason}" if parts else change.reason
+    return f"{head[:460]} (since {since})"
+
+
+def _mark_pending(edit: _Edit, cfg: StackConfig, change: Change) -> None:
+    """Check, under the lock, that the file still holds the edit as written (``cfg``) and, after a
+    question, mark the job ``applying: <what>`` (cleared by ``record_applied``; without a question the mark
+    came with the edit), so an update that never finishes is seen and applied again.
+
+    Raises:
+        LifecycleError: the job or the stack's settings changed since the edit (a hand edit at the
+            question): ``pulumi up`` would apply what was never previewed.
+    """
+    path, job_id, asked = edit.ref.path, edit.job_id, edit.asked
+    before, wrote = edit.before, edit.wrote
+    if asked:
+        before["applying"], wrote["applying"] = edit.applying, _pending_text(change)
+        stackfile.note_proposal(path, job_id, before, wrote)
+
+    def fields(current: StackConfig, written: Any) -> dict[str, Any]:
+        if _changed_since(current, cfg, job_id):
+            raise LifecycleError(
+                f"job {job_id}: the stack file changed while this command ran (a hand edit?): the job or the "
+                f"stack's settings no longer hold what was {'previewed' if asked else 'written'}. Nothing was "
+                f"applied; {path} keeps the change made meanwhile. Run the command again")
+        return {"applying": wrote["applying"]} if asked else {}
+
+    stackfile.update_job(path, job_id, fields)
+
+
+def _changed_since(current: StackConfig, cfg: StackConfig, job_id: str) -> bool:
+    """Whether ``current`` differs from ``cfg`` in the job or in anything but the other jobs (which a
+    watcher may edit meanwhile, under the lock: their resources are not this update's targets)."""
+    try:
+        job = current.job(job_id)
+    except KeyError:
+        return True
+    mine = cfg.job(job_id)
+    if job.model_dump(exclude={"applying"}) != mine.model_dump(exclude={"applying"}):
+        return True
+    # Another job's cleanup (here, or pulled from the shared copy) retires that job's id: not this update's.
+    return (current.model_dump(exclude={"jobs", "retired_jobs"}) != cfg.model_dump(exclude={"jobs", "retired_jobs"})
+            or current.retired_jobs.get(job_id) != cfg.retired_jobs.get(job_id))
+
+
+def record_applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> None:
+    """The update of the job finished: its ``applying`` mark goes (while it is still this one), and
+    (GCP) the kind of disk it has run on is recorded, so adding or dropping ``diskReplicaZones`` by
+    hand later is refused (``infra.config.checks._disk_kind_checks``)."""
+
+    def fields(current: StackConfig, written: Any) -> dict[str, Any]:
+        try:
+            job = current.job(job_id)
+        except KeyError:
+            return {}
+        # The mark's line goes (a ``null`` left behind is noise in the file and sent later edits of it
+        # through the slower round trip).
+        out: dict[str, Any] = {"applying": _MISSING} if pending is not None and written.get("applying") == pending else {}
+        if cfg.cloud == "gcp" and job.disk_kind is None and job.state.value != "pending":
+            out["diskKind"] = "regional" if job.disk_replica_zones else "zonal"
+        return out
+
+    stackfile.update_job(path, job_id, fields)
+
+
+def _finish_pending(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, pending: str, applier: Applier,
+                    out: Callable[[str], None], confirm: Confirm | None, proposal: contextlib.ExitStack) -> Outcome:
+    """The job's file says an update was started and never finished (``applying``): preview, confirm
+    and apply the job as the file has it; the caller holds the update lock."""
+    proposal.close()  # nothing new is proposed: the file already holds what is applied
+    change = Change(job_id, {"applying": None}, f"the update started earlier and never finished is applied ({pending})")
+    targets = pending_targets(ref, job_id, cfg, applier)
+    if confirm is not None:
+        on_step("preview")
+        applier.preview(targets, out)
+        on_step("confirm")
+        if not confirm(f"Do you want to finish this update of job {job_id}?"):
+            return Outcome(change, cfg, applied=False, declined=True)
+    on_step("apply")
+    applier.up(targets, out)
+    record_applied(ref.path, job_id, cfg, pending)
+    return Outcome(change, cfg, applied=True)
+
+
+def pending_targets(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, applier: Applier) -> list[str]:
+    """The targets of an update of the job as the file has it when the file before the edit is unknown
+    (an interrupted update): what the state holds under the job and the file no longer declares is
+    what the edit dropped (``change_targets``)."""
+    new = job_targets(cfg, ref.name, job_id)
+    held = applier.held()
+    return change_targets(new, held.under_job(new, job_id), lambda: held, job_id)
+
+
+class _Declined(Exception):
+    """The question was answered no (or --preview-only)."""
+
+
+@contextlib.contextmanager
+def _undone_unless_confirmed(edit: _Edit) -> Iterator[None]:
+    """``undo`` when the block does not finish: an error, a no, an interruption (a ``Confirm`` raises
+    KeyboardInterrupt or EOFError when the question is interrupted or gets no answer)."""
+    try:
+        with signals_raise():
+            yield
+    except (*STOPS, EOFError) as exc:
+        undo(edit)
+        signum, name = signal_of(exc)
+        raise Interrupted(f"job {edit.job_id}: interrupted ({name}) before the update started: "
+                          f"the edit was undone, {edit.ref.path} is as it was and nothing was applied", signum) from None
+    except BaseException:
+        undo(edit)
+        raise
+
+
+@dataclass(frozen=True)
+class _Then:
+    """What waits for the job's VMs to be stopped, in the words of the messages."""
+
+    what: str  # "the new attempt starts"
+    next_step: str  # "attempt 3"
+    retry: str  # what the user runs when it could not
+
+
+def _stop_first(job: Job, change: Change, stop_first: str) -> _Then | None:
+    """The job's VMs go by an update of their own before the change: a new attempt of a multi-node
+    job whose VMs may still run (some nodes survived a preemption), or ``stop_first``."""
+    if job.state.value not in ("pending", "running"):
+        return None  # no VM declared
+    if job.nodes > 1 and "attempt" in change.fields:
+        return _Then("the new attempt starts", f"attempt {job.attempt + 1}", f"`spotctl resume {job.id}` starts attempt {job.attempt + 1}")
+    if stop_first:
+        return _Then(stop_first, change.reason.split(":")[0], f"Run the same command again to continue ({change.reason})")
+    return None
+
+
+def _stop_gang_first(edit: _Edit, old_cfg: StackConfig, out: Callable[[str], None], then: _Then) -> None:
+    """Delete every VM of the current attempt before the new one starts, so no surviving node of
+    the old gang is still running when the new rendezvous begins: the job is written as stopped
+    (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
+    ref, job_id, applier = edit.ref, edit.job_id, edit.applier
+    mark_before = edit.before.get("applying", _MISSING)
+    before = {k: v for k, v in edit.before.items() if k != "applying"}  # the mark stays through the stop
+    final = stackfile.job_fields(ref.path, job_id, [*before, "applying"])
+    mark = final.pop("applying", _MISSING)
+    stopped = {"state": "stopped"}
+    stackfile.restore_fields(ref.path, job_id, before, final)  # the job as it was (keys the change added removed), then stopped
+    _, stopped_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: stopped)
+    try:
+        old_targets = change_targets(job_targets(stopped_cfg, ref.name, job_id),
+                                     job_targets(old_cfg, ref.name, job_id, limits=False),
+                                     applier.held, job_id)
+    except Exception:
+        undo(edit, before, final | stopped)
+        raise
+    attempt = old_cfg.job(job_id).attempt
+    out(f"job {job_id}: stopping every node of attempt {attempt} before {then.what}")
+    try:
+        applier.up(old_targets, out)
+    except ApplyError as exc:
+        if not exc.started:  # nothing changed in the cloud: the edit goes, and its mark with it
+            undo(edit, before | {"applying": mark_before}, final | stopped | {"applying": mark})
+            raise
+        # The stop began: some old nodes may be gone, so the file stays stopped. Say so, there and here.
+        why = (f"the stop of every node of attempt {attempt} (before {then.next_step}) failed midway: {exc}; "
+               f"some of its VMs may still run. {then.retry} (its update replaces or deletes what is left of attempt {attempt})")
+        # stopReason says what is left to do (the mark's update never began): one explanation, not two.
+        stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why, "applying": _MISSING})
+        raise ApplyError(f"job {job_id}: left stopped at attempt {attempt}: {why}", started=True, detail=exc.detail) from None
+    stackfile.update_job(ref.path, job_id, lambda current, written: final)
+
+
+_MISSING = stackfile.MISSING  # a key the job did not have
