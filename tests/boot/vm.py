@@ -163,7 +163,7 @@ class Guest:
         args = ["qemu-system-x86_64", "-accel", accel, "-m", str(self.memory_mb), "-smp", "1", "-nodefaults",
                 "-no-user-config", "-display", "none", "-machine", "pc",
                 "-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd),
-                "-drive", f"file={self.boot_disk},if=virtio,format=qcow2,cache=unsafe",
+                "-drive", f"file={self.boot_disk},if=virtio,format=qcow2,cache=writeback",
                 "-netdev", f"tap,id=net0,ifname={TAP},script=no,downscript=no",
                 "-device", "virtio-net-pci,netdev=net0,mac=42:01:0a:4d:00:0a",
                 "-serial", f"file:{self.console}", "-serial", f"unix:{self.workdir / 'probe.sock'},server=on,wait=off",

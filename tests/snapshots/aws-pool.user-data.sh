@@ -771,6 +771,10 @@ WantedBy=multi-user.target"
     # Later boots start the units without this script's main: each entry point forgets the last
     # boot's markers itself (spotctl_boot).
     systemctl enable "${units[@]}" >/dev/null 2>&1 || spotctl_log "could not enable ${units[*]}"
+    # To the disk now: ext4 allocates a new file's blocks up to 30 s after the write (delayed
+    # allocation), and a reset or power loss before that left the units just written empty, so on
+    # AWS (user data runs once) the job never came back (found by tests/boot/).
+    sync
     # Starting an already active unit (a second run of this script) changes nothing.
     systemctl start --no-block "${units[@]}"
   else

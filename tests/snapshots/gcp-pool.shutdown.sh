@@ -706,6 +706,10 @@ WantedBy=multi-user.target"
     # boot's copy of this script (a kept boot disk: the previous attempt's) before this one is
     # copied in. An enable left by an earlier spotctl is undone.
     systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+    # To the disk now: ext4 allocates a new file's blocks up to 30 s after the write (delayed
+    # allocation), and a reset or power loss before that left the units just written empty, so on
+    # AWS (user data runs once) the job never came back (found by tests/boot/).
+    sync
     # Starting an already active unit (a second run of this script) changes nothing.
     systemctl start --no-block "${units[@]}"
   else
