@@ -112,3 +112,16 @@ def test_every_unit_that_records_on_the_job_disk_is_ordered_after_its_mount(clou
     assert done.returncode == 0, done.stderr
     dropin = tmp_path / "google-shutdown-scripts.service.d" / "spotctl.conf"
     assert dropin.read_text() == "[Unit]\nAfter=mnt-spotctl.mount\n"
+
+
+@pytest.mark.parametrize(("cloud", "budget", "last"), [("gcp", None, 2), ("aws", None, 10), ("aws", 115, 2), ("gcp", 5, 10)])
+def test_the_last_preempted_record_gets_what_the_notice_leaves(cloud, budget, last):
+    """After the trainer's budget, tee and the flush (4 s): the `preempted` record's retries, and 4 s
+    to power off, within the cloud's notice; at least one 2 s try, at most 10 s."""
+    from infra.render import NOTICE_S, TRAINER_STOP_BUDGET_S
+
+    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b",
+                        region="r", stop_budget_s=budget)
+    assert f"\nSPOTCTL_LAST_RECORD_S={last}\n" in scripts_for(ctx).startup
+    spent = (budget if budget is not None else TRAINER_STOP_BUDGET_S[cloud]) + 4 + last + 4
+    assert spent <= NOTICE_S[cloud] or last == 2

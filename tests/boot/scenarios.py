@@ -32,8 +32,9 @@ def first_boot(story: Story, record: Record) -> None:
     story.wait(lambda: guest.probe.first("start"), BOOT_S, "the trainer to start")
     record[f"{story.cloud} boot to trainer start (s)"] = guest.probe.first("start")[0] - start
     assert guest.probe.first("start")[1] == "start 0 resume=0"
-    story.wait(lambda: story.events("checkpoint") and story.events("progress"), 120, "the first progress and checkpoint events")
-    assert _names(story.events())[:1] == ["started"]
+    # (`progress` is asserted on the job disk at the next stop: its upload, at the trainer's start,
+    # has a real-time budget an emulated CPU on a loaded machine can miss; the event is kept locally.)
+    story.wait(lambda: story.events("checkpoint") and story.events("started"), 120, "the started and first checkpoint events")
     assert story.events("started")[0]["details"]["capacity"] == "spot"
     story.filesystem = filesystem_id(story.disk)
     assert story.filesystem is not None, "the blank job disk was formatted"
@@ -90,6 +91,7 @@ def _assert_stop_recorded(story: Story, event: str, step: int) -> None:
     """``event`` once, and the SIGTERM checkpoint as a `checkpoint` event, on the job disk and in the bucket."""
     on_disk = story.disk_events()
     mine = [e for e in on_disk if e["attempt"] == story.plan.attempt]
+    assert _names(mine)[0] == "started" and "progress" in _names(mine), _names(mine)
     assert _names(mine).count(event) == 1, f"one {event} on the job disk: {_names(mine)}"
     assert any(e["event"] == "checkpoint" and e["details"].get("step") == str(step) for e in mine), \
         f"the SIGTERM checkpoint (step {step}) as an event on the job disk: {[(e['event'], e['details']) for e in mine]}"

@@ -44,8 +44,11 @@ SPOTCTL_POLL_S=5
 SPOTCTL_CHECKPOINT_EVENT_S=60
 # Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (120 s).
 SPOTCTL_STOP_BUDGET_S=100
-# Seconds for the `preempted` a notice's path records last, in the foreground, after the trainer's budget.
-SPOTCTL_LAST_RECORD_S=2
+# Seconds for the `preempted` a notice's path records last, in the foreground, after the trainer's
+# budget: what the notice leaves after the trainer's budget, tee and the flush (4 s) and 4 s for the
+# power-off, between 2 and 10 (GCP by default 2; AWS, whose notice is 2 minutes, 10: a single try of
+# 2 s was seen to miss on a slow VM, the event then only on the disk).
+SPOTCTL_LAST_RECORD_S=10
 SPOTCTL_UNIT=spotctl-pool
 SPOTCTL_FSTAB=/etc/fstab
 SPOTCTL_SELF="$SPOTCTL_STATE_DIR/spotctl.sh"
@@ -853,7 +856,7 @@ spotctl_main() {
 # of the watcher's last look that found none; default now), so a poll's delay comes out of the
 # trainer's time, never out of the cloud's. After the trainer, at most tee 2 + flush 2 + `preempted`
 # SPOTCTL_LAST_RECORD_S: the whole path ends 20 + 6 s after the notice on GCP (30 s to the hard stop,
-# NOTICE_S in infra/render.py), 100 + 6 on AWS (120).
+# NOTICE_S in infra/render.py), 100 + 14 on AWS (120).
 spotctl_notice() {
   local since=${SPOTCTL_NOTICE_SINCE:-} now budget
   spotctl_epoch now
