@@ -12,10 +12,11 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
 import jinja2
+
+from infra.basics import scripts_digest, templates_dir  # noqa: F401 - re-exported: the scripts' home and digest
 
 GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 AWS_METADATA_URL = "http://169.254.169.254"
@@ -145,15 +146,6 @@ def event_object_prefix(stack: str, name: str) -> str:
     return f"{stack}/{name}/"
 
 
-def templates_dir() -> Path:
-    """``templates/`` in a checkout; ``infra/_templates`` in an installed wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "templates", here / "_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("spotctl templates directory not found")
-
-
 def _quote(value: object) -> str:
     if value is None or isinstance(value, jinja2.Undefined):
         raise jinja2.UndefinedError("refusing to shell-quote an undefined value")
@@ -213,7 +205,7 @@ UV_RELEASE_URL = "https://github.com/astral-sh/uv/releases/download/{v}/uv-x86_6
 
 @dataclass(frozen=True)
 class WatcherContext:
-    """What the watcher VM's startup script needs (``spotctl:watcher``, validated by infra/config.py).
+    """What the watcher VM's startup script needs (``spotctl:watcher``, validated by infra/config/).
     The paths are the shipped unit's (examples/spotctl-watch@.service); tests move them."""
 
     cloud: Literal["gcp", "aws"]

@@ -172,7 +172,8 @@ def test_the_series_compute_engine_lists_keep_their_regional_disk(machine):
 
 
 def test_the_program_refuses_a_regional_disk_on_such_a_series_whatever_the_config_let_through(monkeypatch):
-    from infra import config, contract
+    from infra import contract
+    from infra.config import checks as config
 
     monkeypatch.setattr(config, "_regional_series", lambda *a: None)
     cfg = validate(stack_config(GCP_BASE, jobs=[gcp_job(machineType="a3-highgpu-8g", diskReplicaZones=REPLICAS)]), "t")
@@ -309,7 +310,7 @@ def test_moving_on_from_a_job_already_stopped_at_step_start_continues():
                               jobs=[gcp_job(**(AT_START | {"state": "stopped"}))]), "t").jobs[0]
     on = next_step(j, "us-central1-c", [], T0)
     assert on.fields["move"] == {"from": "us-central1-b", "to": "us-central1-c", "step": "snapshot",
-                                    "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z"}
+                                    "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z", "attempt": 2}
     assert on.fields["state"] == "stopped"
 
 

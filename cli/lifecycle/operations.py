@@ -1,8 +1,5 @@
 """Job operations behind resume/failover/complete: observe (stack file + recorded events), decide
 (``cli.lifecycle.states``), act (edit the stack file atomically under its lock, then a targeted update).
-
-Longer than 420 lines: the act step is one stretch from the edit to the update (the question, the
-mark, a gang's stop first, the undo on every way out), and splitting it would scatter that order.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from typing import Any
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
 from cli.lifecycle.states import PENDING_STAMP, Change, LifecycleError
+from infra.basics import scripts_digest
 from infra.config import ConfigError, Job, StackConfig
 
 # ---- act ----------------------------------------------------------------------------------------------
@@ -86,6 +84,8 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             wrote = dict(change.fields)
             if job.stop_reason and wrote.get("state", "stopped") != "stopped":
                 wrote["stopReason"] = None  # the job leaves the stop it explained
+            if _starts_attempt(job, wrote):  # its VMs get this spotctl's scripts (infra.common.frozen_scripts)
+                wrote["scriptsDigest"] = scripts_digest()
             if applier is not None and confirm is None and not change.noop:
                 # No question (--yes, watch): the ``applying`` mark goes in with the edit, in one write, so
                 # a kill -9 while the targets are planned (seconds) leaves a mark that the next command
@@ -167,6 +167,12 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
         return Outcome(change, new_cfg, applied=True)
 
 
+def _starts_attempt(job: Job, wrote: dict[str, Any]) -> bool:
+    """The edit starts an attempt (a new attempt number, or a pending job's first): its VMs are
+    created anew, with the scripts this spotctl renders."""
+    return wrote.get("attempt", job.attempt) != job.attempt or (wrote.get("state") == "running" and job.state.value == "pending")
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -227,7 +233,7 @@ def _changed_since(current: StackConfig, cfg: StackConfig, job_id: str) -> bool:
 def _applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> None:
     """The update of the job finished: its ``applying`` mark goes (while it is still this one), and
     (GCP) the kind of disk it has run on is recorded, so adding or dropping ``diskReplicaZones`` by
-    hand later is refused (``infra.config._disk_kind_checks``)."""
+    hand later is refused (``infra.config.checks._disk_kind_checks``)."""
 
     def fields(current: StackConfig, written: Any) -> dict[str, Any]:
         try:

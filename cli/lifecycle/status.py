@@ -13,14 +13,14 @@ from cli.cost.ledger import job_ledger
 from cli.lifecycle.events import Event, Timeline, cloud_events, event_json
 from infra.basics import Capacity, JobState
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from cli.lifecycle.stackfile import StackRef
     from infra.config import Job, StackConfig
 
 
 # ---- the jobs status shows, without validating a file validated before -----------------------------
-# Importing the pydantic models and validating a stack file is most of a short `spotctl status`
-# (issue 20). What status reads of a job (JobView) is kept per job in .spotctl/<file>.status.json,
+# Importing the pydantic models and validating a stack file is most of a short `spotctl status`.
+# What status reads of a job (JobView) is kept per job in .spotctl/<file>.status.json,
 # with the sha256 of the job's lines (stackfile.job_digests): while the file is exactly one spotctl
 # validated whole (its job index matches) and a job's lines are the ones cached, the cached view is
 # that job's validated config. A job whose lines changed (an edit by resume) is validated alone;
@@ -228,7 +228,7 @@ def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = Non
     cloud: ``status`` is what should happen next when they disagree, e.g. ``needs-resume`` for a
     job the file says is running whose current attempt the events (or the cloud) say was preempted.
     ``events`` None: no events source was read, and ``EVENT_FIGURES`` are unknown rather than 0."""
-    from cli.lifecycle.states import attempt_outcome, noticed
+    from cli.lifecycle.states import attempt_outcome, moving_away, noticed
 
     now = now or datetime.now(UTC)
     unknown = events is None
@@ -249,7 +249,12 @@ def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = Non
                   f"needs-resume then")
     if job.state.value == "stopped" and job.stop_reason and not reason:
         reason = f"stopped by spotctl: {job.stop_reason}"
-    if job.applying is not None and status != "needs-resume":
+    if moving_away(job):  # a resume is refused now (``states.moving_guard``): only the move goes on
+        move = job.move
+        pending = f"; its step's update has not finished ({job.applying})" if job.applying is not None else ""
+        status, reason = "moving", (f"moving to {move.to}, step {move.step}{pending}: `spotctl move {job.id} --to-zone "
+                                    f"{move.to}` (or `spotctl watch`) continues it")
+    elif job.applying is not None and status != "needs-resume":
         again = f"spotctl {'complete' if job.state.value == 'completed' else 'resume'} {job.id}"
         status, reason = "update-pending", (f"an update of the job was started and has not finished ({job.applying}); unless a "
                                             f"spotctl is applying it now, `{again}` (or `spotctl watch`) applies it")

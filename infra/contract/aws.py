@@ -1,7 +1,6 @@
 """AWS rules (see ``infra.contract``). One ``@rule`` per rule the AWS APIs enforce on what spotctl
 declares, each citing its source; checks get the pulumi-aws constructor inputs as plain Python.
-Context rules (no types) are checked by the component that has both sides, through ``enforce``.
-Longer than 400 lines because every AWS rule and its source lives here and nowhere else."""
+Context rules (no types) are checked by the component that has both sides, through ``enforce``."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.contract import UNKNOWN, dig, known, move_timeout_problem, rule
+from infra.contract.rulebook import UNKNOWN, dig, known, move_timeout_problem, rule
 
 INSTANCE = "aws:ec2/instance:Instance"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -290,27 +289,31 @@ rule("aws.root-volume-covers-snapshot", [],
      says="A root volume must be at least as large as the AMI's root snapshot (InvalidBlockDeviceMapping otherwise).",
      fix="size the root volume from the image (infra/aws.py root_volume_gb) or raise diskGb",
      source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_EbsBlockDevice.html VolumeSize (\"You can specify a volume size that is equal to or larger than "
-            "the snapshot size\")")(None)
+            "the snapshot size\")",
+     lookup="the image's root snapshot size (ec2:DescribeImages)")(None)
 
 rule("aws.subnets-one-vpc", [],
      says="A security group can be associated only with resources in its own VPC: every subnet (and the NAT subnet) "
           "must be in one VPC.",
      fix="set spotctl:network.subnets to subnets of one VPC, one per zone",
      source="https://docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html (\"You can associate a "
-            "security group only with resources in the VPC for which it is created\")")(None)
+            "security group only with resources in the VPC for which it is created\")",
+     lookup="each subnet's VPC (ec2:DescribeSubnets)")(None)
 
 rule("aws.subnet-in-its-zone", [],
      says="An instance's subnet must be in the instance's availability zone (a subnet lives in one zone).",
      fix="map each zone of spotctl:zones to a subnet of that zone",
      source="https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_CreateAutoScalingGroup.html VPCZoneIdentifier (\"the subnets ... must reside in those "
-            "Availability Zones\")")(None)
+            "Availability Zones\")",
+     lookup="each subnet's zone (ec2:DescribeSubnets)")(None)
 
 rule("aws.default-vpc-or-subnets", [],
      says="Without configured subnets spotctl uses the default VPC's default subnets, which a region may not have "
           "(get_subnet default_for_az finds none).",
      fix="set spotctl:network.subnets (one subnet per zone of one VPC)",
      source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
-            "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)
+            "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html",
+     lookup="whether the region has a default VPC (ec2:DescribeVpcs)")(None)
 
 rule("aws.endpoint-names-need-vpc-dns", [],
      says="spotctl's SSM and Auto Scaling interface endpoints (egress 's3-endpoint') are called by their own "
@@ -324,7 +327,8 @@ rule("aws.endpoint-names-need-vpc-dns", [],
             "DNS service in the VPC that resolves public DNS hostnames to IP addresses is not enabled\"); "
             "CreateVpcEndpointRequest.PrivateDnsEnabled (\"To use a private hosted zone, you must set the following VPC "
             "attributes to true: enableDnsHostnames and enableDnsSupport\"); "
-            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVpcAttribute.html")(None)
+            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVpcAttribute.html",
+     lookup="the VPC's enableDnsSupport (ec2:DescribeVpcAttribute)")(None)
 
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 
@@ -453,7 +457,7 @@ def role_policy_size(type_: str, props: Mapping[str, Any]) -> str | None:
 rule("aws.passrole-covers-job-roles", [],
      says="Launching an instance with an instance profile needs iam:PassRole on the profile's role: the watcher's "
           "PassRole statement must match every job role of the stack (and not its own role).",
-     fix="keep infra/aws.py job_role_naming and infra/aws_watcher.py _job_roles in step",
+     fix="keep infra/aws_common.py job_role_naming and infra/aws_watcher.py _job_roles in step",
      source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/permission-to-pass-iam-roles.html (\"must have "
             "specific permissions to launch an Amazon EC2 instance with an IAM role\": iam:PassRole; \"specify the ARNs "
             "of specific IAM roles with iam:PassRole\")")(None)
