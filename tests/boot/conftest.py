@@ -166,14 +166,18 @@ def _story(cloud: str, image: image_mod.Image, workdir: Path, job: str, env: dic
             emu.stop()
 
 
+@pytest.fixture(scope="module", params=["gcp", "aws"])
+def cloud(request: pytest.FixtureRequest) -> str:
+    """The cloud of this pass over the scenarios (pytest runs every test of one before the other)."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def story(request: pytest.FixtureRequest, boot_image: image_mod.Image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
-    cloud = request.module.CLOUD
+def story(cloud: str, boot_image: image_mod.Image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
     yield from _story(cloud, boot_image, tmp_path_factory.mktemp(f"boot-{cloud}"), "boot-train", TRAINER_ENV)
 
 
 @pytest.fixture(scope="module")
-def completing(request: pytest.FixtureRequest, boot_image: image_mod.Image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
+def completing(cloud: str, boot_image: image_mod.Image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
     """A second job of the same stack that finishes: 30 steps."""
-    cloud = request.module.CLOUD
     yield from _story(cloud, boot_image, tmp_path_factory.mktemp(f"boot-{cloud}-done"), "boot-done", {**TRAINER_ENV, "STEPS": "30"})

@@ -1,9 +1,8 @@
-"""The boot tier on AWS: the rendered scripts in a real Debian 12 guest (see tests/boot/conftest.py,
-docs/guides/boot-tier.md). The scenarios run in this order on one job's VMs."""
+"""The boot tier: the rendered scripts in real Debian 12 guests (see tests/boot/conftest.py and
+docs/guides/boot-tier.md). Per cloud (the ``cloud`` fixture, GCP then AWS) the scenarios run in
+this order on one job's VMs; ``-k gcp`` or ``-k aws`` runs one cloud."""
 
 from tests.boot import scenarios
-
-CLOUD = "aws"
 
 
 def test_first_boot_formats_the_job_disk_and_starts_the_trainer(story, boot_record):
