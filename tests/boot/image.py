@@ -51,7 +51,7 @@ def _digest(*parts: bytes | Path) -> str:
         if isinstance(part, Path):
             for path in sorted(p for p in part.rglob("*") if p.is_file()) if part.is_dir() else [part]:
                 h.update(str(path.relative_to(part if part.is_dir() else part.parent)).encode())
-                h.update(oct(path.stat().st_mode & 0o777).encode())
+                h.update(b"x" if path.stat().st_mode & 0o111 else b"-")  # (as git keeps it: a checkout's umask varies)
                 h.update(path.read_bytes())
         else:
             h.update(part)
