@@ -116,6 +116,17 @@ class _Lock:
         self.fh.close()
 
 
+def _remove(path: Path) -> None:
+    """Remove an unfinished build, first undoing any mount a killed base.sh left in it (its /dev
+    is the host's, bind-mounted: never delete through it)."""
+    with open("/proc/mounts") as fh:
+        points = [line.split()[1] for line in fh]
+    inside = [p for p in points if p == str(path) or p.startswith(f"{path}/")]
+    for point in sorted(inside, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
+
+
 def _run(args: list[str], log: Path) -> None:
     with open(log, "w") as out:
         done = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, check=False)
@@ -134,14 +145,14 @@ def build(mirror: str | None = None, times: BuildTimes | None = None) -> Image:
     base_dir, image_dir = root / f"base-{base_key[:16]}", root / image_key
     with _Lock(root / "build.lock"):
         if not (base_dir / "done").exists():
-            shutil.rmtree(base_dir, ignore_errors=True)
+            _remove(base_dir)
             base_dir.mkdir(parents=True)
             start = time.monotonic()
             _run([str(HERE / "base.sh"), str(base_dir / "root"), mirror], base_dir / "build.log")
             times.base_s = time.monotonic() - start
             (base_dir / "done").write_text(f"{times.base_s:.0f}\n")
         if not (image_dir / "done").exists():
-            shutil.rmtree(image_dir, ignore_errors=True)
+            _remove(image_dir)
             image_dir.mkdir(parents=True)
             start = time.monotonic()
             _run([str(HERE / "finish.sh"), str(base_dir / "root"), str(HERE / "files"), str(image_dir)],
