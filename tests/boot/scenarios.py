@@ -32,10 +32,10 @@ def first_boot(story: Story, record: Record) -> None:
     story.wait(lambda: guest.probe.first("start"), BOOT_S, "the trainer to start")
     record[f"{story.cloud} boot to trainer start (s)"] = guest.probe.first("start")[0] - start
     assert guest.probe.first("start")[1] == "start 0 resume=0"
-    # (`progress` is asserted on the job disk at the next stop: its upload, at the trainer's start,
-    # has a real-time budget an emulated CPU on a loaded machine can miss; the event is kept locally.)
-    story.wait(lambda: story.events("checkpoint") and story.events("started"), 120, "the started and first checkpoint events")
-    assert story.events("started")[0]["details"]["capacity"] == "spot"
+    # (`started` and `progress` are asserted on the job disk at the next stop: their uploads, at the
+    # trainer's start, have real-time budgets an emulated CPU on a loaded machine was seen to miss
+    # (2 boots of ~10); the scripts keep such an event in the job disk's log.)
+    story.wait(lambda: story.events("checkpoint"), 120, "the first checkpoint event")
     story.filesystem = filesystem_id(story.disk)
     assert story.filesystem is not None, "the blank job disk was formatted"
     story.done.add("first boot")
@@ -45,7 +45,6 @@ def reboot(story: Story, record: Record) -> None:
     story.requires("first boot")
     guest = story.guest
     assert guest is not None
-    before = len(story.events("started"))
     # A reset (GCE `instances reset`, a power cycle): the same boot disk and job disk come back.
     at = time.monotonic()
     guest.reset()
@@ -55,7 +54,6 @@ def reboot(story: Story, record: Record) -> None:
     step = int(re.match(r"start (\d+) resume=(\d)", line)[1])
     assert line.endswith("resume=1") and step > 0, f"resumed from the checkpoint: {line}"
     assert filesystem_id(story.disk) == story.filesystem, "the job disk was not formatted again"
-    story.wait(lambda: len(story.events("started")) > before, 60, "the second started event")
     story.done.add("reboot")
 
 
@@ -92,6 +90,7 @@ def _assert_stop_recorded(story: Story, event: str, step: int) -> None:
     on_disk = story.disk_events()
     mine = [e for e in on_disk if e["attempt"] == story.plan.attempt]
     assert _names(mine)[0] == "started" and "progress" in _names(mine), _names(mine)
+    assert mine[0]["details"]["capacity"] == "spot"
     assert _names(mine).count(event) == 1, f"one {event} on the job disk: {_names(mine)}"
     assert any(e["event"] == "checkpoint" and e["details"].get("step") == str(step) for e in mine), \
         f"the SIGTERM checkpoint (step {step}) as an event on the job disk: {[(e['event'], e['details']) for e in mine]}"
@@ -134,7 +133,6 @@ def normal_stop(story: Story, record: Record) -> None:
     record[f"{story.cloud} attempt 2 boot to trainer start (s)"] = guest.probe.first("start")[0] - start
     assert re.fullmatch(r"start [1-9]\d* resume=1", guest.probe.first("start")[1])
     assert filesystem_id(story.disk) == story.filesystem, "the job disk was not formatted again"
-    story.wait(lambda: story.events("started"), 60, "attempt 2's started event")
     _, step = _stop(story, record, "stop", guest.power_button)
     _assert_stop_recorded(story, "stopped", step)
     story.done.add("normal stop")
