@@ -92,8 +92,9 @@ def test_gcp_preemption_checkpoints_and_records_preempted(make_vm, emu):
     flipped = emu.preempt_gcp()
     done, seconds = vm.shutdown()
     assert done.returncode == 0, done.stderr
-    assert names(vm.events()) == ["started", "preempted"]
-    assert uploaded(emu) == ["started", "preempted"]
+    # The shutdown script handles the notice as the watcher would have: one path, one `preempted`.
+    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
+    assert sorted(uploaded(emu)) == ["preempted", "preemption-notice", "started"]
     ev = vm.events()[-1]
     assert set(ev) == EVENT_KEYS
     assert ev["details"] == {"source": "shutdown-script", "preempted": "TRUE"}
