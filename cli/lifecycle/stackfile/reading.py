@@ -91,10 +91,8 @@ def _read_text(path: Path) -> str:
 
 def _stacks_there(folder: Path) -> str:
     """The stacks a folder has files for, to name with a stack that is not there."""
-    from cli.lifecycle.stackfile.refs import STACK_FILE_RE
-
     try:
-        names = sorted(m["stack"] for p in folder.iterdir() if (m := STACK_FILE_RE.fullmatch(p.name)))
+        names = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in folder.glob("Pulumi.?*.yaml"))
     except OSError:
         names = []
     where = folder if str(folder) not in ("", ".") else Path(".")
