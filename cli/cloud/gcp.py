@@ -183,6 +183,37 @@ def gcs_stored(bucket: str, prefix: str, suffix: str, known: Mapping[str, str], 
     return bounded_reads(listing, suffix, known, limit, fetch)
 
 
+def gcs_stored_since(bucket: str, prefix: str, after: str | None, suffix: str, known: Mapping[str, str],
+                     limit: int) -> tuple[list[Stored], list[str]]:
+    """``Cloud.stored_since`` on GCS: objects.list with ``delimiter`` (sub-folders come back in
+    ``prefixes``) and ``startOffset`` (names "lexicographically equal to or after startOffset": the
+    cursor's own key is dropped here; cloud.google.com/storage/docs/json_api/v1/objects/list)."""
+    import urllib.parse
+
+    session, base = _gcs(bucket)
+
+    def fetch(name: str, generation: str) -> tuple[bytes, str]:
+        params = {"alt": "media", **({"generation": generation} if generation else {})}
+        with session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params=params, timeout=30, stream=True,
+                         headers={"Range": f"bytes=0-{limit}"}) as got:
+            got.raise_for_status()
+            return got.raw.read(limit + 1, decode_content=True), generation
+
+    objects, folders, token = [], [], None
+    while True:
+        params = {"prefix": prefix, "delimiter": "/", **({"startOffset": after} if after else {}),
+                  **({"pageToken": token} if token else {})}
+        listing = session.get(base, params=params, timeout=30)
+        listing.raise_for_status()
+        body = listing.json()
+        objects += [(i["name"], str(i.get("generation", "")), int(i.get("size", 0)))
+                    for i in body.get("items", []) if i["name"] != after]
+        folders += body.get("prefixes", [])
+        token = body.get("nextPageToken")
+        if not token:
+            return bounded_reads(objects, suffix, known, limit, fetch), folders
+
+
 def _gcs(bucket: str, write: bool = False) -> tuple[Any, str]:
     """(an HTTP session, the bucket's objects URL): JSON API (google-cloud-storage is not a
     dependency; the auth library's transport signs the requests). ``write``: a read-write scope."""
