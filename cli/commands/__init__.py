@@ -150,6 +150,26 @@ def read_events(ref, cfg, job_id: str, events_dir, bucket, where: str) -> list:
         raise Unread(f"the events in {where} could not be read: {exc}") from None
 
 
+def read_jobs_events(ref, cfg, jobs: list, events_dir, bucket, where) -> dict[str, list]:
+    """:func:`read_events` of every job of ``jobs`` at once (the events read once, not once per job)."""
+    from cli.cloud import CloudError
+    from cli.commands.hints import Unread
+    from cli.lifecycle import events
+
+    if not where and not bucket and events_dir is None:
+        return {j.id: [] for j in jobs}
+    if events_dir is not None and not events_dir.exists() and not where:
+        raise fail(f"--events-dir {events_dir}: no such file or directory")
+    attempts = {j.id: j.attempt for j in jobs}
+    cloud = cloud_for(cfg, ref) if bucket else None
+    try:
+        return events.recorded_jobs(cloud, ref.name, attempts, None if where else events_dir, bucket, warn)
+    except CloudError as exc:
+        if where:
+            raise Unread(f"the events in {where} could not be read: {exc}") from None
+        raise fail(str(exc)) from None
+
+
 def warn(line: str) -> None:
     typer.echo(f"warning: {line}", err=True)
 

@@ -25,6 +25,7 @@ from cli.commands import (
     progress,
     pull_first,
     read_events,
+    read_jobs_events,
     run_change,
     shared_copy,
     stack_jobs,
@@ -177,7 +178,7 @@ def status(
         sourced, unread = False, f"{where} cannot be reached; "
     with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
         try:
-            found = {j.id: read_events(ref, cfg, j.id, events_dir, bucket, where) for j in selected} if sourced else {}
+            found = read_jobs_events(ref, cfg, selected, events_dir, bucket, where) if sourced else {}
         except Unread as exc:  # a bucket found, not given, and unreachable: the file's columns still stand
             sourced, unread = False, f"{exc}; "
         rows = [job_report(j, found[j.id] if sourced else None,
