@@ -179,7 +179,7 @@ class Cloud:
             from cli.cloud.aws import s3_stored_since
 
             return self._call(lambda: s3_stored_since(self.cfg.region, bucket, prefix, after, suffix, known, limit))
-        from cli.cloud.gcp import gcs_stored_since
+        from cli.cloud.gcs_since import gcs_stored_since
 
         return self._call(lambda: gcs_stored_since(bucket, prefix, after, suffix, known, limit))
 

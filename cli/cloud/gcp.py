@@ -168,29 +168,14 @@ def gcs_stored(bucket: str, prefix: str, suffix: str, known: Mapping[str, str], 
     object resources) decide what is read; a read is of exactly the listed generation and asks for the
     first ``limit + 1`` bytes only (a ``Range`` header: cloud.google.com/storage/docs/downloads), streamed
     and cut there whatever the server sends."""
-    import urllib.parse
-
     session, base = _gcs(bucket)
-
-    def fetch(name: str, generation: str) -> tuple[bytes, str]:
-        params = {"alt": "media", **({"generation": generation} if generation else {})}
-        with session.get(f"{base}/{urllib.parse.quote(name, safe='')}", params=params, timeout=30, stream=True,
-                         headers={"Range": f"bytes=0-{limit}"}) as got:
-            got.raise_for_status()
-            return got.raw.read(limit + 1, decode_content=True), generation
-
     listing = ((i["name"], str(i.get("generation", "")), int(i.get("size", 0))) for i in _gcs_list(session, base, prefix))
-    return bounded_reads(listing, suffix, known, limit, fetch)
+    return bounded_reads(listing, suffix, known, limit, gcs_fetcher(session, base, limit))
 
 
-def gcs_stored_since(bucket: str, prefix: str, after: str | None, suffix: str, known: Mapping[str, str],
-                     limit: int) -> tuple[list[Stored], list[str]]:
-    """``Cloud.stored_since`` on GCS: objects.list with ``delimiter`` (sub-folders come back in
-    ``prefixes``) and ``startOffset`` (names "lexicographically equal to or after startOffset": the
-    cursor's own key is dropped here; cloud.google.com/storage/docs/json_api/v1/objects/list)."""
+def gcs_fetcher(session: Any, base: str, limit: int) -> Callable[[str, str], tuple[bytes, str]]:
+    """(name, generation) -> the first ``limit + 1`` bytes of exactly that generation."""
     import urllib.parse
-
-    session, base = _gcs(bucket)
 
     def fetch(name: str, generation: str) -> tuple[bytes, str]:
         params = {"alt": "media", **({"generation": generation} if generation else {})}
@@ -199,19 +184,7 @@ def gcs_stored_since(bucket: str, prefix: str, after: str | None, suffix: str, k
             got.raise_for_status()
             return got.raw.read(limit + 1, decode_content=True), generation
 
-    objects, folders, token = [], [], None
-    while True:
-        params = {"prefix": prefix, "delimiter": "/", **({"startOffset": after} if after else {}),
-                  **({"pageToken": token} if token else {})}
-        listing = session.get(base, params=params, timeout=30)
-        listing.raise_for_status()
-        body = listing.json()
-        objects += [(i["name"], str(i.get("generation", "")), int(i.get("size", 0)))
-                    for i in body.get("items", []) if i["name"] != after]
-        folders += body.get("prefixes", [])
-        token = body.get("nextPageToken")
-        if not token:
-            return bounded_reads(objects, suffix, known, limit, fetch), folders
+    return fetch
 
 
 def _gcs(bucket: str, write: bool = False) -> tuple[Any, str]:

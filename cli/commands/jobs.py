@@ -347,8 +347,8 @@ def cleanup(
     no_apply: NoApplyOpt = False,
 ) -> None:
     from cli.cloud import CloudError
+    from cli.lifecycle import bucketevents, operations, stackfile
     from cli.lifecycle import cleanup as cleanups
-    from cli.lifecycle import events, operations, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
@@ -368,7 +368,7 @@ def cleanup(
         bucket, where = source[0]
         try:
             found = read_events(ref, cfg, job_id, events_dir, bucket, where) if where else \
-                events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn)
+                bucketevents.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn)
         except Unread as exc:  # nothing could say which jobs completed: no disk can be decided on
             raise fail(f"{exc}: nothing deleted; give --events-bucket NAME or --events-dir DIR") from None
         return max((e.time for e in found if e.event == "completed"), default=None)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Container, Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 
-from cli.lifecycle.events import EVENT_OBJECT_LIMIT, Event, _AnyJob, plausible, vouched
+from cli.lifecycle.events import EVENT_OBJECT_LIMIT, Event, _AnyJob, keyed_events, load_events, plausible, read_dir, vouched
 from cli.lifecycle.eventstore import EventStore
 
 WINDOW = timedelta(minutes=10)
@@ -100,3 +101,33 @@ class BucketEvents:
             if bucket is None or name == bucket:
                 pairs += store.events(job_ids, dict(attempts) if attempts else None, prefix)
         return plausible(pairs, now, warn, self.told)
+
+
+def recorded(cloud, job_id: str, events_dir: Path | None, bucket: str | None,
+             warn: Callable[[str], None] | None = None, now: datetime | None = None) -> list[Event]:
+    """A job's events from ``events_dir`` and/or the stack's event bucket (objects ``<stack>/<job>/``),
+    sorted by time, each only if its key vouches for it and its time can be true (:func:`keyed_events`,
+    :class:`cli.lifecycle.bucketevents.BucketEvents`; ``warn`` hears of the others). ``cloud`` is the stack's ``cli.cloud.Cloud``;
+    its failures raise CloudError."""
+    found = load_events(events_dir, job_id, cloud.stack, warn, now)
+    if bucket:
+        parsed = BucketEvents(cloud.stack)
+        parsed.read(cloud, bucket, f"{cloud.stack}/{job_id}/", warn)
+        found += parsed.events({job_id}, now, warn)
+    return sorted(found, key=lambda e: (e.time, e.attempt, e.node))
+
+
+def recorded_jobs(cloud, stack: str, attempts: Mapping[str, int], events_dir: Path | None, bucket: str | None,
+                  warn: Callable[[str], None] | None = None, now: datetime | None = None) -> dict[str, list[Event]]:
+    """:func:`recorded` of every job of ``attempts`` (job -> current attempt) at once: the directory
+    read and the bucket listed once for all of them, not once per job."""
+    found: dict[str, list[Event]] = {j: [] for j in attempts}
+    if events_dir is not None:
+        for e in keyed_events(read_dir(events_dir, warn), set(attempts), stack, warn, now=now):
+            found[e.job].append(e)
+    if bucket:
+        parsed = BucketEvents(stack)
+        parsed.read(cloud, bucket, f"{stack}/", warn, attempts=attempts)
+        for e in parsed.events(set(attempts), now, warn, bucket=bucket):
+            found[e.job].append(e)
+    return {j: sorted(evs, key=lambda e: (e.time, e.attempt, e.node)) for j, evs in found.items()}

@@ -15,6 +15,7 @@ One database file under the user's cache dir; rows are keyed by *source* (``s3:/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -96,10 +97,8 @@ class EventStore:
             self._rebuilt = True
             self.close()
             for suffix in ("", "-wal", "-shm"):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{self.path}{suffix}")
-                except FileNotFoundError:
-                    pass
             return fn(self._open())
 
     def close(self) -> None:
