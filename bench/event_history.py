@@ -57,8 +57,8 @@ def fill_bucket(bucket: str, events: int, jobs: int, in_current: bool) -> dict[s
     return {f"job{j}": attempts for j in range(jobs)}
 
 
-def cycle(bucket: str, attempts: dict[str, int]) -> tuple[float, int, int, int]:
-    """(CPU s, LIST, GET, peak bytes) of one watcher read by a new reader over the shared cache."""
+def cycle(bucket: str, attempts: dict[str, int]) -> tuple[float, int, int, int, int]:
+    """(CPU s, LIST, GET, bytes held, events) of one watcher read by a new reader over the shared cache."""
     import boto3
 
     from cli.cloud import Cloud, aws
@@ -84,11 +84,11 @@ def cycle(bucket: str, attempts: dict[str, int]) -> tuple[float, int, int, int]:
     cpu = time.thread_time() - t
     # what the reader holds at the end of its cycle (moto's and werkzeug's allocations left out)
     kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, "*moto*"), tracemalloc.Filter(False, "*werkzeug*")])
-    peak = sum(stat.size for stat in kept.statistics("filename")) 
+    peak = sum(stat.size for stat in kept.statistics("filename"))
     tracemalloc.stop()
     for store in parsed.stores.values():
         store.close()
-    return cpu, counts["list"], counts["get"], peak
+    return cpu, counts["list"], counts["get"], peak, len(got)
 
 
 def bucket_part(small: int, big: int, jobs: int) -> None:
@@ -110,7 +110,7 @@ def bucket_part(small: int, big: int, jobs: int) -> None:
                 attempts = fill_bucket(name, n, jobs, in_current)
                 cycle(name, attempts)  # the first read fills the cache
                 got[n] = min((cycle(name, attempts) for _ in range(3)), key=lambda r: r[0])
-            (c1, l1, g1, m1), (c2, l2, g2, m2) = got[small], got[big]
+            (c1, l1, g1, m1, _), (c2, l2, g2, m2, _) = got[small], got[big]
             where = "all in the current attempt" if in_current else "in older attempts"
             print(f"watch read, nothing new, history {where}: {small} events {c1:.3f} s CPU {l1} LIST + {g1} GET "
                   f"{m1 >> 10} KiB; {big} events {c2:.3f} s {l2} LIST + {g2} GET {m2 >> 10} KiB; "
