@@ -188,3 +188,37 @@ def test_a_writer_killed_at_any_point_leaves_a_usable_cache(tmp_path):
         assert cursor is None or cursor in batches  # the cursor moved with its batch
         assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
         store.close()
+
+
+def test_gcs_lists_from_the_cursor_and_skips_the_log_chunks(monkeypatch):
+    """On GCS (the drill's emulator of the JSON API): ``startOffset`` and ``delimiter``; a second
+    reader with one new object downloads that object only, the cursor's own name is not read again."""
+    from types import SimpleNamespace
+
+    from cli.cloud import Cloud
+    from cli.drill.emulator import Emulator
+    from tests.test_events_keys import gcs_put
+
+    def put(i: int) -> None:
+        t = T0 + timedelta(seconds=i)
+        gcs_put(emu.url, f"team/train/attempt-1/node-0/{t.strftime('%Y-%m-%dT%H:%M:%S.000Z')}-checkpoint.json",
+                {"job": "train", "attempt": 1, "node": 0, "event": "checkpoint", "time": t.isoformat(), "stack": "team"})
+
+    def read():
+        parsed = BucketEvents("team")
+        parsed.read(Cloud(SimpleNamespace(cloud="gcp", region="us-central1"), "team"), "gcs-evts", "team/")
+        return parsed.events({"train"}, None)
+
+    with Emulator() as emu:
+        monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
+        for i in range(4):
+            put(i)
+        gcs_put(emu.url, "team/train/attempt-1/node-0/logs/000000000000.log", {"not": "an event"})
+        assert len(read()) == 4
+        put(4)
+        emu.state.requests.clear()
+        assert len(read()) == 5
+        downloads = [p for m, p in emu.state.requests if "alt=media" in p]
+        assert len(downloads) == 1 and "logs" not in "".join(p for _, p in emu.state.requests)
+        node = [p for _, p in emu.state.requests if "node-0%2F" in p and "alt=media" not in p]
+        assert len(node) == 1 and "startOffset=" in node[0] and "delimiter=%2F" in node[0]
