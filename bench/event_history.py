@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bench._stacks import write_stack  # noqa: E402
 
 T0 = datetime.now(UTC) - timedelta(days=30)
+PER_ATTEMPT = 50
 
 
 def key_of(job: str, attempt: int, i: int) -> tuple[str, bytes]:
@@ -48,7 +49,7 @@ def fill_bucket(bucket: str, events: int, jobs: int, in_current: bool) -> dict[s
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
     backend = s3_backends["123456789012"]["aws"]
     per_job = events // jobs
-    attempts = 1 if in_current else max(1, per_job // 100)
+    attempts = 1 if in_current else max(1, per_job // PER_ATTEMPT)  # the current attempt: the same size at any history
     for j in range(jobs):
         for i in range(per_job):
             attempt = 1 if in_current else 1 + i * attempts // per_job
