@@ -19,6 +19,7 @@ import pytest
 from cli.lifecycle.bucketevents import BucketEvents, start_after
 from cli.lifecycle.events import Event
 from cli.lifecycle.eventstore import EventStore
+from tests.test_watch import aws_stack  # noqa: F401 (the fixture: a stack team with job train at attempt 3)
 
 T0 = (datetime.now(UTC) - timedelta(days=2)).replace(microsecond=0)
 
@@ -222,3 +223,33 @@ def test_gcs_lists_from_the_cursor_and_skips_the_log_chunks(monkeypatch):
         assert len(downloads) == 1 and "logs" not in "".join(p for _, p in emu.state.requests)
         node = [p for _, p in emu.state.requests if "node-0%2F" in p and "alt=media" not in p]
         assert len(node) == 1 and "startOffset=" in node[0] and "delimiter=%2F" in node[0]
+
+
+def test_a_second_watch_once_with_nothing_new_downloads_nothing(aws_stack, runner, fake_pulumi, moto_server, monkeypatch):
+    """``watch --once`` twice (cron's way): the second run lists the same folders and downloads
+    nothing, however many events the first one read."""
+    import boto3
+
+    from tests.test_watch import T0 as WATCH_T0
+    from tests.test_watch import watch
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="team-events")
+    counted = Counting(monkeypatch)
+    lists = []
+    for batch in (range(0, 3), range(3, 40)):
+        for i in batch:
+            t = WATCH_T0 + timedelta(seconds=i)
+            s3.put_object(Bucket="team-events", Key=f"team/train/attempt-3/node-0/{t.strftime('%Y-%m-%dT%H:%M:%S.000Z')}-x.json",
+                          Body=json.dumps({"job": "train", "attempt": 3, "node": 0, "event": "started" if i == 0 else "checkpoint",
+                                           "time": t.isoformat()}))
+        result, _ = watch(runner, "--no-poll", "--events-bucket", "team-events")
+        assert result.exit_code == 0, result.output
+        assert len(counted.gets) == len(batch)  # each object once, by whichever run saw it first
+        counted.reset()
+        result, _ = watch(runner, "--no-poll", "--events-bucket", "team-events")
+        assert result.exit_code == 0, result.output
+        lists.append(len(counted.lists))
+        assert counted.gets == []
+        counted.reset()
+    assert lists[0] == lists[1]
