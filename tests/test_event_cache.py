@@ -225,7 +225,8 @@ def test_gcs_lists_from_the_cursor_and_skips_the_log_chunks(monkeypatch):
         assert len(node) == 1 and "startOffset=" in node[0] and "delimiter=%2F" in node[0]
 
 
-def test_a_second_watch_once_with_nothing_new_downloads_nothing(aws_stack, runner, fake_pulumi, moto_server, monkeypatch):
+@pytest.mark.usefixtures("aws_stack")
+def test_a_second_watch_once_with_nothing_new_downloads_nothing(runner, fake_pulumi, moto_server, monkeypatch):
     """``watch --once`` twice (cron's way): the second run lists the same folders and downloads
     nothing, however many events the first one read."""
     import boto3
