@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from infra.basics import MAX_JOB_NODES, NAMESPACE, Capacity, ConfigError, JobState, own_events  # noqa: F401  (re-exported)
+from infra.codespec import CodeSpec, code_problems
 
 # Job ids and pool names become parts of cloud resource names (GCE: RFC 1035, 63 chars; we append
 # suffixes such as "-a12-n3-disk"), so they are kept short and in the strictest common alphabet.
@@ -282,6 +283,15 @@ class Job(_Model):
     # after it succeeded): a kill -9 or a failed update leaves it, so `status` shows it and the same
     # command, `resume` or `watch` apply the job again (cli/lifecycle/operations.py ``_mark_pending``).
     applying: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    # Where the job's code comes from, what runs once per disk and code before the command, where the
+    # command runs, and in what container (infra/codespec.py, docs/guides/code.md); the archive's
+    # sha256 or the repository's commit spotctl recorded at the attempt's launch.
+    code: CodeSpec | None = None
+    setup: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_COMMAND)] | None = None
+    workdir: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=1024)] | None = None
+    container: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=512)] | None = None
+    code_digest: str | None = None
+    code_commit: str | None = None
     _retired_after: int = PrivateAttr(0)  # set by StackConfig from spotctl:retiredJobs
 
     @property
@@ -337,10 +347,10 @@ class Job(_Model):
         """The env keys whose values are Pulumi secrets (they travel through the cloud's secret store)."""
         return tuple(sorted(k for k, v in self.env.items() if isinstance(v, SecureValue)))
 
-    @field_validator("command")
+    @field_validator("command", "setup")
     @classmethod
-    def _command(cls, v: str) -> str:
-        return _no_nul(v)
+    def _command(cls, v: str | None) -> str | None:
+        return v if v is None else _no_nul(v)
 
     @model_validator(mode="after")
     def _hours(self) -> Self:
@@ -615,6 +625,7 @@ class StackConfig(_Model):
             _move_checks(self, i, job, problems)
             _replica_checks(self, i, job, problems)
             _disk_kind_checks(self, i, job, problems)
+            problems.extend((f"jobs[{i}].{key}", f"job {job.id}: {message}") for key, message in code_problems(job))
         _watcher_checks(self, problems)
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):

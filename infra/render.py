@@ -77,6 +77,14 @@ class ScriptContext:
     systemd_dir: str = "/etc/systemd/system"
     fstab: str = "/etc/fstab"
     state_dir: str = "/var/lib/spotctl"
+    code_uri: str = ""
+    code_sha256: str = ""
+    code_git_url: str = ""
+    code_git_commit: str = ""
+    code_git_token_env: str = ""
+    setup: str = ""
+    workdir: str = ""
+    container: str = ""
 
     def __post_init__(self) -> None:
         # Values rendered without the quote filter must be what they claim to be.
