@@ -103,9 +103,9 @@ def test_a_different_byte_gives_a_different_digest(tmp_path):
 def test_over_the_limit_names_the_biggest_files_before_reading_any(tmp_path):
     root = write(tmp_path / "c", {"train.py": "x" * 10, "model.bin": "x" * 3000, "data.csv": "x" * 2000})
     with pytest.raises(CodeError) as err:
-        pack(root, ["train.py", "model.bin", "data.csv"], limit=4096, what="job train: spotctl:jobs[0].code (./c)")
+        pack(root, ["train.py", "model.bin", "data.csv"], limit=4096, what="job train: code (./c)")
     message = str(err.value)
-    assert message.startswith("job train: spotctl:jobs[0].code (./c): ")
+    assert message.startswith("job train: code (./c): ")
     assert message.index("model.bin") < message.index("data.csv") and ".spotctlignore" in message
 
 
@@ -143,11 +143,11 @@ def test_a_ref_resolves_to_its_commit_and_a_missing_one_is_one_error(remote):
 def test_prepare_pins_a_git_jobs_commit(remote, tmp_path):
     url, head = remote
     cfg = validate(stack_config(GCP_BASE, jobs=[gcp_job(code={"git": url, "ref": "main"})]), "f")
-    ref = prepare_code(cfg.jobs[0], StackContext("team", tmp_path, cfg))
+    ref = prepare_code(cfg.jobs[0], StackContext("team", tmp_path))
     assert ref.fields() == {"codeCommit": head} and ref.changes(cfg.jobs[0])
     missing = validate(stack_config(GCP_BASE, jobs=[gcp_job(code={"git": url, "ref": "gone"})]), "f")
-    with pytest.raises(CodeError, match=r"^job train: spotctl:jobs\[0\].code.ref: ref 'gone' does not exist"):
-        prepare_code(missing.jobs[0], StackContext("team", tmp_path, missing))
+    with pytest.raises(CodeError, match=r"^job train: code.ref: ref 'gone' does not exist"):
+        prepare_code(missing.jobs[0], StackContext("team", tmp_path))
 
 
 # ---- the upload ---------------------------------------------------------------------------------------
@@ -156,8 +156,8 @@ def test_prepare_pins_a_git_jobs_commit(remote, tmp_path):
 def test_a_missing_directory_is_one_error_naming_the_job_and_key(tmp_path):
     cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(id="a"), aws_job(id="b", code={"dir": "src/gone"})]), "f")
     with pytest.raises(CodeError) as err:
-        prepare_code(cfg.jobs[1], StackContext("team", tmp_path, cfg), upload=False)
-    assert str(err.value) == (f"job b: spotctl:jobs[1].code (src/gone): {tmp_path / 'src/gone'} does not exist "
+        prepare_code(cfg.jobs[1], StackContext("team", tmp_path), upload=False)
+    assert str(err.value) == (f"job b: code (src/gone): {tmp_path / 'src/gone'} does not exist "
                               f"(a relative dir is relative to the project root {tmp_path})")
 
 
@@ -169,7 +169,7 @@ def test_s3_upload_once_per_digest(tmp_path, moto_server):
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="evts")
     write(tmp_path / "code", {"train.py": "print(1)"})
     cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(code="./code")]), "f")
-    ctx = StackContext("team", tmp_path, cfg, bucket="evts", store=Cloud(cfg, "team"))
+    ctx = StackContext("team", tmp_path, bucket="evts", store=Cloud(cfg, "team"))
     first = prepare_code(cfg.jobs[0], ctx)
     assert first.uploaded and first.key == code_key("team", "train", first.digest)
     got = boto3.client("s3", region_name="us-east-1").get_object(Bucket="evts", Key=first.key)
@@ -191,7 +191,7 @@ def test_gcs_upload_once_per_digest(tmp_path, monkeypatch):
     with Emulator() as emu:
         monkeypatch.setenv("SPOTCTL_GCS_ENDPOINT", emu.url)
         cloud = Cloud(cfg, "team")
-        ctx = StackContext("team", tmp_path, cfg, bucket="gcs-evts", store=cloud)
+        ctx = StackContext("team", tmp_path, bucket="gcs-evts", store=cloud)
         first = prepare_code(cfg.jobs[0], ctx)
         assert first.uploaded and members(cloud.read_object("gcs-evts", first.key)[0]) == {"train.py": b"print(1)"}
         assert not prepare_code(cfg.jobs[0], ctx).uploaded
@@ -200,5 +200,14 @@ def test_gcs_upload_once_per_digest(tmp_path, monkeypatch):
 def test_no_bucket_known_is_one_error(tmp_path):
     write(tmp_path / "code", {"train.py": ""})
     cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(code="./code")]), "f")
-    with pytest.raises(CodeError, match=r"job train: spotctl:jobs\[0\].code: the code archive goes to the stack's event bucket"):
-        prepare_code(cfg.jobs[0], StackContext("team", tmp_path, cfg))
+    with pytest.raises(CodeError, match=r"job train: code: its archive goes to the stack's event bucket"):
+        prepare_code(cfg.jobs[0], StackContext("team", tmp_path))
+
+
+def test_the_recorded_digest_needs_no_bucket(tmp_path):
+    write(tmp_path / "code", {"train.py": "print(1)"})
+    cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(code="./code")]), "f")
+    digest = prepare_code(cfg.jobs[0], StackContext("team", tmp_path), upload=False).digest
+    recorded = validate(stack_config(AWS_BASE, jobs=[aws_job(code="./code", codeDigest=digest)]), "f")
+    ref = prepare_code(recorded.jobs[0], StackContext("team", tmp_path))  # no bucket, no store: nothing to upload
+    assert ref.digest == digest and not ref.uploaded and not ref.changes(recorded.jobs[0])

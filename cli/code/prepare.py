@@ -4,6 +4,7 @@ it returns is what the job entry records (``codeDigest`` / ``codeCommit``) and t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,14 +29,14 @@ class Store(Protocol):
 @dataclass(frozen=True)
 class StackContext:
     """What preparing a job's code needs of its stack: its name, the project root ``code.dir`` is
-    relative to, the config (for the job's key path), and where the archive goes."""
+    relative to, and where the archive goes."""
 
     stack: str
     root: Path
-    cfg: Any
     bucket: str | None = None
     store: Store | None = None
     limit: int = MAX_CODE_BYTES
+    locate: Callable[[], str | None] | None = None  # asked for the bucket only when an upload is needed
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,6 @@ class CodeRef:
         return (job.code_digest or "") != self.digest or (job.code_commit or "") != self.commit
 
 
-def key_path(cfg: Any, job_id: str) -> str:
-    index = next((i for i, j in enumerate(cfg.jobs) if j.id == job_id), 0)
-    return f"spotctl:jobs[{index}].code"
-
-
 def code_dir(job: Any, root: Path) -> Path:
     """The directory ``code.dir`` names: relative to the project root, or absolute; ``~`` expanded."""
     return (root / Path(job.code.dir).expanduser()).resolve()
@@ -75,7 +71,7 @@ def pack_dir(job: Any, ctx: StackContext) -> tuple[Path, Archive]:
     Raises:
         CodeError: no such directory, over the size limit, an unreadable file (naming the job and key).
     """
-    what = f"job {job.id}: {key_path(ctx.cfg, job.id)} ({job.code.dir})"
+    what = f"job {job.id}: code ({job.code.dir})"
     directory = code_dir(job, ctx.root)
     if not directory.is_dir():
         where = "is not a directory" if directory.exists() else "does not exist"
@@ -88,8 +84,8 @@ def pack_dir(job: Any, ctx: StackContext) -> tuple[Path, Archive]:
 
 def prepare_code(job: Any, ctx: StackContext, *, upload: bool = True) -> CodeRef | None:
     """The job's code for its next attempt (None: the job has no ``code:``). A directory is packed and,
-    with ``upload``, its archive written once to the stack's bucket (skipped when the object is there);
-    a git ref is resolved to its commit (``git ls-remote``).
+    with ``upload``, its archive written once to the stack's bucket (not when the job records this
+    digest already, nor when the object is there); a git ref is resolved to its commit (``git ls-remote``).
 
     Raises:
         CodeError: one message naming the job and key (no directory, over the limit, no such ref, no
@@ -98,17 +94,18 @@ def prepare_code(job: Any, ctx: StackContext, *, upload: bool = True) -> CodeRef
     if job.code is None:
         return None
     if job.code.git is not None:
-        what = f"job {job.id}: {key_path(ctx.cfg, job.id)}.ref"
+        what = f"job {job.id}: code.ref"
         return CodeRef(job.id, commit=resolve(job.code.git, job.code.git_ref, what))
     _, archive = pack_dir(job, ctx)
     key = code_key(ctx.stack, job.id, archive.sha256)
     ref = CodeRef(job.id, digest=archive.sha256, key=key, files=archive.files, size=archive.size)
-    if not upload:
-        return ref
-    if not ctx.bucket or ctx.store is None:
-        raise CodeError(f"job {job.id}: {key_path(ctx.cfg, job.id)}: the code archive goes to the stack's event bucket, "
+    if not upload or archive.sha256 == job.code_digest:
+        return ref  # a recorded digest was uploaded before it was recorded: the object is there
+    bucket = ctx.bucket or (ctx.locate() if ctx.locate is not None else None)
+    if not bucket or ctx.store is None:
+        raise CodeError(f"job {job.id}: code: its archive goes to the stack's event bucket, "
                         "and none is known here")
-    return upload_archive(ref, archive.data, ctx.bucket, ctx.store)
+    return upload_archive(ref, archive.data, bucket, ctx.store)
 
 
 def upload_archive(ref: CodeRef, data: bytes, bucket: str, store: Store) -> CodeRef:
