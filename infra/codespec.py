@@ -123,3 +123,19 @@ def relative_file(command: str) -> str:
         if re.fullmatch(r"[\w.-]+(?:/[\w.-]+)*\.(?:py|sh)", word) and not word.startswith("/"):
             return word
     return ""
+
+
+def code_warnings(cfg: Any) -> list[str]:
+    """What ``spotctl validate`` warns of a stack's code keys (valid config, so warnings, never errors)."""
+    out = []
+    for i, job in enumerate(cfg.jobs):
+        key = f"spotctl:jobs[{i}]"
+        script = relative_file(job.command)
+        if job.code is None and script:
+            out.append(f"{key}.command: job {job.id} runs {script!r}, a relative file, but has no code: the command "
+                       f"runs in the empty job disk. Add code: ./ (or {{dir: PATH}}, {{git: URL, ref: REF}}); "
+                       "docs/guides/code.md")
+        elif job.code is not None and job.active and not (job.code_digest or job.code_commit):
+            out.append(f"{key}.code: job {job.id}'s code was never packed: `spotctl resume {job.id}` (or launch) packs "
+                       "and uploads it and records it; a plain `pulumi up` would start it without its code")
+    return out

@@ -20,7 +20,7 @@ ALLOWED = {
     "cli.plan": {"infra"},
     "cli.cloud": {"infra.config", "infra.naming"},
     "cli.pools": {"cli.cloud", "infra.config", "infra.naming"},
-    "cli.drill": {"infra.render", "infra.config"},
+    "cli.drill": {"infra.render", "infra.config", "infra.naming", "cli.code"},
     "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming"},
     "cli.cost": {"cli.cloud", "infra.config"},
     "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "infra.config", "infra.naming"},

@@ -65,21 +65,28 @@ def code_dir(job: Any, root: Path) -> Path:
     return (root / Path(job.code.dir).expanduser()).resolve()
 
 
-def pack_dir(job: Any, ctx: StackContext) -> tuple[Path, Archive]:
-    """The job's code directory and its archive.
+def pack_directory(directory: Path, what: str, limit: int = MAX_CODE_BYTES) -> Archive:
+    """``directory``'s code archive (``what`` starts every error: the job and key, or the option).
 
     Raises:
-        CodeError: no such directory, over the size limit, an unreadable file (naming the job and key).
+        CodeError: no such directory, nothing to pack, over the size limit, an unreadable file.
     """
-    what = f"job {job.id}: code ({job.code.dir})"
-    directory = code_dir(job, ctx.root)
     if not directory.is_dir():
-        where = "is not a directory" if directory.exists() else "does not exist"
-        raise CodeError(f"{what}: {directory} {where} (a relative dir is relative to the project root {ctx.root})")
+        raise CodeError(f"{what}: {directory} {'is not a directory' if directory.exists() else 'does not exist'}")
     found = code_files(directory)
     if not found.files:
         raise CodeError(f"{what}: {directory} holds no files to pack ({found.how})")
-    return directory, pack(directory, found.files, limit=ctx.limit, what=what)
+    return pack(directory, found.files, limit=limit, what=what)
+
+
+def pack_dir(job: Any, ctx: StackContext) -> Archive:
+    """The archive of the job's ``code.dir``; errors name the job and key."""
+    directory = code_dir(job, ctx.root)
+    what = f"job {job.id}: code ({job.code.dir})"
+    if not directory.is_dir():
+        where = "is not a directory" if directory.exists() else "does not exist"
+        raise CodeError(f"{what}: {directory} {where} (a relative dir is relative to the project root {ctx.root})")
+    return pack_directory(directory, what, ctx.limit)
 
 
 def prepare_code(job: Any, ctx: StackContext, *, upload: bool = True) -> CodeRef | None:
@@ -96,7 +103,7 @@ def prepare_code(job: Any, ctx: StackContext, *, upload: bool = True) -> CodeRef
     if job.code.git is not None:
         what = f"job {job.id}: code.ref"
         return CodeRef(job.id, commit=resolve(job.code.git, job.code.git_ref, what))
-    _, archive = pack_dir(job, ctx)
+    archive = pack_dir(job, ctx)
     key = code_key(ctx.stack, job.id, archive.sha256)
     ref = CodeRef(job.id, digest=archive.sha256, key=key, files=archive.files, size=archive.size)
     if not upload or archive.sha256 == job.code_digest:

@@ -23,9 +23,10 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
         cfg = stackfile.load(ref)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    from infra.codespec import code_warnings
     from infra.config import policy_warnings
 
-    for warning in policy_warnings(cfg):
+    for warning in [*policy_warnings(cfg), *code_warnings(cfg)]:
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 
