@@ -135,7 +135,25 @@ def code_warnings(cfg: Any) -> list[str]:
             out.append(f"{key}.command: job {job.id} runs {script!r}, a relative file, but has no code: the command "
                        f"runs in the empty job disk. Add code: ./ (or {{dir: PATH}}, {{git: URL, ref: REF}}); "
                        "docs/guides/code.md")
-        elif job.code is not None and job.active and not (job.code_digest or job.code_commit):
+        if job.container is not None:
+            why = _container_host(cfg.cloud, job.image)
+            if why:
+                out.append(f"{key}.container: job {job.id} runs in {job.container!r} with `docker run --gpus all`: {why}")
+        if job.code is not None and job.active and not (job.code_digest or job.code_commit):
             out.append(f"{key}.code: job {job.id}'s code was never packed: `spotctl resume {job.id}` (or launch) packs "
                        "and uploads it and records it; a plain `pulumi up` would start it without its code")
     return out
+
+
+def _container_host(cloud: str, image: str | None) -> str:
+    """Why the job's VM image may lack docker and the NVIDIA Container Toolkit ("" when documented)."""
+    if image:
+        return f"its image {image!r} must have docker and the NVIDIA Container Toolkit"
+    if cloud == "aws":
+        # The default AMI family (Deep Learning OSS Nvidia Driver AMI GPU PyTorch, infra/aws.py DEFAULT_AMI_NAME):
+        # its release notes list "nvidia_container_toolkit_version" among the major packages and update the
+        # docker-ce packages (e.g. https://docs.amazonaws.cn/dlami/latest/devguide/aws-deep-learning-ami-gpupt29oss-ul2404-2026-01-08.md;
+        # read for the Ubuntu 24.04 build; the 22.04 one spotctl picks is of the same family).
+        return ""
+    return ("the default Deep Learning VM image is not documented to ship docker and the NVIDIA Container Toolkit: "
+            "give the job an image: that has both")

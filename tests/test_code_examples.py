@@ -46,3 +46,17 @@ def test_validate_warns_of_a_relative_file_without_code(project, runner):
     assert result.exit_code == 0
     assert ("spotctl:jobs[2].command: job bert-eval runs 'eval.py', a relative file, but has no code: the command runs "
             "in the empty job disk") in result.output
+
+
+def test_validate_says_when_a_containers_host_image_is_not_known_to_run_it(project, runner):
+    for stack, image, said in (("example-aws", "", None), ("example-gcp", "", "the default Deep Learning VM image is not "
+                               "documented to ship docker"), ("example-aws", "ami-0123456789abcdef0", "its image "
+                               "'ami-0123456789abcdef0' must have docker and the NVIDIA Container Toolkit")):
+        path = project / "stacks" / f"Pulumi.{stack}.yaml"
+        text = path.read_text()
+        extra = "      container: nvcr.io/nvidia/pytorch:24.05-py3\n" + (f"      image: {image}\n" if image else "")
+        path.write_text(text.replace("      code: ./examples/quickstart", extra + "      code: ./examples/quickstart", 1))
+        result = runner.invoke(app, ["validate", "--stack", stack])
+        assert result.exit_code == 0, result.output
+        assert (said in result.output) if said else "warning" not in result.output, result.output
+        path.write_text(text)
