@@ -212,7 +212,7 @@ def test_validate_warns_when_a_policy_has_nothing_to_weigh_and_still_passes(runn
     assert result.exit_code == 0 and result.stderr.splitlines() == no_code_warnings(stack)  # (only that they have no code:)
 
 
-def no_code_warnings(stack) -> list[str]:  # noqa: N802
+def no_code_warnings(stack) -> list[str]:
     return [f"warning: {stack}: spotctl:jobs[{i}].command: job {job} runs 'train.py', a relative file, but has no code: the "
             "command runs in the empty job disk. Add code: ./ (or {dir: PATH}, {git: URL, ref: REF}); docs/guides/code.md"
             for i, job in enumerate(("loop", "neighbour"))]
