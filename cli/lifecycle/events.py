@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from infra.basics import attempt_end
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from infra.config import Job
 
 
