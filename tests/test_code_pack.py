@@ -211,3 +211,15 @@ def test_the_recorded_digest_needs_no_bucket(tmp_path):
     recorded = validate(stack_config(AWS_BASE, jobs=[aws_job(code="./code", codeDigest=digest)]), "f")
     ref = prepare_code(recorded.jobs[0], StackContext("team", tmp_path))  # no bucket, no store: nothing to upload
     assert ref.digest == digest and not ref.uploaded and not ref.changes(recorded.jobs[0])
+
+
+def test_a_link_inside_the_code_is_kept_one_leaving_it_is_one_error(tmp_path):
+    root = write(tmp_path / "c", {"src/train.py": "print(1)"})
+    (root / "train.py").symlink_to("src/train.py")
+    archive = pack(root, ["src/train.py", "train.py"])
+    with tarfile.open(fileobj=io.BytesIO(archive.data), mode="r:gz") as tar:
+        assert tar.getmember("train.py").issym() and tar.getmember("train.py").linkname == "src/train.py"
+    for name, target in (("data", "/mnt/datasets"), ("src/up", "../../etc")):
+        (root / name).symlink_to(target)
+        with pytest.raises(CodeError, match=rf"^job t: code \(\./c\): {name} is a link to {target}, outside the code"):
+            pack(root, [name], what="job t: code (./c)")

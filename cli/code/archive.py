@@ -37,6 +37,14 @@ def _mib(size: int) -> str:
     return f"{size / 1024 / 1024:.1f} MiB"
 
 
+def _inside(name: str, target: str) -> bool:
+    """Whether a link at ``name`` (relative to the code's top) to ``target`` stays inside the code."""
+    if os.path.isabs(target):
+        return False
+    resolved = os.path.normpath(os.path.join(os.path.dirname(name), target))
+    return resolved != ".." and not resolved.startswith("../") and resolved != "."
+
+
 def pack(root: Path, names: tuple[str, ...] | list[str], *, limit: int = MAX_CODE_BYTES, what: str = "code") -> Archive:
     """A tar.gz of ``names`` (relative to ``root``), refused over ``limit`` bytes before any is read.
 
@@ -63,7 +71,11 @@ def pack(root: Path, names: tuple[str, ...] | list[str], *, limit: int = MAX_COD
             try:
                 st = os.lstat(path)
                 if path.is_symlink():
-                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+                    target = os.readlink(path)
+                    if not _inside(name, target):
+                        raise CodeError(f"{what}: {name} is a link to {target}, outside the code (the VM refuses such "
+                                        "a link): list it in .spotctlignore and read what it points to from a bucket")
+                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
                     tar.addfile(info)
                     continue
                 info.size, info.mode = st.st_size, 0o755 if st.st_mode & 0o100 else 0o644
