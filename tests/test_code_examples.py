@@ -60,3 +60,11 @@ def test_validate_says_when_a_containers_host_image_is_not_known_to_run_it(proje
         assert result.exit_code == 0, result.output
         assert (said in result.output) if said else "warning" not in result.output, result.output
         path.write_text(text)
+
+
+def test_validate_warns_of_a_code_directory_that_is_not_there(project, runner):
+    shutil.rmtree(project / "examples")
+    result = runner.invoke(app, ["validate", "--stack", "example-aws"])
+    assert result.exit_code == 0, result.output
+    assert (f"spotctl:jobs[1].code: job diffusion's directory {project / 'examples' / 'quickstart'} is not there "
+            f"(relative to the project root {project}): launch, resume and failover refuse to pack it") in result.output

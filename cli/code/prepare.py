@@ -130,3 +130,14 @@ def upload_archive(ref: CodeRef, data: bytes, bucket: str, store: Store) -> Code
     except CloudError as exc:
         raise CodeError(f"job {ref.job}: its code archive could not be uploaded to bucket {bucket} ({ref.key}): {exc}") from None
     return replace(ref, uploaded=True)
+
+
+def dir_warnings(cfg: Any, root: Path) -> list[str]:
+    """``validate``'s warnings for code directories that are not there (a warning: the file may be checked
+    on a machine without the code, e.g. the watcher's, which never packs)."""
+    out = []
+    for i, job in enumerate(cfg.jobs):
+        if job.code is not None and job.code.dir is not None and not code_dir(job, root).is_dir():
+            out.append(f"spotctl:jobs[{i}].code: job {job.id}'s directory {code_dir(job, root)} is not there (relative to "
+                       f"the project root {root}): launch, resume and failover refuse to pack it")
+    return out

@@ -12,7 +12,7 @@ from infra.basics import ConfigError, counted
 @app.command(
     short_help="Check a stack file offline.  Example: spotctl validate --stack example-gcp",
     help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region; warn "
-    "(exit 0) where a job's policy will have nothing to weigh.\n\n"
+    "(exit 0) where a job's policy will have nothing to weigh, or its command or code will not be found on the VM.\n\n"
     "Example: spotctl validate --stack example-gcp",
 )
 def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
@@ -23,10 +23,12 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
         cfg = stackfile.load(ref)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    from cli.code.prepare import dir_warnings
     from infra.codespec import code_warnings
     from infra.config import policy_warnings
 
-    for warning in [*policy_warnings(cfg), *code_warnings(cfg)]:
+    code_dirs = dir_warnings(cfg, stackfile.project_root(ref.path.parent))
+    for warning in [*policy_warnings(cfg), *code_warnings(cfg), *code_dirs]:
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 
