@@ -176,3 +176,17 @@ def test_a_git_ref_that_does_not_exist(team, runner, tmp_path):
 def test_a_bad_code_shape_names_the_key(team, runner, shape, message):
     out = bad(team, runner, "code: ./src  # relative to the project root", shape, "resume", "train", "--yes")
     assert out.startswith("error: stacks/Pulumi.team.yaml: ") and message in out
+
+
+def test_no_bucket_known_is_one_error_saying_how_to_name_it(team, runner):
+    path = team / "stacks" / "Pulumi.team.yaml"
+    before = path.read_bytes()
+    result = run(runner, "resume", "train", "--no-apply")  # (no pulumi asked: nothing says where the bucket is)
+    assert result.exit_code == 1
+    assert result.output == ("error: job train: code: its archive goes to the stack's event bucket, and none is known here "
+                             "(give --events-bucket NAME (the stack's eventBucket output), or run `spotctl sync --stack team "
+                             "--events-bucket NAME` once (the stack's eventBucket output))\n")
+    assert path.read_bytes() == before and stored() == {}
+    given = run(runner, "resume", "train", "--no-apply", "--events-bucket", "evts", "--force")
+    assert given.exit_code == 0, given.output
+    assert digest_in(path) and len(stored()) == 1
