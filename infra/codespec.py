@@ -99,9 +99,11 @@ def code_problems(job: Any) -> list[tuple[str, str]]:
         if not COMMIT_RE.fullmatch(job.code_commit):
             out.append(("codeCommit", "expected a 40-digit git commit (spotctl records it)"))
         if code.git is None:
-            out.append(("codeCommit", "recorded for code: {git: ...} only"))
+            out.append(("codeCommit", "recorded for code: {git: ...} only: remove it (the next launch or resume records "
+                        "what the directory's code is)"))
     if code.git is not None and job.code_digest is not None:
-        out.append(("codeDigest", "recorded for code: {dir: ...} only (a repository is pinned by codeCommit)"))
+        out.append(("codeDigest", "recorded for code: {dir: ...} only: remove it (the next launch or resume pins the "
+                        "repository's commit as codeCommit)"))
     if code.token_env is not None:
         value = job.env.get(code.token_env)
         if value is None or isinstance(value, str):
