@@ -11,16 +11,21 @@ from infra.basics import ConfigError, counted
 
 @app.command(
     short_help="Check a stack file offline.  Example: spotctl validate --stack example-gcp",
-    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region; warn "
+    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region, machine "
+    "types, their GPUs and regions against the shipped catalog (`spotctl catalog`), and the cloud limits the stack's "
+    "values can break (tags, labels, user data size, names); warn "
     "(exit 0) where a job's policy will have nothing to weigh, or its command or code will not be found on the VM.\n\n"
     "Example: spotctl validate --stack example-gcp",
 )
 def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
     from cli.lifecycle import stackfile
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
+        if problems := stack_problems(cfg, ref.name):  # limits that need the stack's name or its scripts
+            raise ConfigError(str(ref.path), problems)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     from cli.code.prepare import dir_warnings
@@ -43,10 +48,13 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
     from infra.contract import ContractError
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
+        if problems := stack_problems(cfg, ref.name):
+            raise ConfigError(str(ref.path), problems)
         with progress(f"evaluating the Pulumi program for stack {ref.name} under mocks", enabled=not json_out):
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
@@ -55,10 +63,14 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
         typer.echo(result.to_json(), nl=False)
         return
     import shutil
+    import textwrap
 
     from cli.plan.tree import render
 
-    typer.echo(render(result, shutil.get_terminal_size((100, 24)).columns), nl=False)
+    columns = shutil.get_terminal_size((100, 24)).columns
+    typer.echo(render(result, columns), nl=False)
+    for note in result.notes:  # rules on what only the cloud answers: the real engine checks them
+        typer.echo(textwrap.fill(f"note: {note}", width=max(columns, 40), subsequent_indent="  "), err=True)
 
 
 class Side(enum.StrEnum):

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from infra.contract.aws_tags import MAX_TAGS, tag_problems, tags_50  # noqa: F401  (registers the tag rules)
 from infra.contract.rulebook import UNKNOWN, dig, known, move_timeout_problem, rule
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -55,8 +56,9 @@ def _raw_user_data(type_: str, props: Mapping[str, Any]) -> bytes | Any | None:
 
 @rule("aws.user-data-16k", [INSTANCE, LAUNCH_TEMPLATE],
       says="EC2 user data is limited to 16 KB (16,384 bytes) in raw form, before base64 encoding.",
-      fix="ship the script gzip-compressed (cloud-init accepts gzip user data; infra/aws.py user_data_gzip_b64) "
-          "or as a small bootstrap",
+      fix="the script already travels gzip-compressed (infra/aws.py user_data_gzip_b64): shrink the stack values in it "
+          "(make large env values Pulumi secrets, which reach the VM through SSM; put a long command in a script on the "
+          "job disk); `spotctl validate` names the key that grew it",
       source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html "
              "(\"User data is limited to 16 KB, in raw form, before it is base64-encoded\")")
 def user_data_size(type_: str, props: Mapping[str, Any]) -> str | None:
@@ -289,27 +291,31 @@ rule("aws.root-volume-covers-snapshot", [],
      says="A root volume must be at least as large as the AMI's root snapshot (InvalidBlockDeviceMapping otherwise).",
      fix="size the root volume from the image (infra/aws.py root_volume_gb) or raise diskGb",
      source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_EbsBlockDevice.html VolumeSize (\"You can specify a volume size that is equal to or larger than "
-            "the snapshot size\")")(None)
+            "the snapshot size\")",
+     lookup="the image's root snapshot size (ec2:DescribeImages)")(None)
 
 rule("aws.subnets-one-vpc", [],
      says="A security group can be associated only with resources in its own VPC: every subnet (and the NAT subnet) "
           "must be in one VPC.",
      fix="set spotctl:network.subnets to subnets of one VPC, one per zone",
      source="https://docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html (\"You can associate a "
-            "security group only with resources in the VPC for which it is created\")")(None)
+            "security group only with resources in the VPC for which it is created\")",
+     lookup="each subnet's VPC (ec2:DescribeSubnets)")(None)
 
 rule("aws.subnet-in-its-zone", [],
      says="An instance's subnet must be in the instance's availability zone (a subnet lives in one zone).",
      fix="map each zone of spotctl:zones to a subnet of that zone",
      source="https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_CreateAutoScalingGroup.html VPCZoneIdentifier (\"the subnets ... must reside in those "
-            "Availability Zones\")")(None)
+            "Availability Zones\")",
+     lookup="each subnet's zone (ec2:DescribeSubnets)")(None)
 
 rule("aws.default-vpc-or-subnets", [],
      says="Without configured subnets spotctl uses the default VPC's default subnets, which a region may not have "
           "(get_subnet default_for_az finds none).",
      fix="set spotctl:network.subnets (one subnet per zone of one VPC)",
      source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
-            "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)
+            "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html",
+     lookup="whether the region has a default VPC (ec2:DescribeVpcs)")(None)
 
 rule("aws.endpoint-names-need-vpc-dns", [],
      says="spotctl's SSM and Auto Scaling interface endpoints (egress 's3-endpoint') are called by their own "
@@ -323,7 +329,8 @@ rule("aws.endpoint-names-need-vpc-dns", [],
             "DNS service in the VPC that resolves public DNS hostnames to IP addresses is not enabled\"); "
             "CreateVpcEndpointRequest.PrivateDnsEnabled (\"To use a private hosted zone, you must set the following VPC "
             "attributes to true: enableDnsHostnames and enableDnsSupport\"); "
-            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVpcAttribute.html")(None)
+            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVpcAttribute.html",
+     lookup="the VPC's enableDnsSupport (ec2:DescribeVpcAttribute)")(None)
 
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 
@@ -484,3 +491,4 @@ def role_permissions_boundary(type_: str, props: Mapping[str, Any]) -> str | Non
     if own is not None and own["slug"] != m["slug"]:
         return f"permissions_boundary {boundary!r} is another stack's (role prefix {prefix!r})"
     return None
+
