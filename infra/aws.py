@@ -55,12 +55,13 @@ from infra.common import (
     pool_script_context,
 )
 from infra.config import Pool
-from infra.naming import aws_tags, ssm_parameter_name
+from infra.naming import aws_tags, code_prefix, ssm_parameter_name
 from infra.render import event_object_prefix, scripts_for
 
 
-def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, tags, child):
-    """(role, instance profile) per job (or pool) that may only put objects under its own prefix:
+def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, tags, child, code: bool = False):
+    """(role, instance profile) per job (or pool) that may only put objects under its own prefix (and,
+    with ``code``, read the job's own code archives):
     EC2 instance tags are not principal tags, so one shared role could not tell jobs apart. Every
     role carries the stack's permissions boundary (contract aws.role-permissions-boundary)."""
     prefix = event_object_prefix(args.stack, owner)  # config refuses a pool named like a job
@@ -93,6 +94,19 @@ def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, t
         ),
         opts=child,
     )
+    if code:
+        # The job's code archives (uploaded by spotctl, named by their digest) and nothing else of the
+        # bucket: GetObject on the job's own code prefix only. Without s3:ListBucket a missing object
+        # answers 403, not 404 (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html,
+        # "Permissions"): the VM reports either as the archive not found.
+        code_dir = code_prefix(args.stack, owner)
+        aws.iam.RolePolicy(
+            f"{name}-code-policy",
+            role=role.id,
+            policy=bucket.arn.apply(lambda arn: json.dumps({"Version": "2012-10-17", "Statement": [
+                {"Sid": "ReadOwnCode", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{arn}/{code_dir}*"}]})),
+            opts=child,
+        )
     return role, aws.iam.InstanceProfile(
         f"{name}-profile", name_prefix=name_prefix, path=path, role=role.name, tags=tags, opts=child
     )
@@ -244,7 +258,8 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
         image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
-        role, profile = _instance_profile(name, args, job.id, base, tags, child) if runs else (None, None)
+        reads_code = job.code is not None and job.code.dir is not None
+        role, profile = _instance_profile(name, args, job.id, base, tags, child, reads_code) if runs else (None, None)
         secret_deps = self._env_secret(name, args, plan, role, tags, child)
         self.volumes: list[aws.ebs.Volume] = []
         self.instances: list[aws.ec2.Instance] = []

@@ -13,7 +13,7 @@ import pulumi_aws as aws
 
 from infra import contract
 from infra.config import Job, StackConfig
-from infra.naming import ssm_parameter_name
+from infra.naming import code_root, ssm_parameter_name
 
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
 DEFAULT_AMI_NAME = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *"
@@ -194,6 +194,8 @@ def boundary_document(stack: str, slug: str, region: str, bucket_arn: str) -> di
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "PutStackEvents", "Effect": "Allow", "Action": "s3:PutObject",
          "Resource": f"{bucket_arn}/{stack}/*"},  # every event_object_prefix(stack, name) of the stack
+        {"Sid": "ReadStackCode", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": f"{bucket_arn}/{code_root(stack)}*"},  # every job's code_prefix(stack, job)
         {"Sid": "ReadStackSecretEnv", "Effect": "Allow", "Action": "ssm:GetParameter",
          "Resource": f"arn:aws:ssm:{region}:*:parameter{ssm_parameter_name(slug, '*')}"},
         # SecureStrings use the account's aws/ssm key through SSM only; a cap, not a grant.

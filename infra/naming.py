@@ -70,6 +70,24 @@ def shared_stack_file(stack: str) -> str:
     return f"{stack}.spotctl/Pulumi.{stack}.yaml"
 
 
+def code_root(stack: str) -> str:
+    """The prefix under which every job's code archives live (``code_prefix``)."""
+    return f"{stack}.spotctl/code/"
+
+
+def code_prefix(stack: str, job_id: str) -> str:
+    """Where a job's code archives live in the stack's event bucket: beside the events' ``<stack>/``
+    prefix, never under it, so the events' expiry rule never deletes the code a later attempt needs
+    and no job identity (which may write only ``<stack>/<job>/``) can replace it; only this job's
+    identity may read it (infra/aws.py, infra/gcp.py)."""
+    return f"{code_root(stack)}{job_id}/"
+
+
+def code_key(stack: str, job_id: str, sha256: str) -> str:
+    """The object of one archive, named by its sha256 (uploaded once; a new digest is a new object)."""
+    return f"{code_prefix(stack, job_id)}{sha256}.tar.gz"
+
+
 def watch_lease(stack: str) -> str:
     """The one-watcher-per-stack lease in the stack's event bucket (cli/watch/lease.py): beside the shared
     stack file, never under the expiring ``<stack>/`` prefix, and writable by no job identity."""

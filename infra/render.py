@@ -78,6 +78,18 @@ class ScriptContext:
     systemd_dir: str = "/etc/systemd/system"
     fstab: str = "/etc/fstab"
     state_dir: str = "/var/lib/spotctl"
+    # Where the job's code comes from (filled by the CLI at launch): an archive ``s3://B/K`` or
+    # ``gs://B/K`` (.tar.gz) with its sha256, or a git URL at a commit (a private repo's token in the
+    # secure env value named ``code_git_token_env``); ``setup`` runs once per disk and code,
+    # ``workdir`` is relative to the unpacked code, ``container`` an image to run both in.
+    code_uri: str = ""
+    code_sha256: str = ""
+    code_git_url: str = ""
+    code_git_commit: str = ""
+    code_git_token_env: str = ""
+    setup: str = ""
+    workdir: str = ""
+    container: str = ""
 
     def __post_init__(self) -> None:
         # Values rendered without the quote filter must be what they claim to be.

@@ -150,8 +150,10 @@ def test_a_failed_startup_script_says_why(runner, monkeypatch):
 
 def test_drill_a_stack_job(project, runner, monkeypatch):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
-    text = path.read_text().replace("command: python eval.py", f"command: {EXAMPLE} --steps 200")
-    path.write_text(text)
+    text = path.read_text()  # bert-eval without its code: (the drill of a job's code: tests/test_code_drill.py)
+    start = text.index("      code:", text.index("id: bert-eval"))
+    end = text.index("\n", text.index("codeDigest:", start)) + 1
+    path.write_text(text[:start] + f"      command: {EXAMPLE} --steps 200\n" + text[end:])
     monkeypatch.setenv("PULUMI_STACK", "example-gcp")  # --job alone: the stack as every command finds it
     code, report = drill_json(runner, "--job", "bert-eval", "--preempt-every", "0.6")
     monkeypatch.delenv("PULUMI_STACK")

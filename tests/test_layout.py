@@ -20,10 +20,11 @@ ALLOWED = {
     "cli.plan": {"infra"},
     "cli.cloud": {"infra.config", "infra.naming"},
     "cli.pools": {"cli.cloud", "infra.config", "infra.naming"},
-    "cli.drill": {"infra.render", "infra.config"},
+    "cli.drill": {"infra.render", "infra.config", "infra.naming", "cli.code"},
     "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming"},
     "cli.cost": {"cli.cloud", "infra.config"},
     "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "infra.config", "infra.naming"},
+    "cli.code": {"cli.cloud", "infra.config", "infra.naming"},
 }
 # infra.basics is the part of the config model without pydantic (states, capacities, ConfigError):
 # whatever may import infra.config may import it.

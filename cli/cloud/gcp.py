@@ -238,7 +238,7 @@ def gcs_read(bucket: str, name: str) -> tuple[bytes, str] | None:
     return got.content, generation
 
 
-def gcs_write_if(bucket: str, name: str, data: bytes, expected: str | None) -> str:
+def gcs_write_if(bucket: str, name: str, data: bytes, expected: str | None, content_type: str = "application/yaml") -> str:
     """Upload (objects.insert, uploadType=media) with ``ifGenerationMatch``: the expected generation,
     or 0 ("only if there are no live versions of the object") when ``expected`` is None; a lost
     precondition is HTTP 412 (cloud.google.com/storage/docs/request-preconditions; JSON API
@@ -247,7 +247,7 @@ def gcs_write_if(bucket: str, name: str, data: bytes, expected: str | None) -> s
     session, base = _gcs(bucket, write=True)
     upload = base.replace("/storage/v1/b/", "/upload/storage/v1/b/", 1)
     got = session.post(upload, params={"uploadType": "media", "name": name, "ifGenerationMatch": expected or "0"},
-                       data=data, headers={"Content-Type": "application/yaml"}, timeout=30)
+                       data=data, headers={"Content-Type": content_type}, timeout=30)
     got.raise_for_status()
     return str(got.json()["generation"])
 

@@ -149,6 +149,11 @@ class Emulator:
             for key, value in changes.items():
                 setattr(self.state, key, value)
 
+    def put_object(self, bucket: str, name: str, data: bytes) -> None:
+        """An object a VM reads with its identity (the agent, a job's code archive)."""
+        with self._lock:
+            self.state.blobs[(bucket, name)] = data
+
     def events(self) -> list[dict[str, Any]]:
         with self._lock:
             return [u.body for u in self.state.uploads]
