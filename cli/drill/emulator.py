@@ -30,6 +30,7 @@ SECRET_KEY = "spotctl-emulator-secret-key"
 SESSION_TOKEN = "spotctl-emulator-session-token"
 ROLE = "spotctl-instance-role"
 GCS_TOKEN = "ya29.spotctl-emulator"
+POWEROFF_PATH = "/spotctl-emulator/poweroff"
 
 
 @dataclass
@@ -80,6 +81,8 @@ class State:
     # references read, in order.
     secrets: dict[str, str] = field(default_factory=dict)
     secret_reads: list[str] = field(default_factory=list)
+    # Every power-off a VM asked for (the agent's self-stop): {"instance", "argv", "received"}.
+    poweroffs: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Server(ThreadingHTTPServer):
@@ -149,6 +152,15 @@ class Emulator:
         with self._lock:
             for key, value in changes.items():
                 setattr(self.state, key, value)
+
+    def put_object(self, bucket: str, name: str, data: bytes) -> None:
+        """An object a VM reads with its identity (the agent, a job's code archive)."""
+        with self._lock:
+            self.state.blobs[(bucket, name)] = data
+
+    @property
+    def poweroff_url(self) -> str:
+        return self.url + POWEROFF_PATH
 
     def events(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -239,7 +251,9 @@ def _make_handler(emu: Emulator):
             emu.state.requests.append(("GET", self.path))
             url = urllib.parse.urlsplit(self.path)
             path = url.path
-            if path.startswith("/storage/v1/b/"):
+            if (self.headers.get("Authorization") or "").startswith("AWS4-HMAC-SHA256 "):
+                self._s3_read()
+            elif path.startswith("/storage/v1/b/"):
                 self._gcs_read(path, urllib.parse.parse_qs(url.query))
             elif path.startswith("/v1/projects/") and path.endswith("/versions/latest:access"):
                 self._secret_access(path[len("/v1/") : -len("/versions/latest:access")])
@@ -282,6 +296,11 @@ def _make_handler(emu: Emulator):
             emu.state.requests.append(("POST", self.path))
             body = self._body()
             url = urllib.parse.urlsplit(self.path)
+            if url.path == POWEROFF_PATH:
+                with emu._lock:
+                    emu.state.poweroffs.append({**json.loads(body or b"{}"), "received": time.monotonic()})
+                self._send(200, "ok")
+                return
             if url.path == "/" and self.headers.get("X-Amz-Target") == "AmazonSSM.GetParameter":
                 self._ssm_get_parameter(body)
                 return
@@ -403,6 +422,18 @@ def _make_handler(emu: Emulator):
                 emu.state.uploads = [u for u in emu.state.uploads if (u.bucket, u.name) != (bucket, name)]
                 emu.state.uploads.append(Upload(bucket, name, doc, time.monotonic()))
             self._send(200, json.dumps({"bucket": bucket, "name": name}), "application/json")
+
+        def _s3_read(self) -> None:
+            """S3 GetObject (signed): objects put with :meth:`Emulator.put_object` (the agent, code)."""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if not _sigv4_ok("GET", self.path, headers, b""):
+                emu.state.rejected.append(self.path)
+                self._send(403, "SignatureDoesNotMatch")
+                return
+            bucket, _, key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/").partition("/")
+            with emu._lock:
+                data = emu.state.blobs.get((bucket, key))
+            self._send(404, "NoSuchKey") if data is None else self._send(200, data, "application/octet-stream")
 
         def _gcs_read(self, path: str, query: dict[str, list[str]]) -> None:
             """GCS JSON API reads: list objects (prefix) and download one (alt=media)."""

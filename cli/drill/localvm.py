@@ -1,5 +1,6 @@
-"""Run a VM's rendered scripts on this machine: a directory plays the job disk, the emulator plays
-the metadata server and the event bucket, background processes play the systemd units.
+"""Run a VM's rendered bootstrap and its agent on this machine: a directory plays the job disk, the
+emulator plays the metadata server and the bucket (it serves the agent the bootstrap fetches and
+records the VM's self-stop), background processes play the systemd units.
 
 Used by the script tests and by ``spotctl drill``.
 """
@@ -16,14 +17,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cli.drill.emulator import Emulator
+from cli.drill.emulator import POWEROFF_PATH, Emulator
+from infra.agent_artifact import artifact
 from infra.render import ScriptContext, Scripts, scripts_for
 
 PID_FILES = ("trainer.pid", "run.pid", "watch.pid")
 
 
 def local_context(ctx: ScriptContext, emulator: Emulator, disk: Path, state: Path) -> ScriptContext:
-    """``ctx`` pointed at the emulator, with ``disk`` as the job disk and ``state`` as the VM's state dir."""
+    """``ctx`` pointed at the emulator, with ``disk`` as the job disk and ``state`` as the VM's state dir;
+    the emulator's bucket gets the agent, as ``spotctl up`` uploads it to the stack's."""
+    agent = artifact()
+    emulator.put_object(ctx.event_bucket, agent.object_name, agent.data)
     return replace(
         ctx,
         disk_device="",
@@ -71,6 +76,7 @@ class LocalVM:
     def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCTL_")}
         env["SPOTCTL_NO_SYSTEMD"] = "1"
+        env["SPOTCTL_POWEROFF_URL"] = self.ctx.storage_url + POWEROFF_PATH
         if self.boot_id is not None:
             env["SPOTCTL_BOOT_ID"] = self.boot_id
         env.update(extra or {})
