@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tarfile
 import time
-from typing import Dict, List, Optional
+from typing import Optional
 
 from agent import schema
 from agent.config import Config
@@ -34,22 +34,22 @@ def workdir(cfg: Config) -> str:
     base = code_dir(cfg)
     path = os.path.normpath(os.path.join(base, cfg.workdir or "."))
     if path != base and not path.startswith(base + os.sep):
-        raise CodeError("job %s: code workdir %r leaves the code directory" % (cfg.name, cfg.workdir))
+        raise CodeError(f"job {cfg.name}: code workdir {cfg.workdir!r} leaves the code directory")
     return path
 
 
-def _safe_members(tar: tarfile.TarFile, dest: str) -> List[tarfile.TarInfo]:
+def _safe_members(tar: tarfile.TarFile, dest: str) -> list[tarfile.TarInfo]:
     """Every member lands inside ``dest``: no absolute names, no ``..``, links only within it, no devices."""
     out = []
     for member in tar.getmembers():
         target = os.path.normpath(os.path.join(dest, member.name))
         if os.path.isabs(member.name) or not (target == dest or target.startswith(dest + os.sep)):
-            raise CodeError("archive member %r leaves the code directory" % member.name)
+            raise CodeError(f"archive member {member.name!r} leaves the code directory")
         if member.issym() or member.islnk():
             link = member.linkname if member.islnk() else os.path.join(os.path.dirname(member.name), member.linkname)
             resolved = os.path.normpath(os.path.join(dest, link))
             if os.path.isabs(member.linkname) or not resolved.startswith(dest + os.sep):
-                raise CodeError("archive link %r points outside the code directory" % member.name)
+                raise CodeError(f"archive link {member.name!r} points outside the code directory")
         elif not (member.isfile() or member.isdir()):
             continue
         member.mode &= 0o755 | 0o022
@@ -75,7 +75,7 @@ def unpack(cfg: Config, data: bytes) -> str:
             tar.extractall(tmp, members=_safe_members(tar, os.path.realpath(tmp)))
     except (tarfile.TarError, OSError, EOFError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CodeError("job %s: code archive cannot be unpacked: %s" % (cfg.name, e))
+        raise CodeError(f"job {cfg.name}: code archive cannot be unpacked: {e}") from e
     finally:
         if os.path.exists(archive):
             os.remove(archive)
@@ -96,16 +96,15 @@ def fetch_archive(cfg: Config, cloud: Cloud, wait_s: float = 120) -> str:
             break
         if time.monotonic() >= deadline:
             status = "no answer" if answer is None else "HTTP %d" % answer.status
-            raise CodeError("job %s: code %s could not be downloaded (%s)" % (cfg.name, cfg.code_uri, status))
+            raise CodeError(f"job {cfg.name}: code {cfg.code_uri} could not be downloaded ({status})")
         time.sleep(2)
     digest = hashlib.sha256(answer.body).hexdigest()
     if digest != cfg.code_sha256:
-        raise CodeError("job %s: code %s has sha256 %s, not the recorded %s: not running it"
-                        % (cfg.name, cfg.code_uri, digest, cfg.code_sha256))
+        raise CodeError(f"job {cfg.name}: code {cfg.code_uri} has sha256 {digest}, not the recorded {cfg.code_sha256}: not running it")
     return unpack(cfg, answer.body)
 
 
-def git_env(token: str) -> Dict[str, str]:
+def git_env(token: str) -> dict[str, str]:
     """The token as an HTTP header through git's environment config (git >= 2.31), never in argv."""
     if not token:
         return {}
@@ -137,8 +136,8 @@ def clone(cfg: Config, token: str, out) -> str:
 
 def setup_marker(cfg: Config) -> str:
     """Setup ran on this disk for this code and this setup command."""
-    key = hashlib.sha256(("%s\0%s\0%s" % (cfg.code_key(), cfg.setup, cfg.container)).encode()).hexdigest()[:32]
-    return cfg.disk("%s/setup-%s.done" % (schema.DISK_DIR, key))
+    key = hashlib.sha256((f"{cfg.code_key()}\0{cfg.setup}\0{cfg.container}").encode()).hexdigest()[:32]
+    return cfg.disk(f"{schema.DISK_DIR}/setup-{key}.done")
 
 
 def tail(path: str, lines: int = 20, limit: int = 2000) -> str:
@@ -151,7 +150,7 @@ def tail(path: str, lines: int = 20, limit: int = 2000) -> str:
     return "\n".join(data.rstrip("\n").split("\n")[-lines:])[-limit:]
 
 
-def run_setup(cfg: Config, argv: List[str], env: Dict[str, str], cwd: str, log_path: str,
+def run_setup(cfg: Config, argv: list[str], env: dict[str, str], cwd: str, log_path: str,
               stopping, started) -> Optional[int]:
     """Run ``setup`` once per disk and code: None when done (now or before), else its exit code.
     Its output goes to the job's log."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, fields
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -23,14 +23,14 @@ class Config:
     world_size: int = 1
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
-    env: Dict[str, str] = field(default_factory=dict)
-    secret_keys: Tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    secret_keys: tuple[str, ...] = ()
     secret_ref: str = ""
     secrets_url: str = ""
     capacity: str = ""
     machine_type: str = ""
     disk_device: str = ""
-    disk_aliases: Tuple[str, ...] = ()
+    disk_aliases: tuple[str, ...] = ()
     disk_wait_s: int = 120
     mount_point: str = "/mnt/spotctl"
     cwd: str = ""
@@ -56,11 +56,11 @@ class Config:
     workdir: str = ""
     container: str = ""
     # How the VM powers itself off once its work is done (tests: a recording stand-in on PATH).
-    poweroff: Tuple[str, ...] = ("shutdown", "-h", "now")
+    poweroff: tuple[str, ...] = ("shutdown", "-h", "now")
     self_stop: bool = True
 
     @classmethod
-    def from_dict(cls, doc: dict) -> "Config":
+    def from_dict(cls, doc: dict) -> Config:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in doc.items() if k in known}
         for name in ("secret_keys", "disk_aliases", "poweroff"):
@@ -69,7 +69,7 @@ class Config:
         return cls(**values)
 
     @classmethod
-    def load(cls, path: str) -> "Config":
+    def load(cls, path: str) -> Config:
         with open(path, encoding="utf-8") as fh:
             return cls.from_dict(json.load(fh))
 
@@ -112,7 +112,7 @@ class Config:
             return default
 
 
-def load_default(argv: List[str]) -> Config:
+def load_default(argv: list[str]) -> Config:
     """The config next to the agent (``SPOTCTL_CONFIG`` or ``<state_dir>/config.json``)."""
     path = os.environ.get("SPOTCTL_CONFIG") or "/var/lib/spotctl/config.json"
     return Config.load(path)

@@ -14,7 +14,7 @@ BLANK_PROBE = 1 << 20  # a new disk's first MiB reads as zeros
 
 
 def _run(args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False, **kw)
+    return subprocess.run(args, capture_output=True, check=False, **kw)
 
 
 def find_device(cfg: Config, sleep=time.sleep) -> str:
@@ -28,7 +28,7 @@ def find_device(cfg: Config, sleep=time.sleep) -> str:
                     log(cfg, "job disk found as " + name)
                 return name
         if waited >= cfg.disk_wait_s:
-            log(cfg, "job disk %s did not appear" % cfg.disk_device)
+            log(cfg, f"job disk {cfg.disk_device} did not appear")
             return ""
         sleep(1)
         waited += 1
@@ -53,7 +53,7 @@ def prepare(cfg: Config) -> str:
         return ""
     device = find_device(cfg)
     if not device:
-        raise RuntimeError("job disk %s did not appear" % cfg.disk_device)
+        raise RuntimeError(f"job disk {cfg.disk_device} did not appear")
     if mounted(cfg.mount_point):
         return device
     probe = _run(["blkid", "-p", device]).returncode
@@ -67,13 +67,13 @@ def prepare(cfg: Config) -> str:
         raise RuntimeError("cannot probe %s (blkid exit %d): not formatting" % (device, probe))
     os.makedirs(cfg.mount_point, exist_ok=True)
     if _run(["mount", "-o", "defaults,discard", device, cfg.mount_point]).returncode != 0:
-        raise RuntimeError("mount of %s failed" % device)
+        raise RuntimeError(f"mount of {device} failed")
     return device
 
 
 def fstab_line(uuid: str, mount_point: str) -> str:
     """``nofail``: a VM booted without the disk still boots."""
-    return "UUID=%s %s auto defaults,discard,nofail,x-systemd.device-timeout=120s 0 2\n" % (uuid, mount_point)
+    return f"UUID={uuid} {mount_point} auto defaults,discard,nofail,x-systemd.device-timeout=120s 0 2\n"
 
 
 def add_to_fstab(cfg: Config, device: str) -> None:
@@ -83,7 +83,7 @@ def add_to_fstab(cfg: Config, device: str) -> None:
     if not uuid:
         return
     current = read(cfg.fstab) or ""
-    if any(line.startswith("UUID=%s " % uuid) for line in current.splitlines()):
+    if any(line.startswith(f"UUID={uuid} ") for line in current.splitlines()):
         return
     with open(cfg.fstab, "a", encoding="utf-8") as fh:
         fh.write(fstab_line(uuid, cfg.mount_point))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import List, Mapping, Optional
+from typing import Mapping, Optional
 
 from agent import schema
 from agent.config import Config
@@ -19,7 +19,7 @@ from agent.util import locked, log, read, write_atomic
 class Recorder:
     def __init__(self, cfg: Config, meta: Metadata, cloud: Cloud):
         self.cfg, self.meta, self.cloud = cfg, meta, cloud
-        self._threads: List[threading.Thread] = []
+        self._threads: list[threading.Thread] = []
         self._ident: Optional[tuple] = None
 
     @property
@@ -27,6 +27,10 @@ class Recorder:
         if self._ident is None:
             self._ident = identity(self.cfg, self.meta)
         return self._ident
+
+    def identify(self) -> None:
+        """Ask the metadata server who this VM is now, while it answers (events carry it)."""
+        _ = self.ident
 
     def node_dir(self) -> str:
         c = self.cfg
@@ -71,7 +75,7 @@ class Recorder:
                 return True
             tries += 1
             time.sleep(min(0.2 * tries, 0.9, max(0.0, deadline - time.monotonic())))
-        log(self.cfg, "event %s not uploaded within %gs (kept in the local event log)" % (name.rsplit("-", 1)[-1], budget))
+        log(self.cfg, "event {} not uploaded within {:g}s (kept in the local event log)".format(name.rsplit("-", 1)[-1], budget))
         return False
 
     def wait(self, timeout: Optional[float] = None) -> None:

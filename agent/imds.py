@@ -41,13 +41,13 @@ class Metadata:
         """A metadata value (GCE: under computeMetadata/v1; AWS: under latest/meta-data), None when
         absent (AWS answers 404 for "no notice") or unreachable."""
         if self.cfg.cloud == "gcp":
-            req = urllib.request.Request("%s/%s" % (self.cfg.metadata_url, path), headers={"Metadata-Flavor": "Google"})
+            req = urllib.request.Request(f"{self.cfg.metadata_url}/{path}", headers={"Metadata-Flavor": "Google"})
             return self._open(req, timeout)
         start = time.monotonic()
         token = self._aws_token(timeout)
         if not token:
             return None
-        req = urllib.request.Request("%s/latest/meta-data/%s" % (self.cfg.metadata_url, path),
+        req = urllib.request.Request(f"{self.cfg.metadata_url}/latest/meta-data/{path}",
                                      headers={"X-aws-ec2-metadata-token": token})
         return self._open(req, timeout - (time.monotonic() - start))
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List
 
 from agent import disk, units
+from agent.code import CodeError
+from agent.code import workdir as code_workdir
 from agent.config import Config, load_default
 from agent.events import Recorder
 from agent.imds import Metadata
 from agent.storage import Cloud
 from agent.trainer import env_file_text
-from agent.code import CodeError, workdir as code_workdir
 from agent.util import locked, log, read, remove, touch, write_atomic
 
 # State of one boot, forgotten by the first entry point of the next.
@@ -37,12 +37,12 @@ def boot(cfg: Config) -> None:
 
 
 def main_entry(cfg: Config, rec: Recorder, agent: str) -> int:
-    rec.ident
+    rec.identify()
     try:
         device = disk.prepare(cfg)
     except RuntimeError as e:
         log(cfg, str(e))
-        rec.record("failed", {"reason": "job disk %s could not be mounted" % cfg.disk_device})
+        rec.record("failed", {"reason": f"job disk {cfg.disk_device} could not be mounted"})
         return 1
     from agent.run import completed_before
     if completed_before(cfg, rec):
@@ -62,10 +62,10 @@ def main_entry(cfg: Config, rec: Recorder, agent: str) -> int:
     return 0
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     entry = argv[0] if argv else "main"
     if entry not in ENTRIES:
-        sys.stderr.write("usage: agent [%s]\n" % "|".join(ENTRIES))
+        sys.stderr.write("usage: agent [{}]\n".format("|".join(ENTRIES)))
         return 2
     cfg = load_default(argv)
     if cfg.kind != "pool" and entry in ("busy", "idle"):

@@ -6,17 +6,24 @@ import json
 import os
 import signal
 import subprocess
-import time
-from typing import Dict
 
 from agent import code, schema
 from agent.config import Config
 from agent.events import Recorder
 from agent.imds import Metadata
 from agent.stop import already_completed, signal_trainer, wait_trainer
-from agent.trainer import (Pump, argv_for, command_env, end_attempt_failed, has_progress, image_env, load_secrets,
-                           log_start, wait_driver)
 from agent.storage import http
+from agent.trainer import (
+    Pump,
+    argv_for,
+    command_env,
+    end_attempt_failed,
+    has_progress,
+    image_env,
+    load_secrets,
+    log_start,
+    wait_driver,
+)
 from agent.util import exists, log, read, remove, touch, write_atomic
 
 
@@ -50,10 +57,10 @@ def power_off(cfg: Config) -> None:
         subprocess.run(list(cfg.poweroff), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=60, check=False)
     except (OSError, subprocess.SubprocessError) as e:
-        log(cfg, "could not power off (%s)" % e)
+        log(cfg, f"could not power off ({e})")
 
 
-def prepare_code(cfg: Config, rec: Recorder, cloud, secrets: Dict[str, str]) -> str:
+def prepare_code(cfg: Config, rec: Recorder, cloud, secrets: dict[str, str]) -> str:
     """The code on the disk; raises code.CodeError."""
     if cfg.code_uri:
         code.fetch_archive(cfg, cloud, cfg.env_number("SPOTCTL_CODE_WAIT_S", 120))
@@ -128,10 +135,9 @@ def run(cfg: Config, meta: Metadata, cloud, rec: Recorder) -> int:
     signaled = exists(cfg.state("signaled"))
     if cfg.is_job and rc == 0 and not signaled:
         write_atomic(cfg.disk(schema.COMPLETED_MARKER), str(cfg.attempt))
-    if exists(cfg.state("stopping")):
-        # The leader may be gone while the rest of its group still checkpoints.
-        if not wait_trainer(cfg, cfg.stop_budget_s):
-            log(cfg, "trainer's processes still running after %ds" % cfg.stop_budget_s)
+    # The leader may be gone while the rest of its group still checkpoints.
+    if exists(cfg.state("stopping")) and not wait_trainer(cfg, cfg.stop_budget_s):
+        log(cfg, "trainer's processes still running after %ds" % cfg.stop_budget_s)
     # From here on a stop lets this run record how the trainer ended.
     signal.signal(signal.SIGTERM, lambda s, f: touch(cfg.state("stopping")))
     remove(cfg.state("trainer.pid"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Mapping, Optional
 
 # The keys of one event document, in the order the agent writes them.
 EVENT_KEYS = ("stack", "kind", "job", "attempt", "node", "event", "time", "instance", "zone", "details")
@@ -47,7 +47,7 @@ CHECKPOINT_LINE = re.compile(rb"^SPOTCTL_CHECKPOINT\s+([0-9]+)\s*$")
 
 # Every variable the VM exports to the command, with what it means (docs are generated from this).
 # The job's own env comes first: none of these can be overridden by it.
-EXPORTED_VARIABLES: Dict[str, str] = {
+EXPORTED_VARIABLES: dict[str, str] = {
     "SPOTCTL_CLOUD": "gcp or aws",
     "SPOTCTL_REGION": "the stack's region",
     "SPOTCTL_STACK": "the stack's name",
@@ -71,7 +71,7 @@ POOL_ONLY = ("SPOTCTL_POOL", "SPOTCTL_BUSY_FILE")
 
 def event_object_prefix(stack: str, name: str) -> str:
     """Where the VM of job or pool ``name`` writes its objects (the default event prefix)."""
-    return "%s/%s/" % (stack, name)
+    return f"{stack}/{name}/"
 
 
 def node_prefix(event_prefix: str, name: str, attempt: int, node: int, vm: str = "") -> str:
@@ -81,7 +81,7 @@ def node_prefix(event_prefix: str, name: str, attempt: int, node: int, vm: str =
 
 
 def event_object(node_dir: str, at: str, event: str) -> str:
-    return "%s%s-%s.json" % (node_dir, at, event)
+    return f"{node_dir}{at}-{event}.json"
 
 
 def log_object(node_dir: str, offset: int) -> str:
@@ -94,7 +94,7 @@ def disk_log(attempt: int, node: int) -> str:
 
 
 def agent_object(sha256: str) -> str:
-    return "%s%s.pyz" % (AGENT_PREFIX, sha256)
+    return f"{AGENT_PREFIX}{sha256}.pyz"
 
 
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
@@ -122,7 +122,7 @@ def event_line(stack: str, kind: str, name: str, attempt: int, node: int, event:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def parse_key(key: str) -> Optional[Tuple[str, str, int, int]]:
+def parse_key(key: str) -> Optional[tuple[str, str, int, int]]:
     """(stack, job, attempt, node) of an event object key, or None."""
     m = EVENT_KEY.fullmatch(key)
     return (m["stack"], m["job"], int(m["attempt"]), int(m["node"])) if m else None

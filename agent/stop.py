@@ -3,15 +3,16 @@ how far it got; and the record-once `preempted` every stop path goes through."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from typing import List, Optional
+from typing import Optional
 
 from agent import schema
 from agent.config import Config
 from agent.events import Recorder, last_step
-from agent.util import exists, locked, log, pid_file, read, touch, write_atomic, group_alive, pid_alive
+from agent.util import exists, group_alive, locked, log, pid_alive, pid_file, read, touch, write_atomic
 
 
 def trainer_pid(cfg: Config) -> Optional[int]:
@@ -56,10 +57,8 @@ def signal_trainer(cfg: Config, sig: int = signal.SIGTERM) -> None:
     try:
         os.killpg(pid, sig)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
-        except OSError:
-            pass
 
 
 def wait_trainer(cfg: Config, budget: float) -> bool:
@@ -90,7 +89,7 @@ def progress(rec: Recorder) -> dict:
     return {} if step is None else {"progress": str(step)}
 
 
-def claim_notice(cfg: Config, details: List[str]) -> bool:
+def claim_notice(cfg: Config, details: list[str]) -> bool:
     """The first stop path to see a preemption claims it (the notice's details, one per line); the
     others find it claimed and only wait for its record."""
     try:
@@ -102,15 +101,15 @@ def claim_notice(cfg: Config, details: List[str]) -> bool:
     return True
 
 
-def notice_details(cfg: Config) -> List[str]:
+def notice_details(cfg: Config) -> list[str]:
     return [line for line in (read(cfg.state("notice")) or "").split("\n") if line]
 
 
-def as_details(items: List[str]) -> dict:
+def as_details(items: list[str]) -> dict:
     return dict(item.split("=", 1) for item in items if "=" in item)
 
 
-def preempted_once(cfg: Config, rec: Recorder, details: List[str]) -> None:
+def preempted_once(cfg: Config, rec: Recorder, details: list[str]) -> None:
     """After a notice and the trainer's stop: the checkpoint it wrote on SIGTERM, then `preempted`
     with how far it got, once per boot whichever path gets here first. The lock is held through the
     upload, so a second path waits for the first one's record instead of recording it twice."""
@@ -129,14 +128,14 @@ def preempted_once(cfg: Config, rec: Recorder, details: List[str]) -> None:
         touch(cfg.state("preempted-recorded"))
 
 
-def notice(cfg: Config, rec: Recorder, details: List[str], since: Optional[float] = None) -> None:
+def notice(cfg: Config, rec: Recorder, details: list[str], since: Optional[float] = None) -> None:
     """A preemption notice: SIGTERM the trainer, record the notice, give the trainer what is left of
     its budget (the cloud's clock started at ``since``, the last look that saw none, not at this
     poll), then record `preempted` once."""
     now = time.time()
     budget = max(0.0, cfg.stop_budget_s - (now - (since if since is not None else now)))
     if finished(cfg):
-        log(cfg, "notice after the job completed: nothing to record (%s)" % " ".join(details))
+        log(cfg, "notice after the job completed: nothing to record ({})".format(" ".join(details)))
         return
     if not claim_notice(cfg, details):
         return

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 from agent.config import Config
 from agent.imds import Metadata
@@ -29,7 +29,7 @@ class Answer:
         return 200 <= self.status < 300
 
 
-def http(method: str, url: str, headers: Dict[str, str], body: bytes, timeout: float) -> Optional[Answer]:
+def http(method: str, url: str, headers: dict[str, str], body: bytes, timeout: float) -> Optional[Answer]:
     """One request; None when it got no answer within ``timeout`` (a lost answer, a refused connection)."""
     if timeout <= 0:
         return None
@@ -52,7 +52,7 @@ class Cloud:
 
     def __init__(self, cfg: Config, meta: Metadata):
         self.cfg, self.meta = cfg, meta
-        self._creds: Optional[Tuple[str, str, str]] = None
+        self._creds: Optional[tuple[str, str, str]] = None
         self._creds_at = 0.0
 
     # ---- identity ----------------------------------------------------------------------------
@@ -63,7 +63,7 @@ class Cloud:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def aws_creds(self, timeout: float) -> Optional[Tuple[str, str, str]]:
+    def aws_creds(self, timeout: float) -> Optional[tuple[str, str, str]]:
         """The instance role's credentials, kept 5 minutes (IMDS renews them well before they expire)."""
         if self._creds and time.monotonic() - self._creds_at < 300:
             return self._creds
@@ -101,9 +101,9 @@ class Cloud:
         if target:
             headers["x-amz-target"] = target
         signed = ";".join(sorted(headers))
-        canonical = "\n".join([method, path, query, "".join("%s:%s\n" % (k, headers[k]) for k in sorted(headers)),
+        canonical = "\n".join([method, path, query, "".join(f"{k}:{headers[k]}\n" for k in sorted(headers)),
                                signed, payload_hash])
-        scope = "%s/%s/%s/aws4_request" % (day, self.cfg.region, service)
+        scope = f"{day}/{self.cfg.region}/{service}/aws4_request"
         to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
         key = ("AWS4" + secret).encode()
         for part in (day, self.cfg.region, service, "aws4_request"):
@@ -111,8 +111,7 @@ class Cloud:
         signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
         send = {k: v for k, v in headers.items() if k != "host"}
         send["Content-Type"] = ctype
-        send["Authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
-            akid, scope, signed, signature)
+        send["Authorization"] = f"AWS4-HMAC-SHA256 Credential={akid}/{scope}, SignedHeaders={signed}, Signature={signature}"
         url = base.rstrip("/") + path + ("?" + query if query else "")
         return http(method, url, send, body, deadline - time.monotonic())
 
@@ -132,12 +131,11 @@ class Cloud:
             token = self.gcp_token(timeout)
             if not token:
                 return False
-            url = "%s/upload/storage/v1/b/%s/o?uploadType=media&ifGenerationMatch=0&name=%s" % (
-                self.cfg.storage_url, quote(bucket), quote(name))
+            url = f"{self.cfg.storage_url}/upload/storage/v1/b/{quote(bucket)}/o?uploadType=media&ifGenerationMatch=0&name={quote(name)}"
             answer = http("POST", url, {"Authorization": "Bearer " + token, "Content-Type": ctype}, body,
                           deadline - time.monotonic())
             return answer is not None and (answer.ok or answer.status == 412)
-        answer = self.aws_request("PUT", self.cfg.storage_url, "/%s/%s" % (quote(bucket), quote(name, True)), "s3",
+        answer = self.aws_request("PUT", self.cfg.storage_url, f"/{quote(bucket)}/{quote(name, True)}", "s3",
                                   ctype, body, timeout)
         return answer is not None and answer.ok
 
@@ -150,12 +148,12 @@ class Cloud:
             token = self.gcp_token(timeout)
             if not token:
                 return None
-            url = "%s/storage/v1/b/%s/o/%s?alt=media" % (self.cfg.storage_url, quote(bucket), quote(name))
+            url = f"{self.cfg.storage_url}/storage/v1/b/{quote(bucket)}/o/{quote(name)}?alt=media"
             return http("GET", url, {"Authorization": "Bearer " + token}, b"", deadline - time.monotonic())
         if scheme == "s3":
-            return self.aws_request("GET", self.cfg.storage_url, "/%s/%s" % (quote(bucket), quote(name, True)), "s3",
+            return self.aws_request("GET", self.cfg.storage_url, f"/{quote(bucket)}/{quote(name, True)}", "s3",
                                     "application/octet-stream", b"", timeout)
-        raise ValueError("not an s3:// or gs:// URI: %r" % uri)
+        raise ValueError(f"not an s3:// or gs:// URI: {uri!r}")
 
     # ---- secrets -----------------------------------------------------------------------------
     def secret_payload(self, timeout: float) -> Optional[str]:
@@ -164,7 +162,7 @@ class Cloud:
             token = self.gcp_token(timeout)
             if not token:
                 return None
-            url = "%s/v1/%s/versions/latest:access" % (self.cfg.secrets_url, self.cfg.secret_ref)
+            url = f"{self.cfg.secrets_url}/v1/{self.cfg.secret_ref}/versions/latest:access"
             answer = http("GET", url, {"Authorization": "Bearer " + token}, b"", timeout)
             try:
                 return base64.b64decode(json.loads(answer.body)["payload"]["data"]).decode() if answer and answer.ok else None
@@ -182,12 +180,12 @@ class Cloud:
     def protect(self, instance: str, protected: bool) -> bool:
         """Scale-in protection of this instance in its Auto Scaling group (Query API)."""
         form = "application/x-www-form-urlencoded; charset=utf-8"
-        body = "Action=DescribeAutoScalingInstances&InstanceIds.member.1=%s&Version=2011-01-01" % quote(instance)
+        body = f"Action=DescribeAutoScalingInstances&InstanceIds.member.1={quote(instance)}&Version=2011-01-01"
         answer = self.aws_request("POST", self.cfg.autoscaling_url, "/", "autoscaling", form, body.encode(), 10)
         found = re.search(rb"<AutoScalingGroupName>([^<]*)</AutoScalingGroupName>", answer.body) if answer and answer.ok else None
         if not found:
             return False
-        body = ("Action=SetInstanceProtection&AutoScalingGroupName=%s&InstanceIds.member.1=%s&ProtectedFromScaleIn=%s"
-                "&Version=2011-01-01") % (quote(found.group(1).decode()), quote(instance), "true" if protected else "false")
+        body = ("Action=SetInstanceProtection&AutoScalingGroupName={}&InstanceIds.member.1={}&ProtectedFromScaleIn={}"
+                "&Version=2011-01-01").format(quote(found.group(1).decode()), quote(instance), "true" if protected else "false")
         answer = self.aws_request("POST", self.cfg.autoscaling_url, "/", "autoscaling", form, body.encode(), 10)
         return answer is not None and answer.ok

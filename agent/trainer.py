@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from typing import Optional
 
 from agent import code, schema
 from agent.config import Config
@@ -24,7 +24,7 @@ from agent.util import exists, log, touch, write_atomic
 FALLBACK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def image_env(cfg: Config, login_shell: str = "/bin/bash") -> Dict[str, str]:
+def image_env(cfg: Config, login_shell: str = "/bin/bash") -> dict[str, str]:
     """PATH and HOME as the image gives them to a login: systemd starts the agent with a bare PATH
     and no HOME, and e.g. AWS's deep learning AMIs put PyTorch's python outside it. Without systemd
     (``spotctl drill``), the caller's PATH and HOME: the command sees the same variables either way."""
@@ -41,7 +41,7 @@ def image_env(cfg: Config, login_shell: str = "/bin/bash") -> Dict[str, str]:
     return {"PATH": path or FALLBACK_PATH, "HOME": home}
 
 
-def spotctl_vars(cfg: Config, workdir: str, resume: bool) -> Dict[str, str]:
+def spotctl_vars(cfg: Config, workdir: str, resume: bool) -> dict[str, str]:
     """Every variable of ``schema.EXPORTED_VARIABLES`` this VM exports."""
     v = {
         "SPOTCTL_CLOUD": cfg.cloud, "SPOTCTL_REGION": cfg.region, "SPOTCTL_STACK": cfg.stack,
@@ -61,7 +61,7 @@ def spotctl_vars(cfg: Config, workdir: str, resume: bool) -> Dict[str, str]:
     return v
 
 
-def command_env(cfg: Config, base: Dict[str, str], secrets: Dict[str, str], workdir: str, resume: bool) -> Dict[str, str]:
+def command_env(cfg: Config, base: dict[str, str], secrets: dict[str, str], workdir: str, resume: bool) -> dict[str, str]:
     """base < secrets < the job's env < spotctl's variables."""
     env = dict(base)
     env.update(secrets)
@@ -76,10 +76,10 @@ def env_file_text(cfg: Config, workdir: str) -> str:
     a person on the VM: ``. /var/lib/spotctl/env``."""
     values = dict(cfg.env)
     values.update(spotctl_vars(cfg, workdir, False))
-    return "".join("export %s=%s\n" % (k, shlex.quote(v)) for k, v in values.items())
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
 
 
-def argv_for(cfg: Config, command: str, env: Dict[str, str], cwd: str) -> List[str]:
+def argv_for(cfg: Config, command: str, env: dict[str, str], cwd: str) -> list[str]:
     """The command handed verbatim to ``bash -c``; with ``container``, inside ``docker run``, the job
     disk at the same path, the job's env by name (values stay out of argv) and the GPUs."""
     if not cfg.container:
@@ -87,14 +87,14 @@ def argv_for(cfg: Config, command: str, env: Dict[str, str], cwd: str) -> List[s
         return [bash, "-c", command]
     argv = ["docker", "run", "--rm", "--gpus", "all", "--network", "host", "--ipc", "host",
             "--name", "spotctl-%s-%d-%d" % (cfg.unit, cfg.attempt, cfg.node_rank),
-            "-v", "%s:%s" % (cfg.mount_point, cfg.mount_point), "-w", cwd]
+            "-v", f"{cfg.mount_point}:{cfg.mount_point}", "-w", cwd]
     for key in sorted(env):
         if key not in ("PATH", "HOME"):  # the image's own
             argv += ["-e", key]
     return argv + [cfg.container, "bash", "-c", command]
 
 
-def load_secrets(cfg: Config, cloud) -> Optional[Dict[str, str]]:
+def load_secrets(cfg: Config, cloud) -> Optional[dict[str, str]]:
     """The job's secret env values, in memory only. Retried for 2 minutes: a role or binding made in
     the same update can take that long to apply. Only the names this job declares are taken."""
     if not cfg.secret_keys:
@@ -106,7 +106,7 @@ def load_secrets(cfg: Config, cloud) -> Optional[Dict[str, str]]:
         if payload:
             break
         if time.monotonic() >= deadline:
-            log(cfg, "could not read the job's secret env values from %s: not starting the trainer" % cfg.secret_ref)
+            log(cfg, f"could not read the job's secret env values from {cfg.secret_ref}: not starting the trainer")
             return None
         time.sleep(2)
     out = {}
@@ -117,7 +117,7 @@ def load_secrets(cfg: Config, cloud) -> Optional[Dict[str, str]]:
         try:
             out[key] = base64.urlsafe_b64decode(value.encode()).decode()
         except (ValueError, UnicodeDecodeError):
-            log(cfg, "the secret value of %s in %s is not base64" % (key, cfg.secret_ref))
+            log(cfg, f"the secret value of {key} in {cfg.secret_ref} is not base64")
             return None
     if len(out) != len(set(cfg.secret_keys)):
         log(cfg, "%s holds %d of the job's %d secret env values" % (cfg.secret_ref, len(out), len(set(cfg.secret_keys))))
@@ -171,7 +171,7 @@ class Pump:
         self.last_event = 0.0
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "Pump":
+    def start(self) -> Pump:
         self.thread.start()
         return self
 
@@ -229,11 +229,11 @@ def log_start(path: str) -> None:
             fh.write(b"\n")
 
 
-def end_attempt_failed(cfg: Config, rec: Recorder, details: Dict[str, str]) -> int:
+def end_attempt_failed(cfg: Config, rec: Recorder, details: dict[str, str]) -> int:
     """The attempt cannot run: say why in the log and the event, upload both, then the VM may stop."""
     log(cfg, details.get("reason", "failed"))
     with open(rec.trainer_log(), "ab") as fh:
-        fh.write(("spotctl: %s\n" % details.get("reason", "failed")).encode())
+        fh.write(("spotctl: {}\n".format(details.get("reason", "failed"))).encode())
     rec.upload_log(5)
     rec.record("failed", details)
     return 1

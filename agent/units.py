@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-from typing import Dict, List
 
 from agent.config import Config
 from agent.util import log, pid_alive, pid_file, write_atomic
@@ -25,14 +24,14 @@ GCE_SHUTDOWN_UNIT = "google-shutdown-scripts.service"
 
 
 def _exec(python: str, agent: str, entry: str) -> str:
-    return "%s %s %s" % (python, agent, entry)
+    return f"{python} {agent} {entry}"
 
 
-def unit_files(cfg: Config, python: str, agent: str) -> Dict[str, str]:
+def unit_files(cfg: Config, python: str, agent: str) -> dict[str, str]:
     """{path relative to the systemd dir: text} of every unit file (pure)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", cfg.name)
-    gcp_before = "Before=%s\n" % GCE_SHUTDOWN_UNIT if cfg.cloud == "gcp" else ""
-    env = "Environment=SPOTCTL_CONFIG=%s\n" % cfg.state("config.json")
+    gcp_before = f"Before={GCE_SHUTDOWN_UNIT}\n" if cfg.cloud == "gcp" else ""
+    env = "Environment=SPOTCTL_CONFIG={}\n".format(cfg.state("config.json"))
     files = {}
     # The run process flushes the trainer's last checkpoint event itself after the trainer's budget.
     files[cfg.unit + ".service"] = (
@@ -44,9 +43,9 @@ def unit_files(cfg: Config, python: str, agent: str) -> Dict[str, str]:
          cfg.stop_budget_s + 8)
     # Stopped after the stop path has run: it may be recording the preemption then.
     files["spotctl-watch.service"] = (
-        "[Unit]\nDescription=spotctl preemption watcher\nAfter=network-online.target\nRequiresMountsFor=%s\n%s\n"
-        "[Service]\nType=simple\n%sExecStart=%s\nRestart=on-failure\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n"
-    ) % (cfg.mount_point, gcp_before, env, _exec(python, agent, "watch"))
+        "[Unit]\nDescription=spotctl preemption watcher\nAfter=network-online.target\nRequiresMountsFor={}\n{}\n"
+        "[Service]\nType=simple\n{}ExecStart={}\nRestart=on-failure\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n"
+    ).format(cfg.mount_point, gcp_before, env, _exec(python, agent, "watch"))
     if cfg.cloud == "aws":
         # AWS runs no shutdown script: this unit's ExecStop is ours. Ordered after the job and the
         # watcher, so at shutdown it runs before they are stopped.
@@ -57,11 +56,11 @@ def unit_files(cfg: Config, python: str, agent: str) -> Dict[str, str]:
             "[Install]\nWantedBy=multi-user.target\n"
         ) % (cfg.unit, cfg.mount_point, env, _exec(python, agent, "shutdown"), cfg.notice_s)
     else:
-        files[GCE_SHUTDOWN_UNIT + ".d/spotctl.conf"] = "[Unit]\nRequiresMountsFor=%s\n" % cfg.mount_point
+        files[GCE_SHUTDOWN_UNIT + ".d/spotctl.conf"] = f"[Unit]\nRequiresMountsFor={cfg.mount_point}\n"
     return files
 
 
-def unit_names(cfg: Config) -> List[str]:
+def unit_names(cfg: Config) -> list[str]:
     return (["spotctl-stop.service"] if cfg.cloud == "aws" else []) + ["spotctl-watch.service", cfg.unit + ".service"]
 
 

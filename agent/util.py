@@ -22,7 +22,7 @@ def log(cfg: Config, message: str) -> None:
     # Under systemd stderr is the journal; without it (a drill) the unit's output is this same log.
     if not cfg.no_systemd or sys.stderr.isatty():
         with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write("spotctl: %s\n" % message)
+            sys.stderr.write(f"spotctl: {message}\n")
             sys.stderr.flush()
 
 

@@ -12,7 +12,7 @@ import time
 from agent.config import Config
 from agent.events import Recorder
 from agent.imds import Metadata
-from agent.stop import (claim_notice, finished, notice, notice_details, preempted_once, signal_trainer, stop, wait_trainer)
+from agent.stop import claim_notice, finished, notice, notice_details, preempted_once, signal_trainer, stop, wait_trainer
 from agent.util import exists, locked, log, read, touch, write_atomic
 
 MAINTENANCE = ("TERMINATE_ON_HOST_MAINTENANCE", "SHUTDOWN_ON_HOST_MAINTENANCE")
@@ -25,7 +25,7 @@ def busy_apply(cfg: Config, rec: Recorder, cloud) -> bool:
     if want == have:
         return True
     if cfg.cloud == "aws" and not cloud.protect(rec.ident[0], want == "busy"):
-        log(cfg, "scale-in protection for %s not set; retrying at the next poll" % want)
+        log(cfg, f"scale-in protection for {want} not set; retrying at the next poll")
         return False
     write_atomic(cfg.state("reported"), want)
     rec.record(want, budget=5)
@@ -49,7 +49,7 @@ def _background(target, *args) -> None:
 
 def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sleep=time.sleep) -> None:
     """Poll until a notice (then handle it) or until the stop path takes over."""
-    rec.ident
+    rec.identify()
     last_asked = clock()
     polls = 0
     rebalance_seen = False
@@ -95,7 +95,7 @@ def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sl
 def shutdown(cfg: Config, meta: Metadata, rec: Recorder) -> None:
     """A stop of the VM: GCE runs this as the shutdown script (~30 s before power-off on Spot); on AWS
     it is the stop hook unit's ExecStop."""
-    rec.ident
+    rec.identify()
     if exists(cfg.state("notice")):
         # The watcher saw the notice and records the preemption once the trainer has stopped; if it
         # was stopped before it could, this path records it, with the notice's details.

@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import re
-import urllib.parse
 import shlex
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
