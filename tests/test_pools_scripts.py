@@ -56,14 +56,15 @@ def test_aws_busy_and_idle_set_scale_in_protection_on_itself(pool_vm, emu):
 
 
 def test_aws_protection_through_an_endpoint_specific_name_is_signed_for_that_host(pool_vm, emu):
-    """Under egress 's3-endpoint' the script calls its interface endpoint's own name (infra/aws.py
+    """Under egress 's3-endpoint' the agent calls its interface endpoint's own name (infra/aws.py
     regional_dns_name), not autoscaling.<region>.amazonaws.com: it must sign the Host it sends (the
-    emulator checks the signature against the Host it received), service and region unchanged.
-    curl sends a ``*.localhost`` name to the loopback."""
+    emulator checks the signature against the Host it received), service and region unchanged. Here
+    the other name is ``localhost`` (the bucket's is 127.0.0.1): the resolver of this machine sends no
+    ``*.localhost`` name to the loopback, which only curl does by itself."""
     port = emu.url.rsplit(":", 1)[1]
-    url = f"http://vpce-0fe5b17a0707d6abc-29p5708s.autoscaling.us-east-1.vpce.localhost:{port}"
+    url = f"http://localhost:{port}"
     vm = pool_vm("aws", autoscaling_url=url)
-    assert f"SPOTCTL_AUTOSCALING_URL={url}\n" in vm.startup.read_text()
+    assert f'"autoscaling_url":"{url}"' in vm.startup.read_text()
     assert entry(vm, "busy").returncode == 0, vm.debug_log()
     assert emu.state.protection == [("spotctl-pool-asg", "vm-1", True)]
     assert not emu.state.rejected

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -97,6 +98,17 @@ class LocalVM:
         start = time.monotonic()
         done = subprocess.run(args, env=self._env(env), capture_output=True, text=True, timeout=timeout, check=False)
         return done, time.monotonic() - start
+
+    @property
+    def agent(self) -> Path:
+        """Where the bootstrap keeps the agent it fetched and verified."""
+        return self.state / f"agent-{artifact().sha256}.pyz"
+
+    def unit(self, entry: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """What systemd does with an enabled unit at boot: run the installed agent's entry point."""
+        return subprocess.Popen([sys.executable, str(self.agent), entry],
+                                env=self._env({"SPOTCTL_CONFIG": str(self.state / "config.json"), **(env or {})}),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def pid(self, name: str) -> int | None:
         try:
