@@ -56,7 +56,7 @@ EXPORTED_VARIABLES: dict[str, str] = {
     "SPOTCTL_BUSY_FILE": "create it while the pool's agent works, remove it when idle (pools only)",
     "SPOTCTL_ATTEMPT": "the attempt number, 1 for the first launch",
     "SPOTCTL_MOUNT": "where the job disk is mounted",
-    "SPOTCTL_WORKDIR": "where the command runs: the code's workdir, or the job disk without code",
+    "SPOTCTL_WORKDIR": "with code: the code's workdir, where the command runs; without: the job disk (write outputs here)",
     "SPOTCTL_CODE_DIR": "the unpacked code (empty without code)",
     "SPOTCTL_CHECKPOINT_DIR": "the job disk's checkpoints directory: write checkpoints here",
     "SPOTCTL_RESUME": "1 when the disk shows training already ran (a checkpoint or an earlier start)",

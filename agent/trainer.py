@@ -45,7 +45,7 @@ def spotctl_vars(cfg: Config, workdir: str, resume: bool) -> dict[str, str]:
     """Every variable of ``schema.EXPORTED_VARIABLES`` this VM exports."""
     v = {
         "SPOTCTL_CLOUD": cfg.cloud, "SPOTCTL_REGION": cfg.region, "SPOTCTL_STACK": cfg.stack,
-        "SPOTCTL_ATTEMPT": str(cfg.attempt), "SPOTCTL_MOUNT": cfg.mount_point, "SPOTCTL_WORKDIR": workdir,
+        "SPOTCTL_ATTEMPT": str(cfg.attempt), "SPOTCTL_MOUNT": cfg.mount_point, "SPOTCTL_WORKDIR": workdir if cfg.has_code() else cfg.mount_point,
         "SPOTCTL_CODE_DIR": code.code_dir(cfg) if cfg.has_code() else "",
         "SPOTCTL_CHECKPOINT_DIR": cfg.disk(schema.CHECKPOINTS),
         "MASTER_ADDR": cfg.master_addr, "MASTER_PORT": str(cfg.master_port),

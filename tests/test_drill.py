@@ -107,8 +107,7 @@ def test_example_is_reentrant_with_identical_outputs(runner, cloud, monkeypatch)
 
 
 def test_variant_that_ignores_checkpoints_restarts_from_scratch(runner):
-    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", VARIANT],
-                           env={"MODE": "ignore"})
+    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", f"MODE=ignore {VARIANT}"])
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     assert report["verdict"] == "restarts-from-scratch"
@@ -116,8 +115,7 @@ def test_variant_that_ignores_checkpoints_restarts_from_scratch(runner):
 
 
 def test_variant_that_checkpoints_only_at_the_end_loses_work(runner):
-    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", VARIANT],
-                           env={"MODE": "end"})
+    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", f"MODE=end {VARIANT}"])
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     assert report["verdict"] == "restarts-from-scratch"  # it never saves before the end: every attempt starts at 1
