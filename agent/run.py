@@ -71,6 +71,15 @@ def prepare_code(cfg: Config, rec: Recorder, cloud, secrets: dict[str, str]) -> 
     return code.workdir(cfg)
 
 
+def cannot_run(cfg: Config, rec: Recorder, details: dict[str, str]) -> int:
+    """The attempt ends `failed` before or instead of its command; once its log and event are
+    uploaded the VM powers off, as after a command that failed."""
+    rc = end_attempt_failed(cfg, rec, details)
+    rec.wait(10)
+    power_off(cfg)
+    return rc
+
+
 def run(cfg: Config, meta: Metadata, cloud, rec: Recorder) -> int:
     if not cfg.command:
         log(cfg, "no command to run")
@@ -96,14 +105,12 @@ def run(cfg: Config, meta: Metadata, cloud, rec: Recorder) -> int:
     secrets = load_secrets(cfg, cloud)
     log_path = rec.trainer_log()
     if secrets is None:
-        return finish(cfg, rec, 1, False, "could not read the job's secret env values")
+        return cannot_run(cfg, rec, {"reason": "could not read the job's secret env values from %s" % cfg.secret_ref,
+                                     "key": "env", "exit_code": "1"})
     try:
         workdir = prepare_code(cfg, rec, cloud, secrets)
     except code.CodeError as e:
-        rc = end_attempt_failed(cfg, rec, {"reason": str(e), "key": "code"})
-        rec.wait(10)
-        power_off(cfg)
-        return rc
+        return cannot_run(cfg, rec, {"reason": str(e), "key": "code"})
     os.makedirs(workdir, exist_ok=True)
     env = command_env(cfg, image_env(cfg), secrets, workdir, resume)
     log_start(log_path)
@@ -118,10 +125,7 @@ def run(cfg: Config, meta: Metadata, cloud, rec: Recorder) -> int:
         if rc is not None:
             details = {"reason": "job %s: setup failed (exit %d)" % (cfg.name, rc), "key": "setup",
                        "exit_code": str(rc), "log_tail": code.tail(log_path)}
-            rc = end_attempt_failed(cfg, rec, details)
-            rec.wait(10)
-            power_off(cfg)
-            return rc
+            return cannot_run(cfg, rec, details)
     remove(cfg.state("drained"))
     proc = subprocess.Popen(argv_for(cfg, cfg.command, env, workdir), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True)
@@ -149,7 +153,7 @@ def run(cfg: Config, meta: Metadata, cloud, rec: Recorder) -> int:
     return finish(cfg, rec, rc, signaled)
 
 
-def finish(cfg: Config, rec: Recorder, rc: int, signaled: bool, reason: str = "") -> int:
+def finish(cfg: Config, rec: Recorder, rc: int, signaled: bool) -> int:
     """Record how the trainer ended; a job whose command ended on its own powers the VM off after
     its log and events are uploaded."""
     stopping = exists(cfg.state("stopping"))
@@ -162,10 +166,7 @@ def finish(cfg: Config, rec: Recorder, rc: int, signaled: bool, reason: str = ""
     if rc == 0:
         rec.record("completed")
     else:
-        details = {"exit_code": str(rc)}
-        if reason:
-            details["reason"] = reason
-        rec.record("failed", details)
+        rec.record("failed", {"exit_code": str(rc)})
     rec.wait(10)
     if not stopping:
         power_off(cfg)

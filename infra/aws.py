@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from agent.schema import AGENT_PREFIX
 from infra import contract
+from infra.agent_object import aws_agent_object, aws_read_statements
 from infra.aws_scaling import demand_scaling, mixed_group, protect_policy
 from infra.common import (
     BOOT_DISK_GB,
@@ -171,6 +173,7 @@ class StackBase(pulumi.ComponentResource):
         vpc_id = next(iter(self.subnets.values())).vpc_id
 
         self.bucket = aws.s3.Bucket(f"{name}-events", bucket_prefix=f"spotctl-{args.slug}-events-", force_destroy=False, tags=tags, opts=child)
+        self.agent = aws_agent_object(name, self.bucket, tags, self)
         self.boundary = aws.iam.Policy(
             f"{name}-boundary",
             name=boundary_name(args.slug),
@@ -465,6 +468,8 @@ def boundary_document(stack: str, slug: str, region: str, bucket_arn: str) -> di
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "PutStackEvents", "Effect": "Allow", "Action": "s3:PutObject",
          "Resource": f"{bucket_arn}/{stack}/*"},  # every event_object_prefix(stack, name) of the stack
+        {"Sid": "ReadAgentAndStackObjects", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [f"{bucket_arn}/{AGENT_PREFIX}*", f"{bucket_arn}/{stack}/*"]},
         {"Sid": "ReadStackSecretEnv", "Effect": "Allow", "Action": "ssm:GetParameter",
          "Resource": f"arn:aws:ssm:{region}:*:parameter{ssm_parameter_name(slug, '*')}"},
         # SecureStrings use the account's aws/ssm key through SSM only; a cap, not a grant.
@@ -504,7 +509,8 @@ def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, t
             lambda arn: json.dumps(
                 {
                     "Version": "2012-10-17",
-                    "Statement": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/{prefix}*"}],
+                    "Statement": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/{prefix}*"},
+                                  *aws_read_statements(arn, prefix)],
                 }
             )
         ),
@@ -698,6 +704,12 @@ class TrainingJob(pulumi.ComponentResource):
                 )
                 if plan.spot
                 else None,
+                # The agent powers the VM off when the job's work is done: an OS shutdown then ends the
+                # instance's billing. A one-time spot instance cannot be stopped (only a persistent
+                # request's can, docs.aws.amazon.com/AWSEC2/latest/UserGuide/interruption-behavior.html):
+                # it terminates, as at a preemption; an on-demand one stops and keeps its state. The
+                # default is stop: docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_ChangingInstanceInitiatedShutdownBehavior.html
+                instance_initiated_shutdown_behavior="terminate" if plan.spot else "stop",
                 user_data_base64=user_data,
                 user_data_replace_on_change=True,
                 tags={**aws_tags(args.stack, cfg.labels, name=node.instance_name, job=job.id, node=str(node.rank)), "spotctl:attempt": str(job.attempt)},
@@ -711,7 +723,7 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     # The master's public address is there before its first boot runs the user data.
                     parent=self, delete_before_replace=True,
-                    depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else [])],
+                    depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else []), base.agent],
                     ignore_changes=["ami"],
                 ),
             )

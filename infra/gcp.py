@@ -13,6 +13,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra import contract
+from infra.agent_object import gcp_agent_object, gcp_read_condition
 from infra.common import (
     BOOT_DISK_GB,
     MOVE_CREATE_TIMEOUT,
@@ -135,6 +136,14 @@ class ServiceAccount(pulumi.ComponentResource):
             f"{name}-events-writer", bucket=bucket, role="roles/storage.objectCreator", member=member,
             condition=condition, opts=child,
         )
+        gcp.storage.BucketIAMMember(
+            f"{name}-reader", bucket=bucket, role="roles/storage.objectViewer", member=member,
+            condition=gcp.storage.BucketIAMMemberConditionArgs(
+                title="spotctl-agent-and-own-prefix", description=f"read the agent and objects under {prefix} only",
+                expression=pulumi.Output.from_input(bucket).apply(lambda b: gcp_read_condition(b, prefix)),
+            ),
+            opts=child,
+        )
         gcp.projects.IAMMember(f"{name}-log-writer", project=project, role="roles/logging.logWriter", member=member, opts=child)
         self.email = self.account.email
         self.register_outputs({"email": self.email})
@@ -232,6 +241,7 @@ class StackBase(pulumi.ComponentResource):
             force_destroy=False,
             opts=child,
         )
+        self.agent = gcp_agent_object(name, self.bucket, self)
         self.topic = gcp.pubsub.Topic(f"{name}-preemptions", name=f"{args.slug}-preemptions", project=cfg.project, labels=labels, opts=child)
         self.sink = gcp.logging.ProjectSink(
             f"{name}-preempted-sink",

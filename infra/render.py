@@ -245,6 +245,14 @@ def bootstrap_variables(ctx: ScriptContext) -> dict[str, object]:
     return v
 
 
+def bootstrap_config(script: str) -> dict[str, object]:
+    """The agent's config a rendered bootstrap carries (tests, and a person reading user data)."""
+    for line in script.splitlines():
+        if line.startswith("SPOTCTL_CONFIG_JSON="):
+            return json.loads(shlex.split(line.partition("=")[2])[0])
+    raise ValueError("not a spotctl bootstrap: no SPOTCTL_CONFIG_JSON line")
+
+
 def scripts_for(ctx: ScriptContext) -> Scripts:
     """The bootstrap(s) of one VM: GCE startup and shutdown metadata, or EC2 user data."""
     variables = bootstrap_variables(ctx)

@@ -41,6 +41,7 @@ class Resource:
     provider: str = ""  # the provider reference ("<urn>::<id>") of a cloud resource; "" for components
     ignore_changes: tuple[str, ...] = ()
     timeouts: dict[str, str] = field(default_factory=dict)  # customTimeouts (create/update/delete), those set
+    retain_on_delete: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -338,6 +339,7 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
                         provider=request.provider,
                         ignore_changes=tuple(request.ignoreChanges),
                         timeouts=_timeouts(request),
+                        retain_on_delete=bool(getattr(request, "retainOnDelete", False)),
                     )
                 )
             return response
