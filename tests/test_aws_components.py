@@ -12,9 +12,9 @@ import pulumi_aws as aws
 import pytest
 
 from cli.plan import mocks as planner
+from infra.agent_artifact import artifact
 from infra.config import validate
 from infra.naming import owner_value
-from infra.agent_artifact import artifact
 from infra.render import bootstrap_config
 from tests.conftest import AWS_BASE, aws_job, stack_config
 

@@ -4,7 +4,6 @@ would (cli/plan/mocks.py MockAccount): explicit provider, one VPC, egress, image
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 from pathlib import Path
 

@@ -9,8 +9,8 @@ import pulumi_gcp as gcp
 import pytest
 
 from cli.plan import mocks as planner
-from infra.config import validate
 from infra.agent_artifact import artifact
+from infra.config import validate
 from infra.render import bootstrap_config
 from tests.conftest import GCP_BASE, gcp_job, stack_config
 

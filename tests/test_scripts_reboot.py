@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
