@@ -5,68 +5,61 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, fields
 from typing import Optional
 
-
-@dataclass(frozen=True)
-class Config:
-    cloud: str
-    stack: str
-    kind: str
-    name: str
-    command: str
-    event_bucket: str
-    region: str
-    attempt: int = 1
-    node_rank: int = 0
-    world_size: int = 1
-    master_addr: str = "127.0.0.1"
-    master_port: int = 29500
-    env: dict[str, str] = field(default_factory=dict)
-    secret_keys: tuple[str, ...] = ()
-    secret_ref: str = ""
-    secrets_url: str = ""
-    capacity: str = ""
-    machine_type: str = ""
-    disk_device: str = ""
-    disk_aliases: tuple[str, ...] = ()
-    disk_wait_s: int = 120
-    mount_point: str = "/mnt/spotctl"
-    cwd: str = ""
-    metadata_url: str = ""
-    storage_url: str = ""
-    autoscaling_url: str = ""
-    event_prefix: str = ""
-    poll_interval_s: int = 5
-    checkpoint_event_s: int = 60
-    stop_budget_s: int = 20
-    notice_s: int = 30
-    systemd_dir: str = "/etc/systemd/system"
-    fstab: str = "/etc/fstab"
-    state_dir: str = "/var/lib/spotctl"
-    unit: str = "spotctl-job"
+REQUIRED = ("cloud", "stack", "kind", "name", "command", "event_bucket", "region")
+# Every other setting and its default (infra/render.py ``ScriptContext.agent_config`` fills them all).
+DEFAULTS = {
+    "attempt": 1, "node_rank": 0, "world_size": 1, "master_addr": "127.0.0.1", "master_port": 29500,
+    "env": {}, "secret_keys": (), "secret_ref": "", "secrets_url": "", "capacity": "", "machine_type": "",
+    "disk_device": "", "disk_aliases": (), "disk_wait_s": 120, "mount_point": "/mnt/spotctl", "cwd": "",
+    "metadata_url": "", "storage_url": "", "autoscaling_url": "", "event_prefix": "", "poll_interval_s": 5,
+    "checkpoint_event_s": 60, "stop_budget_s": 20, "notice_s": 30, "systemd_dir": "/etc/systemd/system",
+    "fstab": "/etc/fstab", "state_dir": "/var/lib/spotctl", "unit": "spotctl-job",
     # Code delivery: an archive (``s3://``/``gs://`` URI and its sha256) or a git URL at a commit.
-    code_uri: str = ""
-    code_sha256: str = ""
-    code_git_url: str = ""
-    code_git_commit: str = ""
-    code_git_token_env: str = ""
-    setup: str = ""
-    workdir: str = ""
-    container: str = ""
-    # How the VM powers itself off once its work is done (tests: a recording stand-in on PATH).
-    poweroff: tuple[str, ...] = ("shutdown", "-h", "now")
-    self_stop: bool = True
+    "code_uri": "", "code_sha256": "", "code_git_url": "", "code_git_commit": "", "code_git_token_env": "",
+    "setup": "", "workdir": "", "container": "",
+    # How the VM powers itself off once its work is done.
+    "poweroff": ("shutdown", "-h", "now"), "self_stop": True,
+}
+_TUPLES = ("secret_keys", "disk_aliases", "poweroff")
+
+
+class Config:
+    """The settings as attributes, read-only. A plain class, not a dataclass: ``dataclasses`` costs
+    the stop path's start more than everything else it imports (bench/agent_latency.py)."""
+
+    def __init__(self, **values: object):
+        missing = [k for k in REQUIRED if k not in values]
+        unknown = [k for k in values if k not in DEFAULTS and k not in REQUIRED]
+        if missing or unknown:
+            raise TypeError("Config: missing %s, unknown %s" % (missing, unknown))
+        merged = dict(DEFAULTS)
+        merged["env"] = {}
+        merged.update(values)
+        for name in _TUPLES:
+            merged[name] = tuple(merged[name])
+        merged["env"] = dict(merged["env"])
+        object.__setattr__(self, "_values", merged)
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Config is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and self._values == other._values
+
+    def __repr__(self) -> str:
+        return "Config(%s)" % ", ".join("%s=%r" % kv for kv in sorted(self._values.items()))
 
     @classmethod
     def from_dict(cls, doc: dict) -> Config:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in doc.items() if k in known}
-        for name in ("secret_keys", "disk_aliases", "poweroff"):
-            if name in values:
-                values[name] = tuple(values[name])
-        return cls(**values)
+        return cls(**{k: v for k, v in doc.items() if k in DEFAULTS or k in REQUIRED})
 
     @classmethod
     def load(cls, path: str) -> Config:

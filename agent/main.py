@@ -7,15 +7,14 @@ from __future__ import annotations
 import os
 import sys
 
-from agent import disk, units
-from agent.code import CodeError
-from agent.code import workdir as code_workdir
 from agent.config import Config, load_default
 from agent.events import Recorder
 from agent.imds import Metadata
 from agent.storage import Cloud
-from agent.trainer import env_file_text
 from agent.util import locked, log, read, remove, touch, write_atomic
+
+# Each entry point imports what it uses, when it runs: the stop path's way from a notice to the
+# trainer's SIGTERM pays for no module it does not need (bench/agent_latency.py).
 
 # State of one boot, forgotten by the first entry point of the next.
 BOOT_STATE = ("stopping", "notice", "signaled", "maintenance", "instance", "zone", "run.pid", "watch.pid", "trainer.pid",
@@ -37,6 +36,12 @@ def boot(cfg: Config) -> None:
 
 
 def main_entry(cfg: Config, rec: Recorder, agent: str) -> int:
+    from agent import disk, units
+    from agent.code import CodeError
+    from agent.code import workdir as code_workdir
+    from agent.run import completed_before
+    from agent.trainer import env_file_text
+
     rec.identify()
     try:
         device = disk.prepare(cfg)
@@ -44,7 +49,6 @@ def main_entry(cfg: Config, rec: Recorder, agent: str) -> int:
         log(cfg, str(e))
         rec.record("failed", {"reason": f"job disk {cfg.disk_device} could not be mounted"})
         return 1
-    from agent.run import completed_before
     if completed_before(cfg, rec):
         return 0
     try:

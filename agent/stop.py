@@ -50,9 +50,12 @@ def signal_trainer(cfg: Config, sig: int = signal.SIGTERM) -> None:
     """SIGTERM the trainer's whole group (torchrun and its workers) so it checkpoints. At most once per
     boot: a second SIGTERM makes many trainers abandon the checkpoint they are writing."""
     pid = trainer_pid(cfg)
-    if pid is None or exists(cfg.state("signaled")):
+    if pid is None:
         return
-    touch(cfg.state("signaled"))
+    try:  # claimed exclusively: GCE's shutdown bootstrap takes the same marker (set -C)
+        os.close(os.open(cfg.state("signaled"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return
     log(cfg, "sending SIG%s to trainer process group %d" % (signal.Signals(sig).name[3:], pid))
     try:
         os.killpg(pid, sig)

@@ -11,9 +11,7 @@ import json
 import re
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Optional
 
 from agent.config import Config
@@ -33,6 +31,9 @@ def http(method: str, url: str, headers: dict[str, str], body: bytes, timeout: f
     """One request; None when it got no answer within ``timeout`` (a lost answer, a refused connection)."""
     if timeout <= 0:
         return None
+    import urllib.error  # (here: the stop path signals the trainer before it needs HTTPS)
+    import urllib.request
+
     req = urllib.request.Request(url, data=body if method in ("PUT", "POST") else None, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as answer:

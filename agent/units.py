@@ -24,7 +24,7 @@ GCE_SHUTDOWN_UNIT = "google-shutdown-scripts.service"
 
 
 def _exec(python: str, agent: str, entry: str) -> str:
-    return f"{python} {agent} {entry}"
+    return f"{python} -E -S {agent} {entry}"
 
 
 def unit_files(cfg: Config, python: str, agent: str) -> dict[str, str]:
@@ -91,7 +91,7 @@ def start_local(cfg: Config, python: str, agent: str) -> None:
         if pid is not None and pid_alive(pid):
             continue
         with open(cfg.state("spotctl.log"), "ab") as out:
-            proc = subprocess.Popen([python, agent, entry], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            proc = subprocess.Popen([python, "-E", "-S", agent, entry], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                     start_new_session=True, env=dict(os.environ, SPOTCTL_CONFIG=cfg.state("config.json")))
         write_atomic(cfg.state(pid_name), str(proc.pid))
 

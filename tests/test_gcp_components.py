@@ -108,7 +108,7 @@ def test_pool_templates_carry_scripts_labels_identity_and_no_external_ip():
         meta = tmpl["metadata"]
         assert meta["startup-script"].startswith("#!/bin/bash")
         assert bootstrap_config(meta["startup-script"])["command"] == "agent --pool l4"
-        assert 'exec "$python" "$agent" "${1:-shutdown}"' in meta["shutdown-script"]
+        assert 'exec "$python" -E -S "$run_dir/__main__.py" "${1:-shutdown}"' in meta["shutdown-script"]
         assert tmpl["labels"]["spotctl-stack"] == "team-a" and tmpl["labels"]["spotctl-pool"] == "l4"
         assert tmpl["disks"][0]["labels"]["spotctl-pool"] == "l4"
         assert "accessConfigs" not in tmpl["networkInterfaces"][0]

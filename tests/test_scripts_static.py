@@ -61,7 +61,7 @@ def units() -> dict[str, str]:
     """The agent's systemd unit files of every variant, one golden per variant."""
     out = {}
     for name, ctx in variants().items():
-        files = unit_files(Config.from_dict(ctx.agent_config()), "/usr/bin/python3", "/var/lib/spotctl/agent-<agent-sha256>.pyz")
+        files = unit_files(Config.from_dict(ctx.agent_config()), "/usr/bin/python3", "/var/lib/spotctl/agent-<agent-sha256>/__main__.py")
         out[f"{name}.units"] = "".join(f"# ---- {rel}\n{text}" for rel, text in sorted(files.items()))
     return out
 
@@ -135,7 +135,7 @@ def test_the_bootstrap_pins_the_agent_by_digest():
     script = scripts_for(ctx).user_data
     assert f"SPOTCTL_AGENT_SHA256={artifact().sha256}\n" in script
     assert v["agent_url_path"] == f"/team-a-events-4d8689f7/_spotctl/agent/{artifact().sha256}.pyz"
-    assert 'until verified "$agent"; do' in script and 'exec "$python" "$agent"' in script
+    assert "verified \"$agent\"; do" in script and 'exec "$python" -E -S "$run_dir/__main__.py"' in script
 
 
 def test_the_agent_config_is_the_context():

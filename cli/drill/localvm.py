@@ -101,12 +101,12 @@ class LocalVM:
 
     @property
     def agent(self) -> Path:
-        """Where the bootstrap keeps the agent it fetched and verified."""
-        return self.state / f"agent-{artifact().sha256}.pyz"
+        """Where the bootstrap unpacked the agent it fetched and verified."""
+        return self.state / f"agent-{artifact().sha256}" / "__main__.py"
 
     def unit(self, entry: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """What systemd does with an enabled unit at boot: run the installed agent's entry point."""
-        return subprocess.Popen([sys.executable, str(self.agent), entry],
+        return subprocess.Popen([sys.executable, "-E", "-S", str(self.agent), entry],
                                 env=self._env({"SPOTCTL_CONFIG": str(self.state / "config.json"), **(env or {})}),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
