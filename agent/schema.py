@@ -66,6 +66,11 @@ EXPORTED_VARIABLES: dict[str, str] = {
     "WORLD_SIZE": "the number of nodes",
 }
 JOB_ONLY = ("SPOTCTL_JOB_ID",)
+
+
+def variables_table() -> str:
+    """EXPORTED_VARIABLES as the Markdown table of docs/guides/vm-agent.md (a test keeps them equal)."""
+    return "| variable | meaning |\n| --- | --- |\n" + "".join("| `%s` | %s |\n" % kv for kv in EXPORTED_VARIABLES.items())
 POOL_ONLY = ("SPOTCTL_POOL", "SPOTCTL_BUSY_FILE")
 
 

@@ -59,3 +59,10 @@ def test_the_zipapp_is_reproducible_and_runs(tmp_path):
     pyz.write_bytes(first.data)
     done = subprocess.run([sys.executable, str(pyz), "nonsense"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "usage: agent [main|run|watch|shutdown|busy|idle]" in done.stderr
+
+
+def test_the_guides_variable_table_is_generated_from_the_schema():
+    from agent.schema import variables_table
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "vm-agent.md").read_text()
+    assert variables_table() in guide
