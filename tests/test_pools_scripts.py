@@ -33,6 +33,8 @@ def pool_vm(tmp_path, emu):
         vms.append(vm)
         done = vm.boot()
         assert done.returncode == 0, done.stderr
+        # The agent has started before the test's busy/idle (its `started` comes first in the event log).
+        assert vm.wait_for(lambda: "started" in [e["event"] for e in vm.events()], 20), vm.debug_log()
         return vm
 
     yield make
