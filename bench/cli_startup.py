@@ -1,5 +1,5 @@
-"""How long the CLI takes to start, against `python -c "import typer"` (issue 20: `spotctl --help` and
-`spotctl status` <= 2 x import typer). Each figure is the median of --repeat fresh processes, all
+"""How long the CLI takes to start, against `python -c "import typer"` (target, a short command
+starts fast: `spotctl --help` and `spotctl status` <= 2 x import typer). Each figure is the median of --repeat fresh processes, all
 measured in this one run, so the ratios hold whatever the machine's speed (wall and CPU time).
 
 Run: uv run python bench/cli_startup.py [--repeat 7] [--jobs 100]

@@ -1,5 +1,5 @@
 """`spotctl plan` against raw Pulumi SDK registration of the same resources under the same mocks
-(issue 20: <= 1.15 x raw time and <= 2 x raw peak memory at 1,000 and 5,000 jobs).
+(target, so plan stays usable at scale: <= 1.15 x raw time and <= 2 x raw peak memory at 1,000 and 5,000 jobs).
 
 Each side runs in its own fresh process (all in this one run): `plan` evaluates the real program
 (config validation, components, contract checks, recording monitor); each baseline registers the

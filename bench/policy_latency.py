@@ -2,7 +2,7 @@
 
 Each case runs in a fresh process (imports, replaying the job's recorded history, planning the one
 decision) and reports wall and CPU time (wall suffers on a loaded machine) and the peak RSS growth over an idle interpreter with the
-same imports. Target: <= 0.5 s and <= 100 MB for `default` (issue 21), next to uniform-progress.
+same imports. Target: <= 0.5 s and <= 100 MB for `default` (a decision inside a short command), next to uniform-progress.
 
 Run: uv run python bench/policy_latency.py
 """

@@ -1,6 +1,6 @@
 """spotctl's own time for one job's `resume JOB --no-apply` (the `default` policy's first decision
 included), `failover JOB --no-apply` and `complete JOB --no-apply` on stacks of 1,000 and 5,000 jobs
-(issue 20: <= 0.3 s at 1,000 jobs, within 1.2 x of that at 5,000: the cost must not grow with the stack).
+(target: <= 0.3 s at 1,000 jobs, within 1.2 x of that at 5,000: the cost must not grow with the stack).
 
 Per size, all in this one run: `first` is the command on a file just written by hand (the whole file is
 read and validated, and indexed); `cli` the median whole command in a fresh process (interpreter start,

@@ -4,17 +4,12 @@ domain errors are caught there only. Cloud SDKs and pulumi are imported inside t
 
 from __future__ import annotations
 
-import importlib
-
-from cli.commands import app
+from cli.commands.startup import COMMAND_MODULES, whole_app
 from cli.commands.startup import main as run
 
-# Importing a module registers its commands; this order is the order of `spotctl --help`.
-COMMAND_MODULES = ("stack", "drill", "policy", "jobs", "move", "logs", "pool", "cost", "watch")
-for _name in COMMAND_MODULES:
-    importlib.import_module(f"cli.commands.{_name}")
+app = whole_app()
 
-__all__ = ["app", "main"]
+__all__ = ["COMMAND_MODULES", "app", "main"]
 
 
 def main() -> None:

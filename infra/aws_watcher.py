@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from infra import contract
+from infra import aws_common, contract
 from infra.common import StackArgs
 from infra.config import AWS_KMS_RE
 from infra.contract.aws import WATCHER_ROLE_PATH
@@ -47,9 +47,7 @@ def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
     /spotctl/, name prefix spotctl-<slug>-), and never the watcher's own."""
     import fnmatch
 
-    from infra.aws import job_role_naming
-
-    path, prefix = job_role_naming(slug)
+    path, prefix = aws_common.job_role_naming(slug)
     job_role = f"arn:aws:iam::123456789012:role{path}{prefix}abc123"
     own = f"arn:aws:iam::123456789012:role{WATCHER_PATH}{prefix}watcher-abc123"
     pattern = _job_roles(slug)[0]
@@ -80,7 +78,7 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
     own_subnets = [f"{ec2}:subnet/{sid}" for sid in subnet_ids]
     owned = {"StringEquals": {"aws:ResourceTag/spotctl:owner": owner}}
     roles, profiles = _job_roles(slug)
-    rules = f"arn:aws:events:{region}:*:rule/spotctl-{slug}_*"  # infra/aws.py rule_name
+    rules = f"arn:aws:events:{region}:*:rule/spotctl-{slug}_*"  # infra/aws_common.py rule_name
     state = f"arn:aws:s3:::{backend_bucket}"
     statements: list[dict[str, Any]] = [
         {"Sid": "ReadInterruptionQueue", "Effect": "Allow",
@@ -175,7 +173,7 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
         {"Sid": "CreateJobRoles", "Effect": "Allow", "Action": "iam:CreateRole", "Resource": roles,
          "Condition": {"StringEquals": {"iam:PermissionsBoundary": boundary_arn, "aws:RequestTag/spotctl:owner": owner}}},
         # iam:PutRolePolicy cannot be limited by the policy's content; the boundary caps what any
-        # inline policy of a job role can grant (infra/aws.py boundary_document).
+        # inline policy of a job role can grant (infra/aws_common.py boundary_document).
         {"Sid": "ChangeBoundedJobRoles", "Effect": "Allow",
          "Action": ["iam:PutRolePolicy", "iam:DeleteRolePolicy", "iam:PutRolePermissionsBoundary"], "Resource": roles,
          "Condition": {"StringEquals": {"iam:PermissionsBoundary": boundary_arn, "aws:ResourceTag/spotctl:owner": owner}}},
@@ -240,8 +238,6 @@ class Watcher(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: StackArgs, base: Any, opts: pulumi.ResourceOptions | None = None):
         super().__init__("spotctl:aws:Watcher", name, None, opts)
-        from infra.aws import _metadata_options, image_of, root_volume_gb, user_data_gzip_b64
-
         cfg = args.cfg
         w = cfg.watcher
         assert w is not None
@@ -281,7 +277,7 @@ class Watcher(pulumi.ComponentResource):
         aws.vpc.SecurityGroupEgressRule(f"{name}-sg-egress", security_group_id=group.id, ip_protocol="-1",
                                         cidr_ipv4="0.0.0.0/0", description="outbound: APIs, git, packages", tags=tags,
                                         opts=child)
-        image = image_of(aws.ec2.get_ami(most_recent=True, owners=[DEBIAN_OWNER], filters=[
+        image = aws_common.image_of(aws.ec2.get_ami(most_recent=True, owners=[DEBIAN_OWNER], filters=[
             aws.ec2.GetAmiFilterArgs(name="name", values=[DEBIAN_AMI_NAME]),
             aws.ec2.GetAmiFilterArgs(name="architecture", values=["x86_64"])], opts=invoke))
         context = WatcherContext(
@@ -289,11 +285,11 @@ class Watcher(pulumi.ComponentResource):
             secrets_provider=w.secrets_provider, passphrase_secret=w.passphrase_secret or "",
             pulumi_version=w.pulumi_version, uv_version=w.uv_version,
         )
-        user_data = user_data_gzip_b64(watcher_script(context))
+        user_data = aws_common.user_data_gzip_b64(watcher_script(context))
         # Under egress 's3-endpoint' the watcher has a public IP (config refuses it otherwise), so its boto3
         # calls (SSM for the passphrase and the jobs' secret env, Auto Scaling, EC2, SQS) go to the public
         # regional names, not to the stack's interface endpoints: those admit only the nodes' security group
-        # and, without private DNS (infra/aws.py _interface_endpoint), no longer take over those names in the VPC.
+        # and, without private DNS (infra/aws_base.py _interface_endpoint), no longer take over those names in the VPC.
         public = w.external_ip or base.egress == "public-ip"
         self.instance = aws.ec2.Instance(
             f"{name}-vm",
@@ -304,9 +300,9 @@ class Watcher(pulumi.ComponentResource):
             vpc_security_group_ids=[group.id],
             associate_public_ip_address=public,
             iam_instance_profile=profile.name,
-            metadata_options=_metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
+            metadata_options=aws_common._metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                volume_size=root_volume_gb(w.disk_gb, image, f"{name}-vm"), volume_type="gp3", encrypted=True,
+                volume_size=aws_common.root_volume_gb(w.disk_gb, image, f"{name}-vm"), volume_type="gp3", encrypted=True,
                 delete_on_termination=True, tags=tags,
             ),
             user_data_base64=user_data,

@@ -3,8 +3,8 @@ training jobs whose persistent disks outlive every VM (see README, "What a GCP s
 
 Every resource goes through one explicit ``gcp.Provider`` built from ``spotctl:project`` and
 ``spotctl:region`` (never the ambient ``gcp:*`` config), and every rule GCE enforces on these inputs
-is in ``infra/contract/gcp.py``. Longer than 400 lines because each component declares its
-identity, egress, firewall and disks next to the VMs that depend on them.
+is in ``infra/contract/gcp.py``. The shared pieces are in ``infra/gcp_base.py``, what the watcher
+uses too in ``infra/gcp_common.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra import contract
-from infra.agent_object import gcp_agent_object, gcp_read_condition
 from infra.common import (
     BOOT_DISK_GB,
     MOVE_CREATE_TIMEOUT,
@@ -25,260 +24,35 @@ from infra.common import (
     pool_parts,
     pool_script_context,
 )
-from infra.config import Accelerator, StackConfig
 from infra.config import Pool as PoolConfig
+from infra.config import StackConfig
 from infra.contract.gcp import (
     autoscaled_shape_problem,
-    builtin_gpus,
-    has_gpus,
-    iam_display,
-    is_dlvm,
-    needs_gvnic,
     regional_disk_problem,
 )
-from infra.naming import boot_disk_name, event_root, gcp_labels, pool_metric_filter, pool_metric_type, secret_id, short_hash
+from infra.gcp_base import (  # noqa: F401
+    SYSTEM_EVENT_LOG_RE,
+    Egress,
+    StackBase,
+    sink_filter,
+)
+from infra.gcp_common import (  # noqa: F401
+    BOOT_DEVICE_NAME,
+    DEFAULT_IMAGE,
+    DISK_TYPE,
+    SCOPES,
+    ServiceAccount,
+    _accelerators,
+    _account_id,
+    _gpu_count,
+    _metadata,
+    _network,
+    _scheduling,
+    _wants_driver,
+    subnetwork_path,
+)
+from infra.naming import boot_disk_name, gcp_labels, pool_metric_filter, pool_metric_type, secret_id
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
-
-# [UNVERIFIED] that this family still resolves (no primary list of Deep Learning VM families was
-# found; README "First real `pulumi up`" says how to check, and `image:` overrides it).
-DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11-py310"
-DISK_TYPE = "pd-balanced"
-SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]  # access is limited by IAM roles, not scopes
-BOOT_DEVICE_NAME = "spotctl-boot"
-
-
-def subnetwork_path(cfg: StackConfig) -> str:
-    """The stack's subnetwork by its full path, so no resource ever infers project or region
-    (a bare name is looked up in the provider's region: contract rule gcp.template-region)."""
-    return f"projects/{cfg.project}/regions/{cfg.region}/subnetworks/{cfg.network.subnetwork or 'default'}"
-
-
-def _network(args: StackArgs, machine_type: str, *, external_ip: bool, template: bool = False, network_ip=None):
-    """One NIC on the stack's subnetwork; no access config (so no external IP) unless asked; gVNIC
-    where the machine series supports nothing else (contract rule gcp.gvnic)."""
-    nic, access = (
-        (gcp.compute.InstanceTemplateNetworkInterfaceArgs, gcp.compute.InstanceTemplateNetworkInterfaceAccessConfigArgs)
-        if template
-        else (gcp.compute.InstanceNetworkInterfaceArgs, gcp.compute.InstanceNetworkInterfaceAccessConfigArgs)
-    )
-    extra = {} if template else {"network_ip": network_ip}
-    return nic(
-        network=args.cfg.network.network,
-        subnetwork=subnetwork_path(args.cfg),
-        nic_type="GVNIC" if needs_gvnic(machine_type) else None,
-        access_configs=[access()] if external_ip else None,
-        **extra,
-    )
-
-
-def _accelerators(machine_type: str, acc: Accelerator | None, cls):
-    """guest_accelerators only for N1: accelerator-optimized types bring their own GPUs ("the
-    specified GPU model automatically attaches", https://cloud.google.com/compute/docs/gpus)."""
-    if acc is None or builtin_gpus(machine_type) is not None:
-        return None
-    return [cls(type=acc.type, count=acc.count)]
-
-
-def _gpu_count(machine_type: str, acc: Accelerator | None) -> int:
-    builtin = builtin_gpus(machine_type)
-    return builtin[1] if builtin else (acc.count if acc else 0)
-
-
-def _scheduling(spot: bool, cls, termination_action: str):
-    """Spot: SPOT + preemptible, no automatic restart; GPUs need TERMINATE on host maintenance."""
-    if spot:
-        return cls(
-            provisioning_model="SPOT",
-            preemptible=True,
-            automatic_restart=False,
-            on_host_maintenance="TERMINATE",
-            instance_termination_action=termination_action,
-        )
-    return cls(provisioning_model="STANDARD", preemptible=False, automatic_restart=True, on_host_maintenance="TERMINATE")
-
-
-def _metadata(scripts, *, driver: bool) -> dict[str, str]:
-    """Scripts, OS Login, and on Deep Learning VM images with GPUs the driver install flag
-    (contract rule gcp.dlvm-driver; custom images must bring their own driver)."""
-    meta = {"startup-script": scripts.startup, "shutdown-script": scripts.shutdown, "enable-oslogin": "TRUE"}
-    if driver:
-        meta["install-nvidia-driver"] = "True"
-    return meta
-
-
-def _wants_driver(machine_type: str, acc: Accelerator | None, image: str) -> bool:
-    return is_dlvm(image) and has_gpus(machine_type, _gpu_count(machine_type, acc))
-
-
-class ServiceAccount(pulumi.ComponentResource):
-    """The identity of one job or pool: creates event objects only under its own ``<stack>/<name>/``
-    (an IAM condition on the object name; contract rule gcp.event-writer-prefix) and writes logs.
-
-    ``resume`` trusts the events, so no VM may write another job's: one account per job and pool.
-    """
-
-    def __init__(self, name: str, account_id: str, display: str, bucket: pulumi.Input[str], project: str, prefix: str,
-                 opts=None):
-        super().__init__("spotctl:gcp:ServiceAccount", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        self.account = gcp.serviceaccount.Account(
-            f"{name}-account", account_id=account_id, display_name=iam_display(display), project=project, opts=child
-        )
-        member = self.account.email.apply(lambda e: f"serviceAccount:{e}")
-        condition = gcp.storage.BucketIAMMemberConditionArgs(
-            title="spotctl-event-prefix",
-            description=f"create event objects under {prefix} only",
-            expression=pulumi.Output.from_input(bucket).apply(
-                lambda b: f'resource.name.startsWith("projects/_/buckets/{b}/objects/{prefix}")'
-            ),
-        )
-        gcp.storage.BucketIAMMember(
-            f"{name}-events-writer", bucket=bucket, role="roles/storage.objectCreator", member=member,
-            condition=condition, opts=child,
-        )
-        gcp.storage.BucketIAMMember(
-            f"{name}-reader", bucket=bucket, role="roles/storage.objectViewer", member=member,
-            condition=gcp.storage.BucketIAMMemberConditionArgs(
-                title="spotctl-agent-and-own-prefix", description=f"read the agent and objects under {prefix} only",
-                expression=pulumi.Output.from_input(bucket).apply(lambda b: gcp_read_condition(b, prefix)),
-            ),
-            opts=child,
-        )
-        gcp.projects.IAMMember(f"{name}-log-writer", project=project, role="roles/logging.logWriter", member=member, opts=child)
-        self.email = self.account.email
-        self.register_outputs({"email": self.email})
-
-
-def _account_id(slug: str, what: str) -> str:
-    """GCP service account ids are 6-30 characters (contract rule gcp.service-account-id)."""
-    candidate = f"{slug}-{what}"
-    if len(candidate) <= 30:
-        return candidate
-    return f"{candidate[:23].rstrip('-')}-{short_hash(candidate)}"
-
-
-SYSTEM_EVENT_LOG_RE = "/logs/cloudaudit[.]googleapis[.]com%2Fsystem_event$"
-
-
-def sink_filter(args: StackArgs, plans: list[JobPlan]) -> str:
-    """Preemptions of exactly this stack's VMs: an anchored regular expression over the instance
-    names of its jobs (any attempt, any node) and pools (MIG base name + GCE's suffix). ``:`` would
-    be a substring match, so stack ``team`` would catch ``team-a`` (contract rule gcp.sink-filter-exact)."""
-    names = [f"{p.slug}-{p.job.id}-a[0-9]+-n[0-9]+" for p in plans]
-    names += [f"{args.slug}-{pool.name}-({'|'.join(p.name for p in pool_parts(pool))})-[a-z0-9]+" for pool in args.cfg.pools]
-    # Instance names never end with "-": with nothing declared the expression matches nothing.
-    pattern = f"/instances/({'|'.join(names)})$" if names else f"/instances/{args.slug}-$"
-    # Only Compute Engine's own System Event audit log: a job's service account may write log entries
-    # (roles/logging.logWriter), and entries.write accepts any protoPayload, so a forged "preempted"
-    # entry in a log of its own must not reach the topic (cli/watch/observe.py checks logName too).
-    # A log ID has its "/" URL-encoded (%2F), so the anchored suffix names exactly that log; "[.]", not
-    # "\\.", keeps the expression free of escapes inside the quoted string.
-    return (
-        'resource.type="gce_instance" AND protoPayload.methodName="compute.instances.preempted" '
-        f'AND logName=~"{SYSTEM_EVENT_LOG_RE}" AND protoPayload.resourceName=~"{pattern}"'
-    )
-
-
-class Egress(pulumi.ComponentResource):
-    """A Cloud Router + NAT for the stack's subnetwork, so VMs without external IPs reach GCS (events),
-    package indexes and datasets. Only this subnetwork (LIST_OF_SUBNETWORKS): other subnetworks of a
-    shared network stay as they are (contract rule gcp.nat-subnetworks)."""
-
-    def __init__(self, name: str, args: StackArgs, opts=None):
-        super().__init__("spotctl:gcp:Egress", name, None, opts)
-        cfg = args.cfg
-        child = pulumi.ResourceOptions(parent=self)
-        router = gcp.compute.Router(
-            f"{name}-router", name=f"{args.slug}-router", project=cfg.project, region=cfg.region,
-            network=cfg.network.network, opts=child,
-        )
-        self.nat = gcp.compute.RouterNat(
-            f"{name}-nat",
-            name=f"{args.slug}-nat",
-            project=cfg.project,
-            region=cfg.region,
-            router=router.name,
-            nat_ip_allocate_option="AUTO_ONLY",
-            source_subnetwork_ip_ranges_to_nat="LIST_OF_SUBNETWORKS",
-            subnetworks=[
-                gcp.compute.RouterNatSubnetworkArgs(
-                    name=f"https://www.googleapis.com/compute/v1/{subnetwork_path(cfg)}",
-                    source_ip_ranges_to_nats=["ALL_IP_RANGES"],
-                )
-            ],
-            log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
-            opts=child,
-        )
-        self.register_outputs({"nat": self.nat.name})
-
-
-class StackBase(pulumi.ComponentResource):
-    """Per stack: the event bucket the scripts write to, the preemption log sink and the egress."""
-
-    def __init__(self, name: str, args: StackArgs, plans: list[JobPlan] | None = None, opts=None):
-        super().__init__("spotctl:gcp:StackBase", name, None, opts)
-        cfg = args.cfg
-        child = pulumi.ResourceOptions(parent=self)
-        labels = gcp_labels(args.stack, cfg.labels)
-        self.bucket = gcp.storage.Bucket(
-            f"{name}-events",
-            name=f"{args.slug}-events-{short_hash(cfg.project or '', args.stack, n=8)}",
-            project=cfg.project,
-            location=cfg.region.upper(),
-            uniform_bucket_level_access=True,  # IAM conditions (per-job prefixes) need it
-            public_access_prevention="enforced",
-            versioning=gcp.storage.BucketVersioningArgs(enabled=False),
-            lifecycle_rules=[
-                gcp.storage.BucketLifecycleRuleArgs(
-                    action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
-                    # Events and logs only (<stack>/...): the shared stack file beside them never expires (an
-                    # object must match every condition: cloud.google.com/storage/docs/lifecycle, matchesPrefix).
-                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=cfg.event_retention_days,
-                                                                           matches_prefixes=[event_root(args.stack)]),
-                )
-            ],
-            labels=labels,
-            force_destroy=False,
-            opts=child,
-        )
-        self.agent = gcp_agent_object(name, self.bucket, self)
-        self.topic = gcp.pubsub.Topic(f"{name}-preemptions", name=f"{args.slug}-preemptions", project=cfg.project, labels=labels, opts=child)
-        self.sink = gcp.logging.ProjectSink(
-            f"{name}-preempted-sink",
-            name=f"{args.slug}-preempted",
-            project=cfg.project,
-            destination=self.topic.id.apply(lambda t: f"pubsub.googleapis.com/{t}"),
-            filter=sink_filter(args, plans or []),
-            unique_writer_identity=True,
-            opts=child,
-        )
-        gcp.pubsub.TopicIAMMember(
-            f"{name}-sink-publisher",
-            topic=self.topic.name,
-            project=cfg.project,
-            role="roles/pubsub.publisher",
-            member=self.sink.writer_identity,
-            opts=child,
-        )
-        # The watcher's pull subscription on the sink's topic (`spotctl watch` acknowledges what it
-        # handled). ttl "" = never expires: a subscription nobody pulls for 31 days would otherwise be
-        # deleted (google_pubsub_subscription `expiration_policy`, terraform-provider-google docs).
-        self.subscription = gcp.pubsub.Subscription(
-            f"{name}-preemptions-watch",
-            name=f"{args.slug}-preemptions-watch",
-            topic=self.topic.id,
-            project=cfg.project,
-            ack_deadline_seconds=60,
-            expiration_policy=gcp.pubsub.SubscriptionExpirationPolicyArgs(ttl=""),
-            labels=labels,
-            opts=child,
-        )
-        # VMs wait for the NAT, so their first events and downloads have a way out.
-        self.egress: list[pulumi.Resource] = []
-        if cfg.egress == "nat":
-            self.egress = [Egress(f"{name}-egress", args, opts=child).nat]
-        self.register_outputs({"eventBucket": self.bucket.name, "preemptionTopic": self.topic.name,
-                               "preemptionSubscription": self.subscription.name})
 
 
 class GpuPool(pulumi.ComponentResource):

@@ -63,6 +63,7 @@ import pulumi_gcp as gcp
 from infra import contract
 from infra.common import StackArgs
 from infra.contract.gcp import MAX_CONDITIONAL_BINDINGS, MAX_LOGIC_OPERATORS, iam_display, logic_operators
+from infra.gcp_common import SCOPES, _account_id, _network, subnetwork_path
 from infra.naming import boot_disk_name, gcp_labels, instance_name, shared_stack_file, stack_slug, watch_lease
 from infra.render import WatcherContext, watcher_script
 
@@ -164,8 +165,6 @@ def role_id(slug: str, suffix: str = "") -> str:
 
 def account_id(slug: str) -> str:
     """The watcher's service account id, named as every account of the stack (infra/gcp.py)."""
-    from infra.gcp import _account_id
-
     return _account_id(slug, "watcher")
 
 
@@ -275,8 +274,6 @@ class Watcher(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: StackArgs, base: Any, opts: pulumi.ResourceOptions | None = None):
         super().__init__("spotctl:gcp:Watcher", name, None, opts)
-        from infra.gcp import SCOPES, _network
-
         cfg = args.cfg
         w = cfg.watcher
         assert w is not None and cfg.project
@@ -355,8 +352,6 @@ class Watcher(pulumi.ComponentResource):
     def _compute(self, name: str, args: StackArgs, project: str, child) -> list[pulumi.Resource]:
         """The stack's two custom roles and their bindings (module docstring): the named role on this
         stack's names (conditions) and on its subnetwork, the project role unconditioned."""
-        from infra.gcp import subnetwork_path
-
         cfg, jobs = args.cfg, list(args.cfg.jobs)
         excluded = extending_slugs(args.slug, list(args.siblings))
         check_condition_covers_names(project, list(cfg.zones), args.slug, excluded,

@@ -93,7 +93,7 @@ GCP_SPOTCTL_LABELS_MAX = 6
 """The most ``spotctl-*`` labels infra/ puts on one GCP resource: managed, stack and owner, the
 owner's job (or pool, or watcher role), and on a job's VM its node and attempt (a kept boot disk:
 node and disk). What is left of GCE's 64 labels a resource is the user's (``spotctl:labels``,
-checked in infra/config.py; rule gcp.labels-64 checks every resource)."""
+checked in infra/config/; rule gcp.labels-64 checks every resource)."""
 
 
 def gcp_labels(stack: str, extra: dict[str, str], **owner: str) -> dict[str, str]:

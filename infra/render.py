@@ -270,7 +270,7 @@ UV_RELEASE_URL = "https://github.com/astral-sh/uv/releases/download/{v}/uv-x86_6
 
 @dataclass(frozen=True)
 class WatcherContext:
-    """What the watcher VM's startup script needs (``spotctl:watcher``, validated by infra/config.py).
+    """What the watcher VM's startup script needs (``spotctl:watcher``, validated by infra/config/).
     The paths are the shipped unit's (examples/spotctl-watch@.service); tests move them."""
 
     cloud: Literal["gcp", "aws"]

@@ -94,7 +94,7 @@ def _bytecode_cold() -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     """In a fresh checkout (no bytecode cache yet), the xdist controller imports what the tests import
     once, before it starts its workers: otherwise every worker compiles the same Pulumi SDKs, moto and
-    the rest at once (a cold collection is ~3x a warm one: ~1 min of a 2-core run, issue 20). A warm
+    the rest at once (a cold collection is ~3x a warm one: ~1 min of a 2-core run). A warm
     environment skips it (one stat).
 
     An xdist worker skips pytest's full garbage collections after its session (unraisableexception's

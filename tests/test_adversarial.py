@@ -1,4 +1,4 @@
-"""Issue 22: what adversarial testing broke, one test per defect (each failed before its fix), and
+"""What adversarial testing broke, one test per defect (each failed before its fix), and
 the corpus of bad stacks, env keys and payloads in tests/adversarial/ that grows with every defect.
 
 The lifecycle races are driven by threads on real temp stack files; the cloud is a recording

@@ -1,4 +1,4 @@
-"""Issue 13: what a first real `pulumi up` on AWS needs, under mocks that answer like the account
+"""What a first real `pulumi up` on AWS needs, under mocks that answer like the account
 would (cli/plan/mocks.py MockAccount): explicit provider, one VPC, egress, image, disks, user data."""
 
 from __future__ import annotations

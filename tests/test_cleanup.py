@@ -316,7 +316,7 @@ def test_an_orphan_made_after_its_jobs_completion_is_kept(project, runner, monke
 
 @mock_aws
 def test_orphans_never_delete_what_pulumi_still_holds(project, runner, monkeypatch, fake_pulumi, tmp_path):
-    """Issue 13 item 12: a volume of a job removed from the file but still in the Pulumi state
+    """A volume of a job removed from the file but still in the Pulumi state
     (protected: deleting it would make the next `up` fail) is listed, never deleted."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     ec2 = boto3.client("ec2", region_name="us-east-1")

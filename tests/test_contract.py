@@ -44,7 +44,7 @@ def test_gcp_metadata_value_limit():
 def test_a_violation_in_the_program_fails_plan_with_one_clear_error(monkeypatch):
     """The transformation runs inside the real program under mocks: a component that declares
     IMDSv1 is stopped at registration, and `spotctl plan` prints the rule instead of a traceback."""
-    from infra import aws
+    from infra import aws_common as aws
 
     def imdsv1(cls):
         return cls(http_endpoint="enabled", http_tokens="optional", http_put_response_hop_limit=2, instance_metadata_tags="disabled")

@@ -240,7 +240,7 @@ def test_an_autoscaled_pool_part_with_shape_any_fails_plan(monkeypatch):
 
 def test_a_gcp_violation_in_the_program_fails_plan(monkeypatch):
     """A component that forgets gVNIC on an A3 is stopped at registration under the mocks."""
-    from infra import gcp
+    from infra import gcp_common as gcp
 
     monkeypatch.setattr(gcp, "needs_gvnic", lambda machine: False)
     result = runner.invoke(app, ["plan", "--stack", "example-gcp"])

@@ -200,7 +200,7 @@ def test_ctrl_c_leaves_nothing_running(tmp_path):
 
 
 def test_ctrl_c_stops_a_drill_started_with_sigint_ignored(tmp_path):
-    """Issue 22 item 18: started in the background of a non-interactive shell (`uv run pytest &`),
+    """Started in the background of a non-interactive shell (`uv run pytest &`),
     SIGINT arrives ignored, and the drill used to run on past Ctrl-C."""
     proc, err, tag, own_tmp = interrupt_drill(tmp_path, signal.SIGINT, ignore_int=True)
     assert proc.returncode == 130, err
@@ -208,7 +208,7 @@ def test_ctrl_c_stops_a_drill_started_with_sigint_ignored(tmp_path):
 
 
 def test_sighup_leaves_nothing_running(tmp_path):
-    """Issue 22 item 16: a closed terminal (SIGHUP) used to kill the drill without cleanup, leaving
+    """A closed terminal (SIGHUP) used to kill the drill without cleanup, leaving
     its trainer, watcher and runner running and its temp dir behind."""
     proc, err, tag, own_tmp = interrupt_drill(tmp_path, signal.SIGHUP)
     assert proc.returncode == 130, err

@@ -1,4 +1,4 @@
-"""Issue 14: what a first real `pulumi up` of a GCP stack needs, checked on the plan (Pulumi mocks) and
+"""What a first real `pulumi up` of a GCP stack needs, checked on the plan (Pulumi mocks) and
 through `spotctl validate` / `spotctl plan` on real stack files.
 
 The "done when" stack: no `gcp:*` provider keys, a custom network, a G2 job, A3 jobs of 1 and 4 nodes,

@@ -172,7 +172,8 @@ def test_the_series_compute_engine_lists_keep_their_regional_disk(machine):
 
 
 def test_the_program_refuses_a_regional_disk_on_such_a_series_whatever_the_config_let_through(monkeypatch):
-    from infra import config, contract
+    from infra import contract
+    from infra.config import checks as config
 
     monkeypatch.setattr(config, "_regional_series", lambda *a: None)
     cfg = validate(stack_config(GCP_BASE, jobs=[gcp_job(machineType="a3-highgpu-8g", diskReplicaZones=REPLICAS)]), "t")

@@ -135,7 +135,7 @@ def test_cli_startup_does_not_import_cloud_sdks():
 
 
 def test_plan_ends_its_event_loop_and_threads(project, monkeypatch):
-    """Issue 22 item 13: the program runs on a loop of its own with one executor thread; when the
+    """The program runs on a loop of its own with one executor thread; when the
     plan returns nothing is left for the interpreter to tear down at exit (no executor thread, no
     pending task, every loop closed), and a second plan in the same process still works."""
     import asyncio
@@ -168,7 +168,7 @@ def test_plan_restores_the_garbage_collector(project, monkeypatch):
 
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
-    from infra import aws
+    from infra import aws_common as aws
     from infra.contract import ContractError
 
     monkeypatch.setattr(planner, "PROJECT", planner.PROJECT)  # conftest's plan cache is bypassed: the runs are real

@@ -130,7 +130,7 @@ def test_open_ended_cost_per_progress_overrides_the_prior_with_evidence():
 
 @pytest.mark.parametrize("minutes,preemptions", [(0, 4), (1, 4), (2, 6), (1, 10)])
 def test_no_deadline_and_windows_of_a_minute_or_two_move_to_on_demand(runner, tmp_path, minutes, preemptions):
-    """Issue 21's example with windows far shorter than the (default, unmeasured) 0.2 h changeover:
+    """The policy example with windows far shorter than the (default, unmeasured) 0.2 h changeover:
     launches that end at once make no progress and cost at least their changeover, never nothing."""
     runs = [(30 * i, None, 30 * i + minutes, "preempted") for i in range(preemptions)]
     stack, events = write_stack(tmp_path, "loop", runs)
@@ -270,7 +270,7 @@ def test_watch_weighs_the_stacks_prices_and_learning_as_resume_does(runner, tmp_
 
 def test_policy_fit_with_only_the_stack_finds_the_events_in_its_event_bucket_output(project, runner, fake_pulumi,
                                                                                   moto_server, monkeypatch):
-    """Issue 21: `spotctl policy fit --stack NAME` refits from the stack's event history: given neither
+    """`spotctl policy fit --stack NAME` refits from the stack's event history: given neither
     option, the events are in the stack's eventBucket output (asked of pulumi)."""
     import boto3
 

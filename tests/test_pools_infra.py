@@ -1,4 +1,4 @@
-"""Pools grow with demand from zero (issue 15): under Pulumi's mocks both clouds size the pool's
+"""Pools grow with demand from zero: under Pulumi's mocks both clouds size the pool's
 dynamic parts by the published demand metric, never by CPU, and the policies' SHAPE is checked by
 evaluating it the way each cloud does (an alarm + step policy on AWS, a per-group metric with
 single-instance assignment on GCP) for demands from 0 up."""

@@ -118,7 +118,7 @@ def test_force_attach_is_never_declared_on_a_zonal_disk(monkeypatch):
     with pytest.raises(ConfigError, match=r"jobs\[0\].diskReplicaZones: job train has run on a regional disk"):
         validate(raw, "test")
     # ... and the contract still stops a program that would declare it.
-    from infra import config
+    from infra.config import checks as config
 
     monkeypatch.setattr(config, "_disk_kind_checks", lambda *a: None)
     with pytest.raises(contract.ContractError, match="gcp.force-attach-regional-only"):

@@ -30,7 +30,7 @@ PAYLOADS = [
     "EOF\ntouch {s}\nEOF",
     "'\"'\"'$(touch {s})",
     "\x1b[31mred\u2028 ünïcødé",
-    # tests/adversarial/payloads.json: the corpus found by adversarial testing (issue 22), growing
+    # tests/adversarial/payloads.json: the corpus found by adversarial testing, growing
     *json.loads((Path(__file__).parent / "adversarial" / "payloads.json").read_text())["payloads"],
 ]
 

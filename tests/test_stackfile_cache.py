@@ -1,4 +1,4 @@
-"""The parsed-stack-file cache (cli/lifecycle/stackfile.py): reused only for the very same text."""
+"""The parsed-stack-file cache (cli/lifecycle/stackfile/reading.py): reused only for the very same text."""
 
 from __future__ import annotations
 

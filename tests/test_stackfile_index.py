@@ -1,4 +1,4 @@
-"""Issue 20: the job index. An edit of one job of a file spotctl validated whole reads, validates and
+"""The job index: an edit of one job of a file spotctl validated whole reads, validates and
 splices only that job's lines, and gives exactly the file (and errors) the whole-file path gives; a
 stale, damaged or forged index, or a file it does not handle, only means the whole file is read."""
 
@@ -36,7 +36,7 @@ def validated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         seen.append(len(raw.get("jobs") or []))
         return real(raw, source)
 
-    monkeypatch.setattr(stackfile, "validate", counting)
+    monkeypatch.setattr(stackfile.reading, "validate", counting)
     return seen
 
 
@@ -94,7 +94,7 @@ def new_process() -> None:
 
 
 def test_a_file_spotctl_wrote_is_never_hashed_whole_by_one_jobs_edit(ref, monkeypatch):
-    """Issue 20: an index built from a file spotctl read is guarded by the sha256 of its text (hashed once,
+    """An index built from a file spotctl read is guarded by the sha256 of its text (hashed once,
     from the bytes read); once spotctl has written the file, by its stamped state: later edits of one
     job, in this process or a new one, hash nothing whole, and the index is rewritten, never re-derived."""
     stackfile.load(ref)
@@ -106,8 +106,8 @@ def test_a_file_spotctl_wrote_is_never_hashed_whole_by_one_jobs_edit(ref, monkey
             hashed.append(len(data))
         return real(data)
 
-    monkeypatch.setattr(stackfile, "sha256", counting)
-    monkeypatch.setattr(stackfile, "_index", lambda *a: (_ for _ in ()).throw(AssertionError("indexed whole")))
+    monkeypatch.setattr(stackfile.reading, "sha256", counting)
+    monkeypatch.setattr(stackfile.jobindex, "_index", lambda *a: (_ for _ in ()).throw(AssertionError("indexed whole")))
     assert [j.id for j in stackfile.load_job(ref, "bert-eval").jobs] == ["bert-eval"]
     assert len(hashed) == 1  # the file as the user left it: its content
     set_fields(ref, "bert-eval", {"state": "preempted", "attempt": 12})
@@ -160,12 +160,12 @@ def test_a_file_system_without_nanosecond_times_gets_the_hash(ref, monkeypatch):
 
 def whole_reads_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """From here on, reading the stack file whole fails the test."""
-    monkeypatch.setattr(stackfile, "_read_text", lambda path: (_ for _ in ()).throw(AssertionError("read whole")))
+    monkeypatch.setattr(stackfile.reading, "_read_text", lambda path: (_ for _ in ()).throw(AssertionError("read whole")))
 
 
 @pytest.mark.parametrize("copy", ["in the kernel", "refused by the file system", "not on this platform"])
 def test_a_file_spotctl_wrote_is_edited_in_pieces_as_the_whole_file_path_edits_it(ref, monkeypatch, copy):
-    """Issue 20: once spotctl wrote the file (its state guards the index, its bytes are its text), one job's
+    """Once spotctl wrote the file (its state guards the index, its bytes are its text), one job's
     read and edit read only the stack-wide lines and the job's (in a new process too), and the rest of the
     file is copied by the kernel (or through a small buffer where the file system cannot): the file is
     byte for byte what the whole-file path writes, and the index follows it."""
@@ -234,7 +234,7 @@ def test_a_hand_edit_while_a_job_is_edited_in_pieces_is_kept_and_nothing_written
 
     done: list = []
     if when == "copying":
-        monkeypatch.setattr(stackfile, "_copy", once(stackfile._copy))
+        monkeypatch.setattr(stackfile.writing, "_copy", once(stackfile._copy))
     elif when == "syncing":
         monkeypatch.setattr(stackfile.os, "fsync", once(os.fsync))
     with pytest.raises(ConfigError, match="vit-finetune: the file changed while this command edited it"):
@@ -398,7 +398,7 @@ def test_an_old_file_shorter_than_its_state_said_is_never_written_short(ref, mon
     set_fields(ref, "bert-eval", {"state": "preempted"})
     new_process()
     before, real = ref.path.read_bytes(), stackfile._copy
-    monkeypatch.setattr(stackfile, "_copy", lambda src, dst, offset, count: real(src, dst, offset, count // 2))
+    monkeypatch.setattr(stackfile.writing, "_copy", lambda src, dst, offset, count: real(src, dst, offset, count // 2))
     with pytest.raises(ConfigError, match="cannot write: the new file came out short; the file is as it was"):
         set_fields(ref, "vit-finetune", {"state": "preempted"})
     assert ref.path.read_bytes() == before and not list(ref.path.parent.glob(".*.tmp"))
@@ -439,7 +439,7 @@ def test_an_edit_in_pieces_whose_stamp_is_lost_leaves_no_index(ref, monkeypatch)
     monkeypatch.undo()
     new_process()
     read: list[Path] = []
-    monkeypatch.setattr(stackfile, "_read_text", lambda path, real=stackfile._read_text: read.append(path) or real(path))
+    monkeypatch.setattr(stackfile.reading, "_read_text", lambda path, real=stackfile._read_text: read.append(path) or real(path))
     set_fields(ref, "llm-pretrain", {"state": "preempted"})
     assert read
 
@@ -453,13 +453,13 @@ def test_a_file_that_is_not_plain_is_read_whole(ref, validated):
     new_process()
     read: list[Path] = []
     real = stackfile._read_text
-    stackfile._read_text = lambda path: read.append(path) or real(path)
+    stackfile.reading._read_text = lambda path: read.append(path) or real(path)
     try:
         set_fields(ref, "vit-finetune", {"state": "preempted"})
     finally:
-        stackfile._read_text = real
+        stackfile.reading._read_text = real
     assert read and validated[-1:] == [1]
-    stackfile._read_text = real
+    stackfile.reading._read_text = real
     new_process()
     index = stackfile._Index.from_bytes(sealed_payload(stackfile.index_path(ref.path)))
     assert index.guard.startswith("state:") and not index.plain  # (spotctl's write, but not plain)

@@ -1,4 +1,4 @@
-"""Issue 20: what `spotctl --help` loads. The Rich help stays as Typer prints it; what it never needs
+"""What `spotctl --help` loads (a short command must start fast). The Rich help stays as Typer prints it; what it never needs
 (the pydantic config models, Markdown and traceback rendering) is not imported for it."""
 
 from __future__ import annotations

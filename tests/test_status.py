@@ -95,7 +95,7 @@ def _mine(columns, rows, width: int) -> str:
 
 @pytest.mark.parametrize("width", [40, 80, 200])
 def test_the_status_table_is_laid_out_as_richs_table(width):
-    """StatusTable (ready lines, issue 20: a Table measures every cell) prints what rich.table.Table
+    """StatusTable (ready lines: a Table measures every cell, too slow for status) prints what rich.table.Table
     prints for the columns fit_columns chose, wide characters and bracket text included."""
     from cli.lifecycle.status import fit_columns
 
@@ -109,7 +109,7 @@ def test_the_status_table_is_laid_out_as_richs_table(width):
     assert _mine(shown, rows, width) == _rich_table(shown, rows, width)
 
 
-# ---- status of a file validated before: the per-job cache (issue 20) ----------------------------------
+# ---- status of a file validated before: the per-job cache -------------------------------------------
 
 PROBE = """
 import sys

@@ -265,7 +265,7 @@ def test_role_policy_size_rule():
 
 
 def test_passrole_rule_catches_a_renamed_job_role(monkeypatch):
-    from infra import aws
+    from infra import aws_common as aws
 
     monkeypatch.setattr(aws, "job_role_naming", lambda slug: ("/jobs/", f"spotctl-{slug}-"))
     with pytest.raises(ContractError, match="aws.passrole-covers-job-roles"):

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from cli.cloud import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, Stored, VmState, bounded_reads
+from cli.cloud.types import METRICS_FRESH, CloudDisk, CloudSnapshot, Message, PoolView, PoolVm, Stored, VmState, bounded_reads
 from infra.basics import counted
 from infra.naming import CLOUDWATCH_NAMESPACE, POOL_METRICS, pool_metric_dimensions
 

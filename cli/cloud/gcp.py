@@ -1,8 +1,4 @@
 """GCP side of the cloud boundary (google-cloud-compute, the GCS JSON API; endpoints overridable).
-
-Longer than 420 lines because every GCP call spotctl makes lives here, behind the one boundary:
-disks and snapshots with their operations, VMs, the event bucket, prices, pools (Monitoring),
-Pub/Sub.
 """
 
 from __future__ import annotations
@@ -12,7 +8,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from cli.cloud import (
+from cli.cloud.types import (
     METRICS_FRESH,
     CloudDisk,
     CloudError,

@@ -2,7 +2,7 @@
 into one ``error:`` line with a non-zero exit. Commands live in the sibling modules, one per area;
 each parses, calls one function of a part, and prints. The command modules evaluate their
 annotations when they are defined (no ``from __future__ import annotations``): Typer would otherwise
-evaluate every annotation string twice per command each time it builds the app (issue 20)."""
+evaluate every annotation string twice per command each time it builds the app, a short command's start-up."""
 
 import enum
 import sys
@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands.startup import faster_start
 from cli.commands.usage import OneLineErrors
+from cli.faster import faster_start
 from infra.basics import ConfigError
 
 faster_start()
@@ -130,6 +130,24 @@ def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
         return events.load_events(events_dir, job_id, ref.name, warn)
 
     return guard(lambda: events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn))
+
+
+def read_events(ref, cfg, job_id: str, events_dir, bucket, where: str) -> list:
+    """A job's recorded events from what ``events_source`` found ([] from nowhere).
+
+    Raises:
+        Unread: a bucket found (``where``) could not be read; a given one's failure is one error line.
+    """
+    if not where:
+        return recorded_events(ref, cfg, job_id, events_dir, bucket) if bucket or events_dir is not None else []
+    from cli.cloud import CloudError
+    from cli.commands.hints import Unread
+    from cli.lifecycle import events
+
+    try:
+        return events.recorded(cloud_for(cfg, ref), job_id, None, bucket, warn)
+    except CloudError as exc:
+        raise Unread(f"the events in {where} could not be read: {exc}") from None
 
 
 def warn(line: str) -> None:

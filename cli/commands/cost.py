@@ -16,9 +16,10 @@ from cli.commands import (
     fail,
     guard,
     progress,
+    read_events,
     stack_jobs,
 )
-from cli.commands.hints import Unread, events_source, read_events
+from cli.commands.hints import Unread, events_source
 
 
 @app.command(

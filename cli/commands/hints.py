@@ -63,22 +63,3 @@ def events_source(ref, cfg, events_dir, bucket, session=None, applier=None) -> t
     if bucket or events_dir is not None or cfg is None:  # (cfg None: a file never synced, read for status)
         return bucket, ""
     return known_bucket(ref, session, applier)
-
-
-def read_events(ref, cfg, job_id: str, events_dir, bucket, where: str) -> list:
-    """A job's recorded events from what ``events_source`` found ([] from nowhere).
-
-    Raises:
-        Unread: a bucket found (``where``) could not be read; a given one's failure is one error line.
-    """
-    from cli.commands import cloud_for, recorded_events, warn
-
-    if not where:
-        return recorded_events(ref, cfg, job_id, events_dir, bucket) if bucket or events_dir is not None else []
-    from cli.cloud import CloudError
-    from cli.lifecycle import events
-
-    try:
-        return events.recorded(cloud_for(cfg, ref), job_id, None, bucket, warn)
-    except CloudError as exc:
-        raise Unread(f"the events in {where} could not be read: {exc}") from None

@@ -1,7 +1,4 @@
-"""The job lifecycle commands: resume, failover, complete, status, events, cleanup.
-
-Longer than 420 lines because it holds six commands, each of which only parses its options, finds its
-events source and calls one part: splitting them would split the options they share."""
+"""The job lifecycle commands: resume, failover, complete, status, events, cleanup."""
 
 from typing import Annotated, Optional
 
@@ -27,12 +24,13 @@ from cli.commands import (
     interrupted,
     progress,
     pull_first,
+    read_events,
     run_change,
     shared_copy,
     stack_jobs,
     warn,
 )
-from cli.commands.hints import Unread, events_source, read_events
+from cli.commands.hints import Unread, events_source
 from infra.basics import Capacity, ConfigError, counted
 
 FromAttemptOpt = Annotated[
@@ -263,7 +261,7 @@ class StatusTable:
     """The status table as Rich prints ``rich.table.Table(box=None, pad_edge=False, padding=(0, 1),
     header_style="bold")`` of columns that fit (each as wide as its widest cell, two spaces apart;
     tests/test_status.py checks they agree), as ready lines. A Table measures and renders every cell
-    on its own (~35 ms for 100 jobs, most of ``spotctl status``'s time, issue 20); cells are plain
+    on its own (~35 ms for 100 jobs, most of ``spotctl status``'s time); cells are plain
     text here, never markup or emoji codes (an event name holding ``[red]`` stays as written)."""
 
     def __init__(self, columns, rows: list[dict]):

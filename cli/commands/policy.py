@@ -6,7 +6,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.commands import BucketOpt, EventsOpt, JsonOpt, StackFileOpt, StackOpt, app, applier_for, fail, progress, stack_jobs
+from cli.commands import (
+    BucketOpt,
+    EventsOpt,
+    JsonOpt,
+    StackFileOpt,
+    StackOpt,
+    app,
+    applier_for,
+    fail,
+    progress,
+    read_events,
+    stack_jobs,
+)
 from cli.commands.traces import TRACE_LOOKUP, find_trace
 from infra.basics import counted
 
@@ -95,7 +107,7 @@ def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_d
     import json
     from datetime import UTC, datetime
 
-    from cli.commands.hints import Unread, events_source, read_events, sync_hint
+    from cli.commands.hints import Unread, events_source, sync_hint
     from cli.lifecycle.capacity import fit_stack
 
     if events_dir is not None and not events_dir.exists():

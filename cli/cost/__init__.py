@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from cli.cost.ledger import Costed, SnapshotPrice, cost_job, job_json, job_ledger, total_json
 from cli.cost.prices import Lookup, price_ratio, resolve, snapshot_price
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from infra.config import Job, StackConfig
 
 __all__ = ["report", "price_ratio", "Report"]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from infra.basics import MAX_JOB_NODES, Capacity, attempt_end
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from infra.config import Job
 
 END_EVENTS = ("preempted", "stopped", "failed", "completed")

@@ -1,7 +1,7 @@
 """Where a machine type's prices come from, in this order (the report names the source of each):
 
 1. ``spotctl:prices`` in the stack file (``{<type>: {spot, onDemand}}``, validated in
-   ``infra/config.py``): what the team really pays wins.
+   ``infra/config/``): what the team really pays wins.
 2. The shipped table ``prices.json``: public list prices with their source and date, refreshed by
    ``tools/refresh_prices.py`` (AWS from SkyPilot's catalog; GCP machine types as the sum of their
    Cloud Billing Catalog SKUs from Cyclenerd's pricing.yml; see there).
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from cli.cost.ledger import Price, SnapshotPrice
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from infra.config import StackConfig
 
 TABLE = Path(__file__).with_name("prices.json")

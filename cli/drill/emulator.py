@@ -6,8 +6,7 @@ checked).
 
 Used by the tests and by ``spotctl drill``: the rendered scripts are pointed at it through their
 ``metadata_url``/``storage_url`` template variables. It can flip to "preempted"/"instance-action",
-answer slowly, fail with 5xx, or (by stopping) be unreachable. Longer than 420 lines because every
-cloud API the scripts call is emulated here, in one server the scripts reach at one URL.
+answer slowly, fail with 5xx, or (by stopping) be unreachable.
 """
 
 from __future__ import annotations

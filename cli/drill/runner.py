@@ -3,9 +3,6 @@ GCP or AWS would, resume it on the same "disk", and judge whether training survi
 
 The judging is pure (:func:`judge`); :class:`Drill` drives attempts on a :class:`LocalVM` against the
 metadata emulator, one shared directory playing the job disk.
-
-Longer than 420 lines because the drill's driver, its judge and its signal handling (every way a
-drill is stopped must stop everything it started) are one unit that is read together.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ holder), sealed with a key only this user's spotctl knows.
 Why: a cache there decides which lines of the stack file an edit touches and what ``status`` shows
 without reading the whole file, and the folder is in the repository's tree: a commit can carry a file
 there (``.gitignore`` does not stop a tracked file), and so can anyone who can write the checkout. A
-forged job index made an edit change another job's lines and report success (an audit, issue 20). So
+forged job index made an edit change another job's lines and report success (found by an audit). So
 each cache is written with a keyed BLAKE2b MAC (RFC 7693's keyed mode, a MAC by design) under a
 random per-user key kept outside the checkout (``$XDG_CONFIG_HOME/spotctl/cache.key``, mode 0600);
 a file that does not carry this key's MAC is not a cache of ours and is ignored (the whole stack file
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -112,23 +111,11 @@ def write(target: Path, data: bytes) -> None:
                 os.unlink(tmp)
 
 
-def open_regular(target: Path, follow: bool = False) -> tuple[int, os.stat_result] | None:
-    """(an open descriptor, its stat) of ``target`` when it is a regular file, not followed through a link
-    (unless ``follow``), else None: a FIFO never blocks, a device or a committed link is no file of spotctl's."""
-    try:
-        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
-    except OSError:
-        return None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        return None
-    return fd, info
-
-
 def _bounded(target: Path, limit: int, follow: bool = False) -> tuple[bytes, os.stat_result] | None:
     """(the bytes, the stat) of ``target`` when it is a regular file (``open_regular``) of at most
     ``limit`` bytes, else None."""
+    from cli.lifecycle.stackfile.writing import open_regular
+
     opened = open_regular(target, follow)
     if opened is None:
         return None
@@ -200,7 +187,7 @@ def read_bounded(target: Path, limit: int = 1 << 26, follow: bool = False) -> by
 
 def save_record(target: Path, record: dict[str, Any]) -> None:
     """Write ``record`` sealed for ``target`` to it, atomically and durably (``stackfile.atomic_write``)."""
-    from cli.lifecycle.stackfile import atomic_write
+    from cli.lifecycle.stackfile.writing import atomic_write
 
     atomic_write(target, seal_record(record, target) + "\n")
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from agent.schema import EVENT_KEY, EVENT_LOG_LIMIT, EVENT_OBJECT_LIMIT, JOB_COPY_FILE
 from infra.basics import attempt_end
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from infra.config import Job
 
 

@@ -6,8 +6,7 @@ The move is code in the stack file: the job's ``move`` record names the last ste
 (``next_step``: the job as written and its events); acting writes it under the stack lock and
 applies a targeted update of the job (``cli.lifecycle.operations.change_job``). An interrupted move
 is continued by running the same command again: the recorded step is applied again (a no-op when
-it was applied), then the next ones. Longer than 400 lines because each step's edge (a stop left
-midway, a snapshot the cloud finished after the provider gave up, moving on) is handled next to it.
+it was applied), then the next ones.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Job operations behind resume/failover/complete: observe (stack file + recorded events), decide
 (``cli.lifecycle.states``), act (edit the stack file atomically under its lock, then a targeted update).
-
-Longer than 420 lines: the act step is one stretch from the edit to the update (the question, the
-mark, a gang's stop first, the undo on every way out), and splitting it would scatter that order.
 """
 
 from __future__ import annotations
@@ -227,7 +224,7 @@ def _changed_since(current: StackConfig, cfg: StackConfig, job_id: str) -> bool:
 def _applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> None:
     """The update of the job finished: its ``applying`` mark goes (while it is still this one), and
     (GCP) the kind of disk it has run on is recorded, so adding or dropping ``diskReplicaZones`` by
-    hand later is refused (``infra.config._disk_kind_checks``)."""
+    hand later is refused (``infra.config.checks._disk_kind_checks``)."""
 
     def fields(current: StackConfig, written: Any) -> dict[str, Any]:
         try:

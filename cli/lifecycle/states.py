@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from cli.lifecycle.events import Event
 from infra.basics import Capacity, JobState, without_moot
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from infra.config import Job
 
 P, R, PR, S, C, F = (

@@ -13,14 +13,14 @@ from cli.cost.ledger import job_ledger
 from cli.lifecycle.events import Event, Timeline, cloud_events, event_json
 from infra.basics import Capacity, JobState
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from cli.lifecycle.stackfile import StackRef
     from infra.config import Job, StackConfig
 
 
 # ---- the jobs status shows, without validating a file validated before -----------------------------
-# Importing the pydantic models and validating a stack file is most of a short `spotctl status`
-# (issue 20). What status reads of a job (JobView) is kept per job in .spotctl/<file>.status.json,
+# Importing the pydantic models and validating a stack file is most of a short `spotctl status`.
+# What status reads of a job (JobView) is kept per job in .spotctl/<file>.status.json,
 # with the sha256 of the job's lines (stackfile.job_digests): while the file is exactly one spotctl
 # validated whole (its job index matches) and a job's lines are the ones cached, the cached view is
 # that job's validated config. A job whose lines changed (an edit by resume) is validated alone;

@@ -89,8 +89,8 @@ def no_source_positions():
 @contextlib.contextmanager
 def own_event_loop():
     """Run the program on an event loop of its own, with ONE executor thread, and end it the way
-    ``asyncio.run`` does, which ``pulumi.runtime.test`` does not (issue 22 item 13: an asyncio
-    traceback at exit, seen twice in ~100 loaded runs and not reproduced since).
+    ``asyncio.run`` does, which ``pulumi.runtime.test`` does not (without it an asyncio traceback
+    at exit was seen twice in ~100 loaded runs).
 
     The SDK sends every monitor call through the loop's default executor and the mock monitor
     answers on those threads, each creating an event loop of its own (``MockMonitor.RegisterResource``

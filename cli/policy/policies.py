@@ -63,9 +63,6 @@ the regime model is the limit (better learning could win up to ~0.09 at C/R = 0.
 Plans are solved per (regime, job shape) and cached (``SPOTCTL_PLAN_CACHE`` plans, ~67 MB each at
 most: long jobs are planned on a coarser grid, ``Units.fit``); a one-off decision (``resume``) plans
 on one regime, on a coarser grid, keeping one layer of the plan.
-
-Longer than 420 lines because every registered policy lives here next to what they share (the
-``Observation``, the safety net, the registry), and ``default`` is most of it.
 """
 
 from __future__ import annotations

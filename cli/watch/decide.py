@@ -22,7 +22,7 @@ from cli.lifecycle.events import Event
 from cli.lifecycle.states import PENDING_GRACE, Change, check, pending_since
 from infra.basics import JobState, ended_nodes, is_moot
 
-if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (issue 20)
+if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     import random
 
     from infra.config import Job

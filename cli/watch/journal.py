@@ -28,7 +28,6 @@ from cli.lifecycle import cachefile
 
 if TYPE_CHECKING:
     from cli.watch.decide import JobMemory
-    from cli.watch.lease import Predecessor
 
 KEEP_HANDLED = timedelta(days=14)
 
@@ -123,6 +122,24 @@ def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
 # ---- the lease -------------------------------------------------------------------------------------------
 
 
+class LeaseHeld(Exception):
+    """Another watcher holds the stack; ``str()`` names it."""
+
+
+class LeaseLost(LeaseHeld):
+    """This watcher's lease was taken or could not be renewed before it expired: it stopped acting."""
+
+
+@dataclass(frozen=True)
+class Predecessor:
+    """The lease this checkout's previous watcher held (from the local holder file), and whether its
+    process is gone; only then may its lease be taken before it expires."""
+
+    id: str
+    host: str
+    pid: int
+
+
 def lease_path(stack_file: Path) -> Path:
     """The watcher's lock: one per stack file, whatever path (a symbolic link) names it."""
     from cli.lifecycle.stackfile import beside
@@ -168,8 +185,6 @@ class Lease:
                 break
             except Timeout:
                 if time.monotonic() >= deadline:
-                    from cli.watch.lease import LeaseHeld
-
                     raise LeaseHeld(f"stack {self.stack_file.name}: watched by {self.holder()}") from None
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         import socket
@@ -181,7 +196,6 @@ class Lease:
 
     def predecessor(self) -> Predecessor | None:
         """The bucket lease the previous watcher of this checkout held (it no longer holds this lock)."""
-        from cli.watch.lease import Predecessor
 
         p = self.previous
         try:

@@ -50,6 +50,7 @@ from typing import Any
 
 from cli.cloud import CloudError, PreconditionFailed
 from cli.lifecycle.stackfile import pid_alive
+from cli.watch.journal import LeaseHeld, LeaseLost, Predecessor, read_holder
 from infra.naming import watch_lease
 
 VERSION = 1
@@ -65,14 +66,6 @@ TAKE_TRIES = 3
 def term_for(interval_s: float) -> timedelta:
     """How long one renewal holds the stack: ``TERM_CYCLES`` cycles, at least ``TERM_MIN``."""
     return max(TERM_MIN, timedelta(seconds=TERM_CYCLES * interval_s))
-
-
-class LeaseHeld(Exception):
-    """Another watcher holds the stack; ``str()`` names it."""
-
-
-class LeaseLost(LeaseHeld):
-    """This watcher's lease was taken or could not be renewed before it expired: it stopped acting."""
 
 
 @dataclass(frozen=True)
@@ -104,16 +97,6 @@ class Holder:
 
     def describe(self) -> str:
         return f"spotctl watch {self.pid}@{self.host} (pid {self.pid} on {self.host}, since {self.started.isoformat()})"
-
-
-@dataclass(frozen=True)
-class Predecessor:
-    """The lease this checkout's previous watcher held (from the local holder file), and whether its
-    process is gone; only then may its lease be taken before it expires."""
-
-    id: str
-    host: str
-    pid: int
 
 
 def decide(current: Holder | None, me: Holder, predecessor: Predecessor | None, unchanged_s: float,
@@ -324,7 +307,6 @@ def watcher_line(stack_file: Any, now: datetime, shared: Any = None, host: str |
     watcher starting at that moment."""
     import socket
 
-    from cli.watch.journal import read_holder
 
     if shared is not None:
         key = watch_lease(shared.ref.name)

@@ -16,59 +16,28 @@ table stays the one list of what the clouds require.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
+
+from infra.contract.rulebook import (  # noqa: F401
+    _BY_TYPE,
+    _RULES,
+    MOVE_CREATE_MIN_H,
+    TIMEOUTS,
+    UNKNOWN,
+    Rule,
+    _Unknown,
+    dig,
+    duration_h,
+    known,
+    move_timeout_problem,
+    rule,
+)
 
 
 class ContractError(Exception):
     """A declared resource breaks a rule the cloud enforces; ``str()`` names resource, rule and fix."""
-
-
-class _Unknown:
-    """An input whose value is not known at registration (an unresolved Output)."""
-
-    def __repr__(self) -> str:
-        return "<unknown>"
-
-
-UNKNOWN = _Unknown()
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One rule a cloud enforces.
-
-    ``check(type_, props)`` gets the resource's type token and its inputs as plain Python (snake_case keys, as the pulumi-aws /
-    pulumi-gcp constructors name them; nested ``*Args`` as dicts; unknown values as ``UNKNOWN``) and
-    returns what is wrong, or None. Rules with ``types`` empty are context rules, checked through
-    ``enforce`` by the component that has the context.
-    """
-
-    id: str
-    types: tuple[str, ...]
-    says: str
-    fix: str
-    source: str
-    check: Callable[[str, Mapping[str, Any]], str | None] | None = None
-
-
-_RULES: dict[str, Rule] = {}
-_BY_TYPE: dict[str, tuple[Rule, ...]] = {}  # type token -> the rules checking it (every resource asks)
-
-
-def rule(id: str, types: Iterable[str], says: str, fix: str, source: str):
-    """Register a rule; used as a decorator on its check (or called bare for a context rule)."""
-
-    def register(check: Callable[[str, Mapping[str, Any]], str | None] | None) -> Callable | None:
-        if id in _RULES:
-            raise ValueError(f"contract rule {id} registered twice")
-        _RULES[id] = Rule(id, tuple(types), says, fix, source, check)
-        _BY_TYPE.clear()
-        return check
-
-    return register
 
 
 def rules() -> list[Rule]:
@@ -83,7 +52,7 @@ def get(id: str) -> Rule:
     return _RULES[id]
 
 
-def error(rule: Rule, resource: str, problem: str) -> ContractError:
+def error(rule: Rule, resource: str, problem: str) -> ContractError:  # noqa: F811  (the rule at hand)
     return ContractError(f"{resource}: {problem}\n  rule {rule.id}: {rule.says}\n  fix: {rule.fix}\n  source: {rule.source}")
 
 
@@ -114,25 +83,6 @@ def check(type_: str, name: str, props: Mapping[str, Any]) -> None:
     """Raise ContractError for the first rule ``props`` break."""
     for r, problem in violations(type_, props):
         raise error(r, f"{type_} {name!r}", problem)
-
-
-def dig(props: Any, path: str) -> Any:
-    """``props["a"]["b"][0]`` for path ``a.b.0``; None when absent, UNKNOWN when not known yet."""
-    value = props
-    for part in path.split("."):
-        if value is UNKNOWN:
-            return UNKNOWN
-        if isinstance(value, Mapping):
-            value = value.get(part)
-        elif isinstance(value, list | tuple) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
-
-
-def known(*values: Any) -> bool:
-    return all(v is not UNKNOWN for v in values)
 
 
 @cache
@@ -176,9 +126,6 @@ def _plain_now(value: Any, pending: list[tuple[Any, Any, Any]]) -> Any:
 
 
 _SCALARS = frozenset({str, int, float, bool})
-
-
-TIMEOUTS = "_custom_timeouts"
 """The key under which a check also gets the resource's ``custom_timeouts`` option (a dict of its
 create/update/delete duration strings, or None): a rule may need an option, not only inputs."""
 
@@ -188,35 +135,9 @@ def _timeouts(opts: Any) -> dict[str, str] | None:
     if ct is None:
         return None
     return {k: v for k in ("create", "update", "delete") if (v := getattr(ct, k, None))}
-
-
-def duration_h(text: str | None) -> float | None:
-    """Hours in a Pulumi duration string ("12h", "90m", "1h30m"; units ns..h as Pulumi's
-    customTimeouts takes them); None when absent or unreadable."""
-    import re
-
-    if not text:
-        return None
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", str(text))
-    if not parts or "".join(n + u for n, u in parts) != str(text):
-        return None
-    per_h = {"h": 1.0, "m": 1 / 60, "s": 1 / 3600, "ms": 1 / 3.6e6, "us": 1 / 3.6e9, "µs": 1 / 3.6e9, "ns": 1 / 3.6e12}
-    return sum(float(n) * per_h[u] for n, u in parts)
-
-
-MOVE_CREATE_MIN_H = 6.0
 """The least create timeout a move's snapshot (or disk restored from one) declares: both providers
 give up far sooner by default (GCP 20 min, AWS EBS snapshot 10 min, volume 5 min; the rules cite
 them), while a snapshot of a large job disk can take hours."""
-
-
-def move_timeout_problem(props: Mapping[str, Any], what: str) -> str | None:
-    """What is wrong with the create timeout of a move resource (``what`` names it), or None."""
-    create = (props.get(TIMEOUTS) or {}).get("create")
-    hours = duration_h(create)
-    if hours is None:
-        return f"{what} declares no create timeout (custom_timeouts create: {create!r}): the provider's default applies"
-    return None if hours >= MOVE_CREATE_MIN_H else f"{what} waits only {create} to be created (< {MOVE_CREATE_MIN_H:g} h)"
 
 
 def transformation(args) -> None:

@@ -1,7 +1,6 @@
 """AWS rules (see ``infra.contract``). One ``@rule`` per rule the AWS APIs enforce on what spotctl
 declares, each citing its source; checks get the pulumi-aws constructor inputs as plain Python.
-Context rules (no types) are checked by the component that has both sides, through ``enforce``.
-Longer than 400 lines because every AWS rule and its source lives here and nowhere else."""
+Context rules (no types) are checked by the component that has both sides, through ``enforce``."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.contract import UNKNOWN, dig, known, move_timeout_problem, rule
+from infra.contract.rulebook import UNKNOWN, dig, known, move_timeout_problem, rule
 
 INSTANCE = "aws:ec2/instance:Instance"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -453,7 +452,7 @@ def role_policy_size(type_: str, props: Mapping[str, Any]) -> str | None:
 rule("aws.passrole-covers-job-roles", [],
      says="Launching an instance with an instance profile needs iam:PassRole on the profile's role: the watcher's "
           "PassRole statement must match every job role of the stack (and not its own role).",
-     fix="keep infra/aws.py job_role_naming and infra/aws_watcher.py _job_roles in step",
+     fix="keep infra/aws_common.py job_role_naming and infra/aws_watcher.py _job_roles in step",
      source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/permission-to-pass-iam-roles.html (\"must have "
             "specific permissions to launch an Amazon EC2 instance with an IAM role\": iam:PassRole; \"specify the ARNs "
             "of specific IAM roles with iam:PassRole\")")(None)
