@@ -12,8 +12,6 @@ answer slowly, fail with 5xx, or (by stopping) be unreachable.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import re
 import threading
@@ -23,10 +21,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cli.drill.sigv4 import ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, sigv4_ok
+
 GCE_PREFIX = "/computeMetadata/v1/"
-ACCESS_KEY = "AKIASPOTCTLEMULATOR"
-SECRET_KEY = "spotctl-emulator-secret-key"
-SESSION_TOKEN = "spotctl-emulator-session-token"
 ROLE = "spotctl-instance-role"
 GCS_TOKEN = "ya29.spotctl-emulator"
 POWEROFF_PATH = "/spotctl-emulator/poweroff"
@@ -170,36 +167,6 @@ class Emulator:
             return list(self.state.uploads)
 
 
-def _sigv4_ok(method: str, raw_path: str, headers: dict[str, str], body: bytes, service: str = "s3") -> bool:
-    """Check a SigV4 Authorization header the way AWS would (single-chunk, signed payload)."""
-    expected_service = service
-    auth = headers.get("authorization", "")
-    if not auth.startswith("AWS4-HMAC-SHA256 "):
-        return False
-    parts = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
-    akid, day, region, service, term = parts["Credential"].split("/")
-    if akid != ACCESS_KEY or service != expected_service or term != "aws4_request":
-        return False
-    payload_hash = hashlib.sha256(body).hexdigest()
-    if headers.get("x-amz-content-sha256") != payload_hash:
-        return False
-    if headers.get("x-amz-security-token") != SESSION_TOKEN:
-        return False
-    signed = parts["SignedHeaders"].split(";")
-    path, _, query = raw_path.partition("?")
-    canonical = "\n".join(
-        [method, path, query, "".join(f"{h}:{headers.get(h, '').strip()}\n" for h in signed), ";".join(signed), payload_hash]
-    )
-    amz_date = headers.get("x-amz-date", "")
-    scope = f"{day}/{region}/{service}/{term}"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    key = ("AWS4" + SECRET_KEY).encode()
-    for part in (day, region, service, term):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, parts["Signature"])
-
-
 def _is_shared_copy(name: str) -> bool:
     """``<stack>.spotctl/Pulumi.<stack>.yaml``: a stack file's shared copy (cli/lifecycle/sync.py), not an event."""
     return name.split("/", 1)[0].endswith(".spotctl")
@@ -284,7 +251,7 @@ def _make_handler(emu: Emulator):
                 return
             self._lose_answer()
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if not _sigv4_ok("PUT", self.path, headers, body):
+            if not sigv4_ok("PUT", self.path, headers, body):
                 emu.state.rejected.append(self.path)
                 self._send(403, "SignatureDoesNotMatch")
                 return
@@ -341,7 +308,7 @@ def _make_handler(emu: Emulator):
             if self._fault("sink"):
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if not _sigv4_ok("POST", self.path, headers, body, service="autoscaling"):
+            if not sigv4_ok("POST", self.path, headers, body, service="autoscaling"):
                 emu.state.rejected.append("autoscaling")
                 self._send(403, "SignatureDoesNotMatch")
                 return
@@ -363,7 +330,7 @@ def _make_handler(emu: Emulator):
             if self._fault("sink"):
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if not _sigv4_ok("POST", self.path, headers, body, service="ssm") or "x-amz-target" not in \
+            if not sigv4_ok("POST", self.path, headers, body, service="ssm") or "x-amz-target" not in \
                     headers.get("authorization", ""):
                 emu.state.rejected.append("ssm")
                 self._send(400, json.dumps({"__type": "InvalidSignatureException"}), "application/x-amz-json-1.1")
@@ -425,7 +392,7 @@ def _make_handler(emu: Emulator):
         def _s3_read(self) -> None:
             """S3 GetObject (signed): objects put with :meth:`Emulator.put_object` (the agent, code)."""
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if not _sigv4_ok("GET", self.path, headers, b""):
+            if not sigv4_ok("GET", self.path, headers, b""):
                 emu.state.rejected.append(self.path)
                 self._send(403, "SignatureDoesNotMatch")
                 return
