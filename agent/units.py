@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -96,7 +97,16 @@ def start_local(cfg: Config, python: str, agent: str) -> None:
         write_atomic(cfg.state(pid_name), str(proc.pid))
 
 
+def entry_script(cfg: Config, python: str, agent: str) -> str:
+    """``<state>/spotctl.sh``: the agent's entry points for a person or a pool's agent on the VM
+    (``/var/lib/spotctl/spotctl.sh busy``), the same on every image and agent version."""
+    return "#!/bin/sh\n# Runs this VM's spotctl agent: spotctl.sh busy|idle (pools), main|run|watch|shutdown.\n" \
+        "SPOTCTL_CONFIG=%s exec %s -E -S %s \"$@\"\n" % (shlex.quote(cfg.state("config.json")), shlex.quote(python),
+                                                        shlex.quote(agent))
+
+
 def start(cfg: Config, agent: str) -> None:
+    write_atomic(cfg.state("spotctl.sh"), entry_script(cfg, sys.executable, agent), 0o755)
     if cfg.no_systemd or not _has_systemctl():
         start_local(cfg, sys.executable, agent)
     else:

@@ -173,7 +173,7 @@ class GpuPool(pulumi.ComponentResource):
             )
             self.groups["fallbackAsg"] = self.fallback
             demand_scaling(f"{name}-fallback", f"{physical}-fallback", args.stack, pool, self.fallback, fallback, 0, tags, child)
-        # A busy instance sets scale-in protection on itself (templates/common/lib.sh.j2).
+        # A busy instance sets scale-in protection on itself (agent/watch.py busy_apply).
         protect_policy(f"{name}-protect-policy", role, list(self.groups.values()), child)
         self.register_outputs({k: g.name for k, g in self.groups.items()})
 

@@ -76,7 +76,7 @@ class ScriptContext:
     event_prefix: str = ""
     poll_interval_s: int = 5
     # At most one `checkpoint` event per this many seconds (the newest skipped one is recorded when
-    # the trainer exits, so a preemption's work lost stays exact; see templates/common/lib.sh.j2).
+    # the trainer exits, so a preemption's work lost stays exact; see agent/trainer.py Pump).
     checkpoint_event_s: int = 60
     # Seconds the trainer gets after SIGTERM; None = the cloud's default (fits its notice).
     stop_budget_s: int | None = None

@@ -208,7 +208,7 @@ POOL = {"name": "g5", "instanceTypes": ["g5.2xlarge"], "spotMax": 3}
 
 def test_pools_under_the_default_egress_reach_auto_scaling_through_an_interface_endpoint():
     """A pool VM protects itself from scale-in and records busy/idle through the Auto Scaling API
-    (templates/common/lib.sh.j2 spotctl_protect), which the S3 gateway endpoint does not reach and a
+    (agent/storage.py Cloud.protect), which the S3 gateway endpoint does not reach and a
     pool VM without a public IP reaches only through an interface endpoint, by the endpoint's own name."""
     p = plan(stack(pools=[POOL]))
     ep = only(p, ENDPOINT, "autoscaling").inputs

@@ -1,5 +1,5 @@
 """The pool script's busy/idle contract, run with bash against the metadata emulator: the agent
-creates $SPOTCTL_BUSY_FILE (or runs `spotctl.sh busy|idle`); on AWS the instance then sets
+creates $SPOTCTL_BUSY_FILE (or runs `/var/lib/spotctl/spotctl.sh busy|idle`); on AWS the instance then sets
 scale-in protection on itself through the Auto Scaling Query API (SigV4-signed with the role's
 IMDS credentials, checked by the emulator); both clouds record busy/idle events."""
 
@@ -113,3 +113,12 @@ def test_aws_slow_auto_scaling_never_delays_a_notice(pool_vm, emu):
 
     assert vm.wait_for(noticed, 40), vm.debug_log()
     assert seen["protection"] == []  # still waiting on Auto Scaling when the notice was recorded
+
+
+def test_the_documented_entry_script_runs_the_agent(pool_vm, emu):
+    """`/var/lib/spotctl/spotctl.sh busy` (README "Pools") runs this VM's agent."""
+    vm = pool_vm("gcp")
+    done = subprocess.run([str(vm.state / "spotctl.sh"), "busy"], env=vm._env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr + vm.debug_log()
+    assert [e["event"] for e in vm.events()][-1] == "busy"
