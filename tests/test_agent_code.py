@@ -62,6 +62,16 @@ def names(vm: LocalVM) -> list[str]:
     return [e["event"] for e in vm.events()]
 
 
+def run_once(vm: LocalVM) -> LocalVM:
+    """Boot, let the run end, power off."""
+    try:
+        assert vm.boot().returncode == 0
+        assert vm.wait_exit("run.pid", 30), vm.debug_log()
+    finally:
+        vm.kill_all()
+    return vm
+
+
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_code_is_fetched_set_up_once_run_in_its_workdir_and_the_vm_stops(emu, tmp_path, cloud):
     data = archive({"src/train.py": TRAIN, "lib.txt": "lib"})
@@ -97,12 +107,7 @@ def test_code_is_fetched_set_up_once_run_in_its_workdir_and_the_vm_stops(emu, tm
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_a_digest_mismatch_fails_the_attempt_naming_the_job_and_code(emu, tmp_path, cloud):
     data = archive({"src/train.py": TRAIN})
-    vm = code_vm(emu, tmp_path, cloud, data, digest="0" * 64)
-    try:
-        assert vm.boot().returncode == 0
-        assert vm.wait_exit("run.pid", 30), vm.debug_log()
-    finally:
-        vm.kill_all()
+    vm = run_once(code_vm(emu, tmp_path, cloud, data, digest="0" * 64))
     assert names(vm) == ["started", "failed"]
     details = vm.events()[-1]["details"]
     assert details["key"] == "code" and details["reason"].startswith("job train: code ") and "not the recorded 0000" in details["reason"]
@@ -113,12 +118,7 @@ def test_a_digest_mismatch_fails_the_attempt_naming_the_job_and_code(emu, tmp_pa
 
 def test_a_failing_setup_fails_the_attempt_with_the_logs_tail_and_stops_after_the_upload(emu, tmp_path):
     data = archive({"src/train.py": TRAIN})
-    vm = code_vm(emu, tmp_path, "gcp", data, setup="echo 'No matching distribution found for torch==9'; exit 3")
-    try:
-        assert vm.boot().returncode == 0
-        assert vm.wait_exit("run.pid", 30), vm.debug_log()
-    finally:
-        vm.kill_all()
+    vm = run_once(code_vm(emu, tmp_path, "gcp", data, setup="echo 'No matching distribution found for torch==9'; exit 3"))
     assert names(vm) == ["started", "failed"]
     details = vm.events()[-1]["details"]
     assert details["reason"] == "job train: setup failed (exit 3)" and details["key"] == "setup" and details["exit_code"] == "3"

@@ -38,6 +38,15 @@ def names(vm: LocalVM) -> list[str]:
     return [e["event"] for e in vm.events()]
 
 
+def training(emu, tmp_path: Path, poll_s: int) -> LocalVM:
+    """A GCP job VM booted, its trainer (tests/fixtures/trainer.py) running."""
+    vm = make(emu, tmp_path, "gcp", f"{sys.executable} {Path(__file__).parent / 'fixtures' / 'trainer.py'}",
+              poll_interval_s=poll_s)
+    assert vm.boot().returncode == 0
+    assert vm.wait_for(lambda: vm.alive("trainer.pid"), 15), vm.debug_log()
+    return vm
+
+
 SAVES_ON_TERM = "trap 'echo SPOTCTL_CHECKPOINT 7; exit 143' TERM; echo SPOTCTL_CHECKPOINT 1; while :; do sleep 0.05; done"
 
 
@@ -79,11 +88,8 @@ def test_every_stop_path_keeps_the_job_disk_mounted(cloud):
 def test_a_gcp_preemption_is_recorded_once_by_two_stop_paths_at_once(emu, tmp_path):
     """Two shutdown paths seeing preempted=TRUE at once (the watcher's and the shutdown script's
     in the field): one claims the notice, the other waits for its record; one `preempted`."""
-    vm = make(emu, tmp_path, "gcp", f"{sys.executable} {Path(__file__).parent / 'fixtures' / 'trainer.py'}",
-              poll_interval_s=3600)
+    vm = training(emu, tmp_path, 3600)
     try:
-        assert vm.boot().returncode == 0
-        assert vm.wait_for(lambda: vm.alive("trainer.pid"), 15), vm.debug_log()
         emu.preempt_gcp()
         args = ["bash", str(vm.shutdown_script)]
         both = [subprocess.Popen(args, env=vm._env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
@@ -95,11 +101,8 @@ def test_a_gcp_preemption_is_recorded_once_by_two_stop_paths_at_once(emu, tmp_pa
 
 
 def test_a_gcp_preemption_is_recorded_once_when_the_watcher_and_the_shutdown_script_both_see_it(emu, tmp_path):
-    vm = make(emu, tmp_path, "gcp", f"{sys.executable} {Path(__file__).parent / 'fixtures' / 'trainer.py'}",
-              poll_interval_s=1)
+    vm = training(emu, tmp_path, 1)
     try:
-        assert vm.boot().returncode == 0
-        assert vm.wait_for(lambda: vm.alive("trainer.pid"), 15), vm.debug_log()
         emu.preempt_gcp()
         assert vm.wait_for(lambda: (vm.state / "notice").exists(), 15)
         done, _ = vm.shutdown()
