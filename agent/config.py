@@ -105,7 +105,7 @@ class Config:
             return default
 
 
-def load_default(argv: list[str]) -> Config:
+def load_default() -> Config:
     """The config next to the agent (``SPOTCTL_CONFIG`` or ``<state_dir>/config.json``)."""
     path = os.environ.get("SPOTCTL_CONFIG") or "/var/lib/spotctl/config.json"
     return Config.load(path)

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
     if entry not in ENTRIES:
         sys.stderr.write("usage: agent [{}]\n".format("|".join(ENTRIES)))
         return 2
-    cfg = load_default(argv)
+    cfg = load_default()
     if cfg.kind != "pool" and entry in ("busy", "idle"):
         sys.stderr.write("busy/idle are for pools\n")
         return 2

@@ -65,7 +65,6 @@ EXPORTED_VARIABLES: dict[str, str] = {
     "NODE_RANK": "this node's rank, 0 to WORLD_SIZE - 1",
     "WORLD_SIZE": "the number of nodes",
 }
-JOB_ONLY = ("SPOTCTL_JOB_ID",)
 
 
 def variables_table() -> str:
@@ -125,9 +124,3 @@ def event_line(stack: str, kind: str, name: str, attempt: int, node: int, event:
         "details": {clean(k): clean(v)[:DETAIL_LIMIT] for k, v in details.items()},
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
-
-
-def parse_key(key: str) -> Optional[tuple[str, str, int, int]]:
-    """(stack, job, attempt, node) of an event object key, or None."""
-    m = EVENT_KEY.fullmatch(key)
-    return (m["stack"], m["job"], int(m["attempt"]), int(m["node"])) if m else None

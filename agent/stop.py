@@ -12,7 +12,7 @@ from typing import Optional
 from agent import schema
 from agent.config import Config
 from agent.events import Recorder, last_step
-from agent.util import exists, group_alive, locked, log, pid_alive, pid_file, read, touch, write_atomic
+from agent.util import exists, group_alive, locked, log, pid_alive, pid_file, read, touch
 
 
 def trainer_pid(cfg: Config) -> Optional[int]:
@@ -165,7 +165,3 @@ def stop(cfg: Config, rec: Recorder, event: str, details: dict) -> None:
     wait_drained(cfg, 2)
     rec.checkpoint_flush(2)
     rec.wait()  # for the uploads: the VM may power off when this returns
-
-
-def mark_shutdown(cfg: Config) -> None:
-    write_atomic(cfg.state("shutdown"), "")

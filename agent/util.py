@@ -103,7 +103,3 @@ def group_alive(pgid: int) -> bool:
 def pid_file(cfg: Config, name: str) -> Optional[int]:
     text = (read(cfg.state(name)) or "").strip()
     return int(text) if text.isdigit() else None
-
-
-def deadline_left(deadline: float) -> float:
-    return max(0.0, deadline - time.monotonic())

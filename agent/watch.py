@@ -5,7 +5,6 @@ normal stop. Every `preempted` goes through ``stop.preempted_once``."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -133,8 +132,3 @@ def shutdown(cfg: Config, meta: Metadata, rec: Recorder) -> None:
             preempted_once(cfg, rec, notice_details(cfg))
     else:
         stop(cfg, rec, "stopped", {"source": "stop-hook"})
-
-
-def notice_since() -> float:
-    value = os.environ.get("SPOTCTL_NOTICE_SINCE")
-    return float(value) if value else time.time()
