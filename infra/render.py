@@ -14,13 +14,13 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
 import jinja2
 
 from agent import schema
 from infra.agent_artifact import artifact
+from infra.basics import scripts_digest, templates_dir  # noqa: F401 - re-exported: the scripts' home and digest
 
 GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 AWS_METADATA_URL = "http://169.254.169.254"
@@ -178,15 +178,6 @@ def read_secret_payload(payload: str) -> dict[str, str]:
 
 
 event_object_prefix = schema.event_object_prefix
-
-
-def templates_dir() -> Path:
-    """``templates/`` in a checkout; ``infra/_templates`` in an installed wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "templates", here / "_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("spotctl templates directory not found")
 
 
 def _quote(value: object) -> str:
