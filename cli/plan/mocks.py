@@ -405,6 +405,10 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in sorted(value.items())}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
+    path = getattr(value, "path", None)
+    if isinstance(path, str) and type(value).__name__ == "FileAsset":
+        # A file named by its content's digest (infra/agent_object.py): the same in every process.
+        return f"fileAsset:{path.rsplit('/', 1)[-1]}"
     return str(value)
 
 
