@@ -252,7 +252,7 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
     progress = int(preempted["details"]["progress"])
     cfg = validate({"cloud": cloud, "project": "p", "region": "us-central1" if cloud == "gcp" else "us-east-1",
                     "zones": ["us-central1-a" if cloud == "gcp" else "us-east-1a"],
-                    "jobs": [{"id": "train", "machineType" if cloud == "gcp" else "instanceType": "m",
+                    "jobs": [{"id": "train", "machineType" if cloud == "gcp" else "instanceType": "g2-standard-8" if cloud == "gcp" else "g5.2xlarge",
                               "zone": "us-central1-a" if cloud == "gcp" else "us-east-1a", "command": "x", "state": "running"}]}, "f")
     parsed = [Event.parse(e) for e in events]
     (attempt,) = job_ledger(cfg.jobs[0], parsed, max(e.time for e in parsed)).attempts
