@@ -89,20 +89,21 @@ class Recorder:
     def trainer_log(self) -> str:
         return self.cfg.disk(schema.disk_log(self.cfg.attempt, self.cfg.node_rank))
 
-    def upload_log(self, budget: float = 5.0) -> None:
-        """Upload what the trainer wrote since the last call, one upload at a time. A chunk not known
-        to be stored is sent again with the same bytes (its length is kept beside the offset): on GCP
-        an object already there is taken as that chunk, so what follows must start where it ended."""
-        deadline = time.monotonic() + budget
-        with locked(self.cfg.state("log-upload.lock"), budget) as got:
-            if got:
-                self._upload_chunks(deadline)
+    def upload_log(self, budget: float = 5.0) -> bool:
+        """Upload what the trainer wrote since the last call, one upload at a time; False when the
+        log's end was not reached. ``budget`` counts from when this call holds the lock: waiting out
+        another upload (the watcher's, as long as its own budget) must not spend the last call's time.
+        A chunk not known to be stored is sent again with the same bytes (its length is kept beside
+        the offset): on GCP an object already there is taken as that chunk, so what follows must
+        start where it ended."""
+        with locked(self.cfg.state("log-upload.lock"), budget + 10) as got:
+            return got and self._upload_chunks(time.monotonic() + budget)
 
-    def _upload_chunks(self, deadline: float) -> None:
+    def _upload_chunks(self, deadline: float) -> bool:
         c = self.cfg
         path = self.trainer_log()
         if not os.path.isfile(path):
-            return
+            return True
         offset_file = c.state("log-offset-attempt-%d-node-%d" % (c.attempt, c.node_rank))
         pending = offset_file + ".pending"
         offset = int((read(offset_file) or "0").strip() or 0)
@@ -116,15 +117,16 @@ class Recorder:
                 fh.seek(offset)
                 chunk = fh.read(length)
             if not chunk:
-                return
+                return True
             write_atomic(pending, "%d %d\n" % (offset, len(chunk)))
             name = schema.log_object(self.node_dir(), offset)
             while not self.cloud.put_once(c.event_bucket, name, chunk, min(5.0, deadline - time.monotonic()), "text/plain"):
                 if deadline - time.monotonic() <= 0:
-                    return
+                    return False
                 time.sleep(0.5)
             offset += len(chunk)
             write_atomic(offset_file, str(offset))
+        return True
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def checkpoint_event(self, step: int, at: str = "", budget: Optional[float] = None, background: bool = False) -> None:

@@ -157,8 +157,9 @@ def finish(cfg: Config, rec: Recorder, rc: int, signaled: bool) -> int:
     """Record how the trainer ended; a job whose command ended on its own powers the VM off after
     its log and events are uploaded."""
     stopping = exists(cfg.state("stopping"))
-    if not stopping:
-        rec.upload_log(5)
+    # A slow bucket gets one more, longer try: after this the VM may be gone.
+    if not stopping and not rec.upload_log(5) and not exists(cfg.state("stopping")) and not rec.upload_log(20):
+        log(cfg, "the log's last lines were not uploaded (they stay on the job disk)")
     if signaled:
         log(cfg, "trainer exited with %d during a stop; the stop path records the event" % rc)
         rec.wait(10)

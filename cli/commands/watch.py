@@ -17,11 +17,11 @@ from cli.commands import (
     fail,
     shared_copy,
 )
-from infra.basics import ConfigError
+from infra.basics import WATCH_INTERVAL_MAX_S, ConfigError
 
 
 @app.command(
-    short_help="Resume, complete and fail jobs on their own.  Example: spotctl watch --stack team-a",
+    short_help="Resume, complete and fail jobs on their own.  Example: spotctl watch --stack example-gcp",
     help="Watch a stack's jobs and act on what really happened to their current attempt: a preempted or stopped VM "
     "-> resume (the job's policy picks the capacity), completed on every node -> complete (VMs go, disks stay), failed "
     "-> marked failed (retried only while the job's maxFailures allows). Notices (interruption warning, rebalance) are "
@@ -29,13 +29,13 @@ from infra.basics import ConfigError
     "waiting-for-capacity). Events come from the event bucket, --events-dir, the AWS interruption queue, the GCP "
     "preemption subscription and a poll of the cloud. One watcher per stack (a lease in the event bucket when the "
     "stack file is shared, else a lock on this machine); it acts without asking.\n\n"
-    "Example: spotctl watch --stack team-a --interval 30          (or --once from cron)",
+    "Example: spotctl watch --stack example-gcp --interval 30          (or --once from cron)",
 )
 def watch(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     once: Annotated[bool, typer.Option("--once", help="Handle what is pending, then exit (0 when every action succeeded).")] = False,
-    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.0, help="Seconds between cycles.")] = 5.0,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.0, max=WATCH_INTERVAL_MAX_S, help="Seconds between cycles.")] = 5.0,
     poll_every: Annotated[float, typer.Option("--poll-every", metavar="SECONDS", min=0.0,
                                               help="Ask the cloud about every running job's VMs this often (the fallback poll).")] = 300.0,
     no_poll: Annotated[bool, typer.Option("--no-poll", help="Never ask the cloud about VMs; only events and messages.")] = False,

@@ -51,20 +51,35 @@ def _yaml():
 
 BOM = "\ufeff"
 MAX_DEPTH = 32  # nesting of a stack file (jobs > job > env is 5 deep)
+MAX_BYTES = 64 << 20  # a stack file read (a 5,000-job stack is ~2 MB)
 MAX_NODES = 1_000_000  # nodes after expanding aliases: a 5,000-job stack has ~150,000; a bomb has billions
 
 
 def _read_text(path: Path) -> str:
     """The file as text: UTF-8 (a byte-order mark is dropped, and kept on write by atomic_write)
     with LF line ends (CRLF files are read as LF and written back as CRLF)."""
+    import stat
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-            state = _file_state(os.fstat(fh.fileno()))  # after the read: what was read is this version
+        # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise ConfigError(str(path), ["stack file not found"]) from None
+        raise ConfigError(str(path), [f"stack file not found; {_stacks_there(path.parent)}"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a link to /dev/zero, a FIFO, a device: read for ever, or never
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ConfigError(str(path), [f"cannot read: {kind} (a stack file is a regular file)"])
+    with open(fd, "rb") as fh:
+        try:
+            data = fh.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+        if len(data) > MAX_BYTES:
+            raise ConfigError(str(path), [f"over {MAX_BYTES >> 20} MiB: not read (a stack of 5,000 jobs is ~2 MB)"])
+        state = _file_state(os.fstat(fd))  # after the read: what was read is this version
     last = _LAST_READ[0] if _LAST_READ else None
     if last is not None and last[1] == data:  # read again under the lock: the same text object, so every
         _LAST_READ[:] = [(last[0], data, state)]  # cache keyed by it (guard, part, parse) answers by identity
@@ -72,6 +87,16 @@ def _read_text(path: Path) -> str:
     text = decode(data, str(path))
     _LAST_READ[:] = [(text, data, state)]
     return text
+
+
+def _stacks_there(folder: Path) -> str:
+    """The stacks a folder has files for, to name with a stack that is not there."""
+    try:
+        names = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in folder.glob("Pulumi.?*.yaml"))
+    except OSError:
+        names = []
+    where = folder if str(folder) not in ("", ".") else Path(".")
+    return f"the stacks in {where}/ are: {', '.join(names)}" if names else f"{where}/ has no Pulumi.<stack>.yaml"
 
 
 _LAST_READ: list[tuple[str, bytes, str]] = []  # the last text read, its bytes and the file's state after the read
@@ -146,6 +171,10 @@ def _check_document(path: Path, doc: Any) -> Any:
         doc = {}
     if not isinstance(doc, Mapping):
         raise ConfigError(str(path), ["expected a YAML mapping with a 'config:' key"])
+    outside = [str(k) for k in doc if ":" in str(k)]  # (a stack file's own keys, e.g. secretsprovider, have none)
+    if outside:
+        raise ConfigError(str(path), [f"{k}: outside `config:`: Pulumi reads a stack's settings only under `config:` "
+                                      f"(indent {k} under a `config:` line)" for k in outside])
     config = doc.get("config", {})
     if not isinstance(config, Mapping):
         raise ConfigError(str(path), ["config: expected a mapping of 'namespace:key' entries"])
