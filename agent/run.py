@@ -149,7 +149,8 @@ def run(cfg: Config, meta: Metadata, cloud, rec: Recorder) -> int:
     pump.thread.join(5)
     # This process flushes the newest checkpoint itself before it exits: once the unit's main
     # process exits, systemd kills whatever else is left in it (KillMode=mixed, systemd.kill(5)).
-    rec.checkpoint_flush(2)
+    # (5 s: the trainer has stopped; the unit's stop timeout is its budget + 8 s.)
+    rec.checkpoint_flush(5)
     return finish(cfg, rec, rc, signaled)
 
 
