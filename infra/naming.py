@@ -76,6 +76,13 @@ def watch_lease(stack: str) -> str:
     return f"{stack}.spotctl/watch.lease"
 
 
+def pool_demand_key(stack: str, pool: str) -> str:
+    """The durable record of a pool's last published demand in the stack's event bucket
+    (cli/pools/record.py): beside the shared stack file, never under the expiring ``<stack>/`` prefix,
+    so the watcher can republish it every minute and no job or pool identity can write it."""
+    return f"{stack}.spotctl/pools/{pool}.demand"
+
+
 def event_root(stack: str) -> str:
     """The prefix every event and log object of the stack lives under (``<stack>/<job or pool>/``)."""
     return f"{stack}/"

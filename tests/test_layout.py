@@ -23,7 +23,7 @@ ALLOWED = {
     "cli.drill": {"infra.render", "infra.config"},
     "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming"},
     "cli.cost": {"cli.cloud", "infra.config"},
-    "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "infra.config", "infra.naming"},
+    "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "cli.pools", "infra.config", "infra.naming"},
 }
 # infra.basics is the part of the config model without pydantic (states, capacities, ConfigError):
 # whatever may import infra.config may import it.
