@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import aws_common, contract
+from infra.agent_object import aws_read_statements
 from infra.aws_base import (  # noqa: F401
     StackBase,
 )
@@ -88,7 +89,8 @@ def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, t
             lambda arn: json.dumps(
                 {
                     "Version": "2012-10-17",
-                    "Statement": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/{prefix}*"}],
+                    "Statement": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/{prefix}*"},
+                                  *aws_read_statements(arn, prefix)],
                 }
             )
         ),
@@ -173,7 +175,7 @@ class GpuPool(pulumi.ComponentResource):
             )
             self.groups["fallbackAsg"] = self.fallback
             demand_scaling(f"{name}-fallback", f"{physical}-fallback", args.stack, pool, self.fallback, fallback, 0, tags, child)
-        # A busy instance sets scale-in protection on itself (templates/common/lib.sh.j2).
+        # A busy instance sets scale-in protection on itself (agent/watch.py busy_apply).
         protect_policy(f"{name}-protect-policy", role, list(self.groups.values()), child)
         self.register_outputs({k: g.name for k, g in self.groups.items()})
 
@@ -308,6 +310,12 @@ class TrainingJob(pulumi.ComponentResource):
                 )
                 if plan.spot
                 else None,
+                # The agent powers the VM off when the job's work is done: an OS shutdown then ends the
+                # instance's billing. A one-time spot instance cannot be stopped (only a persistent
+                # request's can, docs.aws.amazon.com/AWSEC2/latest/UserGuide/interruption-behavior.html):
+                # it terminates, as at a preemption; an on-demand one stops and keeps its state. The
+                # default is stop: docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_ChangingInstanceInitiatedShutdownBehavior.html
+                instance_initiated_shutdown_behavior="terminate" if plan.spot else "stop",
                 user_data_base64=user_data,
                 user_data_replace_on_change=True,
                 tags={**aws_tags(args.stack, cfg.labels, name=node.instance_name, job=job.id, node=str(node.rank)), "spotctl:attempt": str(job.attempt)},
@@ -321,7 +329,7 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     # The master's public address is there before its first boot runs the user data.
                     parent=self, delete_before_replace=True,
-                    depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else [])],
+                    depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else []), base.agent],
                     # A placement group is ForceNew (ec2_instance.go: placement_group): one added by an upgrade
                     # reaches the next attempt's VMs, like a newer image, never a running one.
                     ignore_changes=["ami", "placementGroup", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from agent.schema import AGENT_PREFIX
 from infra import contract
 from infra.config import Job, StackConfig
 from infra.naming import ssm_parameter_name
@@ -192,6 +193,8 @@ def boundary_document(stack: str, slug: str, region: str, bucket_arn: str) -> di
     content) still cannot leave this list: the union of what ``_instance_profile``, ``_env_secret``
     and ``protect_policy`` grant, at the stack's level instead of the job's."""
     return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ReadAgentAndStackObjects", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [f"{bucket_arn}/{AGENT_PREFIX}*", f"{bucket_arn}/{stack}/*"]},
         {"Sid": "PutStackEvents", "Effect": "Allow", "Action": "s3:PutObject",
          "Resource": f"{bucket_arn}/{stack}/*"},  # every event_object_prefix(stack, name) of the stack
         {"Sid": "ReadStackSecretEnv", "Effect": "Allow", "Action": "ssm:GetParameter",

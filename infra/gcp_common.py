@@ -6,6 +6,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.agent_object import gcp_read_condition
 from infra.common import (
     StackArgs,
 )
@@ -115,6 +116,14 @@ class ServiceAccount(pulumi.ComponentResource):
         gcp.storage.BucketIAMMember(
             f"{name}-events-writer", bucket=bucket, role="roles/storage.objectCreator", member=member,
             condition=condition, opts=child,
+        )
+        gcp.storage.BucketIAMMember(
+            f"{name}-reader", bucket=bucket, role="roles/storage.objectViewer", member=member,
+            condition=gcp.storage.BucketIAMMemberConditionArgs(
+                title="spotctl-agent-and-own-prefix", description=f"read the agent and objects under {prefix} only",
+                expression=pulumi.Output.from_input(bucket).apply(lambda b: gcp_read_condition(b, prefix)),
+            ),
+            opts=child,
         )
         gcp.projects.IAMMember(f"{name}-log-writer", project=project, role="roles/logging.logWriter", member=member, opts=child)
         self.email = self.account.email

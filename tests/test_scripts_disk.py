@@ -95,11 +95,13 @@ def test_a_disk_alias_must_be_a_device_path():
 
 
 @pytest.mark.parametrize("cloud,wait_s", [("aws", 600), ("gcp", 120)])
-def test_the_disk_wait_fits_how_each_cloud_attaches_it(cloud, wait_s):
+def test_the_disk_wait_fits_how_each_cloud_attaches_it(cloud, wait_s, tmp_path):
     """AWS attaches the volume after the instance exists (a VolumeAttachment) and runs user data once."""
-    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="r",
-                        disk_device="/dev/disk/by-id/x")
-    from infra.render import scripts_for
+    from agent.config import Config
+    from agent.disk import find_device
 
-    script = scripts_for(ctx).startup
-    assert f"\nSPOTCTL_DISK_WAIT_S={wait_s}\n" in script and '"$waited" -lt "$SPOTCTL_DISK_WAIT_S"' in script
+    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="r",
+                        disk_device=str(tmp_path / "never"), state_dir=str(tmp_path / "state"))
+    slept = []
+    assert find_device(Config.from_dict(ctx.agent_config()), sleep=slept.append) == ""
+    assert len(slept) == wait_s

@@ -12,17 +12,14 @@ files, the cloud object and the ``write``/``sleep`` passed in.
 from __future__ import annotations
 
 import codecs
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent.schema import CHUNK_RE, DISK_LOG_RE
 from cli.lifecycle.events import BucketEvents, Event, load_events
-
-DISK_LOG_RE = re.compile(r"^attempt-(\d+)-node-(\d+)\.log$")
-CHUNK_RE = re.compile(r"attempt-(\d+)/node-(\d+)/logs/(\d+)\.log$")
 
 
 class LogError(Exception):
