@@ -83,6 +83,11 @@ def pool_demand_key(stack: str, pool: str) -> str:
     return f"{stack}.spotctl/pools/{pool}.demand"
 
 
+DEPLOYED_REGION_TAG = "spotctl:region"
+"""On an AWS stack's account-wide resources (its IAM permissions boundary): the region of the
+deployment that made it, so a second deployment of the same stack name elsewhere is told apart."""
+
+
 def event_root(stack: str) -> str:
     """The prefix every event and log object of the stack lives under (``<stack>/<job or pool>/``)."""
     return f"{stack}/"

@@ -12,10 +12,14 @@ from infra.basics import ConfigError, counted
 @app.command(
     short_help="Check a stack file offline.  Example: spotctl validate --stack example-gcp",
     help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region; warn "
-    "(exit 0) where a job's policy will have nothing to weigh.\n\n"
+    "(exit 0) where a job's policy will have nothing to weigh. With --cloud (AWS), also refuse a second deployment "
+    "of this stack name in the account.\n\n"
     "Example: spotctl validate --stack example-gcp",
 )
-def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
+def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
+             cloud: Annotated[bool, typer.Option("--cloud", help="Also ask the cloud, read-only, what only it knows: "
+                                                 "(AWS) whether this stack name is already deployed in another region "
+                                                 "of the account (IAM names are account-wide).")] = False) -> None:
     from cli.lifecycle import stackfile
 
     try:
@@ -23,6 +27,16 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
         cfg = stackfile.load(ref)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    if cloud and cfg.cloud == "aws":
+        from cli.cloud import CloudError
+        from cli.cloud.deployments import aws_boundary, clash
+
+        try:
+            problem = clash(ref.name, cfg.region, aws_boundary(cfg.region, ref.name))
+        except CloudError as exc:
+            raise fail(f"{ref.path}: spotctl:region: {exc}") from None
+        if problem:
+            raise fail(f"{ref.path}: spotctl:region: {problem}")
     from infra.config import policy_warnings
 
     for warning in policy_warnings(cfg):

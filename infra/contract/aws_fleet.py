@@ -58,3 +58,16 @@ def cluster_placement_problem(instance_type: str, nodes: int) -> str | None:
     if not efa_interfaces(instance_type):
         return f"{instance_type} has no EFA"
     return None
+
+
+rule("aws.stack-name-once-per-account", [],
+     says="IAM names are account-wide: a stack name deployed twice in one account (another region, another backend) "
+          "shares its permissions boundary's name spotctl-<slug>-boundary, and its Auto Scaling groups, alarms, rules "
+          "and SSM parameters are named per region. The boundary carries its deployment's region "
+          "(spotctl:region); `spotctl validate --cloud` refuses a stack whose boundary was made in another region or "
+          "by another stack with the same slug.",
+     fix="give the second deployment another stack name",
+     source="https://docs.aws.amazon.com/IAM/latest/APIReference/API_CreatePolicy.html (EntityAlreadyExists); "
+            "https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_CreateAutoScalingGroup.html "
+            "(AutoScalingGroupName: \"unique per Region per account\")",
+     lookup="the account's IAM policy spotctl-<slug>-boundary and its tags (iam:ListPolicyTags)")(None)
