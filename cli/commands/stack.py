@@ -11,7 +11,9 @@ from infra.basics import ConfigError, counted
 
 @app.command(
     short_help="Check a stack file offline.  Example: spotctl validate --stack example-gcp",
-    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region; warn "
+    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region, machine "
+    "types, their GPUs and regions against the shipped catalog (`spotctl catalog`), and the cloud limits the stack's "
+    "values can break (tags, labels, user data size, names); warn "
     "(exit 0) where a job's policy will have nothing to weigh. With --cloud (AWS), also refuse a second deployment "
     "of this stack name in the account.\n\n"
     "Example: spotctl validate --stack example-gcp",
@@ -21,10 +23,13 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
                                                  "(AWS) whether this stack name is already deployed in another region "
                                                  "of the account (IAM names are account-wide).")] = False) -> None:
     from cli.lifecycle import stackfile
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
+        if problems := stack_problems(cfg, ref.name):  # limits that need the stack's name or its scripts
+            raise ConfigError(str(ref.path), problems)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     if cloud and cfg.cloud == "aws":
@@ -54,10 +59,13 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
     from infra.contract import ContractError
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
+        if problems := stack_problems(cfg, ref.name):
+            raise ConfigError(str(ref.path), problems)
         with progress(f"evaluating the Pulumi program for stack {ref.name} under mocks", enabled=not json_out):
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
