@@ -83,6 +83,12 @@ def pool_demand_key(stack: str, pool: str) -> str:
     return f"{stack}.spotctl/pools/{pool}.demand"
 
 
+def boundary_name(slug: str) -> str:
+    """The stack's permissions-boundary policy (AWS, path ``/spotctl/``): one per stack, attached to
+    every job and pool role (contract aws.role-permissions-boundary); an account-wide name."""
+    return f"spotctl-{slug}-boundary"
+
+
 DEPLOYED_REGION_TAG = "spotctl:region"
 """On an AWS stack's account-wide resources (its IAM permissions boundary): the region of the
 deployment that made it, so a second deployment of the same stack name elsewhere is told apart."""

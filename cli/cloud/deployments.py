@@ -8,8 +8,7 @@ or, worse, takes it over. The boundary carries the region of the deployment that
 from __future__ import annotations
 
 from cli.cloud import call
-from infra.aws_common import boundary_name
-from infra.naming import DEPLOYED_REGION_TAG, owner_value, stack_slug
+from infra.naming import DEPLOYED_REGION_TAG, boundary_name, owner_value, stack_slug
 
 
 def aws_boundary(region: str, stack: str) -> dict[str, str] | None:
