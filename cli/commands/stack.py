@@ -43,8 +43,9 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
         if problem:
             raise fail(f"{ref.path}: spotctl:region: {problem}")
     from infra.config import policy_warnings
+    from infra.config.gangs import gang_warnings
 
-    for warning in policy_warnings(cfg):
+    for warning in policy_warnings(cfg) + gang_warnings(cfg):
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 
