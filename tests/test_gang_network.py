@@ -29,3 +29,12 @@ def test_a3_gangs_are_told_they_run_over_one_nic():
 def test_no_warning_for_single_nodes_or_other_types():
     cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(), aws_job(id="g", instanceType="g5.12xlarge", nodes=2)]), "t")
     assert gang_warnings(cfg) == []
+
+
+def test_each_decision_has_its_rule_and_source():
+    from infra import contract
+
+    for rule_id in ("aws.watcher-publishes-pool-demand", "aws.efa-cluster-placement", "aws.event-bucket-kept-at-destroy",
+                    "aws.stack-name-once-per-account", "gcp.regional-disk-delete", "gcp.grown-disk-filesystem",
+                    "gcp.first-write-after-iam-propagation", "gcp.a3-gang-one-nic"):
+        assert "https://" in contract.get(rule_id).source or "pulumi-aws" in contract.get(rule_id).source, rule_id
