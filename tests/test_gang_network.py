@@ -3,7 +3,6 @@ cloud's fast fabric: AWS p4d/p5 gangs without EFA interfaces, GCP A3 gangs witho
 
 from __future__ import annotations
 
-
 from cli.app import app
 from infra.config import validate
 from infra.config.gangs import gang_warnings

@@ -14,14 +14,14 @@ from moto import mock_aws
 
 from cli.app import app
 from cli.lifecycle import stackfile
-from cli.pools import record
 from cli.plan import mocks as planner
+from cli.pools import record
 from cli.watch import observe, watcher
 from infra.config import validate
 from infra.naming import CLOUDWATCH_NAMESPACE, pool_demand_key
+from tests.conftest import AWS_BASE, aws_job, stack_config
 from tests.iam_eval import allowed
 from tests.test_watcher_iam import AWS_WATCHER, NAT, POOL, aws_raw, only
-from tests.conftest import AWS_BASE, aws_job, stack_config
 
 T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 BUCKET = "example-aws-events"
@@ -64,8 +64,8 @@ def test_an_unreadable_record_names_the_pool():
 def test_the_watcher_publishes_the_recorded_demand_every_minute(project, monkeypatch):
     """Cycles every 20 s for 3 minutes from one `pool demand`: one publication per minute, each
     with the recorded demand (5 wanted: 3 above the on-demand base of 2)."""
-    from cli.commands import cloud_for
     from cli.cloud import pool_cloud
+    from cli.commands import cloud_for
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
@@ -92,8 +92,8 @@ def test_the_watcher_publishes_the_recorded_demand_every_minute(project, monkeyp
 
 @mock_aws
 def test_no_record_publishes_nothing_and_a_broken_one_is_a_warning(project, monkeypatch):
-    from cli.commands import cloud_for
     from cli.cloud import pool_cloud
+    from cli.commands import cloud_for
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     s3 = boto3.client("s3", region_name="us-east-1")
@@ -179,8 +179,8 @@ def _step(policy: dict, value: float, threshold: float) -> int:
 def test_published_demand_drives_the_alarm_and_the_step_policy(project, monkeypatch):
     """The alarm and the policy as the plan declares them (created in moto), the metric as the
     watcher publishes it: the alarm fires and the policy's step sets the group to base + demand."""
-    from cli.commands import cloud_for
     from cli.cloud import pool_cloud
+    from cli.commands import cloud_for
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     ref = stackfile.resolve("example-aws", None)

@@ -10,8 +10,8 @@ import boto3
 from moto import mock_aws
 
 from cli.app import app
-from cli.plan import mocks as planner
 from cli.lifecycle import stackfile
+from cli.plan import mocks as planner
 from infra.naming import DEPLOYED_REGION_TAG, owner_value
 
 
