@@ -76,6 +76,15 @@ class Config:
         return float(os.environ.get("SPOTCTL_RECORD_BUDGET_S") or 10)
 
     @property
+    def first_record_s(self) -> float:
+        """Seconds the attempt's `started` keeps being retried: the job's write permission may not be
+        live yet. GCP IAM: "Typically 2 minutes, potentially 7 minutes or longer"
+        (https://cloud.google.com/iam/docs/access-change-propagation); AWS IAM is eventually consistent
+        too (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html, "Changes that I
+        make are not always immediately visible"). Ten minutes, in the background: the job goes on."""
+        return float(os.environ.get("SPOTCTL_FIRST_RECORD_S") or 600)
+
+    @property
     def last_record_s(self) -> float:
         """Seconds for the `preempted` a notice's path records last, after the trainer's budget."""
         return 2.0

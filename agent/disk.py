@@ -68,7 +68,37 @@ def prepare(cfg: Config) -> str:
     os.makedirs(cfg.mount_point, exist_ok=True)
     if _run(["mount", "-o", "defaults,discard", device, cfg.mount_point]).returncode != 0:
         raise RuntimeError(f"mount of {device} failed")
+    grow(cfg, device)
     return device
+
+
+def sizes(device: str) -> tuple[int, int]:
+    """(the device's bytes, its ext4 filesystem's bytes; 0 when dumpe2fs cannot say)."""
+    fd = os.open(device, os.O_RDONLY)
+    try:
+        total = os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+    head = _run(["dumpe2fs", "-h", device]).stdout.decode(errors="replace")
+    fields = dict(line.split(":", 1) for line in head.splitlines() if ":" in line)
+    try:
+        return total, int(fields["Block count"]) * int(fields["Block size"])
+    except (KeyError, ValueError):
+        return total, 0
+
+
+def grow(cfg: Config, device: str) -> None:
+    """A disk grown by a larger ``diskGb`` (the cloud resizes the device, never the filesystem): grow
+    the mounted ext4 filesystem to the device, online ("resize2fs ... If the filesystem is mounted, it
+    can be used to expand the size of the mounted filesystem", resize2fs(8); GCE: "Resize the file
+    system", https://cloud.google.com/compute/docs/disks/resize-persistent-disk; AWS:
+    https://docs.aws.amazon.com/ebs/latest/userguide/recognize-expanded-volume-linux.html)."""
+    total, fs = sizes(device)
+    if not fs or total <= fs:
+        return
+    log(cfg, f"job disk grew to {total >> 30} GiB: growing its filesystem")
+    if _run(["resize2fs", device]).returncode != 0:
+        log(cfg, "resize2fs failed on " + device + ": the job runs on the old size")
 
 
 def fstab_line(uuid: str, mount_point: str) -> str:

@@ -74,7 +74,7 @@ class Recorder:
             if self.cloud.put_once(self.cfg.event_bucket, name, body, min(5.0, left)):
                 return True
             tries += 1
-            time.sleep(min(0.2 * tries, 0.9, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(backoff(tries), max(0.0, deadline - time.monotonic())))
         log(self.cfg, "event {} not uploaded within {:g}s (kept in the local event log)".format(name.rsplit("-", 1)[-1], budget))
         return False
 
@@ -152,6 +152,14 @@ class Recorder:
         seen = (read(self.cfg.state("checkpoint-seen")) or "").split()
         at = seen[2] if len(seen) == 3 and seen[:2] == [str(self.cfg.attempt), str(step)] else ""
         self.checkpoint_event(step, at, budget)
+
+
+def backoff(tries: int) -> float:
+    """Seconds before try ``tries + 1``: quick at first (a stop path's budget is seconds), then doubling
+    up to 15 s, so a permission that goes live after minutes is met without a request every second."""
+    if tries < 10:
+        return min(0.2 * tries, 0.9)
+    return min(0.9 * 2 ** (tries - 9), 15.0)
 
 
 def last_step(path: str, pattern) -> Optional[int]:

@@ -89,8 +89,9 @@ def run(cfg: Config, meta: Metadata, cloud, rec: Recorder) -> int:
         return 0
     os.makedirs(cfg.disk(schema.DISK_DIR + "/logs"), exist_ok=True)
     resume = has_progress(cfg)
+    # The attempt's first write: its role or binding may still be propagating (Config.first_record_s).
     rec.record("started", {"capacity": cfg.capacity, "machineType": cfg.machine_type, "nodes": str(cfg.world_size)},
-               background=True)
+               budget=cfg.first_record_s, background=True)
     if cfg.cloud == "gcp":
         wait_driver(cfg, meta)  # after `started`: the driver's install is part of the changeover
         if exists(cfg.state("stopping")):

@@ -56,6 +56,7 @@ from infra.common import (
     pool_script_context,
 )
 from infra.config import Pool
+from infra.contract.aws_fleet import cluster_placement_problem, efa_interfaces
 from infra.naming import aws_tags, code_prefix, ssm_parameter_name
 from infra.render import event_object_prefix, scripts_for
 
@@ -219,7 +220,19 @@ class TrainingJob(pulumi.ComponentResource):
                                              referenced_security_group_id=gang.id, ip_protocol="-1",
                                              description=f"the nodes of job {job.id} talk to each other (NCCL, rendezvous)",
                                              tags=tags, opts=child)
+            if efa_interfaces(job.instance_type):
+                aws.vpc.SecurityGroupEgressRule(f"{name}-gang-sg-self-out", security_group_id=gang.id,
+                                                referenced_security_group_id=gang.id, ip_protocol="-1",
+                                                description=f"EFA: the nodes of job {job.id} send to each other",
+                                                tags=tags, opts=child)
             groups.append(gang.id)
+        placement = None
+        if job.nodes > 1 and efa_interfaces(job.instance_type):
+            # NCCL over EFA wants the gang's nodes close: a cluster placement group packs them in one
+            # zone's low-latency segment (contract aws.efa-cluster-placement).
+            placement = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", tags=tags, opts=child)
+            contract.enforce("aws.efa-cluster-placement", f"{name}-placement",
+                             cluster_placement_problem(job.instance_type, job.nodes))
         if plan.needs_master_address:
             # An ENI outlives instances: the master keeps its private IP across attempts.
             master_eni = aws.ec2.NetworkInterface(
@@ -293,6 +306,7 @@ class TrainingJob(pulumi.ComponentResource):
                 else None,
                 associate_public_ip_address=None if uses_eni else public_ip,
                 iam_instance_profile=profile.name,
+                placement_group=placement.name if placement is not None else None,
                 metadata_options=aws_common._metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
                 root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                     volume_size=root_volume_gb(BOOT_DISK_GB, image, f"{name}-n{node.rank}-vm"),
@@ -331,7 +345,9 @@ class TrainingJob(pulumi.ComponentResource):
                     # The master's public address is there before its first boot runs the user data.
                     parent=self, delete_before_replace=True,
                     depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else []), base.agent],
-                    ignore_changes=["ami", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt
+                    # A placement group is ForceNew (ec2_instance.go: placement_group): one added by an upgrade
+                    # reaches the next attempt's VMs, like a newer image, never a running one.
+                    ignore_changes=["ami", "placementGroup", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt
                 ),
             )
             aws.ec2.VolumeAttachment(

@@ -14,7 +14,7 @@ import pulumi_aws as aws
 from agent.schema import AGENT_PREFIX
 from infra import contract
 from infra.config import Job, StackConfig
-from infra.naming import code_root, ssm_parameter_name
+from infra.naming import boundary_name, code_root, ssm_parameter_name  # noqa: F401 - boundary_name: its users import it from here
 
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
 DEFAULT_AMI_NAME = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *"
@@ -178,10 +178,6 @@ def job_role_naming(slug: str) -> tuple[str, str]:
     return "/spotctl/", f"spotctl-{slug}-"[:38]
 
 
-def boundary_name(slug: str) -> str:
-    """The stack's permissions-boundary policy (path ``/spotctl/``): one per stack, attached to every
-    job and pool role (contract aws.role-permissions-boundary)."""
-    return f"spotctl-{slug}-boundary"
 
 
 def boundary_document(stack: str, slug: str, region: str, bucket_arn: str) -> dict:

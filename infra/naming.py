@@ -94,6 +94,24 @@ def watch_lease(stack: str) -> str:
     return f"{stack}.spotctl/watch.lease"
 
 
+def pool_demand_key(stack: str, pool: str) -> str:
+    """The durable record of a pool's last published demand in the stack's event bucket
+    (cli/pools/record.py): beside the shared stack file, never under the expiring ``<stack>/`` prefix,
+    so the watcher can republish it every minute and no job or pool identity can write it."""
+    return f"{stack}.spotctl/pools/{pool}.demand"
+
+
+def boundary_name(slug: str) -> str:
+    """The stack's permissions-boundary policy (AWS, path ``/spotctl/``): one per stack, attached to
+    every job and pool role (contract aws.role-permissions-boundary); an account-wide name."""
+    return f"spotctl-{slug}-boundary"
+
+
+DEPLOYED_REGION_TAG = "spotctl:region"
+"""On an AWS stack's account-wide resources (its IAM permissions boundary): the region of the
+deployment that made it, so a second deployment of the same stack name elsewhere is told apart."""
+
+
 def event_root(stack: str) -> str:
     """The prefix every event and log object of the stack lives under (``<stack>/<job or pool>/``)."""
     return f"{stack}/"

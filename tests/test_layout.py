@@ -25,7 +25,7 @@ ALLOWED = {
     "cli.drill": {"infra.render", "infra.config", "infra.naming", "cli.code", "infra.agent_artifact", "agent"},
     "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming", "agent.schema"},
     "cli.cost": {"cli.cloud", "infra.config"},
-    "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "infra.config", "infra.naming"},
+    "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "cli.pools", "infra.config", "infra.naming"},
     "cli.code": {"cli.cloud", "infra.config", "infra.naming"},
 }
 # infra.basics is the part of the config model without pydantic (states, capacities, ConfigError):

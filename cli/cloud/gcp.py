@@ -73,6 +73,8 @@ class GcpInventory:
             kwargs = {"credentials": AnonymousCredentials(), "transport": "rest", "client_options": ClientOptions(api_endpoint=endpoint)}
         self.client = compute_v1.DisksClient(**kwargs)
         self.operations = compute_v1.ZoneOperationsClient(**kwargs)
+        self.region_client = compute_v1.RegionDisksClient(**kwargs)
+        self.region_operations = compute_v1.RegionOperationsClient(**kwargs)
         self.snapshot_client = compute_v1.SnapshotsClient(**kwargs)
         self.global_operations = compute_v1.GlobalOperationsClient(**kwargs)
         self.waiting: dict[str, Any] = {}  # wait_done's deadline_s / clock / sleep (tests shorten them)
@@ -83,12 +85,17 @@ class GcpInventory:
         for scope, scoped in self.client.aggregated_list(request=request):
             for d in scoped.disks:
                 zone = d.zone.rsplit("/", 1)[-1] if d.zone else scope.rsplit("/", 1)[-1]
-                # creationTimestamp: "[Output Only] Creation timestamp in RFC3339 text format" (Compute V1 Disk)
-                out.append(CloudDisk(d.name, zone, dict(d.labels), in_use=bool(d.users),
+                # Compute V1 Disk: a regional disk has `region`, no `zone`; creationTimestamp is RFC3339.
+                region = d.region.rsplit("/", 1)[-1] if d.region and not d.zone else None
+                out.append(CloudDisk(d.name, zone, dict(d.labels), in_use=bool(d.users), region=region,
                                      created=datetime.fromisoformat(d.creation_timestamp) if d.creation_timestamp else None))
         return out
 
     def delete(self, disk: CloudDisk) -> None:
+        if disk.region:  # the zonal delete answers 404 for it (https://cloud.google.com/compute/docs/reference/rest/v1/regionDisks/delete)
+            op = self.region_client.delete(project=self.project, region=disk.region, disk=disk.id)
+            return wait_done(lambda: self.region_operations.wait(project=self.project, region=disk.region, operation=op.name),
+                             f"deleting regional disk {disk.id} in {disk.region}", **self.waiting)
         op = self.client.delete(project=self.project, zone=disk.zone, disk=disk.id)
         # Wait with our own operations client: the LRO helper would poll the public endpoint.
         wait_done(lambda: self.operations.wait(project=self.project, zone=disk.zone, operation=op.name),
