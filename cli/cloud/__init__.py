@@ -140,7 +140,7 @@ class Cloud:
             from cli.cloud.aws import aws_prices
 
             return self._call(lambda: aws_prices(self.cfg.region, machine_types))
-        from cli.cloud.gcp import gcp_prices
+        from cli.cloud.gcp_prices import gcp_prices
 
         return self._call(lambda: gcp_prices(self.cfg.project or "", self.cfg.region, self.cfg.zones[0], machine_types,
                                        endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"),
