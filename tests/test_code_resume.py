@@ -190,3 +190,21 @@ def test_no_bucket_known_is_one_error_saying_how_to_name_it(team, runner):
     given = run(runner, "resume", "train", "--no-apply", "--events-bucket", "evts", "--force")
     assert given.exit_code == 0, given.output
     assert digest_in(path) and len(stored()) == 1
+
+
+def test_launch_packs_and_uploads_the_code_and_records_its_digest(team, runner):
+    """`launch --code DIR` applied: the archive is in the bucket under the job's code prefix and the new
+    entry records its digest; with --no-apply nothing is packed (the entry keeps only `code:`)."""
+    path = team / "stacks" / "Pulumi.team.yaml"
+    dry = run(runner, "launch", "--id", "dry", "--machine", "g5.2xlarge", "--zone", "us-east-1a",
+              "--command", "python train.py", "--code", "./src", "--no-apply")
+    assert dry.exit_code == 0, dry.output
+    assert stored() == {} and "codeDigest" not in path.read_text().split("id: dry", 1)[1]
+    result = run(runner, "launch", "--id", "fresh", "--machine", "g5.2xlarge", "--zone", "us-east-1a",
+                 "--command", "python train.py", "--code", "./src", "--yes")
+    assert result.exit_code == 0, result.output
+    entry = path.read_text().split("id: fresh", 1)[1]
+    digest = entry.split("codeDigest:", 1)[1].split()[0].strip("'\",}")
+    (key,) = [k for k in stored() if k.endswith(".tar.gz")]
+    assert key == code_key("team", "fresh", digest)
+    assert set(files_of(stored()[key])) == {"train.py", "requirements.txt"}
