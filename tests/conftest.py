@@ -138,11 +138,19 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+def copy_example_code(project: Path) -> None:
+    """examples/quickstart into ``project``: the code: of the example stacks' jobs (relative to the project root)."""
+    shutil.copytree(ROOT / "examples" / "quickstart", project / "examples" / "quickstart",
+                    ignore=shutil.ignore_patterns(".venv", "__pycache__", "checkpoints", "output"))
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A temp project (Pulumi.yaml + stacks/ with both examples) as the working directory."""
+    """A temp project (Pulumi.yaml + stacks/ with both examples, and examples/quickstart: their jobs'
+    code) as the working directory."""
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     shutil.copytree(EXAMPLES, tmp_path / "stacks", ignore=STACKS_ONLY)
+    copy_example_code(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PULUMI_STACK", raising=False)  # no stack selected but the one a test selects
     monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
@@ -474,3 +482,10 @@ def _no_vm_outlives_its_test():
         localvm.LocalVM.__init__ = original
         for vm in made:
             vm.kill_all()
+
+
+@pytest.fixture(autouse=True)
+def _own_event_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """Each test its own durable event cache (cli.lifecycle.eventstore): moto buckets of the same name
+    in two tests hold different objects, and a cache shared between them would mix their events."""
+    monkeypatch.setenv("SPOTCTL_EVENT_CACHE", str(tmp_path_factory.mktemp("event-cache") / "events.sqlite"))

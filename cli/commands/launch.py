@@ -80,6 +80,12 @@ def launch(
         except (ConfigError, LifecycleError) as exc:
             raise fail(str(exc)) from None
         job = cfg.job(entry["id"])
+        if not no_apply:  # packed and uploaded now, its digest in the entry; --no-apply leaves that to `resume`
+            from cli.commands import jobcode
+
+            code_ref = jobcode.prepare(ref, cfg, job.id, applier=applier_for(ref, False), bucket_option=False)
+            if code_ref is not None:
+                entry = {**entry, **code_ref.fields()}
         from infra.tokens import token_warnings
 
         for line in token_warnings(cfg):  # (the new job is the last one)
