@@ -52,19 +52,13 @@ def _walk_commands(group, path: tuple[str, ...] = ()):
             yield from _walk_commands(command, (*path, name))
 
 
-def command_paths() -> list[str]:
-    """``spotctl resume``, ``spotctl pool demand``, ...: every command the app has."""
-    from cli.app import app
-    from typer.main import get_command
-
-    return ["spotctl " + " ".join(path) for path, _ in _walk_commands(get_command(app))]
-
-
-def cli_page() -> str:
+def cli_page(app=None) -> str:
+    """The CLI reference of ``app`` (default: spotctl's whole Typer app)."""
     import click
-    from cli.app import app
     from typer.main import get_command
 
+    if app is None:
+        from cli.app import app
     root = get_command(app)
     out = [GENERATED, "# CLI reference\n\n",
            "Every command, its arguments and options, as `spotctl COMMAND -h` shows them.\n"
