@@ -284,8 +284,11 @@ def contract_page() -> str:
     out = [GENERATED, "# The cloud-rule contract\n\n",
            "Every rule AWS and GCP enforce that spotctl relies on, with its source.\n"
            "`spotctl validate`, `spotctl plan` and the program check each one before a resource is registered.\n\n"]
+    def text(s: str) -> str:  # a rule's prose may hold brackets (a pattern) that Markdown would read as a link
+        return s.replace("[", "\\[").replace("]", "\\]")
+
     for rule in rules():
-        out.append(f"## `{rule.id}`\n\n{rule.says}\n\n- Fix: {rule.fix}\n- Source: {rule.source}\n\n")
+        out.append(f"## `{rule.id}`\n\n{text(rule.says)}\n\n- Fix: {text(rule.fix)}\n- Source: {rule.source}\n\n")
     return "".join(out).rstrip("\n") + "\n"
 
 
