@@ -150,3 +150,35 @@ def test_the_docs_name_only_stacks_that_exist():
     for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
         for used in re.findall(r"(?:--stack|-s) ([a-z][a-z0-9-]*)", page.read_text()):
             assert used in shipped | written | {"name", "stack"}, (page, used)
+
+
+JOB_COMMANDS = ("resume", "failover", "complete", "stop", "cleanup", "move", "logs", "events", "status", "cost")
+
+
+def _names(stack: str) -> tuple[set[str], set[str]]:
+    from ruamel.yaml import YAML
+
+    config = YAML(typ="safe").load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return ({j["id"] for j in config.get("spotctl:jobs") or []}, {p["name"] for p in config.get("spotctl:pools") or []})
+
+
+def test_the_docs_name_jobs_and_pools_their_stack_has():
+    """`spotctl resume vit-finetune --stack example-gcp` names a job example-gcp has (or one a runnable
+    block launched first); `spotctl pool demand g5 --stack example-aws` a pool it has."""
+    launched = set()
+    checked = 0
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        launched |= set(re.findall(r"^id: ([a-z0-9-]+)$", text, re.M)) | set(re.findall(r"--id ([a-z0-9-]+)", text))
+        for line in text.splitlines():
+            stack = re.search(r"--stack (example-(?:gcp|aws))\b", line)
+            if not stack:
+                continue
+            jobs, pools = _names(stack[1])
+            for command, name in re.findall(r"spotctl (" + "|".join(JOB_COMMANDS) + r") ([a-z][a-z0-9-]*)\b", line):
+                assert name in jobs | launched, (page.name, line)
+                checked += 1
+            for name in re.findall(r"spotctl pool (?:demand|status) ([a-z][a-z0-9-]*)\b", line):
+                assert name in pools, (page.name, line)
+                checked += 1
+    assert checked >= 10
