@@ -11,7 +11,7 @@ Logistic regression on generated data, dependency-free. What makes it survive sp
    uninterrupted run would: same final weights, bit for bit.
 6. It prints `SPOTCTL_PROGRESS step/total` so `spotctl drill` can see how far it got.
 
-The PyTorch equivalent of steps 1-4 is in docs/guides/reentrant.md.
+The PyTorch equivalent of steps 1-4 is in the README ("Making a PyTorch script reentrant").
 
 Run it under a simulated preemption:  uv run spotctl drill -- python examples/reentrant_train.py
 """
