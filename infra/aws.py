@@ -48,6 +48,7 @@ from infra.common import (
     JobPlan,
     StackArgs,
     declare_components,
+    frozen_scripts,
     job_outputs,
     job_script_context,
     pool_parts,
@@ -190,12 +191,25 @@ class TrainingJob(pulumi.ComponentResource):
         runs = any(n.declares_instance for n in plan.nodes)
         master_eni = None
         master_addr: pulumi.Output[str] | None = None
+        groups = [base.security_group.id]
+        if job.nodes > 1:
+            # Only this job's nodes reach each other, on every protocol NCCL and the rendezvous use: a rule
+            # whose source is a group admits the resources associated with that group (security group
+            # referencing, https://docs.aws.amazon.com/vpc/latest/userguide/security-group-rules.html), so a
+            # group of the gang alone, referencing itself; GCP's gang firewall scopes it to the job's identity.
+            gang = aws.ec2.SecurityGroup(f"{name}-gang-sg", description=f"spotctl {args.stack}: the nodes of job {job.id}",
+                                         vpc_id=base.vpc_id, tags=tags, opts=child)
+            aws.vpc.SecurityGroupIngressRule(f"{name}-gang-sg-self", security_group_id=gang.id,
+                                             referenced_security_group_id=gang.id, ip_protocol="-1",
+                                             description=f"the nodes of job {job.id} talk to each other (NCCL, rendezvous)",
+                                             tags=tags, opts=child)
+            groups.append(gang.id)
         if plan.needs_master_address:
             # An ENI outlives instances: the master keeps its private IP across attempts.
             master_eni = aws.ec2.NetworkInterface(
                 f"{name}-master-eni",
                 subnet_id=subnet.id,
-                security_groups=[base.security_group.id],
+                security_groups=groups,
                 description=f"spotctl {args.stack}/{job.id} master",
                 tags=aws_tags(args.stack, cfg.labels, name=f"{plan.slug}-{job.id}-master", job=job.id),
                 opts=child,
@@ -256,7 +270,7 @@ class TrainingJob(pulumi.ComponentResource):
                 instance_type=job.instance_type,
                 availability_zone=job.zone,
                 subnet_id=None if uses_eni else subnet.id,
-                vpc_security_group_ids=None if uses_eni else [base.security_group.id],
+                vpc_security_group_ids=None if uses_eni else groups,
                 primary_network_interface=aws.ec2.InstancePrimaryNetworkInterfaceArgs(network_interface_id=master_eni.id)
                 if uses_eni
                 else None,
@@ -294,7 +308,7 @@ class TrainingJob(pulumi.ComponentResource):
                     # The master's public address is there before its first boot runs the user data.
                     parent=self, delete_before_replace=True,
                     depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else [])],
-                    ignore_changes=["ami"],
+                    ignore_changes=["ami", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt
                 ),
             )
             aws.ec2.VolumeAttachment(

@@ -25,6 +25,28 @@ from infra.config import StackConfig
 from infra.naming import aws_tags, event_root
 
 
+def queue_policy(queue_arn: str, region: str, slug: str) -> dict:
+    """Only this stack's job rules (named by ``rule_name``) in this account may send to the queue.
+    EventBridge delivers to SQS queues of other accounts too
+    (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-service-cross-account.html), so a rule ARN
+    with any account (``:*:``) let another account's rule of that name send: the ARN names the queue's own
+    account (its ARN's fifth field), and ``aws:SourceAccount`` must be it, the confused-deputy guard for a
+    service principal in a resource policy (https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html,
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-sourceaccount)."""
+    account = queue_arn.split(":")[4]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Action": "sqs:SendMessage",
+            "Resource": queue_arn,
+            "Condition": {"ArnLike": {"aws:SourceArn": f"arn:aws:events:{region}:{account}:rule/{rule_name(slug, '')}*"},
+                          "StringEquals": {"aws:SourceAccount": account}},
+        }],
+    }
+
+
 class StackBase(pulumi.ComponentResource):
     """Per stack: event bucket (TLS only), the security group, the network's egress (S3 gateway
     endpoint; NAT when asked) and the SQS queue that the jobs' EventBridge rules feed."""
@@ -99,9 +121,11 @@ class StackBase(pulumi.ComponentResource):
         )
 
         # No inline rules: mixed with separate rule resources the provider keeps overwriting them.
+        # Egress only: node-to-node traffic is admitted per job, among its gang's members (TrainingJob's
+        # gang group), as GCP's gang firewall does; pools' VMs and single-node jobs admit nothing.
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-nodes-sg",
-            description=f"spotctl {args.stack}: egress, and node-to-node traffic of multi-node jobs",
+            description=f"spotctl {args.stack}: egress of every job and pool VM",
             vpc_id=vpc_id,
             tags=tags,
             opts=child,
@@ -115,15 +139,8 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        aws.vpc.SecurityGroupIngressRule(
-            f"{name}-nodes-sg-self",
-            security_group_id=self.security_group.id,
-            referenced_security_group_id=self.security_group.id,
-            ip_protocol="-1",
-            description="nodes of one stack talk to each other (NCCL, rendezvous)",
-            tags=tags,
-            opts=child,
-        )
+        self.vpc_id, self._tags = vpc_id, tags
+        self._endpoint_group: aws.ec2.SecurityGroup | None = None
         self.egress = cfg.network.egress or "s3-endpoint"
         self.egress_routes: list[pulumi.Resource] = []  # what a VM needing the NAT waits for (the watcher)
         self.api_urls: dict[str, pulumi.Output[str]] = {}  # service -> its interface endpoint's URL (s3-endpoint)
@@ -137,27 +154,10 @@ class StackBase(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        # Only this stack's job rules (named by rule_name) may send to the queue.
-        rules_arn = f"arn:aws:events:{cfg.region}:*:rule/{rule_name(args.slug, '')}*"
         aws.sqs.QueuePolicy(
             f"{name}-interruptions-policy",
             queue_url=self.queue.url,
-            policy=self.queue.arn.apply(
-                lambda arn: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {
-                                "Effect": "Allow",
-                                "Principal": {"Service": "events.amazonaws.com"},
-                                "Action": "sqs:SendMessage",
-                                "Resource": arn,
-                                "Condition": {"ArnLike": {"aws:SourceArn": rules_arn}},
-                            }
-                        ],
-                    }
-                )
-            ),
+            policy=self.queue.arn.apply(lambda arn: json.dumps(queue_policy(arn, cfg.region, args.slug))),
             opts=child,
         )
         self.register_outputs({"eventBucket": self.bucket.bucket, "interruptionQueue": self.queue.url})
@@ -240,6 +240,18 @@ class StackBase(pulumi.ComponentResource):
             found.update(tables("association.subnet-id", subnet.id) or tables("association.main", "true"))
         return sorted(found)
 
+    def _endpoints_group(self, name: str, child: pulumi.ResourceOptions) -> aws.ec2.SecurityGroup:
+        """The interface endpoints' group: HTTPS (443) from the stack's VMs (the nodes group), nothing else."""
+        if self._endpoint_group is None:
+            self._endpoint_group = aws.ec2.SecurityGroup(
+                f"{name}-endpoints-sg", description="spotctl: the stack's interface endpoints (HTTPS from its VMs)",
+                vpc_id=self.vpc_id, tags=self._tags, opts=child)
+            aws.vpc.SecurityGroupIngressRule(
+                f"{name}-endpoints-sg-https", security_group_id=self._endpoint_group.id,
+                referenced_security_group_id=self.security_group.id, ip_protocol="tcp", from_port=443, to_port=443,
+                description="the stack's VMs call the AWS APIs through the endpoints", tags=self._tags, opts=child)
+        return self._endpoint_group
+
     def _interface_endpoint(self, name: str, cfg: StackConfig, service: str, vpc_id: str, tags, child) -> None:
         """An interface endpoint of an AWS API, in the VMs' subnets (one per zone) and the nodes' security
         group, whose self rule admits the VMs' HTTPS; its URL for the scripts in ``self.api_urls``.
@@ -263,7 +275,7 @@ class StackBase(pulumi.ComponentResource):
             service_name=f"com.amazonaws.{cfg.region}.{service}",
             vpc_endpoint_type="Interface",
             subnet_ids=[subnet.id for subnet in self.subnets.values()],
-            security_group_ids=[self.security_group.id],
+            security_group_ids=[self._endpoints_group(name, child).id],
             private_dns_enabled=False,
             tags=tags,
             opts=child,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import cache
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 NAMESPACE = "spotctl"
@@ -100,3 +102,26 @@ def own_events(retired_after: int, events: Any, attempt_of: Any = lambda e: e.at
     ``retired_after``, spotctl:retiredJobs) left out, so its failures, preemptions and hours are not
     counted as the new one's."""
     return [e for e in events if attempt_of(e) > retired_after] if retired_after else list(events)
+
+
+def templates_dir() -> Path:
+    """``templates/`` in a checkout; ``infra/_templates`` in an installed wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "templates", here / "_templates"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("spotctl templates directory not found")
+
+
+@cache
+def scripts_digest() -> str:
+    """What identifies spotctl's own VM scripts (every file ``templates/`` holds, whatever they say):
+    recorded per job with each new attempt (``scriptsDigest``), so a running attempt keeps the scripts
+    it started with when spotctl is upgraded (``infra.common.frozen_scripts``)."""
+    import hashlib
+
+    root = templates_dir()
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

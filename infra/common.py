@@ -199,6 +199,28 @@ def job_plan(stack: str, job: Job) -> JobPlan:
     )
 
 
+# A running attempt's VMs keep the scripts they started with: a changed user data replaces an EC2
+# instance (userDataReplaceOnChange: "will trigger a destroy and recreate of the EC2 instance",
+# https://www.pulumi.com/registry/packages/aws/api-docs/ec2/instance/), and a changed metadata
+# startup-/shutdown-script is written into the running GCE VM (only metadataStartupScript "will cause a
+# recreate on modification", https://www.pulumi.com/registry/packages/gcp/api-docs/compute/instance/),
+# whose next shutdown would run a script its boot never set up for. ``ignoreChanges`` keeps the state's
+# value ("Uses the serialized value from the stack state for any later previews or updates",
+# https://www.pulumi.com/docs/iac/concepts/options/ignorechanges/), which a replacement would reuse too
+# ("replaces the values of input properties in the goal state with old inputs", pulumi/pulumi#2657): so
+# it is set only while the attempt runs on older scripts, never for the update that starts an attempt
+# (it records this spotctl's digest with it).
+SCRIPT_INPUTS = {"aws": ["userDataBase64"], "gcp": ['metadata["startup-script"]', 'metadata["shutdown-script"]']}
+
+
+def frozen_scripts(job: Job, cloud: str) -> list[str]:
+    """The VM inputs to leave as they are (``ignore_changes``): the scripts, while the job's current
+    attempt started with other scripts than this spotctl's (or before they were recorded)."""
+    from infra.basics import scripts_digest
+
+    return [] if job.scripts_digest == scripts_digest() else list(SCRIPT_INPUTS[cloud])
+
+
 def job_script_context(
     cfg: StackConfig, stack: str, plan: JobPlan, node: NodePlan, *, bucket: str, master_addr: str, disk_device: str,
     disk_aliases: tuple[str, ...] = (), secrets_url: str = "",

@@ -19,6 +19,7 @@ from infra.common import (
     JobPlan,
     StackArgs,
     declare_components,
+    frozen_scripts,
     job_outputs,
     job_script_context,
     pool_parts,
@@ -325,6 +326,7 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     parent=self, delete_before_replace=True,
                     depends_on=[disk, *([boot] if boot else []), *self.instances[:1], *base.egress, *secret_deps],
+                    ignore_changes=frozen_scripts(job, "gcp") or None,  # an upgrade's scripts: the next attempt
                 ),
             )
             self.instances.append(instance)

@@ -9,7 +9,6 @@ import pulumi_gcp as gcp
 from infra.common import (
     JobPlan,
     StackArgs,
-    pool_parts,
 )
 from infra.gcp_common import (
     subnetwork_path,
@@ -20,13 +19,15 @@ SYSTEM_EVENT_LOG_RE = "/logs/cloudaudit[.]googleapis[.]com%2Fsystem_event$"
 
 
 def sink_filter(args: StackArgs, plans: list[JobPlan]) -> str:
-    """Preemptions of exactly this stack's VMs: an anchored regular expression over the instance
-    names of its jobs (any attempt, any node) and pools (MIG base name + GCE's suffix). ``:`` would
-    be a substring match, so stack ``team`` would catch ``team-a`` (contract rule gcp.sink-filter-exact)."""
-    names = [f"{p.slug}-{p.job.id}-a[0-9]+-n[0-9]+" for p in plans]
-    names += [f"{args.slug}-{pool.name}-({'|'.join(p.name for p in pool_parts(pool))})-[a-z0-9]+" for pool in args.cfg.pools]
+    """Preemptions of this stack's VMs: an anchored regular expression over the instance names its
+    jobs and pools get (``<slug>-...``), the same size whatever the number of jobs (a sink's filter
+    may hold 20,000 characters: contract rule gcp.sink-filter-size). Another stack whose slug starts
+    with this one's and a dash shares the prefix: the watcher acts only on a VM Compute Engine lists
+    under this stack's owner label (cli/watch/observe.py). ``:`` would be a substring match, so the
+    expression is anchored at both ends (contract rule gcp.sink-filter-exact)."""
+    declared = bool(plans) or bool(args.cfg.pools)
     # Instance names never end with "-": with nothing declared the expression matches nothing.
-    pattern = f"/instances/({'|'.join(names)})$" if names else f"/instances/{args.slug}-$"
+    pattern = f"/instances/{args.slug}-[a-z0-9-]*[a-z0-9]$" if declared else f"/instances/{args.slug}-$"
     # Only Compute Engine's own System Event audit log: a job's service account may write log entries
     # (roles/logging.logWriter), and entries.write accepts any protoPayload, so a forged "preempted"
     # entry in a log of its own must not reach the topic (cli/watch/observe.py checks logName too).

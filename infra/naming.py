@@ -89,6 +89,12 @@ def owner_value(stack: str) -> str:
     return f"{slug}-{short_hash(stack, n=8)}"
 
 
+def owner_filter(stack: str) -> str:
+    """A Compute Engine list filter on exactly this stack's resources: its owner label (the
+    ``spotctl-stack`` label is ``label_value``, shared by ``team.a`` and ``team-a``)."""
+    return f'labels.spotctl-owner="{owner_value(stack)}"'
+
+
 GCP_SPOTCTL_LABELS_MAX = 6
 """The most ``spotctl-*`` labels infra/ puts on one GCP resource: managed, stack and owner, the
 owner's job (or pool, or watcher role), and on a job's VM its node and attempt (a kept boot disk:
@@ -140,7 +146,9 @@ def pool_metric_dimensions(stack: str, pool: str) -> dict[str, str]:
 
 def pool_metric_labels(stack: str, pool: str) -> dict[str, str]:
     """Cloud Monitoring metric labels of a pool's metrics (the autoscaler filter matches them)."""
-    return {"stack": label_value(stack), "pool": pool}
+    # The exact owner value: ``label_value`` gives ``team.a`` and ``team-a`` one series, and each
+    # stack's autoscaler would follow the other's demand.
+    return {"stack": owner_value(stack), "pool": pool}
 
 
 def pool_metric_filter(stack: str, pool: str) -> str:

@@ -12,10 +12,11 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
 import jinja2
+
+from infra.basics import scripts_digest, templates_dir  # noqa: F401 - re-exported: the scripts' home and digest
 
 GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 AWS_METADATA_URL = "http://169.254.169.254"
@@ -143,15 +144,6 @@ def event_object_prefix(stack: str, name: str) -> str:
     """Where the scripts of job or pool ``name`` write event objects (``spotctl_record`` in
     templates/common/lib.sh.j2: ``<event_prefix><name>/attempt-N/...`` with the default prefix)."""
     return f"{stack}/{name}/"
-
-
-def templates_dir() -> Path:
-    """``templates/`` in a checkout; ``infra/_templates`` in an installed wheel."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "templates", here / "_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("spotctl templates directory not found")
 
 
 def _quote(value: object) -> str:

@@ -291,7 +291,9 @@ def test_event_bucket_roles_and_interruption_queue():
     assert target["arn"].endswith(plan.outputs["interruptionQueue"]) and queue["sqsManagedSseEnabled"] is True
     qpolicy = json.loads(only(plan, "aws:sqs/queuePolicy:QueuePolicy").inputs["policy"])
     assert qpolicy["Statement"][0]["Principal"] == {"Service": "events.amazonaws.com"}
-    assert qpolicy["Statement"][0]["Condition"] == {"ArnLike": {"aws:SourceArn": "arn:aws:events:us-east-1:*:rule/spotctl-team-a_*"}}
+    # Only this account's rules of this stack: not another account's rule of the same name (aws:SourceAccount).
+    assert qpolicy["Statement"][0]["Condition"] == {"ArnLike": {"aws:SourceArn": "arn:aws:events:us-east-1:123456789012:rule/spotctl-team-a_*"},
+                                                    "StringEquals": {"aws:SourceAccount": "123456789012"}}
 
 
 def test_stack_outputs():

@@ -424,10 +424,11 @@ def test_gcp_orphans_through_the_compute_client(project, runner, monkeypatch, fa
             completed_event(project / "events", job, "example-gcp")
         result = runner.invoke(app, ["cleanup", "--orphans", "--stack", "example-gcp", "--yes", "--events-dir", "events"])
         assert result.exit_code == 0, result.output
-        assert "keeping example-gcp-twin-n0-disk (us-central1-a): it does not carry this stack's ownership label" in result.output
+        # A twin stack's disk (example.gcp: the same stack label) is not even listed: the look-up names the owner.
+        assert "example-gcp-twin-n0-disk" not in result.output and ("us-central1-a", "example-gcp-twin-n0-disk") not in gce.deleted
         assert gce.deleted == [("us-central1-a", "example-gcp-old-n0-disk")]
         assert "keeping example-gcp-busy-n0-disk (us-central1-c): it is attached to a VM" in result.output
-        assert "keeping hand-made (us-central1-a): it does not carry this stack's ownership label" in result.output
+        assert "hand-made" not in result.output  # no owner label: not this stack's, not listed
         assert "other-stack-disk" not in result.output
         # The delete was waited on through our endpoint, never the public one.
         assert ("POST", "/compute/v1/projects/my-ml-project/zones/us-central1-a/operations/op-delete-example-gcp-old-n0-disk/wait") in gce.requests

@@ -278,7 +278,8 @@ def test_event_bucket_sink_and_identities():
     assert project_roles == {"roles/logging.logWriter"}
     sink = only(plan, "gcp:logging/projectSink:ProjectSink").inputs
     assert 'protoPayload.methodName="compute.instances.preempted"' in sink["filter"]
-    assert 'protoPayload.resourceName=~"/instances/(team-a-train-a[0-9]+-n[0-9]+|team-a-l4-(ondemand|spot)-[a-z0-9]+)$"' in sink["filter"]
+    # the stack's instance-name prefix: the same size at any number of jobs (gcp.sink-filter-size)
+    assert 'protoPayload.resourceName=~"/instances/team-a-[a-z0-9-]*[a-z0-9]$"' in sink["filter"]
     assert sink["destination"] == "pubsub.googleapis.com/projects/proj-1/topics/team-a-preemptions"
     pub = only(plan, "gcp:pubsub/topicIAMMember:TopicIAMMember").inputs
     assert pub["role"] == "roles/pubsub.publisher" and pub["member"].startswith("serviceAccount:")

@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli.app import app
+from infra.basics import scripts_digest
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import job_urns
 from cli.lifecycle.states import (
@@ -192,7 +193,8 @@ def test_resume_no_apply_edits_only_the_jobs_keys(project, runner):
     assert result.output == ("job diffusion: attempt=3, state=running (resume: a new attempt on the same disks)"
                              " — written to stacks/Pulumi.example-aws.yaml\n")
     after = path.read_text()
-    assert diff_lines(before, after) == ["-      attempt: 2", "-      state: preempted", "+      attempt: 3", "+      state: running"]
+    assert diff_lines(before, after) == ["-      attempt: 2", "-      state: preempted", "+      attempt: 3", "+      state: running",
+                                         f"+      scriptsDigest: {scripts_digest()}"]  # the scripts attempt 3 starts with
     assert "# One p4d (8x A100), waiting to be resumed after a spot interruption." in after
     again = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws", "--no-apply"])
     assert again.exit_code == 0 and "nothing says it stopped" in again.output

@@ -140,7 +140,7 @@ def test_next_step_walks_the_steps_and_waits_for_started():
     assert "waiting for attempt 2 to start in us-central1-b" in change.reason
     assert next_step(job, "us-central1-b", [Event("train", 1, 0, "started", T0)]).noop  # an old attempt does not count
     release = next_step(job, "us-central1-b", [Event("train", 2, 0, "started", T0)])
-    assert release.fields == {"move": MOVE | {"step": "release"}}
+    assert release.fields == {"move": MOVE | {"step": "release", "attempt": 1}}  # the attempt its snapshots hold
 
 
 def test_a_gang_releases_only_when_every_node_started():
@@ -154,7 +154,8 @@ def test_a_move_whose_attempt_never_started_moves_on_and_holds_the_disks_it_left
     job = as_job(**GCP_STEPS["start"])
     on = next_step(job, "us-central1-c", [], T0)
     assert on.fields == {"state": "stopped", "move": {"from": "us-central1-b", "to": "us-central1-c", "step": "snapshot",
-                                                      "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z"}}
+                                                      "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z",
+                                                      "attempt": 2}}
     assert "attempt 2 never started in us-central1-b; moving on to us-central1-c" in on.reason
     with pytest.raises(LifecycleError, match="its new attempt started there"):
         next_step(job, "us-central1-c", [Event("train", 2, 0, "started", T0)])

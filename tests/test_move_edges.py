@@ -310,7 +310,7 @@ def test_moving_on_from_a_job_already_stopped_at_step_start_continues():
                               jobs=[gcp_job(**(AT_START | {"state": "stopped"}))]), "t").jobs[0]
     on = next_step(j, "us-central1-c", [], T0)
     assert on.fields["move"] == {"from": "us-central1-b", "to": "us-central1-c", "step": "snapshot",
-                                    "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z"}
+                                    "held": ["us-central1-a"], "began": "2026-11-22T04:00:00Z", "attempt": 2}
     assert on.fields["state"] == "stopped"
 
 

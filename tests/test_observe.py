@@ -12,6 +12,7 @@ from moto import mock_aws
 from cli.app import app
 from cli.cloud.aws import AwsObserver
 from cli.cloud.gcp import GcpObserver
+from infra.naming import owner_value
 from tests.fixtures.fake_gce import FakeGce
 
 
@@ -59,7 +60,8 @@ def test_gcp_preemption_through_the_compute_client(project, runner, monkeypatch)
     gce = FakeGce()
     try:
         monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", gce.url)
-        labels = {"spotctl-stack": "example-gcp", "spotctl-job": "vit-finetune", "spotctl-attempt": "3", "spotctl-node": "0"}
+        labels = {"spotctl-stack": "example-gcp", "spotctl-owner": owner_value("example-gcp"), "spotctl-job": "vit-finetune",
+                  "spotctl-attempt": "3", "spotctl-node": "0"}
         gce.add_instance("us-central1-b", "example-gcp-vit-finetune-a3-n0", labels)
         gce.add_instance("us-central1-b", "example-gcp-vit-finetune-a3-n0-other", {**labels, "spotctl-job": "other"})
         gce.preempt("us-central1-b", "example-gcp-vit-finetune-a3-n0-other")  # a longer name: `targetLink:` contains it too

@@ -16,6 +16,7 @@ from cli.cloud import PoolView, PoolVm, pool_cloud
 from cli.lifecycle import stackfile
 from cli.pools.demand import PoolError, decide, fallback_size, publish
 from infra.config import Pool
+from infra.naming import owner_value
 from tests.fixtures.fake_gce import FakeGce
 from tests.fixtures.fake_monitoring import FakeMonitoring
 
@@ -144,21 +145,21 @@ def test_gcp_demand_is_a_per_group_custom_metric(project, runner, gcp_fakes):
     series = {ts["metric"]["type"]: ts for ts in mon.series}
     spot = series["custom.googleapis.com/spotctl/pool/spot_demand"]
     # exactly what the autoscaler's filter (infra/naming.py pool_metric_filter) selects
-    assert spot["metric"]["labels"] == {"stack": "example-gcp", "pool": "l4"}
+    assert spot["metric"]["labels"] == {"stack": owner_value("example-gcp"), "pool": "l4"}
     assert spot["resource"] == {"type": "global", "labels": {"project_id": "my-ml-project"}}
     assert spot["metricKind"] == "GAUGE" and spot["points"][0]["value"] == {"doubleValue": 3.0}
 
 
 def test_gcp_status_from_migs_instances_and_preemptions(project, runner, gcp_fakes):
     _, gce = gcp_fakes
-    labels = {"spotctl-stack": "example-gcp", "spotctl-pool": "l4"}
+    labels = {"spotctl-stack": "example-gcp", "spotctl-owner": owner_value("example-gcp"), "spotctl-pool": "l4"}
     gce.add_mig("example-gcp-l4-ondemand", 1)
     gce.add_mig("example-gcp-l4-spot", 2)
     gce.add_instance("us-central1-a", "example-gcp-l4-ondemand-x1a2", labels, machine_type="g2-standard-8")
     gce.add_instance("us-central1-b", "example-gcp-l4-spot-k9z8", labels, machine_type="g2-standard-8")
     gce.add_instance("us-central1-c", "example-gcp-l4-spot-q7w6", labels, machine_type="g2-standard-8")
     gce.preempt("us-central1-c", "example-gcp-l4-spot-q7w6")
-    gce.add_instance("us-central1-a", "other-vm", {"spotctl-stack": "example-gcp", "spotctl-pool": "a100"})
+    gce.add_instance("us-central1-a", "other-vm", {**labels, "spotctl-pool": "a100"})
     assert runner.invoke(app, ["pool", "demand", "l4", "3", "--stack", "example-gcp"]).exit_code == 0
     result = runner.invoke(app, ["pool", "status", "l4", "--stack", "example-gcp", "--json"])
     assert result.exit_code == 0, result.output

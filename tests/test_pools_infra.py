@@ -18,6 +18,7 @@ from infra import contract
 from infra.common import MAX_STEPS, demand_steps
 from infra.config import ConfigError, validate
 from infra.contract import ContractError
+from infra.naming import owner_value
 from tests.conftest import AWS_BASE, GCP_BASE, stack_config
 
 ASG = "aws:autoscaling/group:Group"
@@ -140,7 +141,7 @@ def test_gcp_spot_mig_follows_published_demand_from_zero():
     assert "cpuUtilization" not in policy and "loadBalancingUtilization" not in policy
     (metric,) = policy["metrics"]
     assert metric["name"] == "custom.googleapis.com/spotctl/pool/spot_demand"
-    assert metric["filter"] == 'resource.type = "global" AND metric.labels.stack = "team-a" AND metric.labels.pool = "l4"'
+    assert metric["filter"] == f'resource.type = "global" AND metric.labels.stack = "{owner_value("team-a")}" AND metric.labels.pool = "l4"'
     assert "target" not in metric  # per-group: single-instance assignment, not a utilization target
     assert [gce_target(policy, d) for d in range(7)] == [0, 1, 2, 3, 4, 4, 4]
     assert policy["scaleInControl"] == {"maxScaledInReplicas": {"fixed": 1.0}, "timeWindowSec": 600.0}

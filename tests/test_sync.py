@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from cli.app import app
 from cli.lifecycle import stackfile, sync
+from infra.basics import scripts_digest
 from infra.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,7 +244,8 @@ def test_the_watcher_acted_then_a_laptop_resume_pulls_first_and_uses_the_new_att
     assert stale.exit_code == 0, stale.output
     assert json.loads(stale.stdout)["changed"] is False
     assert jobs_of(laptop_file.read_text())["train"]["attempt"] == 4
-    assert laptop_file.read_text() == set_field(STACK, "train", "attempt", 4)  # comments and blank lines kept
+    # comments and blank lines kept (and the scripts attempt 4 started with: infra.basics.scripts_digest)
+    assert laptop_file.read_text() == set_field(set_field(STACK, "train", "attempt", 4), "train", "scriptsDigest", scripts_digest())
     events(seen, ("train", 4, "preempted", 50))
     fresh = cli(runner, "resume", "train", "--no-apply", "--events-dir", str(seen), "--json")
     assert json.loads(fresh.stdout)["fields"] == {"attempt": 5, "state": "running"}

@@ -25,6 +25,7 @@ from cli.lifecycle.events import Event
 from cli.watch import decide as d
 from cli.watch.journal import Journal
 from infra.config import Job
+from infra.naming import owner_value
 from tests.conftest import pulumi_calls
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -429,7 +430,7 @@ def team_vm(monkeypatch):
 
     gce = FakeGce()
     monkeypatch.setenv("SPOTCTL_GCE_ENDPOINT", gce.url)
-    gce.add_instance("us-central1-a", "team-train-a3-n0", {"spotctl-stack": "team", "spotctl-job": "train",
+    gce.add_instance("us-central1-a", "team-train-a3-n0", {"spotctl-stack": "team", "spotctl-owner": owner_value("team"), "spotctl-job": "train",
                                                             "spotctl-attempt": "3", "spotctl-node": "0"})
     yield gce
     gce.stop()

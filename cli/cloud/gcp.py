@@ -20,7 +20,7 @@ from cli.cloud.types import (
     VmState,
     bounded_reads,
 )
-from infra.naming import POOL_METRICS, label_value, pool_metric_labels, pool_metric_type, stack_slug
+from infra.naming import POOL_METRICS, label_value, owner_filter, pool_metric_labels, pool_metric_type, stack_slug
 
 OPERATION_DEADLINE_S = 30 * 60.0
 """How long spotctl waits in all for one delete operation (a disk's, a snapshot's) to be DONE."""
@@ -64,7 +64,7 @@ class GcpInventory:
         from google.cloud import compute_v1
 
         self.project = project
-        self.label = label_value(stack)
+        self.stack_name = stack  # every filter that decides names the exact owner (owner_filter), not label_value
         kwargs = {}
         if endpoint:  # a local or private Compute endpoint (tests, air-gapped setups): no Google auth
             from google.api_core.client_options import ClientOptions
@@ -78,7 +78,7 @@ class GcpInventory:
         self.waiting: dict[str, Any] = {}  # wait_done's deadline_s / clock / sleep (tests shorten them)
 
     def disks(self) -> list[CloudDisk]:
-        request = {"project": self.project, "filter": f'labels.spotctl-stack="{self.label}"'}
+        request = {"project": self.project, "filter": owner_filter(self.stack_name)}
         out = []
         for scope, scoped in self.client.aggregated_list(request=request):
             for d in scoped.disks:
@@ -96,7 +96,7 @@ class GcpInventory:
 
     def snapshots(self) -> list[CloudSnapshot]:
         """The project's snapshots labelled with this stack (a move's snapshots; global resources)."""
-        request = {"project": self.project, "filter": f'labels.spotctl-stack="{self.label}"'}
+        request = {"project": self.project, "filter": owner_filter(self.stack_name)}
         return [CloudSnapshot(s.name, "", dict(s.labels),
                               created=datetime.fromisoformat(s.creation_timestamp) if s.creation_timestamp else None)
                 for s in self.snapshot_client.list(request=request)]
@@ -117,13 +117,13 @@ class GcpObserver:
             from google.auth.credentials import AnonymousCredentials
 
             kwargs = {"credentials": AnonymousCredentials(), "transport": "rest", "client_options": ClientOptions(api_endpoint=endpoint)}
-        self.project, self.zones, self.label = project, zones, label_value(stack)
+        self.project, self.zones, self.stack_name = project, zones, stack
         self.instances = compute_v1.InstancesClient(**kwargs)
         self.operations = compute_v1.ZoneOperationsClient(**kwargs)
 
     def vms(self, job_id: str) -> list[VmState]:
         out = []
-        flt = f'labels.spotctl-stack="{self.label}" AND labels.spotctl-job="{label_value(job_id)}"'
+        flt = f'{owner_filter(self.stack_name)} AND labels.spotctl-job="{label_value(job_id)}"'
         for zone in self.zones:
             for i in self.instances.list(request={"project": self.project, "zone": zone, "filter": flt}):
                 ops = self.operations.list(request={
@@ -394,7 +394,7 @@ class GcpPools:
         from google.cloud import compute_v1
 
         self.project, self.region, self.zones, self.stack = project, region, zones, stack
-        self.slug, self.label = stack_slug(stack), label_value(stack)
+        self.slug, self.stack_name = stack_slug(stack), stack
         self.metrics = _metric_client(monitoring)
         self.migs = compute_v1.RegionInstanceGroupManagersClient(**_client_kwargs(compute))
         self.instances = compute_v1.InstancesClient(**_client_kwargs(compute))
@@ -439,7 +439,7 @@ class GcpPools:
             mig = self.migs.get(project=self.project, region=self.region, instance_group_manager=mig_name)
             targets[part] = int(mig.target_size)
         vms, preemptions = [], []
-        flt = f'labels.spotctl-stack="{self.label}" AND labels.spotctl-pool="{label_value(pool)}"'
+        flt = f'{owner_filter(self.stack_name)} AND labels.spotctl-pool="{label_value(pool)}"'
         for zone in self.zones:
             for i in self.instances.list(request={"project": self.project, "zone": zone, "filter": flt}):
                 part = next((p for p in parts if i.name.startswith(f"{prefix}{p}-")), "?")

@@ -52,10 +52,14 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
         typer.echo(result.to_json(), nl=False)
         return
     import shutil
+    import textwrap
 
     from cli.plan.tree import render
 
-    typer.echo(render(result, shutil.get_terminal_size((100, 24)).columns), nl=False)
+    columns = shutil.get_terminal_size((100, 24)).columns
+    typer.echo(render(result, columns), nl=False)
+    for note in result.notes:  # rules on what only the cloud answers: the real engine checks them
+        typer.echo(textwrap.fill(f"note: {note}", width=max(columns, 40), subsequent_indent="  "), err=True)
 
 
 class Side(enum.StrEnum):

@@ -1,5 +1,9 @@
 """``spotctl cleanup``: deleting a completed job's disks, and which orphaned disks may go.
 
+Longer than 420 lines: a job's cleanup decides, plans and acts in three stretches around the
+stack file's lock, each with its undo (the record a kill -9 leaves, the protection set again), and
+the orphans' and snapshots' rules share its one deletion rule; split, that order would scatter.
+
 Every deletion goes through the one rule in ``cli.lifecycle.states.may_delete_disks``, decided and
 acted on under the stack file's lock (so no resume/failover can land between the decision and the
 delete), and only for disks that carry this exact stack's ownership labels (``naming.owner_value``).
@@ -37,37 +41,42 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
     """Delete a completed job's disks and everything else of it (and drop the job from the stack):
     one targeted update of the job's URNs, ``pulumi state unprotect`` of its disks right before it.
 
-    The targets are the one rule of a job change (``change_targets``): the job's URNs in the plan
+    The targets are the one rule of a job change (``change_targets``): the job's URNs in its plan
     plus everything Pulumi's state holds under the job, so VMs a completion never applied (``complete
     --no-apply``, a hand edit) are deleted by the same update (a completed job declares none; left
-    out, Pulumi would refuse to delete their parent). Everything from reading the file to the delete
-    happens under the stack file's lock; the job's state and attempt are checked again right before
-    the unprotect. With ``yes`` and an ``applier``, every disk of the job must carry this exact
-    stack's ownership labels in the cloud (``inventory``, ``disks_owned``). Without ``yes`` nothing
-    changes (a dry run; the state is read to list what would go). With ``applier`` None only the
-    file is edited and the disks stay protected in Pulumi's state.
+    out, Pulumi would refuse to delete their parent). Decided under the stack file's lock; the job's
+    plan, Pulumi's state and the cloud's disks are read outside it (as every command plans: seconds
+    to minutes on a large stack, while other commands wait for the lock); then, under the lock again,
+    the job must be exactly the one decided on (``_recheck``) before its disks are unprotected and it
+    leaves the file, so no resume can land between the decision and the delete. With ``yes`` and an
+    ``applier``, every disk of the job must carry this exact stack's ownership labels in the cloud
+    (``inventory``, ``disks_owned``). Without ``yes`` nothing changes (a dry run; the state is read to
+    list what would go). With ``applier`` None only the file is edited and the disks stay protected.
 
     An update that fails puts the job back in the file (what it did not delete is still declared)
     and protects again the disks it did not delete, so a rerun finishes the cleanup.
     """
-    from cli.plan import mocks as planner
+    from cli.lifecycle.apply import job_plan
 
     if yes and applier:
         applier.preflight()
     guard = applier.exclusive(ref.path) if (yes and applier) else contextlib.nullcontext()
-    with guard, stackfile.locked(ref.path):
-        if applier is not None:  # (the listing too: the job's resources are still in Pulumi's state)
-            _resume_interrupted(ref, job_id, out)
-        cfg = stackfile.load(ref)
-        job = _job(ref, cfg, job_id)
-        allowed, why = may_delete_disks(job, force=force, owned=True)
-        if not allowed:
-            raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
-        plan = planner.run(cfg, ref.name)
+    with guard:
+        with stackfile.locked(ref.path):  # decide
+            if applier is not None:  # (the listing too: the job's resources are still in Pulumi's state)
+                _resume_if_idle(ref, job_id, applier, yes, out)
+            cfg = stackfile.load(ref)
+            job = _job(ref, cfg, job_id)
+            allowed, why = may_delete_disks(job, force=force, owned=True)
+            if not allowed:
+                raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
+        plan = job_plan(cfg, ref.name, job_id)  # outside the lock: the job alone, as it was decided on
         urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
         if applier is None:
             if yes:
-                _gone(ref, job)
+                with stackfile.locked(ref.path):
+                    _recheck(ref, job, force)
+                    _gone(ref, job)
             return Cleanup(job_id, urns, disks, done=yes)
         if not yes:
             try:
@@ -86,42 +95,59 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
         owned, why = disks_owned(inventory(cfg).disks(), cfg, ref.name, job_id, names, held)
         if not owned:
             raise LifecycleError(f"job {job_id}: its disks are kept because {why}")
-        _recheck(ref, job, force)
-        if not targets:  # nothing of the job in the state: dropping it from the file is all
-            _gone(ref, job)
-            return Cleanup(job_id, urns, disks, done=True)
-        if leftovers:
-            out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
-                "(its completion was never applied): deleted by the same update")
-        lifted = [d for d in disks if d in held.protected]
-        from cli.lifecycle.operations import STOPS, Interrupted, signal_of, signals_raise
+        from cli.lifecycle.operations import signals_raise
 
         with signals_raise():  # SIGTERM/SIGHUP raise as Ctrl-C does, so what follows is put right
-            try:
-                applier.unprotect(lifted)  # right before the update that deletes them
-                _recheck(ref, job, force)  # a hand edit meanwhile (it does not take the lock)
-            except BaseException:
-                with contextlib.suppress(ApplyError):
-                    _protect_again(applier, lifted)
-                raise
-            taken = stackfile.take_job(ref.path, job_id)
-            # Between here and the end of the update the job is out of the file and its disks are
-            # unprotected: a kill -9 cannot be caught, so the next `cleanup JOB --yes` finds this record.
-            _record_interrupted(ref.path, taken, lifted)
-            try:
-                applier.up(targets, out)
-            except ApplyError as exc:
-                raise _failed(ref, applier, taken, lifted, exc) from None
-            except STOPS as exc:
-                signum, name = signal_of(exc)
-                err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
-                raise Interrupted(str(err), signum) from None
-            _record_path(ref.path).unlink(missing_ok=True)
-            # Gone for good: a new job of this id starts after this one's attempts (its events stay).
-            # After the record: a kill between the two leaves no record that would put the job back
-            # (at an attempt the retired id then refuses), only no retirement.
-            stackfile.retire(ref.path, job_id, job.attempt)
+            with stackfile.locked(ref.path):  # act: on the job decided on, or not at all
+                _recheck(ref, job, force)
+                if not targets:  # nothing of the job in the state: dropping it from the file is all
+                    _gone(ref, job)
+                    return Cleanup(job_id, urns, disks, done=True)
+                if leftovers:
+                    out(f"job {job_id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in leftovers)} "
+                        "(its completion was never applied): deleted by the same update")
+                lifted = [d for d in disks if d in held.protected]
+                taken = _take(ref, job, force, applier, lifted)
+            # The update runs outside the lock (as every command's): the job is out of the file already.
+            _delete(ref, job, applier, targets, taken, lifted, out)
     return Cleanup(job_id, targets, [d for d in disks if d in targets], done=True, leftovers=leftovers)
+
+
+def _take(ref: stackfile.StackRef, job: Job, force: bool, applier: Applier, lifted: list[str]) -> tuple:
+    """Under the lock: unprotect the job's disks right before the update that deletes them, check the
+    job once more, and take it out of the file (recording that, for a kill -9 during the update)."""
+    try:
+        applier.unprotect(lifted)
+        _recheck(ref, job, force)  # a hand edit meanwhile (it does not take the lock)
+    except BaseException:
+        with contextlib.suppress(ApplyError):
+            _protect_again(applier, lifted)
+        raise
+    taken = stackfile.take_job(ref.path, job.id)
+    # Between here and the end of the update the job is out of the file and its disks are
+    # unprotected: a kill -9 cannot be caught, so the next `cleanup JOB --yes` finds this record.
+    _record_interrupted(ref.path, taken, lifted)
+    return taken
+
+
+def _delete(ref: stackfile.StackRef, job: Job, applier: Applier, targets: list[str], taken: tuple, lifted: list[str],
+            out: Callable[[str], None]) -> None:
+    """The update that deletes what ``_take`` took out of the file; a failure puts it back (``_failed``)."""
+    from cli.lifecycle.operations import STOPS, Interrupted, signal_of
+
+    try:
+        applier.up(targets, out)
+    except ApplyError as exc:
+        raise _failed(ref, applier, taken, lifted, exc) from None
+    except STOPS as exc:
+        signum, name = signal_of(exc)
+        err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
+        raise Interrupted(str(err), signum) from None
+    _record_path(ref.path).unlink(missing_ok=True)
+    # Gone for good: a new job of this id starts after this one's attempts (its events stay).
+    # After the record: a kill between the two leaves no record that would put the job back
+    # (at an attempt the retired id then refuses), only no retirement.
+    stackfile.retire(ref.path, job.id, job.attempt)
 
 
 def _gone(ref: stackfile.StackRef, job: Job) -> None:
@@ -170,6 +196,18 @@ def _record_interrupted(path: Path, taken: tuple, lifted: list[str]) -> None:
     block, index, entry = taken
     _record_path(path).parent.mkdir(parents=True, exist_ok=True)
     cachefile.save_record(_record_path(path), {"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted})
+
+
+def _resume_if_idle(ref: stackfile.StackRef, job_id: str, applier: Applier, holding: bool,
+                    out: Callable[[str], None]) -> None:
+    """``_resume_interrupted`` only under the update lock (``holding``: the caller has it): a
+    cleanup's update runs outside the stack file's lock, and its record is its own until it ends."""
+    if holding:
+        _resume_interrupted(ref, job_id, out)
+    elif _record_path(ref.path).exists():
+        # (an ApplyError: a cleanup's update is running now, and its record stays)
+        with contextlib.suppress(ApplyError), applier.exclusive(ref.path, wait=False):
+            _resume_interrupted(ref, job_id, out)
 
 
 def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str], None]) -> None:
@@ -223,7 +261,8 @@ def _recheck(ref: stackfile.StackRef, seen: Job, force: bool) -> None:
     """The job as the file has it *now* is still the one the decision was made on (a hand edit
     does not take the lock)."""
     now = _job(ref, stackfile.load(ref), seen.id)
-    if (now.state, now.attempt) != (seen.state, seen.attempt) or not may_delete_disks(now, force=force, owned=True)[0]:
+    # The whole entry: the plan (what is deleted) was made of the job as decided on, outside the lock.
+    if now != seen or not may_delete_disks(now, force=force, owned=True)[0]:
         raise LifecycleError(f"job {seen.id} changed while its disks were being deleted "
                              f"(now {now.state.value}, attempt {now.attempt}); nothing deleted")
 

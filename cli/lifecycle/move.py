@@ -40,7 +40,8 @@ def _record(job: Job, step: str) -> dict[str, Any]:
     began = {"began": _iso(job.move.began)} if job.move.began else {}
     held = {"held": list(job.move.held)} if job.move.held else {}
     replicas = {"replicaZones": list(job.move.replica_zones)} if job.move.replica_zones else {}
-    return {"from": job.move.from_, "to": job.move.to, "step": step} | began | held | replicas
+    attempt = {"attempt": job.move.attempt} if job.move.attempt is not None else {}
+    return {"from": job.move.from_, "to": job.move.to, "step": step} | began | held | replicas | attempt
 
 
 def _history(job: Job) -> list[dict[str, Any]]:
@@ -71,7 +72,8 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
         _movable(job, events)
         if job.disk_replica_zones:
             return _regional(job, to, now)
-        fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot"} | ({"began": _iso(now)} if now else {})}
+        fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot", "attempt": job.attempt}
+                                  | ({"began": _iso(now)} if now else {})}
         reason = REASONS["snapshot"].format(frm=job.zone)
         if job.state is not S:
             check(job.id, job.state, S)
@@ -87,6 +89,7 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     if move.step == "snapshot":
         return Change(job.id, {"move": _record(job, "restore")}, "move step restore: " + REASONS["restore"].format(**words))
     if move.step == "restore":
+        _snapshot_current(job)
         history = _history(job)
         fields = {"zone": move.to, "attempt": job.attempt + 1, "state": "running",
                   "zoneHistory": history + [_stay(move.from_, job.attempt, move.began)],
@@ -101,6 +104,7 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
             return Change(job.id, {}, f"waiting for attempt {job.attempt} to start in {move.to} (no `started` event from node "
                           f"{', '.join(map(str, missing))} yet); the disks in {move.from_} stay protected. Run "
                           f"`spotctl move {job.id} --to-zone {move.to}` again once it started", noop=True)
+        _left_unused(job, events)
         return Change(job.id, {"move": _record(job, "release")}, "move step release: " + REASONS["release"].format(**words))
     return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
 
@@ -117,6 +121,39 @@ def _movable(job: Job, events: list[Event]) -> None:
                              f"to move: run `spotctl complete {job.id}`")
 
 
+def _snapshot_current(job: Job) -> None:
+    """The snapshots hold the work of the attempt the move recorded; an attempt that ran on the
+    disks it leaves since (a spotctl without the move guard, a hand edit) is not in them: the move
+    stops before its start step, the disks where that attempt ran kept."""
+    move = job.move
+    if move is not None and move.attempt is not None and job.attempt != move.attempt:
+        raise LifecycleError(f"job {job.id}: attempt {job.attempt} ran in {move.from_} after the move snapshotted its disks "
+                             f"(at attempt {move.attempt}): the snapshots miss its work, so the move stops before its "
+                             f"start step and the disks in {move.from_} are kept")
+
+
+def _left_unused(job: Job, events: list[Event]) -> None:
+    """The release's half of the move guard (``states.moving_guard``): no attempt newer than the
+    move's ran on the disks it leaves. The zone history says which attempts ran there; with the
+    move's attempt recorded, a later one there is refused; without it (a record written before),
+    a ``started`` event there later than the move's beginning is."""
+    move = job.move
+    assert move is not None
+    stay = job.zone_history[-1] if job.zone_history else None
+    if stay is None:
+        return
+    mine = move.attempt if move.attempt is not None else stay.last_attempt
+    late = {e.attempt for e in events if mine < e.attempt <= stay.last_attempt} | ({stay.last_attempt} if stay.last_attempt > mine else set())
+    if move.attempt is None and move.began is not None:
+        # (with the attempt recorded, its own VM booting after the move began is no matter: the
+        # snapshot step stopped it before the snapshot)
+        late |= {e.attempt for e in events if e.event == "started" and e.attempt <= stay.last_attempt and e.time > move.began}
+    if late:
+        raise LifecycleError(f"job {job.id}: attempt(s) {', '.join(map(str, sorted(late)))} ran in {move.from_} after the move "
+                             f"snapshotted its disks (at attempt {mine}): the disks its move left hold their work and "
+                             "are kept; nothing deleted")
+
+
 def _conversion(job: Job, to: str, replicas: list[str], now: datetime | None, events: list[Event]) -> Change:
     """The snapshot step of a move that restores the job's zonal disks as regional ones (``replicas``)."""
     if job.move is not None:
@@ -130,7 +167,8 @@ def _conversion(job: Job, to: str, replicas: list[str], now: datetime | None, ev
                              "there is nothing to convert")
     if to not in replicas:
         raise LifecycleError(f"job {job.id}: --to-zone {to} is not one of --replica-zones {replicas}")
-    record = {"from": job.zone, "to": to, "step": "snapshot", "replicaZones": list(replicas)} | ({"began": _iso(now)} if now else {})
+    record = ({"from": job.zone, "to": to, "step": "snapshot", "replicaZones": list(replicas), "attempt": job.attempt}
+              | ({"began": _iso(now)} if now else {}))
     fields: dict[str, Any] = {"move": record}
     if job.state is not S:
         check(job.id, job.state, S)
@@ -150,7 +188,7 @@ def _move_on(job: Job, to: str, now: datetime | None) -> Change:
         raise LifecycleError(f"job {job.id}: its disk is being converted to a regional one in {move.to}; a conversion "
                              f"does not move on (retry it there: `spotctl move {job.id} --to-zone {move.to}`)")
     held = [*move.held, move.from_]
-    record = {"from": job.zone, "to": to, "step": "snapshot", "held": held} | ({"began": _iso(now)} if now else {})
+    record = {"from": job.zone, "to": to, "step": "snapshot", "held": held, "attempt": job.attempt} | ({"began": _iso(now)} if now else {})
     if job.state is not S:  # stopped already: its VMs went (the stop before moving on was applied, then interrupted)
         check(job.id, job.state, S)
     reason = (f"move step snapshot: attempt {job.attempt} never started in {job.zone}; moving on to {to}: "

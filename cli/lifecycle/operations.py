@@ -16,6 +16,7 @@ from typing import Any
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
 from cli.lifecycle.states import PENDING_STAMP, Change, LifecycleError
+from infra.basics import scripts_digest
 from infra.config import ConfigError, Job, StackConfig
 
 # ---- act ----------------------------------------------------------------------------------------------
@@ -83,6 +84,8 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             wrote = dict(change.fields)
             if job.stop_reason and wrote.get("state", "stopped") != "stopped":
                 wrote["stopReason"] = None  # the job leaves the stop it explained
+            if _starts_attempt(job, wrote):  # its VMs get this spotctl's scripts (infra.common.frozen_scripts)
+                wrote["scriptsDigest"] = scripts_digest()
             if applier is not None and confirm is None and not change.noop:
                 # No question (--yes, watch): the ``applying`` mark goes in with the edit, in one write, so
                 # a kill -9 while the targets are planned (seconds) leaves a mark that the next command
@@ -162,6 +165,12 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             raise
         _applied(ref.path, job_id, new_cfg, holder["wrote"]["applying"])
         return Outcome(change, new_cfg, applied=True)
+
+
+def _starts_attempt(job: Job, wrote: dict[str, Any]) -> bool:
+    """The edit starts an attempt (a new attempt number, or a pending job's first): its VMs are
+    created anew, with the scripts this spotctl renders."""
+    return wrote.get("attempt", job.attempt) != job.attempt or (wrote.get("state") == "running" and job.state.value == "pending")
 
 
 def _now() -> datetime:

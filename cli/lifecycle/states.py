@@ -50,6 +50,29 @@ class LifecycleError(Exception):
     """A move the state machine or the job's situation does not allow; ``str()`` is the message."""
 
 
+# The guard on every new attempt (resume, failover, the watcher's resume: all decide here, under the
+# stack file's lock). Between a move's snapshot and start steps the job's disks in the zone it leaves
+# are the ones the move's release deletes once the attempt in the new zone started: an attempt started
+# there meanwhile would write work no snapshot holds, and lose it to that release.
+MOVING = ("a job being moved accepts no new attempt except through the move (an attempt started in the zone it "
+          "leaves would run on the disks the move's release deletes)")
+
+
+def moving_guard(job: Job) -> None:
+    """Refuse a new attempt outside the move while the job is between its move's snapshot and start
+    steps (from the start step on it runs in the new zone on the restored disks, as any job)."""
+    move = job.move
+    if move is not None and moving_away(job):
+        raise LifecycleError(f"job {job.id} is moving to {move.to} (step {move.step}): {MOVING}; "
+                             f"`spotctl move {job.id} --to-zone {move.to}` continues the move, whose start step is "
+                             "the next attempt")
+
+
+def moving_away(job: Job) -> bool:
+    """The job is between its move's snapshot and start steps (``moving_guard`` refuses new attempts)."""
+    return job.move is not None and job.move.step in ("snapshot", "restore")
+
+
 def check(job_id: str, old: JobState, new: JobState) -> str:
     """The reason for a legal transition; raises LifecycleError naming both states otherwise."""
     try:
@@ -84,11 +107,18 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
     2 minutes on AWS, 30 s on GCP); a new attempt then would replace it mid-checkpoint. ``watch``
     acts on it only once the VM is gone (``cli.watch.decide``), and so do ``resume`` and ``status``.
     """
+    events = list(events)
     mine = without_moot(e for e in events if e.attempt == attempt)  # a node's stop after its trainer ended on its own ends nothing
     done = {e.node for e in mine if e.event == "completed"}
     kinds = {e.event for e in mine}
     if "preempted" in kinds:
         return PR
+    held = maintained(events, attempt)
+    if held and "failed" in kinds:
+        # The gang's failures follow a node's host maintenance (its peers lose it mid-collective): the
+        # attempt was stopped, not failed, once every such node stopped (until then it may checkpoint).
+        stopped = {e.node for e in events if e.attempt == attempt and e.event == "stopped"}
+        return S if held <= stopped else None
     if "failed" in kinds:
         return F
     if "stopped" in kinds:
@@ -96,6 +126,18 @@ def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> Jo
     if done and done >= set(range(nodes)):
         return C
     return None
+
+
+# GCE stops GPU VMs for host maintenance ("Compute Engine gives GPU VMs a 1-hour stopping notice, while normal
+# VMs receive only a 60-second notice", https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance): the
+# VM records ``maintenance-notice`` then, and ``stopped`` with reason ``host-maintenance`` when it stops.
+MAINTENANCE_REASONS = ("host-maintenance", "maintenance")
+
+
+def maintained(events: Iterable[Event], attempt: int) -> set[int]:
+    """The nodes of the attempt that host maintenance stops (their notice, or a stop it caused)."""
+    return {e.node for e in events if e.attempt == attempt and (
+        e.event == "maintenance-notice" or (e.event == "stopped" and e.details.get("reason") in MAINTENANCE_REASONS))}
 
 
 def noticed(events: Iterable[Event], attempt: int) -> bool:
@@ -134,6 +176,7 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
         raise LifecycleError(f"job {job.id} is completed; there is nothing to resume (spotctl cleanup {job.id} deletes its disks)")
     if (again := retried(job, from_attempt)) is not None:
         return again
+    moving_guard(job)
     state = job.state
     if state is R:
         seen = attempt_outcome(events, job.attempt, job.nodes)
@@ -158,6 +201,9 @@ def decide_resume(job: Job, events: list[Event], *, capacity: Capacity | None = 
             fields["capacity"] = cap.value
         return Change(job.id, fields, TRANSITIONS[(P, R)])
     reason = check(job.id, state, R) if state is not R else TRANSITIONS[(R, R)]
+    if state is S and (held := maintained(events, job.attempt)):
+        reason = (f"host maintenance stopped node(s) {', '.join(map(str, sorted(held)))} of attempt {job.attempt} (GCE's notice): "
+                  f"not the job's failure; {reason}")
     cap = capacity or choose(job, events)
     fields = {"attempt": job.attempt + 1, "state": R.value}
     if cap is not job.capacity:
@@ -172,6 +218,7 @@ def decide_failover(job: Job, to: Capacity | None, from_attempt: int | None = No
         raise LifecycleError(f"job {job.id} is completed; there is nothing to fail over")
     if (again := retried(job, from_attempt)) is not None:
         return again
+    moving_guard(job)
     target = to or (Capacity.ON_DEMAND if job.capacity is Capacity.SPOT else Capacity.SPOT)
     if job.state is F:
         raise LifecycleError(f"job {job.id} failed; `spotctl resume {job.id} --force --capacity {target.value}` retries it")

@@ -228,7 +228,7 @@ def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = Non
     cloud: ``status`` is what should happen next when they disagree, e.g. ``needs-resume`` for a
     job the file says is running whose current attempt the events (or the cloud) say was preempted.
     ``events`` None: no events source was read, and ``EVENT_FIGURES`` are unknown rather than 0."""
-    from cli.lifecycle.states import attempt_outcome, noticed
+    from cli.lifecycle.states import attempt_outcome, moving_away, noticed
 
     now = now or datetime.now(UTC)
     unknown = events is None
@@ -249,7 +249,12 @@ def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = Non
                   f"needs-resume then")
     if job.state.value == "stopped" and job.stop_reason and not reason:
         reason = f"stopped by spotctl: {job.stop_reason}"
-    if job.applying is not None and status != "needs-resume":
+    if moving_away(job):  # a resume is refused now (``states.moving_guard``): only the move goes on
+        move = job.move
+        pending = f"; its step's update has not finished ({job.applying})" if job.applying is not None else ""
+        status, reason = "moving", (f"moving to {move.to}, step {move.step}{pending}: `spotctl move {job.id} --to-zone "
+                                    f"{move.to}` (or `spotctl watch`) continues it")
+    elif job.applying is not None and status != "needs-resume":
         again = f"spotctl {'complete' if job.state.value == 'completed' else 'resume'} {job.id}"
         status, reason = "update-pending", (f"an update of the job was started and has not finished ({job.applying}); unless a "
                                             f"spotctl is applying it now, `{again}` (or `spotctl watch`) applies it")

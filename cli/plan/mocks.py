@@ -11,6 +11,7 @@ provider instead of the stack's explicit one is an error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -62,6 +63,7 @@ class Plan:
     resources: list[Resource] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     mocked: set[str] = field(default_factory=set)  # ids and computed values the mocks made up (not in --json)
+    notes: list[str] = field(default_factory=list)  # contract rules left to the real engine (planned offline)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -218,8 +220,13 @@ class InvokeError(Exception):
 DEFAULT_VPC = "vpc-0default000000001"
 
 
+MOCK_VPC = "vpc-0mock00000000001"
+
+
 def _vpc_of(subnet_id: str, account: MockAccount) -> str:
-    return account.subnet_vpcs.get(subnet_id) or "vpc-0mock" + _h(subnet_id[:-4], n=12)
+    """A subnet's VPC as the mocks answer it: ``subnet_vpcs`` (a test's account), else one VPC for
+    every subnet. Never derived from the id: real subnet ids of one VPC share nothing."""
+    return account.subnet_vpcs.get(subnet_id) or MOCK_VPC
 
 
 def mock_main_route_table(vpc_id: str) -> str:
@@ -283,6 +290,10 @@ def _timeouts(request) -> dict[str, str]:
 def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         decrypted: Mapping[tuple[int, str], str] | None = None) -> Plan:
     """Evaluate the Pulumi program for ``cfg`` under mocks; return everything it registered.
+
+    Without ``account`` (spotctl's own plans: ``plan``, every lifecycle command's targets) the
+    look-ups' answers are made up, so the contract rules built on them are noted in ``Plan.notes``,
+    not enforced (``infra.contract.offline``); a test's ``account`` stands for a real account's answers.
 
     ``decrypted`` (tests): ``{(job index, env key): clear value}`` handed over as the engine hands a
     stack with secrets to the program (the clear values in ``spotctl:jobs``, that key listed as
@@ -364,7 +375,12 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
         pulumi.runtime.settings.set_root_resource(None)
         pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=RecordingMonitor(mocks))
         pulumi.runtime.set_all_config(config, secret_keys)
-        evaluate()
+        notes: set[str] = set()
+        from infra import contract
+
+        with contract.offline(notes) if account is None else contextlib.nullcontext():
+            evaluate()
+        plan.notes = sorted(notes)
     return plan
 
 

@@ -40,7 +40,9 @@ def act(ref: stackfile.StackRef, action: Action, events: list[Event], journal: J
     memo = journal.job(action.job)
     # What ends the current attempt decides whether to resume (idempotency: only this attempt's outcome
     # counts); the capacity is chosen on the job's whole history, every attempt, as `resume` chooses it.
-    facts = [e for e in events if e.attempt == action.attempt and e.event in ("preempted", "stopped", "failed", "completed")]
+    # (a host maintenance notice too: it tells a gang's failures apart from the job's, states.maintained)
+    facts = [e for e in events if e.attempt == action.attempt
+             and e.event in ("preempted", "stopped", "failed", "completed", "maintenance-notice")]
     own = [e for e in events if e.job == action.job]
 
     def choose_own(job: Job, _facts: list[Event]) -> Capacity:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle.events import Event
-from cli.lifecycle.states import PENDING_GRACE, Change, check, pending_since
+from cli.lifecycle.states import PENDING_GRACE, Change, check, maintained, pending_since
 from infra.basics import JobState, ended_nodes, is_moot
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
@@ -119,7 +119,7 @@ class Note:
     """Something seen and recorded without acting: a notice, a stale event, a wait."""
 
     job: str
-    kind: str  # notice | stale | waiting-for-capacity | retrying-apply | waiting-for-nodes | update-pending
+    kind: str  # notice | stale | waiting-for-capacity | retrying-apply | waiting-for-nodes | update-pending | maintenance
     reason: str
     ids: tuple[str, ...] = ()
     look: bool = False  # ask the cloud about this job's VMs now
@@ -133,8 +133,10 @@ class Decisions:
 
 
 def failures(events: list[Seen]) -> int:
-    """Attempts that ended in ``failed`` (each counted once)."""
-    return len({s.event.attempt for s in events if s.event.event == "failed"})
+    """Attempts that ended in ``failed`` (each counted once); not one host maintenance ended
+    (``states.maintained``: its gang's failures are the maintenance's)."""
+    evs = [s.event for s in events]
+    return len({e.attempt for e in evs if e.event == "failed" and not maintained(evs, e.attempt)})
 
 
 def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str], now: datetime,
@@ -212,6 +214,11 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
             return Action(job.id, "resume", job.attempt, f"node {hit.event.node} of attempt {job.attempt} {kind} "
                           f"(seen in {hit.source}){moving}", ids), notes
     hit = first("failed")
+    held = maintained([s.event for s in events], job.attempt) if hit else set()
+    if hit and held:  # stopped ones resumed above; a node still checkpointing for its maintenance is waited for
+        return None, [*notes, Note(job.id, "maintenance", f"node(s) {', '.join(map(str, sorted(held)))} of attempt "
+                                   f"{job.attempt} got a host maintenance notice: the gang's failures follow it, not the "
+                                   "job's; resumed once those nodes stopped")]
     if hit:
         n = failures(events)
         if n <= job.max_failures:

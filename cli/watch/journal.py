@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cli.lifecycle import cachefile
+from cli.lifecycle.states import moving_away
 
 if TYPE_CHECKING:
     from cli.watch.decide import JobMemory
@@ -112,7 +113,9 @@ def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
             row.pop("next_try", None)
             if row.get("status") in ("waiting-for-capacity", "retrying-apply"):
                 row["status"] = "ok"
-        if job.state.value in ("preempted", "stopped"):
+        if moving_away(job):  # the watcher continues the move; nothing resumes it (states.moving_guard)
+            row["status"] = "moving"
+        elif job.state.value in ("preempted", "stopped"):
             row["status"] = "needs-resume"
         if row:
             out[job.id] = row

@@ -78,7 +78,7 @@ def gcp_preemption(body: bytes, slug: str, jobs: dict, now: datetime) -> Event |
     if not m or m["job"] not in jobs:
         return None
     return Event(m["job"], int(m["attempt"]), int(m["node"]), "preempted", when,
-                 {"source": "cloud", "reason": "compute.instances.preempted"})
+                 {"source": "cloud", "reason": "compute.instances.preempted", "instance": name})
 
 
 def aws_notice(body: bytes) -> tuple[str, str, datetime] | None:
@@ -133,7 +133,13 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
             vms = {j: cloud.vms(j) for j in sorted({e.job for _, e in messages if e and e.attempt == jobs[e.job].attempt})}
             got = []
             for m, e in messages:
-                vm = next((v for v in vms.get(e.job, []) if (v.attempt, v.node) == (e.attempt, e.node)), None) if e else None
+                vm = next((v for v in vms.get(e.job, []) if (v.name, v.attempt, v.node) == (e.details.get("instance"),
+                                                                                           e.attempt, e.node)), None) if e else None
+                if e and vm is None:
+                    # Not a VM Compute Engine lists under this stack's owner label: the sink matches the
+                    # stack's name prefix only (its size may not grow with the jobs), which another stack's
+                    # VMs may share (``team`` and ``team-a``); this stack's own gone VMs the poll sees.
+                    e = None
                 if e and vm is not None and vm.status.lower() not in GONE:
                     if now - e.time < NOTICE_REVISIT:  # not acknowledged: Pub/Sub delivers it again, asked again then
                         out.acks.append(Ack("subscription", m.ack, (), keep=True))

@@ -78,6 +78,8 @@ def _move_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[str, s
     for zone in move.held:
         if zone not in cfg.zones:
             problems.append((f"jobs[{i}].move.held", _choice_message("zone", zone, cfg.zones)))
+    if move.attempt is not None and move.attempt > job.attempt:
+        problems.append((f"jobs[{i}].move.attempt", f"is {move.attempt}, later than the job's attempt {job.attempt}"))
     generations = sum(not stay.same_disk for stay in job.zone_history) - (move.step in ("start", "release"))
     if len(move.held) > generations:
         problems.append((f"jobs[{i}].move.held", f"names {len(move.held)} zone(s) whose disks were left, but the zone "

@@ -110,6 +110,10 @@ class Move(_Model):
     # zones (``to`` one of them): a zonal job disk converted through a snapshot (``spotctl move
     # --replica-zones``); the start step writes them as the job's ``diskReplicaZones``.
     replica_zones: list[Annotated[str, StringConstraints(strict=True, pattern=ZONE_RE)]] | None = None
+    # The attempt whose disks the snapshot step snapshotted: the restored disks hold its work and
+    # no later one's, so no other attempt may run on the disks left behind (``states.moving_guard``)
+    # and the release deletes them only while the zone history says this attempt was the last there.
+    attempt: PositiveInt | None = None
 
 
 class ZoneStay(_Model):
@@ -160,6 +164,10 @@ class Job(_Model):
     # generation: each move creates new disks with new names, so old and new coexist until release).
     move: Move | None = None
     zone_history: list[ZoneStay] = Field(default_factory=list)
+    # The digest of spotctl's VM scripts the current attempt started with (``infra.basics.scripts_digest``,
+    # written with each new attempt): while it differs from this spotctl's, the attempt's VMs keep their
+    # scripts (``infra.common.frozen_scripts``); new scripts reach the next attempt.
+    scripts_digest: Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9a-f]{16}$")] | None = None
     # `spotctl watch` may move the job to another zone of the stack when resumes keep being refused
     # for capacity in its zone and a move is cheaper than on-demand (cli/policy/failover.py).
     move_on_capacity: bool = True

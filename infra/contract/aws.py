@@ -289,27 +289,31 @@ rule("aws.root-volume-covers-snapshot", [],
      says="A root volume must be at least as large as the AMI's root snapshot (InvalidBlockDeviceMapping otherwise).",
      fix="size the root volume from the image (infra/aws.py root_volume_gb) or raise diskGb",
      source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_EbsBlockDevice.html VolumeSize (\"You can specify a volume size that is equal to or larger than "
-            "the snapshot size\")")(None)
+            "the snapshot size\")",
+     lookup="the image's root snapshot size (ec2:DescribeImages)")(None)
 
 rule("aws.subnets-one-vpc", [],
      says="A security group can be associated only with resources in its own VPC: every subnet (and the NAT subnet) "
           "must be in one VPC.",
      fix="set spotctl:network.subnets to subnets of one VPC, one per zone",
      source="https://docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html (\"You can associate a "
-            "security group only with resources in the VPC for which it is created\")")(None)
+            "security group only with resources in the VPC for which it is created\")",
+     lookup="each subnet's VPC (ec2:DescribeSubnets)")(None)
 
 rule("aws.subnet-in-its-zone", [],
      says="An instance's subnet must be in the instance's availability zone (a subnet lives in one zone).",
      fix="map each zone of spotctl:zones to a subnet of that zone",
      source="https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_CreateAutoScalingGroup.html VPCZoneIdentifier (\"the subnets ... must reside in those "
-            "Availability Zones\")")(None)
+            "Availability Zones\")",
+     lookup="each subnet's zone (ec2:DescribeSubnets)")(None)
 
 rule("aws.default-vpc-or-subnets", [],
      says="Without configured subnets spotctl uses the default VPC's default subnets, which a region may not have "
           "(get_subnet default_for_az finds none).",
      fix="set spotctl:network.subnets (one subnet per zone of one VPC)",
      source="terraform-provider-aws internal/service/ec2 subnet data source (\"no matching EC2 Subnet found\"); "
-            "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html")(None)
+            "https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html",
+     lookup="whether the region has a default VPC (ec2:DescribeVpcs)")(None)
 
 rule("aws.endpoint-names-need-vpc-dns", [],
      says="spotctl's SSM and Auto Scaling interface endpoints (egress 's3-endpoint') are called by their own "
@@ -323,7 +327,8 @@ rule("aws.endpoint-names-need-vpc-dns", [],
             "DNS service in the VPC that resolves public DNS hostnames to IP addresses is not enabled\"); "
             "CreateVpcEndpointRequest.PrivateDnsEnabled (\"To use a private hosted zone, you must set the following VPC "
             "attributes to true: enableDnsHostnames and enableDnsSupport\"); "
-            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVpcAttribute.html")(None)
+            "https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyVpcAttribute.html",
+     lookup="the VPC's enableDnsSupport (ec2:DescribeVpcAttribute)")(None)
 
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 

@@ -71,6 +71,21 @@ def sink_filter_exact(type_: str, props: Mapping[str, Any]) -> str | None:
     return None
 
 
+SINK_FILTER_MAX = 20_000
+
+
+@rule("gcp.sink-filter-size", (PROJECT_SINK,),
+      says=f"A sink's inclusion filter holds at most {SINK_FILTER_MAX:,} characters; one that grows with the stack's "
+           "jobs (a name per job) is refused once the stack has a few hundred.",
+      fix="match the stack's instance-name prefix, not each job's name (infra/gcp_base.py sink_filter)",
+      source="https://cloud.google.com/logging/quotas (\"Length of a sink inclusion filter | 20,000 characters\")")
+def sink_filter_size(type_: str, props: Mapping[str, Any]) -> str | None:
+    f = props.get("filter")
+    if not known(f) or not isinstance(f, str) or len(f) <= SINK_FILTER_MAX:
+        return None
+    return f"filter is {len(f):,} characters, more than {SINK_FILTER_MAX:,}"
+
+
 @rule("gcp.nat-subnetworks", (ROUTER_NAT,),
       says="A Cloud NAT with LIST_OF_SUBNETWORKS must list its subnetworks; ALL_SUBNETWORKS_* would claim every "
            "subnetwork of the network in the region (no other NAT may exist there).",

@@ -34,19 +34,22 @@ class Rule:
     fix: str
     source: str
     check: Callable[[str, Mapping[str, Any]], str | None] | None = None
+    # A context rule whose inputs are the cloud's answers to look-ups (data sources), named here: under
+    # spotctl's plan mocks those answers are made up, so offline it is noted, not enforced (``offline``).
+    lookup: str = ""
 
 
 _RULES: dict[str, Rule] = {}
 _BY_TYPE: dict[str, tuple[Rule, ...]] = {}  # type token -> the rules checking it (every resource asks)
 
 
-def rule(id: str, types: Iterable[str], says: str, fix: str, source: str):
+def rule(id: str, types: Iterable[str], says: str, fix: str, source: str, lookup: str = ""):
     """Register a rule; used as a decorator on its check (or called bare for a context rule)."""
 
     def register(check: Callable[[str, Mapping[str, Any]], str | None] | None) -> Callable | None:
         if id in _RULES:
             raise ValueError(f"contract rule {id} registered twice")
-        _RULES[id] = Rule(id, tuple(types), says, fix, source, check)
+        _RULES[id] = Rule(id, tuple(types), says, fix, source, check, lookup)
         _BY_TYPE.clear()
         return check
 
