@@ -110,6 +110,11 @@ def gcp_labels(stack: str, extra: dict[str, str], **owner: str) -> dict[str, str
     return dict(sorted(labels.items()))
 
 
+AWS_SPOTCTL_TAGS_MAX = 7
+"""The most tags infra/ puts on one AWS resource besides ``spotctl:labels``: managed, stack, owner, job,
+node, attempt and Name (a job's VM). What is left of EC2's 50 is the user's (rule aws.tags-50)."""
+
+
 def aws_tags(stack: str, extra: dict[str, str], name: str | None = None, **owner: str) -> dict[str, str]:
     """AWS tags: ``spotctl:stack``, ``spotctl:owner`` (as on GCP) etc., plus ``Name`` when given."""
     tags = dict(extra)

@@ -368,9 +368,9 @@ def test_root_volumes_are_sized_from_the_image():
     ("job", "throughput", "iops"),
     [
         ({}, 125, 3000),
-        ({"accelerator": {"type": "nvidia-a10g", "count": 1}}, 250, 3000),
-        ({"accelerator": {"type": "nvidia-h100-80gb", "count": 8}}, 2000, 8000),
-        ({"accelerator": {"type": "nvidia-h100-80gb", "count": 8}, "diskGb": 10}, 1250, 5000),
+        ({"instanceType": "g5.2xlarge", "accelerator": {"type": "nvidia-a10g", "count": 1}}, 250, 3000),
+        ({"instanceType": "p5.48xlarge", "accelerator": {"type": "nvidia-h100-80gb", "count": 8}}, 2000, 8000),
+        ({"instanceType": "p5.48xlarge", "accelerator": {"type": "nvidia-h100-80gb", "count": 8}, "diskGb": 10}, 1250, 5000),
         ({"diskThroughput": 500, "diskIops": 4000}, 500, 4000),
     ],
 )

@@ -81,7 +81,7 @@ def test_example_stack_lists_its_explicit_provider(runner, project):
          "spotctl:jobs[0].accelerator: nvidia-tesla-t4 on N1 comes in counts 1, 2, 4, got 8"),
         ("jobs", "n2-standard-8", {"type": "nvidia-tesla-t4", "count": 1},
          "spotctl:jobs[0].accelerator: GPUs cannot be attached to n2-standard-8"),
-        ("jobs", "a3-highgpu-3g", None, "spotctl:jobs[0].machineType: 'a3-highgpu-3g' is not an A3 machine type"),
+        ("jobs", "a3-highgpu-3g", None, "spotctl:jobs[0].machineType: unknown machine type 'a3-highgpu-3g' (did you mean 'a3-highgpu-8g'"),
     ],
 )
 def test_validate_refuses_impossible_machine_gpu_pairs(runner, tmp_path, where, machine, acc, says):

@@ -11,16 +11,21 @@ from infra.basics import ConfigError, counted
 
 @app.command(
     short_help="Check a stack file offline.  Example: spotctl validate --stack example-gcp",
-    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region; warn "
+    help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region, machine "
+    "types, their GPUs and regions against the shipped catalog (`spotctl catalog`), and the cloud limits the stack's "
+    "values can break (tags, labels, user data size, names); warn "
     "(exit 0) where a job's policy will have nothing to weigh.\n\n"
     "Example: spotctl validate --stack example-gcp",
 )
 def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
     from cli.lifecycle import stackfile
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
+        if problems := stack_problems(cfg, ref.name):  # limits that need the stack's name or its scripts
+            raise ConfigError(str(ref.path), problems)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     from infra.config import policy_warnings
@@ -40,10 +45,13 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
     from infra.contract import ContractError
+    from infra.stack_limits import stack_problems
 
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
+        if problems := stack_problems(cfg, ref.name):
+            raise ConfigError(str(ref.path), problems)
         with progress(f"evaluating the Pulumi program for stack {ref.name} under mocks", enabled=not json_out):
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:

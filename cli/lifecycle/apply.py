@@ -47,22 +47,25 @@ def job_urns(plan: Plan, job_id: str) -> list[str]:
     return sorted(out)
 
 
-def job_targets(cfg, stack: str, job_id: str) -> list[str]:
+def job_targets(cfg, stack: str, job_id: str, limits: bool = True) -> list[str]:
     """``job_urns`` of one job, planned with that job alone: a URN depends only on the stack, the
     project, the job and its parents, never on the other jobs or pools, so a 1,000-job stack plans
     in the time of one job (the whole stack under mocks takes minutes at that size)."""
     try:
-        return job_urns(job_plan(cfg, stack, job_id), job_id)
+        return job_urns(job_plan(cfg, stack, job_id, limits), job_id)
     except KeyError:
         return []  # a job the file no longer has declares nothing
 
 
-def job_plan(cfg, stack: str, job_id: str) -> Plan:
+def job_plan(cfg, stack: str, job_id: str, limits: bool = True) -> Plan:
     """The mock plan of one job of ``cfg`` alone (``job_targets``: its URNs and inputs are the same
-    as in the whole stack's plan). Raises KeyError for a job ``cfg`` does not have."""
+    as in the whole stack's plan). Raises KeyError for a job ``cfg`` does not have; ConfigError (one
+    line naming the key) for a limit the job's values break (``limits``: False for a config that is
+    only read back, the file before an edit) or a contract rule."""
     from cli.plan import mocks as planner
 
-    return planner.run(cfg.model_copy(update={"jobs": [cfg.job(job_id)], "pools": []}), stack)
+    cfg.job(job_id)  # (KeyError for a job the file does not have)
+    return planner.checked_run(cfg, stack, job_id, limits)
 
 
 def change_targets(new: Iterable[str], dropped: Iterable[str], state: Callable[[], Held], job_id: str) -> list[str]:

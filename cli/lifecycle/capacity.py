@@ -267,6 +267,8 @@ def policy_capacity(now: Callable[[], datetime] = lambda: datetime.now(UTC), lea
     from cli.policy.policies import ON_DEMAND, Default, Observation, make_policy
 
     def choose(job: Job, events: list[Event]) -> Capacity:
+        if job.spot_only:
+            return Capacity.SPOT  # GCE has no on-demand VMs of its machine type (validate refuses them too)
         events = job.mine(list(events))  # an earlier job of this id (spotctl:retiredJobs) is not this one's history
         at = now()
         ratio = price_ratio(job) if price_ratio else DEFAULT_PRICE_RATIO

@@ -396,7 +396,7 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
             # is a release applied again after an interruption (the file already says release).
             at_start = job.model_copy(update={"move": job.move.model_copy(update={"step": "start"})})
             before = current.model_copy(update={"jobs": [at_start if j.id == job_id else j for j in current.jobs]})
-            plan = job_plan(before, ref.name, job_id)
+            plan = job_plan(before, ref.name, job_id, limits=False)
             gone = sorted(set(job_urns(plan, job_id)) - set(targets))
             disks = [r for r in plan.resources if r.urn in gone and (r.urn.endswith("-disk") or r.urn.endswith("-volume"))]
             if not disks:
@@ -447,7 +447,7 @@ def _forget_snapshots(ref: stackfile.StackRef, job_id: str, before: Job) -> oper
     def release(targets: list[str]) -> operations.Approved:
         current = stackfile.load(ref)
         was = current.model_copy(update={"jobs": [before if j.id == job_id else j for j in current.jobs]})
-        gone = sorted(set(job_urns(job_plan(was, ref.name, job_id), job_id)) - set(targets))
+        gone = sorted(set(job_urns(job_plan(was, ref.name, job_id, limits=False), job_id)) - set(targets))
         disks = [u for u in gone if u.endswith("-disk") or u.endswith("-volume")]
         if disks:
             raise LifecycleError(f"job {job_id}: moving on would drop disk(s) {', '.join(disks)}: refused")

@@ -119,7 +119,7 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
                 # What the edit drops is targeted too (so the update deletes it): the one rule, in
                 # ``change_targets``. ``release`` adds what only a move's release may drop (old disks).
                 approved = release(declared) if release is not None else Approved([])
-                dropped = set(job_targets(old_cfg, ref.name, job_id)) | set(approved.drop)
+                dropped = set(job_targets(old_cfg, ref.name, job_id, limits=False)) | set(approved.drop)
                 lifting = set(approved.unprotect)
 
                 def state() -> Held:  # as it will be once the approved disks are unprotected, right before the update
@@ -408,7 +408,8 @@ def _stop_gang_first(ref: stackfile.StackRef, job_id: str, old_cfg: StackConfig,
     _undo(ref.path, job_id, before, final)  # the job as it was (keys the change added removed), then stopped
     _, stopped_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: stopped)
     try:
-        old_targets = change_targets(job_targets(stopped_cfg, ref.name, job_id), job_targets(old_cfg, ref.name, job_id),
+        old_targets = change_targets(job_targets(stopped_cfg, ref.name, job_id),
+                                     job_targets(old_cfg, ref.name, job_id, limits=False),
                                      applier.held, job_id)
     except Exception:
         _undo(ref.path, job_id, before, final | stopped)

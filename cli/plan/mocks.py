@@ -410,3 +410,24 @@ def _is_rpc_secret(value: dict) -> bool:
     from pulumi.runtime.rpc import is_rpc_secret
 
     return is_rpc_secret(value)
+
+
+def checked_run(cfg: StackConfig, stack: str, job_id: str | None = None, limits: bool = True) -> Plan:
+    """``run`` of the whole stack, or of job ``job_id`` alone, after the limits its stack values can break
+    (``infra.limits``: one error naming the key); a rule broken anyway is one line too (ConfigError).
+    ``limits`` False: a config only read back for its URNs (nothing of it is applied): no rule refuses it."""
+    import contextlib
+
+    from infra.basics import ConfigError
+    from infra.contract import ContractError, read_back
+    from infra.stack_limits import stack_problems
+
+    problems = stack_problems(cfg, stack, None if job_id is None else [job_id]) if limits else []
+    if problems:
+        raise ConfigError(f"stack {stack}", problems)
+    alone = cfg if job_id is None else cfg.model_copy(update={"jobs": [cfg.job(job_id)], "pools": []})
+    try:
+        with contextlib.nullcontext() if limits else read_back():
+            return run(alone, stack)
+    except ContractError as exc:
+        raise ConfigError(f"stack {stack}", [exc.one_line()]) from None

@@ -180,6 +180,7 @@ def _disk_kind_checks(cfg: StackConfig, i: int, job: Job, problems: list[tuple[s
 def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:
     """GCP-only cross checks: the subnetwork of a custom network, machine type vs GPUs (the one
     table in infra/contract/gcp.py), and the egress choice."""
+    from infra.catalog import unknown_type
     from infra.contract.gcp import gpu_problem
 
     net = cfg.network
@@ -191,8 +192,8 @@ def _gcp_checks(cfg: StackConfig, problems: list[tuple[str, str]]) -> None:
         ))
     for section, items in (("pools", cfg.pools), ("jobs", cfg.jobs)):
         for i, item in enumerate(items):
-            if item.machine_type is None:
-                continue
+            if item.machine_type is None or unknown_type("gcp", item.machine_type):
+                continue  # (an unknown type is the catalog's error, with "did you mean")
             acc = item.accelerator
             problem = gpu_problem(item.machine_type, acc.type if acc else None, acc.count if acc else None)
             if problem is not None:

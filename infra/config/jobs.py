@@ -257,3 +257,11 @@ class Job(_Model):
     def active(self) -> bool:
         """True when the job should have VMs now."""
         return self.state in (JobState.PENDING, JobState.RUNNING)
+
+    @property
+    def spot_only(self) -> bool:
+        """GCE creates the job's machine type only as a Spot VM (rule gcp.a3-high-spot-only): no policy
+        may pick on-demand for it."""
+        from infra.contract.gcp import spot_only
+
+        return bool(self.machine_type) and spot_only(self.machine_type or "")

@@ -68,6 +68,10 @@ class StackConfig(_Model):
         for zone in self.network.subnets:
             if zone not in self.zones:
                 problems.append((f"network.subnets.{zone}", f"zone {zone!r} is not in spotctl:zones {self.zones}"))
+        from infra import catalog, limits
+
+        catalog.problems(self, problems)  # machine types, their GPUs and zones (infra/catalog.json)
+        limits.config_problems(self, problems)  # tags, spot-only and Hyperdisk-only machine types
         if gcp:
             _gcp_checks(self, problems)
         elif any(j.boot_disk == "keep" for j in self.jobs):
@@ -103,7 +107,9 @@ class StackConfig(_Model):
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):
                 problems.append(
-                    (f"labels.{key}", "labels must be lowercase letters, digits, '-' or '_' (GCP label rules)")
+                    (f"labels.{key}", "labels must be lowercase letters, digits, '-' or '_', keys starting with a letter, "
+                                      "at most 63 characters (GCP label rules, which spotctl applies on both clouds: "
+                                      "https://cloud.google.com/resource-manager/docs/labels-overview#requirements)")
                 )
         # Every resource carries these labels and up to GCP_SPOTCTL_LABELS_MAX of spotctl's own; GCE takes
         # at most 64 (contract rule gcp.labels-64, with its source).

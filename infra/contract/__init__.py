@@ -40,6 +40,16 @@ from infra.contract.rulebook import (  # noqa: F401
 class ContractError(Exception):
     """A declared resource breaks a rule the cloud enforces; ``str()`` names resource, rule and fix."""
 
+    rule: Rule | None = None
+    resource: str = ""
+    problem: str = ""
+
+    def one_line(self) -> str:
+        """The error on one line (for the lifecycle commands' ``error:`` line): resource, problem, rule and fix."""
+        if self.rule is None:
+            return " ".join(str(self).split())
+        return f"{self.resource}: {self.problem} (rule {self.rule.id}: {self.rule.fix})"
+
 
 def rules() -> list[Rule]:
     """Every rule, both clouds (importing the rule modules registers them)."""
@@ -54,7 +64,9 @@ def get(id: str) -> Rule:
 
 
 def error(rule: Rule, resource: str, problem: str) -> ContractError:  # noqa: F811  (the rule at hand)
-    return ContractError(f"{resource}: {problem}\n  rule {rule.id}: {rule.says}\n  fix: {rule.fix}\n  source: {rule.source}")
+    exc = ContractError(f"{resource}: {problem}\n  rule {rule.id}: {rule.says}\n  fix: {rule.fix}\n  source: {rule.source}")
+    exc.rule, exc.resource, exc.problem = rule, resource, problem
+    return exc
 
 
 _OFFLINE: list[set[str]] = []  # the notes of the plans under way offline (innermost last)
@@ -76,6 +88,8 @@ def enforce(id: str, resource: str, problem: str | None) -> None:
     """Raise ContractError for a context rule when ``problem`` is not None (offline, a rule with a
     ``lookup`` is only noted: ``offline``)."""
     r = get(id)
+    if _READ_BACK[0]:
+        return
     if _OFFLINE and r.lookup:
         _OFFLINE[-1].add(f"{id} not checked offline: it needs {r.lookup}, which only the cloud knows "
                          "(`pulumi preview` checks it)")
@@ -101,8 +115,29 @@ def violations(type_: str, props: Mapping[str, Any]) -> list[tuple[Rule, str]]:
     return found
 
 
+_READ_BACK = [False]  # inside ``read_back()``: nothing raised (a single-threaded CLI's flag, not a program's)
+
+
+@contextlib.contextmanager
+def read_back() -> Iterator[None]:
+    """Plan a config only to read its URNs back (a lifecycle command's file before its edit, whose
+    resources are never applied again): its broken rules are not this change's to refuse."""
+    _READ_BACK[0] = True
+    try:
+        yield
+    finally:
+        _READ_BACK[0] = False
+
+
+def reading_back() -> bool:
+    """Whether a plan now is only read back (``read_back``): its rules are not enforced."""
+    return _READ_BACK[0]
+
+
 def check(type_: str, name: str, props: Mapping[str, Any]) -> None:
     """Raise ContractError for the first rule ``props`` break."""
+    if _READ_BACK[0]:
+        return
     for r, problem in violations(type_, props):
         raise error(r, f"{type_} {name!r}", problem)
 

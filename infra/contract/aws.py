@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from infra.contract.aws_tags import MAX_TAGS, tag_problems, tags_50  # noqa: F401  (registers the tag rules)
 from infra.contract.rulebook import UNKNOWN, dig, known, move_timeout_problem, rule
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -55,8 +56,9 @@ def _raw_user_data(type_: str, props: Mapping[str, Any]) -> bytes | Any | None:
 
 @rule("aws.user-data-16k", [INSTANCE, LAUNCH_TEMPLATE],
       says="EC2 user data is limited to 16 KB (16,384 bytes) in raw form, before base64 encoding.",
-      fix="ship the script gzip-compressed (cloud-init accepts gzip user data; infra/aws.py user_data_gzip_b64) "
-          "or as a small bootstrap",
+      fix="the script already travels gzip-compressed (infra/aws.py user_data_gzip_b64): shrink the stack values in it "
+          "(make large env values Pulumi secrets, which reach the VM through SSM; put a long command in a script on the "
+          "job disk); `spotctl validate` names the key that grew it",
       source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html "
              "(\"User data is limited to 16 KB, in raw form, before it is base64-encoded\")")
 def user_data_size(type_: str, props: Mapping[str, Any]) -> str | None:
@@ -489,3 +491,4 @@ def role_permissions_boundary(type_: str, props: Mapping[str, Any]) -> str | Non
     if own is not None and own["slug"] != m["slug"]:
         return f"permissions_boundary {boundary!r} is another stack's (role prefix {prefix!r})"
     return None
+

@@ -1,7 +1,7 @@
 """GCP rules (see ``infra.contract``). One ``@rule`` per rule the Compute Engine / GCS / Logging APIs
 enforce on what spotctl declares (or that spotctl's promises depend on), each citing its source;
 checks get the pulumi-gcp constructor inputs. This module holds the rules on VMs, labels and names;
-``gcp_access`` and ``gcp_disks`` the others (importing this module registers them all), and
+``gcp_access``, ``gcp_disks`` and ``gcp_limits`` the others (importing this module registers them all), and
 ``gcp_machines`` the resource types and the GPU machine table. Every name stays importable from here.
 Pure Python (no pulumi import): ``infra.config`` imports this module.
 
@@ -57,6 +57,18 @@ from infra.contract.gcp_disks import (  # noqa: F401
     _regional_standard_size,
     _regional_type,
     regional_disk_problem,
+)
+from infra.contract.gcp_limits import (  # noqa: F401
+    HYPERDISK_ONLY,
+    SPOT_ONLY,
+    TOPIC,
+    a3_high_spot_only,
+    hyperdisk_only,
+    hyperdisk_series,
+    reserved_name,
+    reserved_name_problem,
+    reserved_names,
+    spot_only,
 )
 from infra.contract.gcp_machines import (  # noqa: F401
     ACCELERATOR_FAMILIES,
