@@ -5,6 +5,9 @@ the capacities, ConfigError, and how an attempt's events end it. Kept apart from
 from __future__ import annotations
 
 import enum
+import itertools
+import json
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import cache
@@ -12,6 +15,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 NAMESPACE = "spotctl"
+# The longest `spotctl watch --interval`: the watch lease's term is 3 cycles, and a taker waits out
+# a whole term (cli/watch/lease.py), so the interval bounds how long that can be.
+WATCH_INTERVAL_MAX_S = 3600.0
 MAX_JOB_NODES = 64  # nodes of one job (a gang); a `started` event claiming more is not believed either
 
 # A node's trainer that ended on its own (exit 0: completed; otherwise: failed) ended its attempt
@@ -102,6 +108,72 @@ def own_events(retired_after: int, events: Any, attempt_of: Any = lambda e: e.at
     ``retired_after``, spotctl:retiredJobs) left out, so its failures, preemptions and hours are not
     counted as the new one's."""
     return [e for e in events if attempt_of(e) > retired_after] if retired_after else list(events)
+
+
+# A document a VM, a queue or a shared bucket hands over is parsed only within bounds: the stdlib
+# parser recurses once per nesting level, so ~1,000 levels end in RecursionError (in the caller's
+# stack, after it has started reading), and a number of a million digits costs seconds. spotctl's
+# own documents (events, leases, messages, records) nest a few levels deep.
+JSON_DEPTH = 32
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def json_depth(text: str) -> int:
+    """How deeply ``text``'s arrays and objects nest, brackets inside strings not counted (an
+    unterminated string's brackets are: that text is no JSON anyway). Linear, without recursion."""
+    brackets = re.sub(r"[^\[\]{}]+", "", _JSON_STRING.sub("", text))
+    steps = (1 if c in "[{" else -1 for c in brackets)
+    return max(itertools.accumulate(steps, initial=0))
+
+
+class BadJson(ValueError):
+    """A document refused before or while it was parsed; ``str()`` says why, ``kind`` is one of
+    size, depth, encoding, syntax."""
+
+    def __init__(self, kind: str, why: str):
+        super().__init__(why)
+        self.kind = kind
+
+
+def loads_bounded(data: bytes | str, limit: int, depth: int = JSON_DEPTH) -> Any:
+    """``json.loads`` of at most ``limit`` bytes nesting at most ``depth`` levels.
+
+    Raises:
+        BadJson: too large, too deep, not UTF-8 or not JSON (a ValueError).
+    """
+    if len(data) > limit:
+        raise BadJson("size", f"{len(data)} bytes, over the {limit} a document may be")
+    try:
+        text = data.decode() if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise BadJson("encoding", f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if (d := json_depth(text)) > depth:
+        raise BadJson("depth", f"nested {d} levels deep, over the {depth} a document may be")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # ValueError also: a number of over 4,300 digits
+        raise BadJson("syntax", f"not JSON ({str(exc).splitlines()[0][:120]})") from None
+
+
+def read_regular(path: Any, limit: int) -> bytes:
+    """The bytes of ``path`` (links followed) when it is a regular file of at most ``limit`` bytes.
+
+    Raises:
+        OSError: it cannot be opened, or it is not a regular file (a FIFO, /dev/zero: never read for
+            ever), or it is larger than ``limit`` (``strerror`` says which).
+    """
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, and is refused below
+    with open(fd, "rb", buffering=0, closefd=True) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB")
+    return data
 
 
 def templates_dir() -> Path:

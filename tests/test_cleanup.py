@@ -527,3 +527,32 @@ def test_a_new_job_cannot_reuse_a_cleaned_up_jobs_id_and_attempts(project, runne
     path.write_text(text[:at] + new_job.replace("attempt: 1", "attempt: 3") + text[at:])
     assert runner.invoke(app, ["validate", "--stack", "example-gcp"]).exit_code == 0
 
+
+
+@pytest.mark.parametrize("apply_it", [True, False])
+def test_a_kill_between_dropping_the_job_and_retiring_its_id_is_finished_by_the_next_cleanup(
+        project, runner, fake_pulumi, pulumi_state, gce, monkeypatch, apply_it):
+    """Cleanup's last two writes (the job out of the file, its id retired) are two: a kill -9 between
+    them left a job gone whose id a new job could reuse, its attempts counted as the new one's. The
+    record of the retirement to come is written first; the next cleanup (of any job) finishes it."""
+
+    class Killed(BaseException):
+        """The process ends here: nothing after it runs (not even `finally`, in the real kill)."""
+
+    protected_bert_eval_disk(pulumi_state)
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    real = stackfile.retire
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(stackfile, "retire", killed)
+    with pytest.raises(Killed):
+        runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes", *([] if apply_it else ["--no-apply"])],
+                      catch_exceptions=False)
+    assert "id: bert-eval" not in path.read_text() and "spotctl:retiredJobs" not in stackfile.read_config(path)
+    monkeypatch.setattr(stackfile, "retire", real)
+    again = runner.invoke(app, ["cleanup", "vit-finetune", "--stack", "example-gcp"])  # any cleanup, even a dry run
+    assert "job bert-eval: an earlier cleanup was stopped before it retired the id: retired after attempt 2 now" in again.output
+    assert stackfile.read_config(path)["spotctl:retiredJobs"] == {"bert-eval": 2}
+    assert not (project / "stacks" / ".spotctl" / "Pulumi.example-gcp.yaml.cleanup.json").exists()

@@ -163,6 +163,14 @@ def test_plot_is_written(team, runner, tmp_path):
     assert result.exit_code == 0, result.output
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a drawn figure, not an empty canvas
+    assert f"plot written to {png}" in " ".join(result.stdout.split())
+    for bare in ("cost", "cost.pdf"):  # not a .png: a PNG beside it, and the message names that file
+        result = runner.invoke(app, ["cost", "--stack", "team-a", "--events-dir", "events", "--as-of", AS_OF, "--plot",
+                                     str(tmp_path / bare)])
+        assert result.exit_code == 0, result.output
+        real = tmp_path / f"{bare}.png"
+        assert real.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / bare).exists()
+        assert f"plot written to {real}" in "".join(result.stdout.split("\n")), result.stdout
 
 
 def test_unpriced_type_is_named_never_guessed(team, runner, monkeypatch):

@@ -292,3 +292,22 @@ def test_an_attempt_with_nothing_left_to_do_is_not_a_restart():
     account_lost_work(attempts)
     assert attempts[1].lost_work is None
     assert judge(attempts, checkpoint_interval(attempts))[0] == "reentrant"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM])
+def test_any_ending_signal_leaves_nothing_running(tmp_path, sig):
+    """Signals whose default action ends the process used to end the drill without its cleanup: the
+    emulated VM's watch loop went on polling and the temp dir stayed."""
+    proc, err, tag, own_tmp = interrupt_drill(tmp_path, sig)
+    assert proc.returncode == 130, err
+    assert tagged(tag) == [] and list(own_tmp.iterdir()) == []
+
+
+def test_a_drill_killed_with_sigkill_is_cleaned_up_by_its_watchdog(tmp_path):
+    """SIGKILL cannot be caught: the drill's watchdog sees it gone and stops what it started."""
+    proc, err, tag, own_tmp = interrupt_drill(tmp_path, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while (tagged(tag) or list(own_tmp.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tagged(tag) == [] and list(own_tmp.iterdir()) == []

@@ -278,8 +278,8 @@ def test_follow_after_a_late_chunk_repeats_and_garbles_nothing():
         def keys(self):
             return [key]
 
-        def read(self, k):
-            return joblogs._join(next(views))
+        def chunks(self, k, since=0):
+            return [(offset, data) for offset, data in next(views) if offset + len(data) > since]
 
         def events(self, k):
             self.polls += 1

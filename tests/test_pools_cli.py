@@ -82,6 +82,10 @@ def test_unknown_pool_and_bad_demand_are_refused(project, runner):
     assert result.exit_code == 1 and "error: pool 'g55' is not declared; pools: g5 (did you mean 'g5'?)" in result.output
     result = runner.invoke(app, ["pool", "demand", "g5", "-1", "--stack", "example-aws"])
     assert result.exit_code != 0
+    for huge in ("1e400", "1" + "0" * 400):  # not a number of VMs: one clear error, never an OverflowError
+        result = runner.invoke(app, ["pool", "demand", "g5", huge, "--stack", "example-aws"])
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), repr(result.exception)
+        assert "Invalid value for 'N'" in result.output
 
 
 @mock_aws

@@ -760,28 +760,56 @@ def test_a_log_chunk_stored_but_never_answered_does_not_stop_the_log(emu, tmp_pa
     there) counts as stored, and the next chunk starts where it ended: the log arrives whole."""
     from cli.lifecycle import logs
 
-    vm, path = functions_then(emu, tmp_path, cloud, "spotctl_upload_log 2\n", "upload.sh")
+    vm, path = functions_then(emu, tmp_path, cloud, 'spotctl_upload_log "$1"\n', "upload.sh")
     log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
     log.parent.mkdir(parents=True)
     log.write_text("".join(f"first {i}\n" for i in range(50)))
     (tmp_path / "state").mkdir()
 
-    def upload() -> None:
-        done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
+    def upload(budget: int) -> int:
+        done = subprocess.run(["bash", str(path), str(budget)], env=vm._env(), capture_output=True, text=True, timeout=120,
+                              check=False)
+        return done.returncode
 
     emu.reset(lose_answers=1000)  # stored, then nothing answered for the rest of the call
-    upload()
+    assert upload(2) == 1  # the budget ran out before the log's end: said so
     assert list(emu.state.log_chunks) == ["team-a/train/attempt-1/node-0/logs/000000000000.log"]
     emu.reset(lose_answers=0)
     with log.open("a") as f:
         f.write("".join(f"later {i}\n" for i in range(50)))
-    upload()
+    # A budget is a cap, not a wait: 60 s instead of 2 is as fast here, and a loaded machine (the
+    # AWS variant's three metadata requests per call) no longer runs out of it before "last\n".
+    assert upload(60) == 0
     with log.open("a") as f:
         f.write("last\n")
-    upload()
+    assert upload(60) == 0
     chunks = dict(emu.state.log_chunks)
     assert logs.read(None, "train", logs.LogKey(1, 0), chunks) == log.read_bytes(), sorted(chunks)
+
+
+def test_waiting_for_another_log_upload_does_not_spend_the_last_ones_budget(emu, tmp_path):
+    """The watcher's background upload holds the lock (a slow bucket) when the trainer exits: the
+    last upload waits for it, then still has its whole budget for the log's last lines. The old
+    script counted the wait against the budget (and gave up waiting after one budget): the lines
+    written since the background upload read the log were never sent."""
+    from cli.lifecycle import logs
+
+    vm, path = functions_then(emu, tmp_path, "gcp", "spotctl_upload_log 1\n", "upload.sh")
+    log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("the end\n")
+    (tmp_path / "state").mkdir()
+    lock = tmp_path / "state" / "log-upload.lock"
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "3"])  # the background upload, 3 s long
+    try:
+        deadline = time.monotonic() + 10
+        while not subprocess.run(["flock", "-n", str(lock), "true"], check=False).returncode and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the holder has it
+        done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        holder.wait(10)
+    assert done.returncode == 0, done.stderr
+    assert logs.read(None, "train", logs.LogKey(1, 0), dict(emu.state.log_chunks)) == b"the end\n"
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])

@@ -69,7 +69,7 @@ def cost(
     if plot is not None:
         from cli.cost.plot import draw
 
-        draw(rep.costed, plot, rep.now, f"spotctl cost {ref.name}")
+        plot = draw(rep.costed, plot, rep.now, f"spotctl cost {ref.name}")
     data = rep.json()
     if json_out:
         typer.echo(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))

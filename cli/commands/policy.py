@@ -66,7 +66,7 @@ def simulate(
             traces.append(sim.load_trace(path, inverted=inverted))
         except OSError as exc:
             raise fail(f"{path}: cannot read: {exc.strerror}") from None
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError, RecursionError):
             raise fail(f"{path}: not a trace file: expected a spot-traces JSON "
                        '({"metadata": {"gap_seconds": N}, "data": [0/1, ...]}) or a probe CSV (index,timestamp,fail)') from None
     job = sim.Job(job_hours, deadline_hours, changeover_hours, price_ratio or sim.PAPER_PRICE_RATIO)

@@ -44,7 +44,8 @@ def _run(fn):
 )
 def demand(
     pool: Annotated[str, typer.Argument(help="The pool name.")],
-    vms: Annotated[int, typer.Argument(metavar="N", min=0, help="VMs wanted: running plus waiting work.")],
+    # (max: a sanity bound far above any pool; a larger integer would not even convert to the metric's float)
+    vms: Annotated[int, typer.Argument(metavar="N", min=0, max=1_000_000, help="VMs wanted: running plus waiting work.")],
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     json_out: JsonOpt = False,

@@ -17,7 +17,7 @@ from cli.commands import (
     fail,
     shared_copy,
 )
-from infra.basics import ConfigError
+from infra.basics import WATCH_INTERVAL_MAX_S, ConfigError
 
 
 @app.command(
@@ -35,7 +35,7 @@ def watch(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     once: Annotated[bool, typer.Option("--once", help="Handle what is pending, then exit (0 when every action succeeded).")] = False,
-    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.0, help="Seconds between cycles.")] = 5.0,
+    interval: Annotated[float, typer.Option("--interval", metavar="SECONDS", min=0.0, max=WATCH_INTERVAL_MAX_S, help="Seconds between cycles.")] = 5.0,
     poll_every: Annotated[float, typer.Option("--poll-every", metavar="SECONDS", min=0.0,
                                               help="Ask the cloud about every running job's VMs this often (the fallback poll).")] = 300.0,
     no_poll: Annotated[bool, typer.Option("--no-poll", help="Never ask the cloud about VMs; only events and messages.")] = False,

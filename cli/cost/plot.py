@@ -15,7 +15,8 @@ GAP = "#bdbdbd"
 
 
 def draw(costed: list[Costed], path: Path, now: datetime, title: str) -> Path:
-    """Write the PNG to ``path`` (matplotlib, no display needed) and return it."""
+    """Write the PNG to ``path`` (``path`` + ".png" unless it ends so; matplotlib, no display needed)
+    and return the path written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,7 +77,10 @@ def draw(costed: list[Costed], path: Path, now: datetime, title: str) -> Path:
     ax_c.set_title("what each job cost vs the same VM-hours on on-demand", fontsize=10)
     ax_c.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    # Always a PNG: matplotlib appends ".png" to a name without a suffix (and takes another suffix as
+    # another format, or refuses it), so the path written is said by what this returns.
+    real = path if path.suffix.lower() == ".png" else path.with_name(f"{path.name}.png")
+    real.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(real, dpi=110, format="png")
     plt.close(fig)
-    return path
+    return real

@@ -8,13 +8,11 @@ metadata emulator, one shared directory playing the job disk.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import re
 import shlex
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,7 +21,8 @@ from typing import Any, Literal
 
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
-from infra.basics import counted
+from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
+from infra.basics import counted, loads_bounded, read_regular
 from infra.config import SECRET_PLACEHOLDER
 from infra.render import NOTICE_S, ScriptContext, secret_payload
 
@@ -159,9 +158,26 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
     return "reentrant", f"every attempt resumed from its last checkpoint (at most {counted(lost, 'step')} lost{within})"
 
 
+TRACE_LIMIT = 64 << 20  # a spot-traces file: a year of 10-minute ticks is ~200 KB
+
+
+def trace_doc(path: Path) -> dict:
+    """A spot-traces JSON file's document, read within bounds (``infra.basics.read_regular``,
+    ``loads_bounded``).
+
+    Raises:
+        OSError: not a readable regular file within the bound.
+        ValueError: not a JSON object.
+    """
+    doc = loads_bounded(read_regular(path, TRACE_LIMIT), TRACE_LIMIT)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
 def availability_runs(path: Path) -> tuple[list[float], list[float]]:
     """(up durations, down durations) in seconds from a spot-traces JSON file (1 = available)."""
-    doc = json.loads(path.read_text())
+    doc = trace_doc(path)
     gap = float(doc.get("metadata", {}).get("gap_seconds", 600))
     ups, downs, run, value = [], [], 0, None
     for v in doc["data"]:
@@ -368,7 +384,9 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
     if trace is not None:
         try:
             ups, downs = availability_runs(trace)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:
+            raise ValueError(f"{trace}: cannot read: {exc.strerror}") from None
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise ValueError(f"{trace}: not a spot-traces availability file ({exc})") from None
         preemptions = trace_preemptions(ups, downs, trace)
         if time_scale is None:
@@ -385,7 +403,7 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
 def trace_preemptions(ups: list[float], downs: list[float], trace: Path) -> list[float]:
     """The spot runs of a trace that end in a loss of capacity (a run still up at the trace's end
     ends in no preemption); ValueError when there is none: the trace cannot preempt anything."""
-    data = json.loads(trace.read_text())["data"]
+    data = trace_doc(trace)["data"]
     ending = ups[:-1] if data and int(data[-1]) > 0 else ups
     if not downs or not ending:
         raise ValueError(f"{trace}: spot capacity is never lost in this trace, so it cannot preempt the run "
@@ -395,15 +413,16 @@ def trace_preemptions(ups: list[float], downs: list[float], trace: Path) -> list
 
 def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -> Report:
     """Run a drill in a temp dir that is removed afterwards; every process is killed, also on Ctrl-C."""
-    with tempfile.TemporaryDirectory(prefix="spotctl-drill-") as tmp:
-        drill = Drill(spec, Path(tmp), status)
+    with watched_tmp() as tmp:
+        drill = Drill(spec, tmp, status)
         # Ctrl-C, SIGTERM and SIGHUP (the terminal closed) all stop the drill and everything it
-        # started. SIGINT is caught even when it was inherited as ignored (a drill started in the
-        # background of a non-interactive shell: bash sets SIGINT to SIG_IGN there, and Python then
-        # never raises KeyboardInterrupt); SIGHUP stays ignored under nohup.
-        signals = [signal.SIGINT, signal.SIGTERM]
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-            signals.append(signal.SIGHUP)
+        # started, and so does every other signal whose default is to end the process (SIGQUIT,
+        # SIGUSR1/2, SIGALRM, ...: without a handler they end it at once, its VMs' loops polling on).
+        # SIGINT is caught even when it was inherited as ignored (a drill started in the background
+        # of a non-interactive shell: bash sets SIGINT to SIG_IGN there, and Python then never
+        # raises KeyboardInterrupt); the others stay ignored when they were (SIGHUP under nohup).
+        # SIGKILL cannot be caught: the watchdog (``cli.drill.watchdog``) cleans up after it.
+        signals = [signal.SIGINT] + [sig for sig in ENDING_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
         previous = {sig: signal.signal(sig, _raise_interrupt) for sig in signals}
         try:
             return drill.run()

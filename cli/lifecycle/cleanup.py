@@ -63,6 +63,7 @@ def cleanup_job(ref: stackfile.StackRef, job_id: str, *, force: bool, yes: bool,
     guard = applier.exclusive(ref.path) if (yes and applier) else contextlib.nullcontext()
     with guard:
         with stackfile.locked(ref.path):  # decide
+            _finish_retirement(ref, out)
             if applier is not None:  # (the listing too: the job's resources are still in Pulumi's state)
                 _resume_if_idle(ref, job_id, applier, yes, out)
             cfg = stackfile.load(ref)
@@ -143,18 +144,22 @@ def _delete(ref: stackfile.StackRef, job: Job, applier: Applier, targets: list[s
         signum, name = signal_of(exc)
         err = _failed(ref, applier, taken, lifted, ApplyError(f"interrupted ({name})", started=True))
         raise Interrupted(str(err), signum) from None
-    _record_path(ref.path).unlink(missing_ok=True)
-    # Gone for good: a new job of this id starts after this one's attempts (its events stay).
-    # After the record: a kill between the two leaves no record that would put the job back
-    # (at an attempt the retired id then refuses), only no retirement.
+    # Gone for good: a new job of this id starts after this one's attempts (its events stay). The
+    # record says so first: a kill before the retirement is written leaves it to the next cleanup
+    # (``_finish_retirement``), never a job gone without its id retired.
+    _record_interrupted(ref.path, taken, lifted, retire=job.attempt)
     stackfile.retire(ref.path, job.id, job.attempt)
+    _record_path(ref.path).unlink(missing_ok=True)
 
 
 def _gone(ref: stackfile.StackRef, job: Job) -> None:
     """The job leaves the file for good when nothing of it is left to delete by an update: its id is
-    retired after its attempts (its events stay; a new job of that id starts after them)."""
+    retired after its attempts (its events stay; a new job of that id starts after them). Two writes:
+    the record of the retirement to come is written before them (see ``_finish_retirement``)."""
+    _record_interrupted(ref.path, ("", 0, {"id": job.id}), [], retire=job.attempt)
     stackfile.take_job(ref.path, job.id)
     stackfile.retire(ref.path, job.id, job.attempt)
+    _record_path(ref.path).unlink(missing_ok=True)
 
 
 def _targets(urns: list[str], disks: list[str], held: Held, job_id: str) -> list[str]:
@@ -189,13 +194,37 @@ def _record_path(path: Path) -> Path:
     return path.parent / ".spotctl" / f"{path.name}.cleanup.json"
 
 
-def _record_interrupted(path: Path, taken: tuple, lifted: list[str]) -> None:
-    """What a cleanup under way took out of the file and unprotected (removed once it is over)."""
+def _record_interrupted(path: Path, taken: tuple, lifted: list[str], retire: int | None = None) -> None:
+    """What a cleanup under way took out of the file and unprotected (removed once it is over); with
+    ``retire``, its deletes are done and only the retirement of the id after that attempt is left."""
     from cli.lifecycle import cachefile
 
     block, index, entry = taken
     _record_path(path).parent.mkdir(parents=True, exist_ok=True)
-    cachefile.save_record(_record_path(path), {"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted})
+    cachefile.save_record(_record_path(path), {"job": entry.get("id"), "taken": [block, index, entry], "lifted": lifted,
+                                               **({"retire": retire} if retire is not None else {})})
+
+
+def _finish_retirement(ref: stackfile.StackRef, out: Callable[[str], None]) -> None:
+    """Under the stack file's lock: a cleanup killed between dropping its job from the file and
+    retiring its id (two writes) left a record saying what is left; it is done now, whichever job
+    this cleanup is of. A job still in the file was never dropped: nothing to retire. (A cleanup
+    retiring its own job meanwhile, after its update, writes the same retirement: the later of the
+    two changes nothing.)"""
+    from cli.lifecycle import cachefile
+
+    path = _record_path(ref.path)
+    doc = cachefile.open_record(path)
+    try:
+        job_id, attempt = (str(doc["job"]), doc["retire"]) if doc is not None and "retire" in doc else (None, None)
+    except (KeyError, TypeError):
+        return
+    if job_id is None or isinstance(attempt, bool) or not isinstance(attempt, int):
+        return
+    if job_id not in {j.id for j in stackfile.load(ref).jobs}:
+        stackfile.retire(ref.path, job_id, attempt)
+        out(f"job {job_id}: an earlier cleanup was stopped before it retired the id: retired after attempt {attempt} now")
+    path.unlink(missing_ok=True)
 
 
 def _resume_if_idle(ref: stackfile.StackRef, job_id: str, applier: Applier, holding: bool,
@@ -219,7 +248,7 @@ def _resume_interrupted(ref: stackfile.StackRef, job_id: str, out: Callable[[str
     path = _record_path(ref.path)
     doc = cachefile.open_record(path)  # sealed: a record a commit carried would put its own job in the file
     try:
-        if doc is None or doc.get("job") != job_id:
+        if doc is None or doc.get("job") != job_id or "retire" in doc:  # (deleted already: only retired, never put back)
             return
         taken = tuple(doc["taken"])
         if len(taken) != 3 or not isinstance(taken[2], dict) or taken[2].get("id") != job_id:

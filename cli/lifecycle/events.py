@@ -3,7 +3,6 @@ job's VMs as events, and the timeline they tell (pure, apart from reading files)
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -11,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infra.basics import attempt_end
+from infra.basics import BadJson, attempt_end, loads_bounded
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
     from infra.config import Job
@@ -28,14 +27,25 @@ class Event:
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any]) -> Event:
+        """An event document as a VM wrote it; its text without control characters (``printable``)."""
         return cls(
             job=str(doc["job"]),
             attempt=int(doc["attempt"]),
             node=int(doc.get("node", 0)),
-            event=str(doc["event"]),
+            event=printable(str(doc["event"])),
             time=_aware(datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00"))),
-            details={str(k): str(v) for k, v in dict(doc.get("details") or {}).items()},
+            details={printable(str(k)): printable(str(v)) for k, v in dict(doc.get("details") or {}).items()},
         )
+
+
+# C0 and C1 control characters (ESC starts a terminal's escape sequences, CSI is C1's): a VM writes
+# its events' text, and `events`, `status` and `watch` print it to a terminal.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character (newlines and tabs too) replaced by a space."""
+    return CONTROL.sub(" ", text)
 
 
 def _aware(t: datetime) -> datetime:
@@ -171,19 +181,23 @@ def vouched_locally(path: str, doc: Mapping[str, Any], event: Event, stack: str 
     return len(dirs) == 4 and dirs[1:] == claim and want is not None and dirs[0] == want and doc.get("stack", want) == want
 
 
-def _documents(text: str) -> list[Any]:
-    """The parsed documents: one JSON document (an event object, however formatted), else each JSON
-    line that parses."""
+def _documents(text: str, key: str, warn: Callable[[str], None] | None, *, single: bool = False) -> list[Any]:
+    """The parsed documents: one JSON document (an event object, however formatted), else (unless
+    ``single``) each JSON line that parses. Each is parsed within bounds (``loads_bounded``: a VM
+    may write anything under its prefix); one nested too deeply, or a ``single`` object that is
+    no JSON, is skipped with one warning naming ``key``."""
     try:
-        return [json.loads(text)]
-    except ValueError:
-        pass
+        return [loads_bounded(text, EVENT_LOG_LIMIT)]
+    except BadJson as exc:
+        refused = exc if single or exc.kind == "depth" else None
     docs = []
-    for line in text.split("\n"):
+    for line in [] if single else text.split("\n"):
         try:
-            docs.append(json.loads(line))
-        except ValueError:
-            continue
+            docs.append(loads_bounded(line, EVENT_OBJECT_LIMIT))
+        except BadJson as exc:
+            refused = refused or (exc if exc.kind == "depth" else None)
+    if refused is not None and warn is not None:
+        warn(f"event {key}: skipped{' a line' if docs else ''}: {refused}")
     return docs
 
 
@@ -226,7 +240,7 @@ def vouched(objects: Mapping[str, Any], job_ids: Container[str], stack: str | No
     job_copy = not bucket and is_job_copy(objects)
     for key, raw in objects.items():
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        for doc in _documents(text)[:1] if bucket else _documents(text):
+        for doc in _documents(text, key, warn, single=bucket):
             try:
                 # a local directory may hold several stacks; under this stack's bucket prefix, another
                 # stack's claim is a forgery (warned of below)

@@ -12,9 +12,11 @@ files, the cloud object and the ``write``/``sleep`` passed in.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,18 +62,31 @@ def _chunks(root: Path, job_id: str, stack: str | None = None) -> dict[LogKey, l
     return found
 
 
-def _join(chunks: list[tuple[int, bytes]]) -> bytes:
-    """Chunks by offset; a chunk uploaded twice (a retry) or overlapping is not repeated, and a chunk
-    that never arrived (an upload that failed for good) is said where it is missing."""
-    out, end = b"", 0  # ``end``: the log's own offset reached (``out`` may hold gap notes too)
-    for offset, data in sorted(chunks, key=lambda c: c[0]):
-        if offset > end:
-            out += f"\n[spotctl: {offset - end} bytes of this log never reached the bucket]\n".encode()
-            end = offset
-        if offset + len(data) > end:
-            out += data[end - offset:]
-            end = offset + len(data)
-    return out
+class Joiner:
+    """One log joined from its chunks as they arrive, each byte of the log once: a chunk uploaded twice
+    (a retry) or overlapping is not repeated, and a chunk that never arrived (an upload that failed for
+    good) is said where it is missing. ``end`` is the log's own offset reached (the output holds the
+    gap notes too); a chunk arriving later for what was already said missing adds nothing."""
+
+    def __init__(self) -> None:
+        self.end = 0
+
+    def add(self, chunks: Iterable[tuple[int, bytes]]) -> bytes:
+        """What ``chunks`` (offset, data) add after ``end``."""
+        out = []
+        for offset, data in sorted(chunks, key=lambda c: c[0]):
+            if offset > self.end:
+                out.append(f"\n[spotctl: {offset - self.end} bytes of this log never reached the bucket]\n".encode())
+                self.end = offset
+            if offset + len(data) > self.end:
+                out.append(data[self.end - offset:])
+                self.end = offset + len(data)
+        return b"".join(out)  # (one join: adding to a bytes object was quadratic in the chunks)
+
+
+def _join(chunks: Iterable[tuple[int, bytes]]) -> bytes:
+    """Chunks by offset, joined (``Joiner``)."""
+    return Joiner().add(chunks)
 
 
 def available(root: Path | None, job_id: str, names: list[str] | None = None, stack: str | None = None) -> list[LogKey]:
@@ -105,16 +120,40 @@ def read(root: Path | None, job_id: str, key: LogKey, objects: dict[str, bytes] 
     if root is not None:
         disk = _disk_logs(root).get(key)
         if disk is not None:
-            return disk.read_bytes()
+            return b"".join(data for _, data in _blocks(disk, 0))
         chunks = _chunks(root, job_id, stack).get(key)
         if chunks:
             return _join([(offset, path.read_bytes()) for offset, path in chunks])
+    return _join(_pieces(objects or {}, key))
+
+
+def _pieces(objects: dict[str, bytes], key: LogKey) -> list[tuple[int, bytes]]:
+    """(offset, data) of ``key``'s chunks among bucket ``objects`` (name -> content)."""
     pieces = []
-    for name, data in (objects or {}).items():
+    for name, data in objects.items():
         m = CHUNK_RE.search(name)
         if m and LogKey(int(m[1]), int(m[2])) == key:
             pieces.append((int(m[3]), data))
-    return _join(pieces)
+    return pieces
+
+
+BLOCK = 1 << 20  # a job disk's log is read this much at a time: an 800 MiB log is never held whole
+
+
+def _blocks(path: Path, since: int) -> Iterator[tuple[int, bytes]]:
+    """(offset, data) blocks of a job disk's log from byte ``since`` to its end as it is now; a
+    file that is not a regular one (a FIFO would block) is none."""
+    from cli.lifecycle.stackfile.writing import open_regular
+
+    opened = open_regular(path, follow=True)
+    if opened is None:
+        raise LogError(f"{path} is not a regular file")
+    with open(opened[0], "rb", buffering=0) as fh:
+        fh.seek(since)
+        offset, left = since, max(0, opened[1].st_size - since)  # only what was there when it was opened
+        while left > 0 and (data := fh.read(min(BLOCK, left))):
+            yield offset, data
+            offset, left = offset + len(data), left - len(data)
 
 
 def tail(text: str, lines: int) -> str:
@@ -131,25 +170,62 @@ class LogSource(Protocol):
 
     def keys(self) -> list[LogKey]: ...
 
-    def read(self, key: LogKey) -> bytes: ...
+    def chunks(self, key: LogKey, since: int = 0) -> Iterable[tuple[int, bytes]]:
+        """(offset, data) of the log's pieces that reach past byte ``since``, by offset; after the
+        first call only what is new is read (``logs --follow``)."""
+        ...
 
     def events(self, key: LogKey) -> list[Event]: ...
 
 
 class DirLogs:
-    """Logs and events in a directory: a copy of the job disk's ``.spotctl/`` or of the bucket."""
+    """Logs and events in a directory: a copy of the job disk's ``.spotctl/`` or of the bucket. The
+    directory is searched once; then only the folders a log's chunks were found in are listed again."""
 
     def __init__(self, root: Path, job_id: str, stack: str | None = None):
         self.root, self.job_id, self.stack, self.where = root, job_id, stack, str(root)
+        self.folders: dict[LogKey, set[Path]] = {}
+        self.found: dict[LogKey, list[tuple[int, Path]]] | None = None  # the last search's chunks
 
     def keys(self) -> list[LogKey]:
-        return available(self.root, self.job_id, stack=self.stack)
+        self.found = _chunks(self.root, self.job_id, self.stack)
+        return sorted(set(_disk_logs(self.root)) | set(self.found), key=lambda k: (k.attempt, k.node))
 
-    def read(self, key: LogKey) -> bytes:
-        return read(self.root, self.job_id, key, stack=self.stack)
+    def chunks(self, key: LogKey, since: int = 0) -> Iterable[tuple[int, bytes]]:
+        disk = _disk_logs(self.root).get(key)
+        if disk is not None:
+            return _blocks(disk, since)
+        if key not in self.folders:
+            found = (self.found if self.found is not None else _chunks(self.root, self.job_id, self.stack)).get(key, [])
+            self.found = None  # searched again next time, until found
+            if not found:
+                return []
+            self.folders[key] = {path.parent for _, path in found}
+            return [(offset, data) for offset, path in sorted(found) if (data := _read(path)) is not None
+                    and offset + len(data) > since]
+        listed = []
+        for folder in self.folders[key]:
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(folder):
+                    m = re.fullmatch(r"(\d+)\.log", entry.name)
+                    if m and entry.is_file() and int(m[1]) + entry.stat().st_size > since:
+                        listed.append((int(m[1]), Path(entry.path)))
+        return [(offset, data) for offset, path in sorted(listed) if (data := _read(path)) is not None]
 
     def events(self, key: LogKey) -> list[Event]:
         return load_events(self.root, self.job_id, self.stack)
+
+
+def _read(path: Path) -> bytes | None:
+    """A chunk's bytes (at most ``CHUNK_LIMIT``; a FIFO or device is none)."""
+    from cli.lifecycle.cachefile import read_bounded
+
+    return read_bounded(path, CHUNK_LIMIT, follow=True)
+
+
+# The scripts upload 64 KiB chunks (spotctl_upload_log_chunks, templates/common/lib.sh.j2); a chunk
+# file larger than this is no chunk of theirs and is not read.
+CHUNK_LIMIT = 1 << 24
 
 
 class BucketLogs:
@@ -176,8 +252,9 @@ class BucketLogs:
     def keys(self) -> list[LogKey]:
         return available(None, self.job_id, self.cloud.bucket_names(self.bucket, self.prefix))
 
-    def read(self, key: LogKey) -> bytes:
-        return read(None, self.job_id, key, self._fetch(f"{self.prefix}attempt-{key.attempt}/node-{key.node}/logs/", ".log", True))
+    def chunks(self, key: LogKey, since: int = 0) -> Iterable[tuple[int, bytes]]:
+        fetched = self._fetch(f"{self.prefix}attempt-{key.attempt}/node-{key.node}/logs/", ".log", True)
+        return sorted((offset, data) for offset, data in _pieces(fetched, key) if offset + len(data) > since)
 
     def events(self, key: LogKey) -> list[Event]:
         prefix = f"{self.prefix}attempt-{key.attempt}/"
@@ -185,28 +262,43 @@ class BucketLogs:
         return self.parsed.events({self.job_id}, None, prefix=prefix)
 
 
+TAIL_LIMIT = 1 << 26  # ``--tail``: the last 64 MiB of the log are kept while it is read, never all of it
+
+
 def show(source: LogSource, attempt: int | None, node: int, write: Callable[[str], None], *, lines: int = 0,
          follow: bool = False, poll_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> LogKey:
     """Write the asked-for log (its last ``lines``); with ``follow``, then what is appended every
-    ``poll_s`` until the attempt's events say this node ended. LogError names what exists."""
+    ``poll_s`` until the attempt's events say this node ended, reading only what is new. Written as
+    it is read: memory stays bounded whatever the log's size. LogError names what exists."""
     key = pick(source.keys(), attempt, node)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a chunk may end inside a character
-    data = source.read(key)
-    write(tail(decoder.decode(data, final=not follow), lines))
-    shown, seen = len(data), data
+    joiner = Joiner()
+    if lines:
+        kept = bytearray()
+        for piece in source.chunks(key):
+            kept += joiner.add([piece])
+            if len(kept) > 2 * TAIL_LIMIT:
+                del kept[:-TAIL_LIMIT]
+        write(tail(decoder.decode(bytes(kept), final=not follow), lines))
+    else:
+        held: list[str] = []  # written a block at a time: one write for a log of up to a block
+        size = 0
+        for piece in source.chunks(key):
+            held.append(decoder.decode(joiner.add([piece])))
+            size += len(held[-1])
+            if size >= BLOCK:
+                write("".join(held))
+                held, size = [], 0
+        if text := "".join(held) + decoder.decode(b"", final=not follow):
+            write(text)
     while follow:
         # this node's end event, or a later attempt started (an attempt replaced without one: a VM
         # that never came back to record it)
         ended = any((e.attempt == key.attempt and e.node == key.node and e.event in ENDED)
                     or (e.attempt > key.attempt and e.event == "started") for e in source.events(key))
-        data = source.read(key)  # after the events: what was uploaded before the end is in
-        if not data.startswith(seen):
-            # a chunk said missing arrived late: what is on the terminal cannot change; go on from here
-            shown = len(data)
-        elif len(data) > shown:
-            write(decoder.decode(data[shown:], final=ended))
-            shown = len(data)
-        seen = data
+        new = b"".join(joiner.add([piece]) for piece in source.chunks(key, joiner.end))  # after the events: the end's chunk is in
+        if text := decoder.decode(new, final=ended):
+            write(text)
         if ended:
             break
         sleep(poll_s)

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from cli.lifecycle import stackfile
+from cli.lifecycle.jobmerge import check_forward, merge_fields
+from cli.lifecycle.states import LifecycleError
 from infra.config import ConfigError, namespaced, validate
 
 SIDES = ("local", "shared")
@@ -87,11 +89,12 @@ def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | N
     """
     if theirs == ours or (base is not None and theirs == base):
         return Merged(ours)
-    if base is not None and ours == base:  # nothing changed here: the shared copy as it is
-        _validated(path, theirs, where)
-        return Merged(theirs, from_shared=_changed(path, base, theirs, where))
     o_rest, o_jobs, o_order, o_has = _split(path, ours, str(path))
     t_rest, t_jobs, t_order, t_has = _split(path, theirs, where)
+    if base is not None and ours == base:  # nothing changed here: the shared copy as it is, if it moves no job back
+        _validated(path, theirs, where)
+        _forward(t_jobs, o_jobs, t_jobs, path, where)
+        return Merged(theirs, from_shared=_changed(path, base, theirs, where))
     b_rest, b_jobs = (None, {}) if base is None else _split(path, base, f"{path} (last synced copy)")[:2]
     has_base = base is not None
     conflicts: list[str] = []
@@ -99,8 +102,13 @@ def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | N
     if settings is None:
         conflicts.append(SETTINGS)
     sides: dict[str, str] = {}
+    fields: dict[str, dict] = {}  # jobs changed on both sides, merged field by field (``keep`` for the fields in conflict)
     for ident in dict.fromkeys(o_order + t_order):
-        side = _side(ident, b_jobs.get(ident), o_jobs.get(ident), t_jobs.get(ident), has_base, keep)
+        b, o, t = b_jobs.get(ident), o_jobs.get(ident), t_jobs.get(ident)
+        side = _side(ident, b, o, t, has_base, None)
+        if side is None and keep in SIDES and has_base and isinstance(o, dict) and isinstance(t, dict):
+            fields[ident], side = merge_fields(b if isinstance(b, dict) else {}, o, t, keep), "local"
+        side = side or keep
         if side is None:
             conflicts.append(f"job {ident}")
         else:
@@ -121,10 +129,65 @@ def merge(path: Path, base: str | None, ours: str, theirs: str, *, keep: str | N
     rest, has_jobs = (o_rest, o_has) if host_is_local else (t_rest, t_has)
     entries = [(o_jobs if sides[i] in ("same", "local") else t_jobs)[i] for i in order]
     expected = {**rest, "config": {**rest["config"], **({stackfile.key("jobs"): entries} if entries or has_jobs else {})}}
-    text = _validated(path, _assemble(path, host, other, order, from_host, expected), f"{path} (merged with {where})")
+    text = _assemble(path, host, other, order, from_host, expected)
+    if fields:
+        final = [fields.get(i, e) for i, e in zip(order, entries, strict=True)]
+        text = _with_fields(path, text, {i: (o_jobs[i], f) for i, f in fields.items() if f != o_jobs[i]},
+                            {**expected, "config": {**expected["config"], stackfile.key("jobs"): final}})
+    _forward({i: fields.get(i, e) for i, e in zip(order, entries, strict=True)}, o_jobs, t_jobs, path, where)
+    text = _validated(path, text, f"{path} (merged with {where})")
     return Merged(text, from_shared=([SETTINGS] if settings == "shared" else []) + [i for i, s in sides.items() if s == "shared"],
                   from_local=([SETTINGS] if settings == "local" else []) + [i for i, s in sides.items() if s == "local"],
                   dropped=dropped)
+
+
+def _forward(merged: dict[str, Any], ours: dict[str, Any], theirs: dict[str, Any], path: Path, where: str) -> None:
+    """Refuse a merge that moves a job backwards from either side (``jobmerge.check_forward``).
+
+    Raises:
+        Conflict: names the job, the side and both states.
+    """
+    for ident, entry in merged.items():
+        try:
+            check_forward(ident, entry, {str(path): ours.get(ident), where: theirs.get(ident)})
+        except LifecycleError as exc:
+            raise Conflict(str(path), [str(exc)]) from None
+
+
+def _with_fields(path: Path, text: str, changes: dict[str, tuple[dict, dict]], expected: Any) -> str:
+    """``text`` (whose jobs are this file's entries) with each job of ``changes`` (id -> (its entry in
+    ``text``, the field-merged one)) rewritten: only the changed values' spans where the layout
+    allows, else a ruamel round trip. Checked against ``expected``."""
+    for ident, (before, after) in changes.items():
+        edit = {k: v for k, v in after.items() if before.get(k, stackfile.MISSING) != v}
+        edit.update({k: stackfile.MISSING for k in before if k not in after})
+        spliced = stackfile._splice_job_fields(text, ident, edit)
+        if spliced is None:
+            return _round_trip_fields(path, text, changes, expected)
+        text = spliced
+    if stackfile.plain(stackfile._parse(path, text, shared=False).doc) != expected:
+        return _round_trip_fields(path, text, changes, expected)
+    return text
+
+
+def _round_trip_fields(path: Path, text: str, changes: dict[str, tuple[dict, dict]], expected: Any) -> str:
+    import io
+
+    doc = stackfile._load_document(path, text)
+    for entry in (doc.get("config") or {}).get(stackfile.key("jobs")) or []:
+        if entry.get("id") in changes:
+            after = changes[entry["id"]][1]
+            for k in [k for k in entry if k not in after]:
+                del entry[k]
+            for k, v in after.items():
+                if entry.get(k, stackfile.MISSING) != v:
+                    entry[k] = v
+    buf = io.StringIO()
+    stackfile._yaml().dump(doc, buf)
+    if stackfile.plain(stackfile._parse(path, buf.getvalue(), shared=False).doc) != expected:
+        raise ConfigError(str(path), ["cannot merge the shared copy into this file's layout: run `spotctl sync` after "
+                                      "making the file plain block YAML"])
+    return buf.getvalue()
 
 
 def _validated(path: Path, text: str, source: str) -> str:

@@ -14,12 +14,17 @@ def project_settings(root: Path) -> dict[str, Any]:
     """``Pulumi.yaml`` of the project at ``root`` (empty when there is none)."""
     import yaml
 
+    from cli.lifecycle.cachefile import read_bounded
+
     path = root / "Pulumi.yaml"
     if not path.is_file():
         return {}
+    data = read_bounded(path, PULUMI_FILE_LIMIT, follow=True)
+    if data is None:
+        raise ConfigError(str(path), [f"cannot be read (not a regular file, or over {PULUMI_FILE_LIMIT >> 20} MiB)"])
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(str(path), [f"not valid YAML: {str(exc).splitlines()[0]}"]) from None
     return doc if isinstance(doc, dict) else {}
 
@@ -39,26 +44,54 @@ def selected_stack(root: Path) -> str | None:
     pkg/workspace/settings.go (StackForBackend); the current backend is $PULUMI_BACKEND_URL or
     ``current`` in ``credentials.json`` (sdk/go/common/workspace/creds.go)."""
     import hashlib
-    import json
 
     name = project_settings(root).get("name")
     if not name:
         return None
     home = Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
     digest = hashlib.sha1(str(root / "Pulumi.yaml").encode()).hexdigest()  # noqa: S324 (Pulumi's file name)
-    try:
-        settings = json.loads((home / "workspaces" / f"{name}-{digest}-workspace.json").read_text())
-    except (OSError, ValueError):
+    settings = _pulumi_json(home / "workspaces" / f"{name}-{digest}-workspace.json")
+    if settings is None:
         return None
     stacks = settings.get("stacks") or {}
     backend = os.environ.get("PULUMI_BACKEND_URL")
     if not backend:
-        try:
-            backend = json.loads((home / "credentials.json").read_text()).get("current")
-        except (OSError, ValueError):
-            backend = None
-    if backend in stacks:
-        return str(stacks[backend])
-    if settings.get("stack"):
-        return str(settings["stack"])
-    return str(next(iter(stacks.values()))) if len(stacks) == 1 else None
+        creds = _pulumi_json(home / "credentials.json")
+        backend = creds.get("current") if creds is not None else None
+    if not isinstance(stacks, dict) or not all(isinstance(v, str) for v in stacks.values()):
+        raise ConfigError(str(home / "workspaces" / f"{name}-{digest}-workspace.json"),
+                          [f"not a Pulumi workspace file: its stacks are not names ({UNREADABLE_HINT})"])
+    if isinstance(backend, str) and backend in stacks:
+        return stacks[backend]
+    if isinstance(settings.get("stack"), str) and settings["stack"]:
+        return settings["stack"]
+    return next(iter(stacks.values())) if len(stacks) == 1 else None
+
+
+UNREADABLE_HINT = "give --stack NAME, or select the stack again with `pulumi stack select`"
+PULUMI_FILE_LIMIT = 1 << 20  # Pulumi's workspace and credentials files: a few hundred bytes to a few KiB
+
+
+def _pulumi_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file of Pulumi's, or None when there is none.
+
+    Raises:
+        ConfigError: it is there but no JSON object (also: not a regular file, over its bound, nested
+            too deeply), naming the file.
+    """
+    from cli.lifecycle.cachefile import read_bounded
+    from infra.basics import BadJson, loads_bounded
+
+    if not os.path.lexists(path):
+        return None
+    data = read_bounded(path, PULUMI_FILE_LIMIT, follow=True)
+    if data is None:
+        raise ConfigError(str(path), [f"cannot be read (not a regular file, or over {PULUMI_FILE_LIMIT >> 20} MiB): "
+                                      f"{UNREADABLE_HINT}"])
+    try:
+        doc = loads_bounded(data, PULUMI_FILE_LIMIT)
+    except BadJson as exc:
+        raise ConfigError(str(path), [f"{exc}: {UNREADABLE_HINT}"]) from None
+    if not isinstance(doc, dict):
+        raise ConfigError(str(path), [f"not a JSON object: {UNREADABLE_HINT}"])
+    return doc

@@ -36,13 +36,34 @@ class Trace:
         return len(self.available) * self.gap_s / 3600
 
 
+TRACE_LIMIT = 64 << 20  # a trace file: a year of 10-minute ticks is ~200 KB
+
+
+def _read_regular(path: Path) -> bytes:
+    """A trace file's bytes: a regular file (a FIFO or /dev/zero is never read for ever) of at most
+    ``TRACE_LIMIT`` bytes, else OSError saying which. (As ``infra.basics.read_regular``: this part
+    imports nothing of spotctl's.)"""
+    import errno
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb", buffering=0) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = fh.read(TRACE_LIMIT + 1)
+    if len(data) > TRACE_LIMIT:
+        raise OSError(errno.EFBIG, f"larger than {TRACE_LIMIT >> 20} MiB")
+    return data
+
+
 def load_trace(path: Path, inverted: bool = False) -> Trace:
     """Read a spot-traces JSON (``{"metadata": {"gap_seconds"}, "data": [...]}``, value > 0 = available)
     or a probe CSV (``index,timestamp,fail`` with fail = 1 = unavailable).
 
     ``inverted`` reads JSON values as "1 = unavailable" (the ADRS copies).
     """
-    text = path.read_text()
+    text = _read_regular(path).decode()
     if path.suffix == ".json":
         doc = json.loads(text)
         gap = int(doc.get("metadata", {}).get("gap_seconds", 600))

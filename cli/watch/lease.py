@@ -45,12 +45,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cli.cloud import CloudError, PreconditionFailed
 from cli.lifecycle.stackfile import pid_alive
 from cli.watch.journal import LeaseHeld, LeaseLost, Predecessor, read_holder
+from infra.basics import WATCH_INTERVAL_MAX_S, loads_bounded
 from infra.naming import watch_lease
 
 VERSION = 1
@@ -61,11 +62,17 @@ TERM_CYCLES = 3
 # two monotonic clocks' rates to differ (parts per million).
 SKEW = timedelta(seconds=10)
 TAKE_TRIES = 3
+# The longest term a spotctl lease claims (that of the longest `watch --interval`): a taker watches an
+# unchanged lease for the holder's term, so a claim beyond this (no spotctl wrote it) would keep
+# `watch --once` waiting for ever; such a document is not a lease.
+TERM_MAX = timedelta(seconds=TERM_CYCLES * WATCH_INTERVAL_MAX_S)
+LEASE_LIMIT = 64 << 10  # bytes of a lease document read (spotctl writes ~300)
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT (proc(5), /proc/sys/kernel/pid_max); macOS's is lower
 
 
 def term_for(interval_s: float) -> timedelta:
     """How long one renewal holds the stack: ``TERM_CYCLES`` cycles, at least ``TERM_MIN``."""
-    return max(TERM_MIN, timedelta(seconds=TERM_CYCLES * interval_s))
+    return min(TERM_MAX, max(TERM_MIN, timedelta(seconds=TERM_CYCLES * interval_s)))
 
 
 @dataclass(frozen=True)
@@ -87,16 +94,26 @@ class Holder:
 
     @classmethod
     def parse(cls, data: bytes) -> Holder | None:
-        """The document, or None when it is not one (then it can be taken, as if there were none)."""
+        """The document, or None when it is not one (then it can be taken, as if there were none): also
+        one whose term is not a number of seconds up to ``TERM_MAX`` or whose pid no system gives.
+        A time without a zone is UTC (spotctl writes UTC with its zone)."""
         try:
-            doc = json.loads(data)
-            return cls(str(doc["id"]), str(doc["host"]), int(doc["pid"]), datetime.fromisoformat(doc["started"]),
-                       datetime.fromisoformat(doc["expires"]), bool(doc.get("released", False)), float(doc.get("term_s", 0.0)))
-        except (ValueError, KeyError, TypeError, AttributeError):
+            doc = loads_bounded(data, LEASE_LIMIT)
+            held = cls(str(doc["id"]), str(doc["host"]), int(doc["pid"]), _aware(doc["started"]), _aware(doc["expires"]),
+                       bool(doc.get("released", False)), float(doc.get("term_s", 0.0)))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             return None
+        if not (0 <= held.term_s <= TERM_MAX.total_seconds() and 0 <= held.pid <= PID_MAX):  # NaN fails too
+            return None
+        return held
 
     def describe(self) -> str:
         return f"spotctl watch {self.pid}@{self.host} (pid {self.pid} on {self.host}, since {self.started.isoformat()})"
+
+
+def _aware(value: Any) -> datetime:
+    t = datetime.fromisoformat(value)  # TypeError unless a str
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def decide(current: Holder | None, me: Holder, predecessor: Predecessor | None, unchanged_s: float,

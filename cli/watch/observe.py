@@ -11,16 +11,16 @@ A source that fails is one warning; the others still count.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cli.cloud import CloudError, Message
-from cli.lifecycle.events import BucketEvents, Event, cloud_events, keyed_events, read_dir
+from cli.lifecycle.events import CLOCK_SKEW, BucketEvents, Event, cloud_events, keyed_events, read_dir
 from cli.watch.decide import FACTS, Seen, merge, seen
+from infra.basics import loads_bounded
 from infra.config import JobState, StackConfig
 from infra.naming import stack_slug
 
@@ -57,10 +57,31 @@ class Observed:
     acks: list[Ack] = field(default_factory=list)
 
 
+# A queue or subscription message is parsed within bounds (``infra.basics.loads_bounded``): SQS
+# bodies are at most 256 KiB, a Pub/Sub message at most 10 MB, the messages the rules deliver a few
+# KiB; anything that can publish to them may send anything else.
+# https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
+MESSAGE_LIMIT = 1 << 20
+# EC2 instance ids: "i-" then 8 (older) or 17 hexadecimal characters.
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html
+INSTANCE_ID = re.compile(r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})")
+FINISHED = (JobState.COMPLETED, JobState.FAILED)
+
+
+def _when(value: object) -> datetime:
+    """A message's ISO 8601 time; one without a zone is UTC (EventBridge and Cloud Logging write UTC).
+
+    Raises:
+        ValueError, TypeError: not a time.
+    """
+    t = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
 def gcp_preemption(body: bytes, slug: str, jobs: dict, now: datetime) -> Event | None:
     """The job VM a ``compute.instances.preempted`` log entry names (``<slug>-<job>-a<N>-n<M>``)."""
     try:
-        entry = json.loads(body)
+        entry = loads_bounded(body, MESSAGE_LIMIT)
         payload = entry.get("protoPayload") or {}
         # Only Compute Engine writes the System Event audit log; a job's service account may write log
         # entries (roles/logging.logWriter) and entries.write accepts an AuditLog protoPayload
@@ -71,26 +92,39 @@ def gcp_preemption(body: bytes, slug: str, jobs: dict, now: datetime) -> Event |
                 or not str(entry.get("logName", "")).endswith(SYSTEM_EVENT_LOG)):
             return None
         name = str(payload.get("resourceName", "")).rsplit("/", 1)[-1]
-        when = datetime.fromisoformat(str(entry.get("timestamp") or now.isoformat()).replace("Z", "+00:00"))
-    except (ValueError, TypeError, AttributeError):
+        when = _when(entry.get("timestamp") or now.isoformat())
+    except (ValueError, TypeError, AttributeError, OverflowError):
         return None
     m = re.fullmatch(rf"{re.escape(slug)}-(?P<job>.+)-a(?P<attempt>\d+)-n(?P<node>\d+)", name)
-    if not m or m["job"] not in jobs:
+    if not m or m["job"] not in jobs or len(m["attempt"]) > 9 or len(m["node"]) > 9:
         return None
     return Event(m["job"], int(m["attempt"]), int(m["node"]), "preempted", when,
                  {"source": "cloud", "reason": "compute.instances.preempted", "instance": name})
 
 
 def aws_notice(body: bytes) -> tuple[str, str, datetime] | None:
-    """(instance id, notice kind, time) of an EventBridge EC2 message, else None."""
+    """(instance id, notice kind, time) of an EventBridge EC2 message, else None (also when its
+    instance id is no EC2 instance id)."""
     try:
-        doc = json.loads(body)
-        kind = NOTICE_KINDS.get(doc.get("detail-type"), "")
+        doc = loads_bounded(body, MESSAGE_LIMIT)
+        kind = NOTICE_KINDS.get(str(doc.get("detail-type")), "")
         instance = (doc.get("detail") or {}).get("instance-id")
-        when = datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00"))
-    except (ValueError, TypeError, KeyError, AttributeError):
+        when = _when(doc["time"])
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
         return None
-    return (instance, kind or "notice", when) if instance else None
+    if not isinstance(instance, str) or not INSTANCE_ID.fullmatch(instance):
+        return None
+    return instance, kind or "notice", when
+
+
+def moot(job, when: datetime, now: datetime) -> str | None:
+    """Why a message about ``job`` needs nothing done and can be acknowledged: the job finished, or the
+    message is dated after ``now`` plus the clock skew a VM may have (no notice comes from the future)."""
+    if job.state in FINISHED:
+        return f"job {job.id} is {job.state.value}"
+    if when > now + CLOCK_SKEW:
+        return f"dated {when.isoformat()}, after now ({now.isoformat(timespec='seconds')}) + {CLOCK_SKEW}"
+    return None
 
 
 def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime, *, poll_due: bool,
@@ -130,9 +164,14 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
             # account may write log entries, so an entry could name another job's VM. Only a VM Compute
             # Engine reports gone (or no longer has) is a preemption; asked once per job, before any ack,
             # so an unanswered question leaves every message to be delivered again.
-            vms = {j: cloud.vms(j) for j in sorted({e.job for _, e in messages if e and e.attempt == jobs[e.job].attempt})}
+            vms = {j: cloud.vms(j) for j in sorted({e.job for _, e in messages if e and e.attempt == jobs[e.job].attempt
+                                                     and moot(jobs[e.job], e.time, now) is None})}
             got = []
             for m, e in messages:
+                if e is not None and (why := moot(jobs[e.job], e.time, now)) is not None:
+                    warn(f"preemption subscription {sources.subscription}: message {m.id}: {why}: acknowledged, nothing done")
+                    out.acks.append(Ack("subscription", m.ack, ()))
+                    continue
                 vm = next((v for v in vms.get(e.job, []) if (v.name, v.attempt, v.node) == (e.details.get("instance"),
                                                                                            e.attempt, e.node)), None) if e else None
                 if e and vm is None:
@@ -155,7 +194,7 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
         attempt(f"preemption subscription {sources.subscription}", pull)
     if sources.queue_url:
         attempt(f"interruption queue {sources.queue_url}", lambda: batches.append(
-            _queue(cloud, sources.queue_url, jobs, now, out.acks)))
+            _queue(cloud, sources.queue_url, jobs, now, out.acks, warn)))
     merged = merge(*batches)
     look = {j for j, evs in merged.items() for s in evs
             if s.id not in handled and s.event.event not in FACTS and s.event.attempt == jobs[j].attempt}
@@ -173,7 +212,7 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
     return out
 
 
-def _queue(cloud, url: str, jobs: dict, now: datetime, acks: list[Ack]) -> list[Seen]:
+def _queue(cloud, url: str, jobs: dict, now: datetime, acks: list[Ack], warn: Callable[[str], None]) -> list[Seen]:
     messages: list[tuple[Message, tuple[str, str, datetime] | None]] = [(m, aws_notice(m.body)) for m in cloud.queue_messages(url)]
     instances = sorted({n[0] for _, n in messages if n})
     by_instance = cloud.instance_vms(instances) if instances else {}
@@ -188,6 +227,10 @@ def _queue(cloud, url: str, jobs: dict, now: datetime, acks: list[Ack]) -> list[
             acks.append(Ack("queue", m.ack, ()))  # not a VM of this stack (or long gone)
             continue
         job_id, vm = owner
+        if (why := moot(jobs[job_id], when, now)) is not None:
+            warn(f"interruption queue {url}: message {m.id} ({instance}): {why}: acknowledged, nothing done")
+            acks.append(Ack("queue", m.ack, ()))
+            continue
         facts = [seen(e, "queue") for e in cloud_events([vm], jobs[job_id], now)] if vm.status.lower() in GONE else []
         if vm.status.lower() in GONE and not facts:  # a VM of an older attempt: stale, nothing to act on
             acks.append(Ack("queue", m.ack, ()))

@@ -285,13 +285,16 @@ spotctl_publish() {
 # The offset is the log's own (a kept boot disk carries the state dir into the next attempt, whose
 # log starts at 0); one upload at a time (the watcher's and the run's last one would both send
 # the same chunk and race on the offset).
+# $1 seconds for the uploads, counted once this call holds the lock: waiting out another upload
+# (the watcher's, in the background, as long as its own budget) must not spend the last call's
+# time, or the log's last lines were never sent. 1: the log's end was not reached in time.
 spotctl_upload_log() {
-  local budget=${1:-5} deadline
-  spotctl_epoch deadline
-  deadline=$((deadline + budget))
+  local budget=${1:-5}
   (
-    flock -w "$budget" 5 || exit 0
-    spotctl_upload_log_chunks "$deadline"
+    flock -w "$((budget + 10))" 5 || exit 1
+    local deadline
+    spotctl_epoch deadline
+    spotctl_upload_log_chunks "$((deadline + budget))"
   ) 5>>"$SPOTCTL_STATE_DIR/log-upload.lock"
 }
 
@@ -316,7 +319,7 @@ spotctl_upload_log_chunks() {
     printf '%s %s\n' "$offset" "$length" >"$pending"
     object="${SPOTCTL_EVENT_PREFIX}${SPOTCTL_NAME}/attempt-${SPOTCTL_ATTEMPT}/node-${SPOTCTL_NODE_RANK}/logs/$(printf '%012d' "$offset").log"
     until spotctl_upload_once "$object" "$chunk" "$deadline"; do  # retried until the budget is spent
-      spotctl_max "$deadline" >/dev/null || return 0
+      spotctl_max "$deadline" >/dev/null || return 1
       sleep 0.5
     done
     offset=$((offset + length))
@@ -579,7 +582,9 @@ spotctl_run() {
   while kill -0 "$tee_pid" 2>/dev/null && [ "$waited" -lt 50 ]; do sleep 0.1; waited=$((waited + 1)); done
   # Not during a stop: those seconds belong to the checkpoint and the events (the log's last
   # lines since the watcher's last upload stay on the job disk).
-  [ -e "$SPOTCTL_STATE_DIR/stopping" ] || spotctl_upload_log 5
+  # A slow bucket gets one more, longer try: after this the VM may be gone.
+  [ -e "$SPOTCTL_STATE_DIR/stopping" ] || spotctl_upload_log 5 || [ -e "$SPOTCTL_STATE_DIR/stopping" ] ||
+    spotctl_upload_log 20 || spotctl_log "the log's last lines were not uploaded (they stay on the job disk)"
   # It ended on its own, before any stop reached it: completed or failed by its exit code, also when
   # a stop began since (a failure recorded as a stop would be retried without counting against
   # maxFailures).

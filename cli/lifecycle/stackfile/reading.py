@@ -51,20 +51,35 @@ def _yaml():
 
 BOM = "\ufeff"
 MAX_DEPTH = 32  # nesting of a stack file (jobs > job > env is 5 deep)
+MAX_BYTES = 64 << 20  # a stack file read (a 5,000-job stack is ~2 MB)
 MAX_NODES = 1_000_000  # nodes after expanding aliases: a 5,000-job stack has ~150,000; a bomb has billions
 
 
 def _read_text(path: Path) -> str:
     """The file as text: UTF-8 (a byte-order mark is dropped, and kept on write by atomic_write)
     with LF line ends (CRLF files are read as LF and written back as CRLF)."""
+    import stat
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-            state = _file_state(os.fstat(fh.fileno()))  # after the read: what was read is this version
+        # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ConfigError(str(path), ["stack file not found"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # a link to /dev/zero, a FIFO, a device: read for ever, or never
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ConfigError(str(path), [f"cannot read: {kind} (a stack file is a regular file)"])
+    with open(fd, "rb") as fh:
+        try:
+            data = fh.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+        if len(data) > MAX_BYTES:
+            raise ConfigError(str(path), [f"over {MAX_BYTES >> 20} MiB: not read (a stack of 5,000 jobs is ~2 MB)"])
+        state = _file_state(os.fstat(fd))  # after the read: what was read is this version
     last = _LAST_READ[0] if _LAST_READ else None
     if last is not None and last[1] == data:  # read again under the lock: the same text object, so every
         _LAST_READ[:] = [(last[0], data, state)]  # cache keyed by it (guard, part, parse) answers by identity
