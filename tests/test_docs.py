@@ -181,7 +181,7 @@ def test_the_docs_name_jobs_and_pools_their_stack_has():
             if not stack:
                 continue
             jobs, pools = _names(stack[1])
-            for command, name in re.findall(r"spotctl (" + "|".join(JOB_COMMANDS) + r") ([a-z][a-z0-9-]*)\b", line):
+            for _command, name in re.findall(r"spotctl (" + "|".join(JOB_COMMANDS) + r") ([a-z][a-z0-9-]*)\b", line):
                 assert name in jobs | launched, (page.name, line)
                 checked += 1
             for name in re.findall(r"spotctl pool (?:demand|status) ([a-z][a-z0-9-]*)\b", line):
