@@ -52,11 +52,10 @@ def test_resume_previews_asks_and_applies_on_yes(project, runner, fake_pulumi, t
     assert "attempt: 3" in seen[0]  # the preview ran the program on the edited file
     assert "attempt: 3" in path.read_text()
     # The state is read once for the targets, the preview and the update (the lock held throughout);
-    # the stack selected once.
+    # the stack is never selected (every call names it).
     calls = pulumi_calls(fake_pulumi)
     assert [c for c in calls if c[1:3] in (["stack", "select"], ["stack", "export"]) or c == ["version"]] == [
-        ["version"], ["--non-interactive", "stack", "select", "--stack", "example-aws"],
-        ["--non-interactive", "stack", "export", "--stack", "example-aws"]]
+        ["version"], ["--non-interactive", "stack", "export", "--stack", "example-aws"]]
 
 
 def test_resume_answered_no_changes_nothing(project, runner, fake_pulumi, tty):
@@ -140,7 +139,7 @@ def test_cleanup_lists_asks_and_deletes_on_yes(project, runner, fake_pulumi, pul
     assert no.stdout.endswith("nothing changed (not confirmed)\n")
     # The listing reads Pulumi's state (what a completion never applied is listed too); nothing changed it.
     assert [c for c in verbs(fake_pulumi) if c not in ("version", "stack")] == [] and path.read_text() == before
-    assert [c[1:3] for c in pulumi_calls(fake_pulumi) if c[:1] != ["version"]] == [["stack", "select"], ["stack", "export"]]
+    assert [c[1:3] for c in pulumi_calls(fake_pulumi) if c[:1] != ["version"]] == [["stack", "export"]]
     yes = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"], input="y\n")
     assert yes.exit_code == 0, yes.output
     assert verbs(fake_pulumi).index("state") < verbs(fake_pulumi).index("up")  # unprotect, then the update
@@ -165,7 +164,7 @@ def test_resume_that_applies_finds_the_events_in_the_stacks_event_bucket_output(
     assert result.stdout.startswith("job llm-pretrain: attempt=5, state=running") and result.stdout.endswith("— applied\n")
     assert "attempt: 5" in path.read_text()
     calls = pulumi_calls(fake_pulumi)
-    assert [c[1:3] for c in calls if c[1:3] == ["stack", "select"]] == [["stack", "select"]]  # selected once
+    assert [c for c in calls if "select" in c] == []  # the stack is named, never selected
     monkeypatch.setenv("FAKE_PULUMI_OUTPUTS", "{}")  # not deployed: nothing known, as before
     again = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-aws", "--yes"])
     assert again.exit_code == 0 and "nothing says it stopped" in again.stdout and "no events source was found" in again.stdout

@@ -29,7 +29,7 @@ def test_plan_json_is_deterministic_across_processes(project, runner, stack):
     ).stdout
     assert first == second
     doc = json.loads(first)
-    assert set(doc) == {"stack", "resources", "outputs"}
+    assert set(doc) == {"stack", "resources", "outputs", "cost"}
     assert doc["stack"] == stack
     for r in doc["resources"]:
         assert {"urn", "type", "name", "parent", "inputs"} <= set(r)

@@ -70,7 +70,7 @@ def test_stack_config_dir_comes_from_pulumi_yaml(project, runner):
     assert result.exit_code == 0 and result.output.startswith("config/stacks/Pulumi.example-gcp.yaml: ok")
     pulumi_yaml.write_text(pulumi_yaml.read_text().replace("stackConfigDir: config/stacks\n", ""))
     missing = runner.invoke(app, ["validate", "--stack", "example-gcp"])  # Pulumi's default: next to Pulumi.yaml
-    assert missing.exit_code == 1 and missing.output == "error: Pulumi.example-gcp.yaml: stack file not found\n"
+    assert missing.exit_code == 1 and missing.output == "error: Pulumi.example-gcp.yaml: stack file not found; ./ has no Pulumi.<stack>.yaml\n"
 
 
 def test_cwd_finds_the_project_from_elsewhere(project, runner, tmp_path_factory, monkeypatch):

@@ -338,8 +338,8 @@ def interrupted(exc) -> typer.Exit:
 
 
 def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out: bool,
-               yes: bool = False, preview_only: bool = False, applier=None) -> None:
-    """Decide and make one job's change under the lock (``applier``: one the command already used)."""
+               yes: bool = False, preview_only: bool = False, applier=None, costs=None) -> None:
+    """Decide and make one job's change under the lock (``applier``: one the command already used; ``costs``: a JobCost)."""
     import json
 
     from cli.lifecycle import operations, stackfile
@@ -349,6 +349,8 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
     if preview_only and no_apply:
         raise fail("--preview-only needs pulumi: it cannot be combined with --no-apply")
     confirm = confirmer(yes, preview_only, no_apply)
+    if costs is not None and confirm is not None:
+        confirm = costs.before(confirm)
     try:
         ref = stackfile.resolve(stack, stack_file)
         with progress(f"job {job_id}: deciding under the lock of {ref.path.name}", enabled=not json_out) as spinner:
@@ -362,14 +364,13 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
         raise interrupted(exc) from None
     change = outcome.change
     if json_out:
+        cost = {"cost": costs.figures()} if costs is not None else {}
         typer.echo(json.dumps({"job": change.job_id, "changed": not change.noop and not outcome.declined, "fields": change.fields,
-                               "reason": change.reason, "applied": outcome.applied, "declined": outcome.declined},
-                              sort_keys=True))
+                               "reason": change.reason, "applied": outcome.applied, "declined": outcome.declined, **cost}, sort_keys=True))
     elif outcome.declined:
         typer.echo(change.describe() + (" — preview only: nothing changed" if preview_only else " — not confirmed: nothing changed"))
     else:
         typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else f" — written to {ref.path}")))
-
 
 
 class Spinner:

@@ -23,12 +23,12 @@ from cli.commands.hints import Unread, events_source
 
 
 @app.command(
-    short_help="What spot saved, per job and stack.  Example: spotctl cost --stack team-a --events-dir ./events",
+    short_help="What spot saved, per job and stack.  Example: spotctl cost --stack example-gcp --events-dir ./events",
     help="Per job and for the stack: VM-hours on spot and on on-demand (nodes x hours from each attempt's `started` "
     "event to its end, or now), changeover hours, preemptions, work lost where the events say, what it cost, what "
     "the same VM-hours would have cost on on-demand, and the savings. Prices: spotctl:prices in the stack file, else "
     "spotctl's dated table of list prices, else the cloud's price APIs; the report names each price's source.\n\n"
-    "Example: spotctl cost llm-pretrain --stack team-a --events-bucket team-a-events-4d8689f7 --plot cost.png",
+    "Example: spotctl cost llm-pretrain --stack example-gcp --events-bucket example-gcp-events-4d8689f7 --plot cost.png",
 )
 def cost(
     job: Annotated[Optional[str], typer.Argument(help="Only this job.")] = None,
@@ -90,30 +90,69 @@ def _move_line(job: str, m: dict) -> str:
             f"snapshots <= {m['snapshot_gb']} GB{kept}: <= {_usd(m['snapshot_storage_cost'])}")
 
 
+COST_COLUMNS = [("job", "left"), ("state", "left"), ("spot VM-h", "right"), ("on-dem VM-h", "right"),
+                ("changeover h", "right"), ("preempt", "right"), ("lost h", "right"), ("moves", "right"),
+                ("cost", "right"), ("all on-demand", "right"), ("saved", "right")]
+# Dropped first when the table does not fit, in this order: money (cost, all on-demand, saved), the job
+# and its state never are (a figure is never cut: the columns are no_wrap).
+DROP_ORDER = [7, 6, 4, 5, 3, 2]
+
+
+def _fitting(rows: list[list[str]], width: int) -> tuple[list[int], list[int]]:
+    """The columns that fit ``width`` whole (Rich's heavy box: 3 columns of border and padding per
+    column, plus 1), dropping ``DROP_ORDER`` one by one; and the ones dropped."""
+    kept = list(range(len(COST_COLUMNS)))
+    dropped: list[int] = []
+    for i in DROP_ORDER:
+        if _width(rows, kept) <= width:
+            break
+        kept.remove(i)
+        dropped.append(i)
+    return kept, dropped
+
+
+def _width(rows: list[list[str]], kept: list[int]) -> int:
+    return sum(max(len(COST_COLUMNS[i][0]), *(len(r[i]) for r in rows)) + 3 for i in kept) + 1
+
+
 def _print(data: dict, plot: Optional[Path]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=150)  # piped or captured: do not squeeze the table into 80 columns
-    table = Table(title=f"spotctl cost — stack {data['stack']}, as of {data['as_of'][:16].replace('T', ' ')} UTC")
-    for name, justify in [("job", "left"), ("state", "left"), ("spot VM-h", "right"), ("on-dem VM-h", "right"),
-                          ("changeover h", "right"), ("preempt", "right"), ("lost h", "right"), ("moves", "right"),
-                          ("cost", "right"), ("all on-demand", "right"), ("saved", "right")]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    if not console.is_terminal:  # piped or captured: not squeezed into 80 columns unless COLUMNS says so
+        import os
+
+        console = Console(width=int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 150)
+    t = data["total"]
+    pct = f" ({t['savings_pct']:.1f} %)" if t["savings_pct"] is not None else ""
+    rows = []
     for j in data["jobs"]:
         saved = "-" if j["savings"] is None else f"{_usd(j['savings'])}" + (f" ({j['savings_pct']:.1f} %)" if j["savings_pct"] is not None else "")
         lost = "-" if j["work_lost_hours"] is None else f"{j['work_lost_hours']:.2f}"
-        table.add_row(j["id"], j["state"] + (" (so far)" if j["running"] else ""), f"{j['spot_hours']:.2f}",
-                      f"{j['on_demand_hours']:.2f}", f"{j['changeover_hours']:.2f}", str(j["preemptions"]), lost,
-                      str(len(j["moves"])), _usd(j["cost"]), _usd(j["on_demand_cost"]), saved)
-    t = data["total"]
-    pct = f" ({t['savings_pct']:.1f} %)" if t["savings_pct"] is not None else ""
-    table.add_row("total", "", f"{t['spot_hours']:.2f}", f"{t['on_demand_hours']:.2f}", f"{t['changeover_hours']:.2f}",
-                  str(t["preemptions"]), "", str(t["moves"]), _usd(t["cost"]), _usd(t["on_demand_cost"]),
-                  f"{_usd(t['savings'])}{pct}", style="bold")
-    console.print(table)
+        rows.append([j["id"], j["state"] + (" (so far)" if j["running"] else ""), f"{j['spot_hours']:.2f}",
+                     f"{j['on_demand_hours']:.2f}", f"{j['changeover_hours']:.2f}", str(j["preemptions"]), lost,
+                     str(len(j["moves"])), _usd(j["cost"]), _usd(j["on_demand_cost"]), saved])
+    rows.append(["total", "", f"{t['spot_hours']:.2f}", f"{t['on_demand_hours']:.2f}", f"{t['changeover_hours']:.2f}",
+                 str(t["preemptions"]), "", str(t["moves"]), _usd(t["cost"]), _usd(t["on_demand_cost"]), f"{_usd(t['savings'])}{pct}"])
+    kept, dropped = _fitting(rows, console.width)
+    if _width(rows, kept) > console.width:  # too narrow for even the money columns whole: one line per row
+        for row in rows:
+            console.print(f"{row[0]}: " + ", ".join(f"{COST_COLUMNS[i][0]} {row[i]}" for i in range(1, len(row)) if row[i]),
+                          highlight=False)
+        table, dropped = None, []
+    else:
+        table = Table(title=f"spotctl cost — stack {data['stack']}, as of {data['as_of'][:16].replace('T', ' ')} UTC")
+        for i in kept:
+            name, justify = COST_COLUMNS[i]
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for n, row in enumerate(rows):
+            table.add_row(*(row[i] for i in kept), style="bold" if n == len(rows) - 1 else None)
+    if table is not None:
+        console.print(table)
+    if dropped:
+        console.print(f"left out at {console.width} columns: {', '.join(COST_COLUMNS[i][0] for i in dropped)} (--json has every figure)",
+                      highlight=False)
     if t["running_cost"]:
         console.print(f"jobs still running have cost {_usd(t['running_cost'])} so far")
     for j in data["jobs"]:

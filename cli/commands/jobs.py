@@ -31,6 +31,7 @@ from cli.commands import (
     warn,
 )
 from cli.commands.hints import Unread, events_source
+from cli.lifecycle import glossary
 from infra.basics import Capacity, ConfigError, counted
 
 FromAttemptOpt = Annotated[
@@ -41,11 +42,11 @@ FromAttemptOpt = Annotated[
 
 
 @app.command(
-    short_help="New attempt of a preempted job, same disk.  Example: spotctl resume llm-pretrain --stack team-a",
+    short_help="New attempt of a preempted job, same disk.  Example: spotctl resume llm-pretrain --stack example-gcp",
     help="Give a preempted (or stopped, or --force: failed) job its next attempt: attempt + 1, state running, and the "
     "capacity its policy picks (or --capacity), then a targeted pulumi update of only that job's resources. The job "
     "disk stays, so training continues from its last checkpoint. Running it twice makes one new attempt.\n\n"
-    "Example: spotctl resume llm-pretrain --stack team-a --events-dir ./events",
+    "Example: spotctl resume llm-pretrain --stack example-gcp --events-dir ./events",
 )
 def resume(
     job: Annotated[str, typer.Argument(help="The job id.")],
@@ -62,6 +63,7 @@ def resume(
     from_attempt: FromAttemptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
+    from cli.commands.costview import JobCost
     from cli.lifecycle import capacity as capacity_choice
     from cli.lifecycle.states import decide_resume
 
@@ -100,13 +102,13 @@ def resume(
                                  f"or {sync_hint(ref)}")
             return change
 
-        run_change(stack, stack_file, job, decide, no_apply, json_out, yes, preview_only, applier)
+        run_change(stack, stack_file, job, decide, no_apply, json_out, yes, preview_only, applier, costs=JobCost(stack, stack_file, job))
 
 
 @app.command(
-    short_help="Switch a job to on-demand or spot, new attempt.  Example: spotctl failover vit --to on-demand -s team-a",
+    short_help="Switch a job to on-demand or spot, new attempt.  Example: spotctl failover diffusion --to on-demand -s example-aws",
     help="Switch a job's capacity (default: to the other one) with a new attempt on the same disk, then a targeted "
-    "update.\n\nExample: spotctl failover vit-finetune --to on-demand --stack team-a",
+    "update.\n\nExample: spotctl failover diffusion --to on-demand --stack example-aws",
 )
 def failover(
     job: Annotated[str, typer.Argument(help="The job id.")],
@@ -119,16 +121,18 @@ def failover(
     from_attempt: FromAttemptOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
+    from cli.commands.costview import JobCost
     from cli.lifecycle.states import decide_failover
 
     with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
-        run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only)
+        run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only,
+                   costs=JobCost(stack, stack_file, job))
 
 
 @app.command(
-    short_help="Mark a job completed: its VMs go, its disks stay.  Example: spotctl complete bert-eval -s team-a",
+    short_help="Mark a job completed: its VMs go, its disks stay.  Example: spotctl complete vit-finetune -s example-gcp",
     help="Mark a job completed: its VMs are deleted by a targeted update; its disks stay (no longer protected) until "
-    "`spotctl cleanup`.\n\nExample: spotctl complete bert-eval --stack team-a",
+    "`spotctl cleanup`.\n\nExample: spotctl complete vit-finetune --stack example-gcp",
 )
 def complete(
     job: Annotated[str, typer.Argument(help="The job id.")],
@@ -146,9 +150,11 @@ def complete(
 
 
 @app.command(
-    short_help="Jobs' state, capacity, attempt, preemptions.  Example: spotctl status --stack team-a",
+    short_help="Jobs' state, capacity, attempt, preemptions.  Example: spotctl status --stack example-gcp",
     help="Each job's state, capacity, attempt, zone, preemptions so far, time on spot vs on-demand and its last "
-    "events (from --events-bucket or --events-dir; without either those are unknown: ?).\n\nExample: spotctl status llm-pretrain --stack team-a --events-dir ./events --json",
+    "events (from --events-bucket or --events-dir; without either those are unknown: ?). The status column is the "
+    "job's state, or what its events make of it:\n\n" + glossary.help_text()
+    + "\n\nExample: spotctl status llm-pretrain --stack example-gcp --events-dir ./events --json",
 )
 def status(
     job: Annotated[Optional[str], typer.Argument(help="Only this job.")] = None,
@@ -286,9 +292,9 @@ class StatusTable:
 
 
 @app.command(
-    short_help="A job's recorded events.  Example: spotctl events llm-pretrain --stack team-a --events-dir ./events",
+    short_help="A job's recorded events.  Example: spotctl events llm-pretrain --stack example-gcp --events-dir ./events",
     help="The events a job's VMs recorded (started, preemption-notice, preempted, stopped, completed, failed, ...).\n\n"
-    "Example: spotctl events llm-pretrain --stack team-a --events-bucket team-a-events-4d8689f7 --json",
+    "Example: spotctl events llm-pretrain --stack example-gcp --events-bucket example-gcp-events-4d8689f7 --json",
 )
 def events(
     job: Annotated[str, typer.Argument(help="The job id.")],
@@ -321,7 +327,7 @@ def events(
 
 
 @app.command(
-    short_help="Delete a completed job's disks, or orphans.  Example: spotctl cleanup bert-eval -s team-a",
+    short_help="Delete a completed job's disks, or orphans.  Example: spotctl cleanup bert-eval -s example-gcp",
     help="Delete a job's disks, only when the job is completed (or failed, with --force) and its disks carry this "
     "stack's ownership labels: lift their Pulumi protection, drop the job from the stack file and delete its "
     "resources with a targeted update, all decided under the stack file's lock. --orphans lists data disks/volumes "
@@ -330,7 +336,7 @@ def events(
     "`spotctl move` left; one is deleted once it is older than spotctl:eventRetentionDays, carries this stack's "
     "ownership labels and its job is not moving. Lists what would go, then asks; "
     "--yes deletes without asking; --preview-only (or no terminal) only lists.\n\n"
-    "Example: spotctl cleanup --orphans --stack team-a --events-dir ./events",
+    "Example: spotctl cleanup --orphans --stack example-gcp --events-dir ./events",
 )
 def cleanup(
     job: Annotated[Optional[str], typer.Argument(help="The completed job whose disks go.")] = None,

@@ -20,12 +20,12 @@ from cli.commands import (
 
 
 @app.command(
-    short_help="A job's trainer log.  Example: spotctl logs llm-pretrain --follow",
+    short_help="A job's trainer log.  Example: spotctl logs llm-pretrain -s example-gcp --follow",
     help="The output (stdout and stderr) of a job's command for one attempt and node (default: the latest attempt, "
     "node 0), from the stack's event bucket (--events-bucket, default: the stack's eventBucket output), where the VM "
     "uploads it in chunks, or from a copy of the job disk's .spotctl/ or of the bucket (--events-dir). --follow "
     "keeps printing what is uploaded until the attempt's events say it ended (or Ctrl-C).\n\n"
-    "Example: spotctl logs llm-pretrain --attempt 3 --node 1 --tail 50",
+    "Example: spotctl logs llm-pretrain --stack example-gcp --attempt 1 --node 1 --tail 50",
 )
 def logs(
     job: Annotated[str, typer.Argument(help="The job id.")],

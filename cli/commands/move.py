@@ -26,7 +26,7 @@ from infra.basics import ConfigError
 
 
 @app.command(
-    short_help="Move a job and its disks to another zone.  Example: spotctl move vit -s team-a --to-zone us-central1-b",
+    short_help="Move a job and its disks to another zone.  Example: spotctl move vit-finetune -s example-gcp --to-zone us-central1-a",
     help="Move a job to another zone of the stack with its disks, one targeted update per step: snapshot every "
     "node's disk (the job's VMs go), restore new disks from the snapshots in the target zone, start the next "
     "attempt there on them, and once that attempt has started (its `started` events, from --events-dir or "
@@ -34,7 +34,7 @@ from infra.basics import ConfigError
     "the same command again and it continues; a `spotctl watch` of the stack continues it too, from the step the "
     "file records (also one written with --no-apply). With --replica-zones (GCP) the disks are restored as regional "
     "persistent disks replicated in those two zones: a zonal job disk converted (--to-zone may be the job's zone).\n\n"
-    "Example: spotctl move llm-pretrain --to-zone us-central1-b --stack team-a --events-dir ./events --yes",
+    "Example: spotctl move llm-pretrain --to-zone us-central1-b --stack example-gcp --events-dir ./events --yes",
 )
 def move(
     job: Annotated[str, typer.Argument(help="The job id.")],

@@ -95,12 +95,12 @@ app.add_typer(policy_app, name="policy")
 
 @policy_app.command(
     "fit",
-    short_help="Learn spot windows and changeovers from the stack's events.  Example: spotctl policy fit -s team-a",
+    short_help="Learn spot windows and changeovers from the stack's events.  Example: spotctl policy fit -s example-gcp",
     help="Read every job's recorded events (--events-dir and/or --events-bucket; given neither, the bucket the stack "
     "file was synced with, else the stack's eventBucket output), measure spot windows (started to "
     "preempted) and changeovers (started to the first progress event) per zone and machine type, fit the hazards "
     "of spot windows with the shipped regimes as prior, and write stacks/.spotctl/<stack>.policy.json, which "
-    "`resume` reads.\n\nExample: spotctl policy fit --stack team-a --events-dir ./events --json",
+    "`resume` reads.\n\nExample: spotctl policy fit --stack example-gcp --events-dir ./events --json",
 )
 def policy_fit(stack: StackOpt = None, stack_file: StackFileOpt = None, events_dir: EventsOpt = None,
                events_bucket: BucketOpt = None, json_out: JsonOpt = False) -> None:

@@ -35,12 +35,12 @@ def _run(fn):
 
 
 @pool_app.command(
-    short_help="Publish how many VMs a pool's work wants.  Example: spotctl pool demand g5 6 --stack team-a",
+    short_help="Publish how many VMs a pool's work wants.  Example: spotctl pool demand g5 6 --stack example-aws",
     help="Publish a pool's demand: the VMs its scheduler wants (work running plus work waiting). The on-demand base "
     "holds its size; the spot part is sized to the rest (0..spotMax) by the cloud's autoscaler, from zero. Count "
     "running work: the target never drops below it. Publish every minute or so (an agent's loop or cron); with "
     "fallbackToOnDemand each publication also checks how much spot demand is unmet.\n\n"
-    "Example: spotctl pool demand g5 6 --stack team-a",
+    "Example: spotctl pool demand g5 6 --stack example-aws",
 )
 def demand(
     pool: Annotated[str, typer.Argument(help="The pool name.")],
@@ -66,10 +66,10 @@ def demand(
 
 
 @pool_app.command(
-    short_help="A pool's sizes, demand, VMs by zone and type, busy/idle, preemptions.  Example: spotctl pool status g5 -s team-a",
+    short_help="A pool's sizes, demand, VMs by zone and type, busy/idle, preemptions.  Example: spotctl pool status g5 -s example-aws",
     help="What the cloud says about a pool now: each part's target and VMs (on-demand base, spot, fallback), the demand "
     "last published, VMs by zone and type, busy/idle (AWS: scale-in protection; GCP does not say) and the "
-    "preemptions of the last 24 hours.\n\nExample: spotctl pool status g5 --stack team-a --json",
+    "preemptions of the last 24 hours.\n\nExample: spotctl pool status g5 --stack example-aws --json",
 )
 def status(
     pool: Annotated[str, typer.Argument(help="The pool name.")],

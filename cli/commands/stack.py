@@ -29,8 +29,9 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
     except ConfigError as exc:
         raise fail(str(exc)) from None
     from infra.config import policy_warnings
+    from infra.tokens import token_warnings
 
-    for warning in policy_warnings(cfg):
+    for warning in policy_warnings(cfg) + token_warnings(cfg):
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 
@@ -38,10 +39,14 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
 @app.command(
     short_help="Show every resource the stack declares, offline.  Example: spotctl plan --stack example-gcp",
     help="Evaluate the real Pulumi program under Pulumi's mocks (no cloud account, no pulumi CLI) and print "
-    "the resource tree: type, name, parent and key inputs. --json prints inputs in Pulumi's wire form.\n\n"
+    "the resource tree: type, name, parent and key inputs, then what it costs per hour (each job's spot and "
+    "on-demand $/h, the always-on parts; --expected: each running job's expected cost under its policy). --json "
+    "prints inputs in Pulumi's wire form, and the cost figures under \"cost\".\n\n"
     "Example: spotctl plan --stack example-aws --json > plan.json",
 )
-def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: JsonOpt = False) -> None:
+def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: JsonOpt = False,
+         expected: Annotated[bool, typer.Option("--expected", help="Also replay each running job's policy for its "
+                                                "expected cost (jobHours and deadlineHours; seconds per job).")] = False) -> None:
     from cli.lifecycle import stackfile
     from cli.plan import mocks as planner
     from infra.contract import ContractError
@@ -56,18 +61,27 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
             result = planner.run(cfg, ref.name)
     except (ConfigError, ContractError) as exc:
         raise fail(str(exc)) from None
+    from cli.commands.costview import cost_preview
+
+    cost = cost_preview(ref, cfg, list(cfg.jobs), [j for j in cfg.jobs if j.active] if expected else (), enabled=not json_out)
     if json_out:
-        typer.echo(result.to_json(), nl=False)
+        import json
+
+        typer.echo(json.dumps(result.as_json() | {"cost": cost}, indent=2, sort_keys=True))
         return
     import shutil
     import textwrap
 
+    from cli.lifecycle.estimate import render as render_cost
     from cli.plan.tree import render
 
     columns = shutil.get_terminal_size((100, 24)).columns
     typer.echo(render(result, columns), nl=False)
     for note in result.notes:  # rules on what only the cloud answers: the real engine checks them
         typer.echo(textwrap.fill(f"note: {note}", width=max(columns, 40), subsequent_indent="  "), err=True)
+    typer.echo("\nwhat it costs per hour, in USD:")
+    for line in render_cost(cost, columns):
+        typer.echo(line)
 
 
 class Side(enum.StrEnum):
@@ -78,13 +92,13 @@ class Side(enum.StrEnum):
 
 
 @app.command(
-    short_help="Pull and push the stack file's shared copy.  Example: spotctl sync --stack team-a",
+    short_help="Pull and push the stack file's shared copy.  Example: spotctl sync --stack example-gcp",
     help="Sync the stack file with its shared copy in the stack's event bucket (--events-bucket, else the bucket "
     "last synced with, else the stack's eventBucket output): merge what others wrote there (the watcher's "
     "resumes, a teammate's new jobs) into this file, job by job, then write this file's own changes back with a "
     "conditional write. The same job changed on both sides is an error naming it (nothing is written) unless "
     "--keep says which side wins. Once synced, every command that changes the file pulls first and pushes after.\n\n"
-    "Example: spotctl sync --stack team-a --events-bucket spotctl-team-a-events-x1y2",
+    "Example: spotctl sync --stack example-gcp --events-bucket example-gcp-events-4d8689f7",
 )
 def sync(
     stack: StackOpt = None,

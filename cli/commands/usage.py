@@ -65,3 +65,22 @@ def usage_error(exc: Exception, names: list[str] | None = None) -> str:
         names.insert(0, ctx.info_name)
         ctx = ctx.parent
     return f"{message} See `{' '.join(['spotctl', *names])} -h`."
+
+
+def flags_as_flags() -> None:
+    """Typer shows a boolean flag's type in the help's type column (``<bool>``, typer/core.py
+    ``TyperOption.display_type_rich``), as if it took a value: a flag takes none, so that column stays empty."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "spotctl_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    display_type_rich.spotctl_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+flags_as_flags()  # (on import: every app spotctl builds takes its OneLineErrors from here)

@@ -21,7 +21,7 @@ from infra.basics import WATCH_INTERVAL_MAX_S, ConfigError
 
 
 @app.command(
-    short_help="Resume, complete and fail jobs on their own.  Example: spotctl watch --stack team-a",
+    short_help="Resume, complete and fail jobs on their own.  Example: spotctl watch --stack example-gcp",
     help="Watch a stack's jobs and act on what really happened to their current attempt: a preempted or stopped VM "
     "-> resume (the job's policy picks the capacity), completed on every node -> complete (VMs go, disks stay), failed "
     "-> marked failed (retried only while the job's maxFailures allows). Notices (interruption warning, rebalance) are "
@@ -29,7 +29,7 @@ from infra.basics import WATCH_INTERVAL_MAX_S, ConfigError
     "waiting-for-capacity). Events come from the event bucket, --events-dir, the AWS interruption queue, the GCP "
     "preemption subscription and a poll of the cloud. One watcher per stack (a lease in the event bucket when the "
     "stack file is shared, else a lock on this machine); it acts without asking.\n\n"
-    "Example: spotctl watch --stack team-a --interval 30          (or --once from cron)",
+    "Example: spotctl watch --stack example-gcp --interval 30          (or --once from cron)",
 )
 def watch(
     stack: StackOpt = None,

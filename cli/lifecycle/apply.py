@@ -120,7 +120,7 @@ class Applier:
     pulumi_root: Path | None = None  # a dir with bin/pulumi; None = `pulumi` on PATH
     wait_s: float = APPLY_WAIT_S
     step: Callable[[str], None] = _unheard  # told each slow step as it starts (a terminal's spinner)
-    # One `pulumi stack select` per Applier, and one `pulumi stack export` per hold of the update lock
+    # One Automation API stack per Applier (never `pulumi stack select`: ``_select``), and one `pulumi stack export` per hold of the update lock
     # until this spotctl changes the state (up, refresh, unprotect): a job's change reads the state for
     # its targets, its preview and its update (3 exports of a state that can be large). Outside the lock
     # another spotctl may change the state, so nothing read there is kept.
@@ -169,18 +169,20 @@ class Applier:
         return self._selected
 
     def _select(self):
+        """The stack as an Automation API ``Stack`` that names itself (``--stack``) on every command and
+        never runs ``pulumi stack select``: selecting would rewrite the user's workspace file, so a later
+        bare ``pulumi up`` or ``destroy`` would hit this stack. The SDK's own remote workspace skips the
+        select for that reason ("which would modify global state": pulumi/pulumi
+        sdk/python/lib/pulumi/automation/_local_workspace.py ``select_stack``). A stack that does not
+        exist fails the first command that names it (``stack export``), before anything is applied."""
         from pulumi import automation as auto
 
         root = self._binary()
         if root is None:
             self.preflight()
-        self.step(f"pulumi stack select {self.stack}")
         cmd = auto.PulumiCommand(root=str(self.pulumi_root) if self.pulumi_root else None)
-        opts = auto.LocalWorkspaceOptions(work_dir=str(self.work_dir), pulumi_command=cmd)
-        try:
-            return auto.select_stack(self.stack, work_dir=str(self.work_dir), opts=opts)
-        except auto.errors.CommandError as exc:
-            raise ApplyError(f"cannot apply: pulumi could not select stack {self.stack}: {_last_line(exc)}") from None
+        workspace = _NamingWorkspace(work_dir=str(self.work_dir), pulumi_command=cmd)
+        return auto.Stack.select(self.stack, workspace)
 
     def up(self, targets: list[str], on_output: Callable[[str], None]) -> None:
         """``pulumi up`` of exactly ``targets``, refreshed first; streams the CLI's output.
@@ -314,6 +316,29 @@ class Applier:
             raise ApplyError(f"cannot read the Pulumi state of stack {self.stack}: {_last_line(exc)}") from None
         except ValueError:
             raise ApplyError(f"cannot read the Pulumi state of stack {self.stack}: `pulumi stack export` printed no JSON") from None
+
+
+def _naming_workspace():
+    from pulumi import automation as auto
+
+    class NamingWorkspace(auto.LocalWorkspace):
+        """A LocalWorkspace whose ``select_stack`` selects nothing: every command of ``Stack`` passes
+        ``--stack`` itself (``Stack._run_pulumi_cmd_sync``), and so does every command spotctl runs."""
+
+        def select_stack(self, stack_name: str) -> None:
+            pass
+
+    return NamingWorkspace
+
+
+def _NamingWorkspace(**kwargs):  # noqa: N802 (a class, made on first use: pulumi is imported lazily)
+    global _NAMING
+    if _NAMING is None:
+        _NAMING = _naming_workspace()
+    return _NAMING(**kwargs)
+
+
+_NAMING = None
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,8 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
             wrote = dict(change.fields)
             if job.stop_reason and wrote.get("state", "stopped") != "stopped":
                 wrote["stopReason"] = None  # the job leaves the stop it explained
+            if job.stopped_by and wrote.get("state", "stopped") != "stopped":
+                wrote["stoppedBy"] = None  # the user's stop ends with its next change of state (resume)
             if _starts_attempt(job, wrote):  # its VMs get this spotctl's scripts (infra.common.frozen_scripts)
                 wrote["scriptsDigest"] = scripts_digest()
             if applier is not None and confirm is None and not change.noop:

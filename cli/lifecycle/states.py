@@ -35,7 +35,7 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (R, C): "every node's command exited 0 (its `completed` event), or the user ran `spotctl complete`",
     (R, F): "the command exited non-zero, or the job disk could not be mounted",
     (PR, R): "resume: a new attempt on the same disks",
-    (S, R): "resume after an infrastructure stop",
+    (S, R): "resume after a stop (the infrastructure's, or the user's `spotctl stop`): a new attempt on the same disks",
     (F, R): "resume with --force: the failure was the infrastructure's, not the job's",
     (P, C): "complete: the user declares the job done before it ran",
     (PR, C): "complete: the user declares a preempted job done (its last checkpoint is the result)",
@@ -43,6 +43,15 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (F, C): "complete: the user accepts a failed job's result",
     (P, S): "move: the job's VMs go so every node's disk can be snapshotted",
     (PR, S): "move: the job's VMs go so every node's disk can be snapshotted",
+}
+
+
+# The edges a user takes with `spotctl stop` (``stoppedBy: user``): the VMs go, the disks stay, and
+# only `spotctl resume` leaves it: `spotctl watch` resumes every other stop, never this one.
+USER_STOPS: dict[tuple[JobState, JobState], str] = {
+    (R, S): "spotctl stop: the user stops a running job; its VMs go, its disks stay until `spotctl resume`",
+    (PR, S): "spotctl stop: the user keeps a preempted job stopped (the watcher would resume it)",
+    (S, S): "spotctl stop: the user keeps a stopped job stopped (the watcher would resume it)",
 }
 
 
@@ -241,6 +250,26 @@ def decide_complete(job: Job, *, by_events: bool = False) -> Change:
         reason = (f"every node's command exited 0 in attempt {job.attempt} (their `completed` events)" if by_events
                   else "completed by `spotctl complete`: the user declares a running job done")
     return Change(job.id, {"state": C.value}, reason)
+
+
+def decide_stop(job: Job) -> Change:
+    """``spotctl stop``: the job's VMs go (it declares none once stopped), its disks stay, and it
+    stays stopped until ``spotctl resume`` (``stoppedBy: user``: the watcher never resumes it)."""
+    if job.state in (C, F):
+        raise LifecycleError(f"job {job.id} is {job.state.value}: it has no VMs to stop")
+    if job.move is not None:
+        raise LifecycleError(f"job {job.id} is moving to {job.move.to} (step {job.move.step}): finish the move first "
+                             f"(`spotctl move {job.id} --to-zone {job.move.to}`), then stop it")
+    if job.stopped_by == "user":
+        return Change(job.id, {}, "is already stopped by the user; `spotctl resume` brings it back", noop=True)
+    if job.state is P:  # (its update would create the disks of a job nothing started; the watcher never starts one)
+        raise LifecycleError(f"job {job.id} is pending: nothing of it runs yet, and only `spotctl resume {job.id}` "
+                             "starts it")
+    try:
+        reason = USER_STOPS[(job.state, S)]
+    except KeyError:
+        raise LifecycleError(f"job {job.id}: cannot go from {job.state.value} to stopped") from None
+    return Change(job.id, {"state": S.value, "stoppedBy": "user"}, reason)
 
 
 def may_delete_disks(job: Job | None, *, force: bool, owned: bool, moved_and_started: bool = False) -> tuple[bool, str]:

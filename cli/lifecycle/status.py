@@ -247,7 +247,13 @@ def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = Non
         status = "preempting"
         reason = (f"attempt {job.attempt} got a preemption notice (its events): checkpointing until its VM is gone; "
                   f"needs-resume then")
-    if job.state.value == "stopped" and job.stop_reason and not reason:
+    elif (job.state.value == "running" and not unknown and outcome is None and job.applying is None
+          and not any(e.attempt == job.attempt and e.event in ("started", "completed") for e in seen)):
+        status = "starting"
+        reason = f"attempt {job.attempt} is applied and no node has recorded `started` yet (its VMs are booting)"
+    if job.state.value == "stopped" and job.stopped_by == "user" and not reason:
+        reason = f"stopped by the user (`spotctl stop`); `spotctl resume {job.id}` starts attempt {job.attempt + 1} on the same disks"
+    elif job.state.value == "stopped" and job.stop_reason and not reason:
         reason = f"stopped by spotctl: {job.stop_reason}"
     if moving_away(job):  # a resume is refused now (``states.moving_guard``): only the move goes on
         move = job.move

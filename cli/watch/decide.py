@@ -174,6 +174,8 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
                           f"({job.applying}): continuing the move to {job.move.to}", zone=job.move.to), notes
         return Action(job.id, "reapply", job.attempt, f"an update of the job was started and never finished "
                       f"({job.applying}): applying it"), notes
+    if job.stopped_by == "user" and job.state is JobState.STOPPED:
+        return None, notes  # `spotctl stop`: only `spotctl resume` brings it back, whatever its events say
     if job.move is not None and (waiting or not _awaiting_start(job, [s.event for s in events])):
         return _moving(job, [s.event for s in events], waiting, memory, now, failover), notes
     # A move at step ``start`` whose new attempt has not started (every node) falls through: the facts
@@ -298,6 +300,8 @@ def still_current(job: Job, action: Action) -> str | None:
         return f"the stack file is at attempt {job.attempt} now (the signal was for attempt {action.attempt}): nothing to do"
     if job.state in (JobState.COMPLETED, JobState.FAILED) and action.kind != "reapply":
         return f"is {job.state.value} now: nothing to do"
+    if job.stopped_by == "user" and job.state is JobState.STOPPED and action.kind != "reapply":
+        return "was stopped by the user (`spotctl stop`) now: only `spotctl resume` brings it back"
     return None
 
 

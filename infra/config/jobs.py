@@ -182,6 +182,9 @@ class Job(_Model):
     # Why spotctl left the job stopped when it did not finish what it started (a gang's stop that
     # failed midway); cleared by the next change of state. ``spotctl status`` shows it.
     stop_reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    # `spotctl stop`: the user stopped the job (VMs gone, disks kept); `spotctl watch` never resumes it,
+    # only `spotctl resume` does. Cleared by the next change of state.
+    stopped_by: Literal["user"] | None = None
     # An update of the job spotctl started and has not seen finish (set before `pulumi up`, cleared
     # after it succeeded): a kill -9 or a failed update leaves it, so `status` shows it and the same
     # command, `resume` or `watch` apply the job again (cli/lifecycle/operations.py ``_mark_pending``).
@@ -251,6 +254,13 @@ class Job(_Model):
         if self.job_hours is not None and self.deadline_hours is not None and self.job_hours > self.deadline_hours:
             raise ValueError(f"jobHours ({self.job_hours:g}) must be <= deadlineHours ({self.deadline_hours:g}): "
                              "the job cannot finish before its deadline")
+        return self
+
+    @model_validator(mode="after")
+    def _stopped_by(self) -> Self:
+        if self.stopped_by is not None and self.state is not JobState.STOPPED:
+            raise ValueError(f"stoppedBy: {self.stopped_by} is only for a stopped job (state is {self.state.value}): "
+                             "remove it, or `spotctl stop` the job")
         return self
 
     @property

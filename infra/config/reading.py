@@ -183,6 +183,10 @@ def namespaced(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     Pulumi hands config to programs as strings (JSON for lists and maps); a stack file read
     with YAML already has typed values. Both arrive here.
     """
+    known = _keys_of(StackConfig)
+    bare = [str(k) for k in config if ":" not in str(k) and str(k) in known]
+    if bare:  # (Pulumi's own `pulumi config set` writes the namespace; a hand edit may leave it out)
+        raise ConfigError(source, [f"config.{k}: missing the `spotctl:` prefix: write `spotctl:{k}`" for k in bare])
     raw: dict[str, Any] = {}
     for key, value in config.items():
         ns, sep, name = str(key).partition(":")

@@ -64,7 +64,7 @@ def _read_text(path: Path) -> str:
         # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise ConfigError(str(path), ["stack file not found"]) from None
+        raise ConfigError(str(path), [f"stack file not found; {_stacks_there(path.parent)}"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     mode = os.fstat(fd).st_mode
@@ -87,6 +87,16 @@ def _read_text(path: Path) -> str:
     text = decode(data, str(path))
     _LAST_READ[:] = [(text, data, state)]
     return text
+
+
+def _stacks_there(folder: Path) -> str:
+    """The stacks a folder has files for, to name with a stack that is not there."""
+    try:
+        names = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in folder.glob("Pulumi.?*.yaml"))
+    except OSError:
+        names = []
+    where = folder if str(folder) not in ("", ".") else Path(".")
+    return f"the stacks in {where}/ are: {', '.join(names)}" if names else f"{where}/ has no Pulumi.<stack>.yaml"
 
 
 _LAST_READ: list[tuple[str, bytes, str]] = []  # the last text read, its bytes and the file's state after the read
@@ -161,6 +171,10 @@ def _check_document(path: Path, doc: Any) -> Any:
         doc = {}
     if not isinstance(doc, Mapping):
         raise ConfigError(str(path), ["expected a YAML mapping with a 'config:' key"])
+    outside = [str(k) for k in doc if ":" in str(k)]  # (a stack file's own keys, e.g. secretsprovider, have none)
+    if outside:
+        raise ConfigError(str(path), [f"{k}: outside `config:`: Pulumi reads a stack's settings only under `config:` "
+                                      f"(indent {k} under a `config:` line)" for k in outside])
     config = doc.get("config", {})
     if not isinstance(config, Mapping):
         raise ConfigError(str(path), ["config: expected a mapping of 'namespace:key' entries"])

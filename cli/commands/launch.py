@@ -1,0 +1,140 @@
+"""``spotctl launch`` (add a job and apply only it) and ``spotctl stop`` (its VMs go, its disks stay)."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.commands import (
+    JsonOpt,
+    NoApplyOpt,
+    PreviewOnlyOpt,
+    StackFileOpt,
+    StackOpt,
+    YesOpt,
+    app,
+    applier_for,
+    confirmer,
+    fail,
+    interrupted,
+    progress,
+    pull_first,
+    run_change,
+    warn,
+)
+from cli.commands.costview import cost_preview, echo_cost, shown
+from infra.basics import ConfigError
+
+
+@app.command(
+    short_help="Add a job and apply only it.  Example: spotctl launch --id sweep-08 --machine g2-standard-8 -s example-gcp",
+    help="Add a job to the stack from a job file (the keys of a spotctl:jobs entry) or flags, validated within the "
+    "stack; show what it costs (spot and on-demand $/h, the always-on parts, and the expected cost under its policy "
+    "when it gives --job-hours and --deadline-hours); write it into the stack file (under the lock, comments kept); "
+    "show Pulumi's preview of only its resources and ask; apply them with a targeted update (no, or an update that "
+    "cannot start: the job is taken out again). An id the stack has is refused. --no-apply only writes the entry "
+    "(state pending).\n\n"
+    "Example: spotctl launch --id sweep-08 --machine g2-standard-8 --gpus nvidia-l4:1 --command 'python train.py' "
+    "--job-hours 6 --deadline-hours 12 --stack example-gcp --no-apply",
+)
+def launch(
+    job_file: Annotated[Optional[Path], typer.Argument(metavar="JOB_FILE", help="A YAML file with one job's keys.")] = None,
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    job_id: Annotated[Optional[str], typer.Option("--id", metavar="NAME", help="The job id.")] = None,
+    machine: Annotated[Optional[str], typer.Option("--machine", metavar="TYPE", help="machineType (GCP) or instanceType (AWS).")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="TYPE:COUNT", help="The accelerator, e.g. nvidia-l4:1.")] = None,
+    nodes: Annotated[Optional[int], typer.Option("--nodes", metavar="N", min=1, help="Nodes of a multi-node job.")] = None,
+    zone: Annotated[Optional[str], typer.Option("--zone", metavar="ZONE", help="Default: the stack's first zone.")] = None,
+    command: Annotated[Optional[str], typer.Option("--command", metavar="CMD", help="What every node runs.")] = None,
+    code: Annotated[Optional[str], typer.Option("--code", metavar="DIR", help="The job's code (its `code:` key).")] = None,
+    deadline_hours: Annotated[Optional[float], typer.Option("--deadline-hours", metavar="H", help="Hours until the deadline.")] = None,
+    job_hours: Annotated[Optional[float], typer.Option("--job-hours", metavar="H", help="Compute hours the job needs.")] = None,
+    no_apply: NoApplyOpt = False,
+    yes: YesOpt = False,
+    preview_only: PreviewOnlyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    import json
+
+    from cli.lifecycle import launch as launching
+    from cli.lifecycle import operations, stackfile
+    from cli.lifecycle.apply import ApplyError
+    from cli.lifecycle.states import LifecycleError
+
+    if preview_only and no_apply:
+        raise fail("--preview-only needs pulumi: it cannot be combined with --no-apply")
+    flags = {"id": job_id, "machine": machine, "gpus": gpus, "nodes": nodes, "zone": zone, "command": command,
+             "code": code, "deadlineHours": deadline_hours, "jobHours": job_hours}
+    if job_file is None and job_id is None:
+        raise fail("give a JOB_FILE or --id NAME (with --machine, --command, ...)")
+    confirm = confirmer(yes, preview_only, no_apply)  # (no terminal and no --yes: refused before anything)
+    with pull_first(stack, stack_file, None, None, no_apply, bucket_option=False):
+        try:
+            ref = stackfile.resolve(stack, stack_file)
+            current = stackfile.load(ref)
+            given = launching.read_job_file(job_file) if job_file is not None else {}
+            entry = launching.entry(current.cloud, list(current.zones), given, flags)
+            source = str(job_file) if job_file is not None else f"launch of job {entry.get('id')}"
+            cfg = launching.check_new(ref, entry, source)
+        except (ConfigError, LifecycleError) as exc:
+            raise fail(str(exc)) from None
+        job = cfg.job(entry["id"])
+        from infra.tokens import token_warnings
+
+        for line in token_warnings(cfg):  # (the new job is the last one)
+            if line.startswith(f"spotctl:jobs[{len(cfg.jobs) - 1}]."):
+                warn(f"{ref.path}: {line}")
+        cost = cost_preview(ref, cfg, [job], [job], enabled=not json_out)
+        if not json_out:
+            typer.echo(f"job {job.id}: " + ", ".join(f"{k}={shown(v)}" for k, v in entry.items() if k != "id"))
+            echo_cost(cost)
+        try:
+            launching.add(ref, entry)
+            if no_apply:
+                outcome = None
+            else:
+                with progress(f"job {job.id}: applying its first attempt", enabled=not json_out) as spinner:
+                    outcome = launching.apply_first(ref, job.id, operations.change_job,
+                                                    applier=applier_for(ref, False, spinner.step), out=spinner.echo,
+                                                    confirm=spinner.paused(confirm) if confirm else None)
+        except (ConfigError, LifecycleError) as exc:
+            raise fail(str(exc)) from None
+        except ApplyError as exc:
+            kept = f"; the job stays in {ref.path}: `spotctl resume {job.id}` applies it" if exc.started else \
+                f"; job {job.id} was taken out of {ref.path} again"
+            raise fail(f"{exc}{kept}") from None
+        except operations.Interrupted as exc:
+            raise interrupted(exc) from None
+    applied = bool(outcome and outcome.applied)
+    declined = bool(outcome and outcome.declined)
+    if json_out:
+        typer.echo(json.dumps({"job": job.id, "entry": entry, "stack_file": str(ref.path), "written": not declined,
+                               "applied": applied, "declined": declined, "cost": cost}, sort_keys=True))
+    elif declined:
+        typer.echo(f"job {job.id}: " + ("preview only" if preview_only else "not confirmed") + f": nothing changed, {ref.path} is as it was")
+    elif applied:
+        typer.echo(f"job {job.id}: state=running ({outcome.change.reason}) — applied")
+    else:
+        typer.echo(f"job {job.id}: written to {ref.path} (state pending); `spotctl resume {job.id}` applies it")
+
+
+@app.command(
+    short_help="Stop a job: its VMs go, its disks stay.  Example: spotctl stop vit-finetune -s example-gcp",
+    help="Stop a job on purpose: it is written `state: stopped` with `stoppedBy: user`, and a targeted update deletes "
+    "its VMs; its disks stay (protected). `spotctl watch` never resumes it; `spotctl resume JOB` starts the next "
+    "attempt on the same disks.\n\nExample: spotctl stop vit-finetune --stack example-gcp",
+)
+def stop(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    stack: StackOpt = None,
+    stack_file: StackFileOpt = None,
+    no_apply: NoApplyOpt = False,
+    yes: YesOpt = False,
+    preview_only: PreviewOnlyOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    from cli.lifecycle.states import decide_stop
+
+    with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
+        run_change(stack, stack_file, job, decide_stop, no_apply, json_out, yes, preview_only)

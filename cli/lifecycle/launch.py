@@ -1,0 +1,149 @@
+"""``spotctl launch``: a new job, from a job file or flags, validated within its stack, written into the
+stack file (under the lock, atomically, the file's other lines and comments kept) and applied alone.
+
+observe (the stack file) -> decide (``entry``, ``check_new``) -> act (``add``, then the first attempt is
+applied by ``operations.change_job`` as every job change is: preview, question, targeted update, undo).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cli.lifecycle import stackfile
+from cli.lifecycle.states import Change, LifecycleError, check
+from infra.basics import ConfigError, JobState
+
+# The entry's keys in the order they are written (anything else after them, as given).
+KEY_ORDER = ("id", "machineType", "instanceType", "accelerator", "nodes", "zone", "capacity", "diskGb", "deadlineHours",
+             "jobHours", "policy", "code", "setup", "workdir", "command")
+
+
+def read_job_file(path: Path) -> dict[str, Any]:
+    """A job file: one mapping with the keys of a job entry (as in ``spotctl:jobs``)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"not valid YAML: {str(exc).splitlines()[0]}"]) from None
+    if isinstance(doc, list) and len(doc) == 1:
+        doc = doc[0]  # (a job copied with its `- ` from a stack file)
+    if not isinstance(doc, dict):
+        raise ConfigError(str(path), ["expected one job: a mapping with the keys of a spotctl:jobs entry "
+                                      "(id, machineType or instanceType, zone, command, ...)"])
+    if "state" in doc:
+        raise ConfigError(str(path), ["state: a new job is pending until launch applies it: remove the key"])
+    return {str(k): v for k, v in doc.items()}
+
+
+def parse_gpus(text: str) -> dict[str, Any]:
+    """``--gpus TYPE:COUNT`` (or ``TYPE`` for one) as the entry's ``accelerator``."""
+    kind, _, count = text.partition(":")
+    if not kind or (count and not count.isdigit()) or count == "0":
+        raise ConfigError("--gpus", [f"expected TYPE:COUNT (e.g. nvidia-l4:1), got {text!r}"])
+    return {"type": kind, "count": int(count or 1)}
+
+
+def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's entry: the job file's keys (``given``), overridden by the flags that were given; the
+    machine flag becomes ``machineType`` (GCP) or ``instanceType`` (AWS); the zone defaults to the
+    stack's first."""
+    out = dict(given)
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key == "machine":
+            out["machineType" if cloud == "gcp" else "instanceType"] = value
+        elif key == "gpus":
+            out["accelerator"] = parse_gpus(value)
+        else:
+            out[key] = int(value) if isinstance(value, float) and value.is_integer() else value  # (12, not 12.0)
+    if "zone" not in out and zones:
+        out["zone"] = zones[0]
+    return {k: out[k] for k in sorted(out, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), 0))}
+
+
+def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str):
+    """The stack's config with the new job (validated whole, as the stack file will be). Raises
+    LifecycleError for an id the stack has (naming its state), ConfigError naming the job's keys."""
+    raw = stackfile.read_config(ref.path)
+    jobs = list(raw.get(stackfile.key("jobs")) or [])
+    job_id = new.get("id")
+    if not job_id:
+        raise ConfigError(source, ["id: a job needs an id (--id NAME, or `id:` in the job file)"])
+    for old in jobs:
+        if isinstance(old, dict) and old.get("id") == job_id:
+            state = old.get("state", "pending")
+            raise LifecycleError(f"job {job_id} already exists in {ref.path} (state {state}, attempt {old.get('attempt', 1)}): "
+                                 f"pick another id, or `spotctl resume {job_id}` / `spotctl status {job_id}`")
+    raw[stackfile.key("jobs")] = [*jobs, dict(new)]
+    try:
+        cfg = stackfile.validate(stackfile.namespaced(raw, str(ref.path)), str(ref.path))
+    except ConfigError as exc:  # the new entry's keys by the job's name, not by an index the user never wrote
+        at = f"{stackfile.key('jobs')}[{len(jobs)}]"
+        raise ConfigError(source, [p.replace(f"{at}.", "").replace(at, f"job {job_id}") for p in exc.problems]) from None
+    return cfg
+
+
+def block(path: Path, new: Mapping[str, Any]) -> str:
+    """The entry as YAML lines indented as the file's jobs are ("" when the file has none in block
+    style: the round trip then writes it)."""
+    import yaml
+
+    lines = stackfile.read_text(path).split("\n")
+    head = next((i for i, line in enumerate(lines) if line.strip() == f"{stackfile.key('jobs')}:"), None)
+    if head is None:
+        return ""
+    dash = next((line for line in lines[head + 1:] if line.lstrip().startswith("- ")), None)
+    if dash is None:
+        return ""
+    indent = " " * (len(dash) - len(dash.lstrip()))
+    text = yaml.safe_dump([dict(new)], sort_keys=False, default_flow_style=None, width=10**6, allow_unicode=True)
+    return "".join(f"{indent}{line}\n" for line in text.splitlines())
+
+
+def add(ref: stackfile.StackRef, new: Mapping[str, Any]) -> None:
+    """Write the new job at the end of ``spotctl:jobs`` under the lock (spliced as its own lines, the
+    rest of the file byte for byte; re-read and compared, else a ruamel round trip), validated whole.
+    Another command adding the same id meanwhile wins: this one is refused."""
+    raw = stackfile.read_config(ref.path)
+    index = len(raw.get(stackfile.key("jobs")) or [])
+    if not stackfile.put_back_job(ref.path, (block(ref.path, new), index, dict(new))):
+        raise LifecycleError(f"job {new['id']} was added to {ref.path} by another command meanwhile: nothing written")
+
+
+def remove(ref: stackfile.StackRef, job_id: str) -> None:
+    """Take the new job out again (its first update was declined or could not start)."""
+    with contextlib.suppress(KeyError):
+        stackfile.take_job(ref.path, job_id)
+
+
+def first_attempt(job) -> Change:
+    """The decision of the launch's update: the job's first attempt is applied (pending -> running)."""
+    if job.state is not JobState.PENDING:
+        return Change(job.id, {}, f"is {job.state.value} already", noop=True)
+    return Change(job.id, {"state": JobState.RUNNING.value}, check(job.id, JobState.PENDING, JobState.RUNNING))
+
+
+def apply_first(ref: stackfile.StackRef, job_id: str, change_job: Callable[..., Any], **kwargs: Any):
+    """Apply the new job's first attempt (``operations.change_job``); declined, interrupted, or an
+    update that could not start: the job is taken out of the file again, as if never launched."""
+    from cli.lifecycle.apply import ApplyError
+
+    try:
+        outcome = change_job(ref, job_id, first_attempt, **kwargs)
+    except ApplyError as exc:
+        if not exc.started:
+            remove(ref, job_id)
+        raise
+    except BaseException:
+        remove(ref, job_id)
+        raise
+    if outcome.declined:
+        remove(ref, job_id)
+    return outcome
