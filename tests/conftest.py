@@ -404,12 +404,17 @@ TIMED_GROUPS = {"test_scripts_run.py": "timed-scripts",
 # test_scripts_run.py's budget tests (~100 s of its ~3 min, waiting out real budgets) are a unit of their own.
 TIMED_BUDGETS = ("test_shutdown_path_finishes_in_budget_under_faults", "test_gcp_worst_case_at_real_budgets_fits_the_30s_notice",
                  "test_a_stop_waits_for_the_trainers_group_not_its_leader")
-TIMED_UNITS = len(set(TIMED_GROUPS.values())) + 1  # + the budget tests' own unit
+# The boot tier (tests/boot/: Debian guests under QEMU, one story of VMs per cloud, ~15-25 min) is
+# one unit: its module-scoped guests and its one image build stay on one worker, in file order.
+BOOT_UNIT = "boot-tier"
+TIMED_UNITS = len(set(TIMED_GROUPS.values())) + 2  # + the budget tests' own unit + the boot tier
 
 
 def timed_unit(nodeid: str) -> str | None:
     """The timed unit a test belongs to (by its file, and for test_scripts_run.py its function), or None."""
     path, _, name = nodeid.partition("::")
+    if path.replace("\\", "/").startswith("tests/boot/"):
+        return BOOT_UNIT
     group = TIMED_GROUPS.get(path.rsplit("/", 1)[-1])
     if group == "timed-scripts" and name.split("[", 1)[0] in TIMED_BUDGETS:
         return "timed-scripts-budgets"

@@ -213,9 +213,11 @@ def test_app_holds_no_domain_logic():
 
 
 def test_the_timed_units_are_as_many_as_the_extra_workers_and_name_real_tests():
-    from tests.conftest import TIMED_BUDGETS, TIMED_GROUPS, TIMED_UNITS, timed_unit
+    from tests.conftest import BOOT_UNIT, TIMED_BUDGETS, TIMED_GROUPS, TIMED_UNITS, timed_unit
 
     units = {timed_unit(f"tests/{f}::t") for f in TIMED_GROUPS} | {timed_unit(f"tests/test_scripts_run.py::{n}[x]") for n in TIMED_BUDGETS}
+    units |= {timed_unit(f"tests/boot/{f.name}::t") for f in (Path(__file__).parent / "boot").glob("test_*.py")}
+    assert timed_unit("tests/boot/test_gcp.py::t") == BOOT_UNIT  # the whole boot tier: one unit
     assert len(units) == TIMED_UNITS and None not in units
     source = (Path(__file__).parent / "test_scripts_run.py").read_text()
     assert all(f"def {name}(" in source for name in TIMED_BUDGETS)  # a renamed test would silently leave the unit

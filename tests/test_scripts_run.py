@@ -92,8 +92,9 @@ def test_gcp_preemption_checkpoints_and_records_preempted(make_vm, emu):
     flipped = emu.preempt_gcp()
     done, seconds = vm.shutdown()
     assert done.returncode == 0, done.stderr
-    assert names(vm.events()) == ["started", "preempted"]
-    assert uploaded(emu) == ["started", "preempted"]
+    # The shutdown script handles the notice as the watcher would have: one path, one `preempted`.
+    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
+    assert sorted(uploaded(emu)) == ["preempted", "preemption-notice", "started"]
     ev = vm.events()[-1]
     assert set(ev) == EVENT_KEYS
     assert ev["details"] == {"source": "shutdown-script", "preempted": "TRUE"}
@@ -252,7 +253,7 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
     progress = int(preempted["details"]["progress"])
     cfg = validate({"cloud": cloud, "project": "p", "region": "us-central1" if cloud == "gcp" else "us-east-1",
                     "zones": ["us-central1-a" if cloud == "gcp" else "us-east-1a"],
-                    "jobs": [{"id": "train", "machineType" if cloud == "gcp" else "instanceType": "m",
+                    "jobs": [{"id": "train", "machineType" if cloud == "gcp" else "instanceType": "g2-standard-8" if cloud == "gcp" else "g5.2xlarge",
                               "zone": "us-central1-a" if cloud == "gcp" else "us-east-1a", "command": "x", "state": "running"}]}, "f")
     parsed = [Event.parse(e) for e in events]
     (attempt,) = job_ledger(cfg.jobs[0], parsed, max(e.time for e in parsed)).attempts

@@ -43,7 +43,10 @@ SPOTCTL_POLL_S=5
 SPOTCTL_CHECKPOINT_EVENT_S=60
 # Seconds the trainer gets to checkpoint after SIGTERM; ends before the cloud's hard stop (30 s).
 SPOTCTL_STOP_BUDGET_S=20
-# Seconds for the `preempted` a notice's path records last, in the foreground, after the trainer's budget.
+# Seconds for the `preempted` a notice's path records last, in the foreground, after the trainer's
+# budget: what the notice leaves after the trainer's budget, tee and the flush (4 s) and 4 s for the
+# power-off, between 2 and 10 (GCP by default 2; AWS, whose notice is 2 minutes, 10: a single try of
+# 2 s was seen to miss on a slow VM, the event then only on the disk).
 SPOTCTL_LAST_RECORD_S=2
 SPOTCTL_UNIT=spotctl-pool
 SPOTCTL_FSTAB=/etc/fstab
@@ -511,7 +514,7 @@ spotctl_run() {
     spotctl_log "stopped before the trainer started; the stop path records the event"
     return 0
   fi
-  local rc=0 child logfd tee_pid log_start
+  local rc=0 child logfd tee_pid log_start follower
   # A last line the previous boot's power loss cut short is ended here, so this run's lines start
   # on lines of their own (a trainer may write a line's text and its newline in two writes).
   if [ -s "$(spotctl_trainer_log)" ] && [ -n "$(tail -c 1 "$(spotctl_trainer_log)")" ]; then
@@ -531,6 +534,7 @@ spotctl_run() {
   printf '%s' "$child" >"$SPOTCTL_STATE_DIR/trainer.pid"
   # The follower reads the log until tee has written its last line (not until the trainer's leader exits).
   spotctl_follow_progress "$(spotctl_trainer_log)" "$tee_pid" "$log_start" </dev/null >/dev/null 2>&1 &
+  follower=$!
   # systemd stopping the unit is a stop, not a failure of the job.
   trap ': >"$SPOTCTL_STATE_DIR/stopping"; spotctl_signal_trainer TERM' TERM INT
   while :; do
@@ -560,6 +564,11 @@ spotctl_run() {
   # open, so at most 5 s.
   local waited=0
   while kill -0 "$tee_pid" 2>/dev/null && [ "$waited" -lt 50 ]; do sleep 0.1; waited=$((waited + 1)); done
+  # The follower records the trainer's last checkpoint (the one written on SIGTERM) once tee is
+  # done: wait for it, at most 10 s. This script is the unit's main process: when it exits, systemd
+  # kills what is left of the unit, a follower before its flush included, and a stop's event was lost.
+  waited=0
+  while kill -0 "$follower" 2>/dev/null && [ "$waited" -lt 100 ]; do sleep 0.1; waited=$((waited + 1)); done
   # Not during a stop: those seconds belong to the checkpoint and the events (the log's last
   # lines since the watcher's last upload stay on the job disk).
   # A slow bucket gets one more, longer try: after this the VM may be gone.
@@ -683,6 +692,7 @@ WantedBy=multi-user.target"
     spotctl_write_unit spotctl-watch "[Unit]
 Description=spotctl preemption watcher
 After=network-online.target
+RequiresMountsFor=$SPOTCTL_MOUNT
 Before=google-shutdown-scripts.service
 
 [Service]
@@ -693,6 +703,7 @@ RestartSec=2
 
 [Install]
 WantedBy=multi-user.target"
+    spotctl_order_shutdown_scripts
     local units=(spotctl-watch.service "$SPOTCTL_UNIT.service")
     systemctl daemon-reload
     # Not enabled: GCE runs this startup script at every boot ("Most linux-based images will run
@@ -703,6 +714,10 @@ WantedBy=multi-user.target"
     # boot's copy of this script (a kept boot disk: the previous attempt's) before this one is
     # copied in. An enable left by an earlier spotctl is undone.
     systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+    # To the disk now: ext4 allocates a new file's blocks up to 30 s after the write (delayed
+    # allocation), and a reset or power loss before that left the units just written empty, so on
+    # AWS (user data runs once) the job never came back (found by tests/boot/).
+    sync
     # Starting an already active unit (a second run of this script) changes nothing.
     systemctl start --no-block "${units[@]}"
   else
@@ -716,6 +731,19 @@ WantedBy=multi-user.target"
       printf '%s' "$!" >"$SPOTCTL_STATE_DIR/run.pid"
     fi
   fi
+}
+
+# At shutdown systemd unmounts a disk once the units ordered after its mount have stopped, and
+# only those: the job unit and the watcher (RequiresMountsFor), and, by this drop-in, the guest
+# agent's unit whose stop runs the shutdown script. Without it the job disk was unmounted as soon
+# as the job unit ended, while the shutdown script still recorded the stop on it (its events then
+# went to the boot disk, which the next attempt replaces). Ordering only (no Requires=): a VM
+# booted without its disk still runs its shutdown script. (systemd.unit(5): "the stopping order is
+# the reverse of the start-up order"; google-shutdown-scripts.service, GoogleCloudPlatform/guest-agent.)
+spotctl_order_shutdown_scripts() {
+  local dir="$SPOTCTL_SYSTEMD_DIR/google-shutdown-scripts.service.d" mount_unit
+  mount_unit=$(systemd-escape --path --suffix=mount "$SPOTCTL_MOUNT") || return 0
+  mkdir -p "$dir" && printf '[Unit]\nAfter=%s\n' "$mount_unit" >"$dir/spotctl.conf"
 }
 
 # Is the process in pid file $1 (in the state dir) alive? Pid files are cleared at every boot.
@@ -747,7 +775,7 @@ spotctl_boot() {
   (
     flock -w 10 7 || true
     [ "$(cat "$SPOTCTL_STATE_DIR/boot" 2>/dev/null)" != "$boot" ] || exit 0
-    rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/signaled" \
+    rm -f "$SPOTCTL_STATE_DIR/stopping" "$SPOTCTL_STATE_DIR/notice" "$SPOTCTL_STATE_DIR/notice.claimed" "$SPOTCTL_STATE_DIR/signaled" \
       "$SPOTCTL_STATE_DIR/maintenance" "$SPOTCTL_STATE_DIR/instance" "$SPOTCTL_STATE_DIR/zone" \
       "$SPOTCTL_STATE_DIR/run.pid" "$SPOTCTL_STATE_DIR/watch.pid" "$SPOTCTL_STATE_DIR/trainer.pid" \
       "$SPOTCTL_STATE_DIR/tee.pid" "$SPOTCTL_STATE_DIR/preempted-recorded" "$SPOTCTL_STATE_DIR/shutdown" \
@@ -781,9 +809,8 @@ spotctl_main() {
 # of the watcher's last look that found none; default now), so a poll's delay comes out of the
 # trainer's time, never out of the cloud's. After the trainer, at most tee 2 + flush 2 + `preempted`
 # SPOTCTL_LAST_RECORD_S: the whole path ends 20 + 6 s after the notice on GCP (30 s to the hard stop,
-# NOTICE_S in infra/render.py), 100 + 6 on AWS (120).
+# NOTICE_S in infra/render.py), 100 + 14 on AWS (120).
 spotctl_notice() {
-  [ ! -e "$SPOTCTL_STATE_DIR/notice" ] || return 0
   local since=${SPOTCTL_NOTICE_SINCE:-} now budget
   spotctl_epoch now
   [ -n "$since" ] || since=$now
@@ -791,6 +818,14 @@ spotctl_notice() {
   [ "$budget" -ge 0 ] || budget=0
   if spotctl_finished; then
     spotctl_log "notice after the job completed: nothing to record ($*)"
+    return 0
+  fi
+  # One path handles a notice (noclobber: the claim is atomic). The watcher's poll and the shutdown
+  # path can both see it: the other one only waits for the trainer and records the preemption
+  # through the one record-once marker (spotctl_preempted_once), which is a no-op once recorded.
+  if ! (set -C && : >"$SPOTCTL_STATE_DIR/notice.claimed") 2>/dev/null; then
+    spotctl_wait_trainer "$budget" || true
+    spotctl_preempted_once "$@"
     return 0
   fi
   # The notice's details, one per line: the shutdown path records `preempted` with them if this
@@ -893,7 +928,8 @@ spotctl_shutdown() {
   local value
   value=$(spotctl_meta instance/preempted 2>/dev/null) || value=unknown
   if [ "$value" = TRUE ]; then
-    spotctl_stop preempted "source=shutdown-script" "preempted=TRUE"
+    # As the watcher would have (it may be seeing it now): one `preempted`, whoever records it.
+    spotctl_notice "source=shutdown-script" "preempted=TRUE"
   elif [ -e "$SPOTCTL_STATE_DIR/maintenance" ]; then
     spotctl_stop stopped "reason=host-maintenance" "preempted=$value"
   else

@@ -1,0 +1,73 @@
+"""The scripts a booted guest runs, from the real plan of the shipped example stacks: the stack's
+settings as shipped, its jobs replaced by the tier's job (the example's single-node job with the
+tier's trainer as its command), planned by ``spotctl plan``'s planner (Pulumi mocks), and taken out
+of the planned VM exactly as the cloud would get them (GCE metadata; EC2's gzip user data)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import gzip
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli.lifecycle.stackfile import namespaced, read_config, validate
+from cli.plan import mocks as planner
+
+ROOT = Path(__file__).resolve().parents[2]
+STACKS = {"gcp": "example-gcp", "aws": "example-aws"}
+EXAMPLE_JOB = {"gcp": "vit-finetune", "aws": "sweep-07"}
+TRAINER = "python3 /opt/spotctl-boot/trainer.py"
+
+
+@dataclass(frozen=True)
+class VmPlan:
+    cloud: str
+    stack: str
+    job: str
+    attempt: int
+    metadata: dict[str, str]  # GCE: the instance's metadata (startup-script, shutdown-script, ...)
+    user_data: bytes  # EC2: what IMDS serves as user-data (the gzip the plan base64-encodes)
+    script: str  # the startup script (GCE) or the user data's script (EC2)
+    volume_serial: str  # EC2: the job volume's id without its dash (its NVMe serial)
+    bucket: str
+    region: str
+    zone: str
+    instance_type: str
+
+
+def _config(cloud: str, job_id: str, env: dict[str, str], attempt: int) -> dict:
+    raw = read_config(ROOT / "stacks" / f"Pulumi.{STACKS[cloud]}.yaml")
+    jobs = raw["spotctl:jobs"]
+    job = copy.deepcopy(next(j for j in jobs if j["id"] == EXAMPLE_JOB[cloud]))
+    job.update({"id": job_id, "command": TRAINER, "env": env, "attempt": attempt, "capacity": "spot",
+                "state": "running"})
+    if cloud == "gcp":
+        # No GPU in the guest: a CPU machine type, so the plan asks for no NVIDIA driver install
+        # (the startup script would wait 20 minutes for nvidia-smi).
+        job.pop("accelerator", None)
+        job["machineType"] = "e2-standard-4"
+    raw["spotctl:jobs"] = [job]
+    raw["spotctl:pools"] = []
+    return raw
+
+
+def plan_vm(cloud: str, job_id: str, env: dict[str, str], attempt: int = 1) -> VmPlan:
+    stack = STACKS[cloud]
+    cfg = validate(namespaced(_config(cloud, job_id, env, attempt), stack), stack)
+    plan = planner.run(cfg, stack)
+    vm = next(r for r in plan.resources if r.type.endswith(":Instance") and f"job-{job_id}-n0" in r.name)
+    if cloud == "gcp":
+        metadata = dict(vm.inputs["metadata"])
+        script = metadata["startup-script"]
+        user_data, serial = b"", ""
+        zone, instance_type = vm.inputs["zone"], vm.inputs["machineType"]
+    else:
+        metadata = {}
+        user_data = base64.b64decode(vm.inputs["userDataBase64"])
+        script = gzip.decompress(user_data).decode()
+        serial = re.search(r"Amazon_Elastic_Block_Store_(\S+?)'?\n", script)[1]
+        zone, instance_type = vm.inputs["availabilityZone"], vm.inputs["instanceType"]
+    bucket = re.search(r"^SPOTCTL_BUCKET='?([^'\n]+)'?$", script, re.M)[1]
+    return VmPlan(cloud, stack, job_id, attempt, metadata, user_data, script, serial, bucket, cfg.region, zone, instance_type)
