@@ -475,3 +475,10 @@ def _no_vm_outlives_its_test():
         localvm.LocalVM.__init__ = original
         for vm in made:
             vm.kill_all()
+
+
+@pytest.fixture(autouse=True)
+def _own_event_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """Each test its own durable event cache (cli.lifecycle.eventstore): moto buckets of the same name
+    in two tests hold different objects, and a cache shared between them would mix their events."""
+    monkeypatch.setenv("SPOTCTL_EVENT_CACHE", str(tmp_path_factory.mktemp("event-cache") / "events.sqlite"))

@@ -171,6 +171,18 @@ class Cloud:
 
         return self._call(lambda: gcs_stored(bucket, prefix, suffix, known, limit))
 
+    def stored_since(self, bucket: str, prefix: str, after: str | None, suffix: str, known: Mapping[str, str],
+                     limit: int) -> tuple[list[Stored], list[str]]:
+        """One folder of ``prefix`` (delimiter ``/``): its objects after key ``after`` (as
+        :meth:`stored_objects` reads them) and its sub-folders (listed, never descended into)."""
+        if self.cfg.cloud == "aws":
+            from cli.cloud.aws import s3_stored_since
+
+            return self._call(lambda: s3_stored_since(self.cfg.region, bucket, prefix, after, suffix, known, limit))
+        from cli.cloud.gcs_since import gcs_stored_since
+
+        return self._call(lambda: gcs_stored_since(bucket, prefix, after, suffix, known, limit))
+
     def bucket_names(self, bucket: str, prefix: str) -> list[str]:
         """Every object name under ``prefix``, without reading the objects."""
         if self.cfg.cloud == "aws":

@@ -105,12 +105,33 @@ def s3_stored(region: str, bucket: str, prefix: str, suffix: str, known: Mapping
     API_GetObject.html), so an object replaced by a larger one after the listing is still bounded."""
     s3 = _s3(region)
 
+    listing = ((o["Key"], str(o.get("ETag", "")), int(o.get("Size", 0))) for o in _s3_listing(region, bucket, prefix, s3))
+    return bounded_reads(listing, suffix, known, limit, _s3_fetcher(s3, bucket, limit))
+
+
+def _s3_fetcher(s3, bucket: str, limit: int):
+    """(key, generation) -> the first ``limit + 1`` bytes (GetObject ``Range``) and the ETag read."""
+
     def fetch(key: str, generation: str) -> tuple[bytes, str]:
         got = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{limit}")
         return got["Body"].read(limit + 1), str(got.get("ETag", generation))
 
-    listing = ((o["Key"], str(o.get("ETag", "")), int(o.get("Size", 0))) for o in _s3_listing(region, bucket, prefix, s3))
-    return bounded_reads(listing, suffix, known, limit, fetch)
+    return fetch
+
+
+def s3_stored_since(region: str, bucket: str, prefix: str, after: str | None, suffix: str, known: Mapping[str, str],
+                    limit: int) -> tuple[list[Stored], list[str]]:
+    """``Cloud.stored_since`` on S3: ListObjectsV2 with ``Delimiter`` (sub-folders come back as
+    CommonPrefixes, their objects unlisted) and ``StartAfter`` ("where you want Amazon S3 to start
+    listing from ... after this specified key": docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html)."""
+    s3 = _s3(region)
+
+    objects, folders = [], []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/",
+                                                            **({"StartAfter": after} if after else {})):
+        objects += [(o["Key"], str(o.get("ETag", "")), int(o.get("Size", 0))) for o in page.get("Contents", [])]
+        folders += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+    return bounded_reads(objects, suffix, known, limit, _s3_fetcher(s3, bucket, limit)), folders
 
 
 # Filters of a Linux, shared-tenancy, no-preinstalled-software on-demand price (the same attributes

@@ -168,9 +168,14 @@ def gcs_stored(bucket: str, prefix: str, suffix: str, known: Mapping[str, str], 
     object resources) decide what is read; a read is of exactly the listed generation and asks for the
     first ``limit + 1`` bytes only (a ``Range`` header: cloud.google.com/storage/docs/downloads), streamed
     and cut there whatever the server sends."""
-    import urllib.parse
-
     session, base = _gcs(bucket)
+    listing = ((i["name"], str(i.get("generation", "")), int(i.get("size", 0))) for i in _gcs_list(session, base, prefix))
+    return bounded_reads(listing, suffix, known, limit, gcs_fetcher(session, base, limit))
+
+
+def gcs_fetcher(session: Any, base: str, limit: int) -> Callable[[str, str], tuple[bytes, str]]:
+    """(name, generation) -> the first ``limit + 1`` bytes of exactly that generation."""
+    import urllib.parse
 
     def fetch(name: str, generation: str) -> tuple[bytes, str]:
         params = {"alt": "media", **({"generation": generation} if generation else {})}
@@ -179,8 +184,7 @@ def gcs_stored(bucket: str, prefix: str, suffix: str, known: Mapping[str, str], 
             got.raise_for_status()
             return got.raw.read(limit + 1, decode_content=True), generation
 
-    listing = ((i["name"], str(i.get("generation", "")), int(i.get("size", 0))) for i in _gcs_list(session, base, prefix))
-    return bounded_reads(listing, suffix, known, limit, fetch)
+    return fetch
 
 
 def _gcs(bucket: str, write: bool = False) -> tuple[Any, str]:

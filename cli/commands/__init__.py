@@ -122,14 +122,14 @@ def guard(fn):
 
 
 def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
-    from cli.lifecycle import events
+    from cli.lifecycle import bucketevents, events
 
     if events_dir is not None and not events_dir.exists():
         raise fail(f"--events-dir {events_dir}: no such file or directory")
     if not bucket:  # what events.recorded reads without a bucket; no cloud object (status: cfg may be None)
         return events.load_events(events_dir, job_id, ref.name, warn)
 
-    return guard(lambda: events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn))
+    return guard(lambda: bucketevents.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn))
 
 
 def read_events(ref, cfg, job_id: str, events_dir, bucket, where: str) -> list:
@@ -142,12 +142,32 @@ def read_events(ref, cfg, job_id: str, events_dir, bucket, where: str) -> list:
         return recorded_events(ref, cfg, job_id, events_dir, bucket) if bucket or events_dir is not None else []
     from cli.cloud import CloudError
     from cli.commands.hints import Unread
-    from cli.lifecycle import events
+    from cli.lifecycle import bucketevents
 
     try:
-        return events.recorded(cloud_for(cfg, ref), job_id, None, bucket, warn)
+        return bucketevents.recorded(cloud_for(cfg, ref), job_id, None, bucket, warn)
     except CloudError as exc:
         raise Unread(f"the events in {where} could not be read: {exc}") from None
+
+
+def read_jobs_events(ref, cfg, jobs: list, events_dir, bucket, where) -> dict[str, list]:
+    """:func:`read_events` of every job of ``jobs`` at once (the events read once, not once per job)."""
+    from cli.cloud import CloudError
+    from cli.commands.hints import Unread
+    from cli.lifecycle import bucketevents
+
+    if not where and not bucket and events_dir is None:
+        return {j.id: [] for j in jobs}
+    if events_dir is not None and not events_dir.exists() and not where:
+        raise fail(f"--events-dir {events_dir}: no such file or directory")
+    attempts = {j.id: j.attempt for j in jobs}
+    cloud = cloud_for(cfg, ref) if bucket else None
+    try:
+        return bucketevents.recorded_jobs(cloud, ref.name, attempts, None if where else events_dir, bucket, warn)
+    except CloudError as exc:
+        if where:
+            raise Unread(f"the events in {where} could not be read: {exc}") from None
+        raise fail(str(exc)) from None
 
 
 def warn(line: str) -> None:

@@ -16,7 +16,7 @@ from cli.commands import (
     fail,
     guard,
     progress,
-    read_events,
+    read_jobs_events,
     stack_jobs,
 )
 from cli.commands.hints import Unread, events_source
@@ -61,7 +61,7 @@ def cost(
                    f"events; {NO_EVENTS}")
     with progress("reading the events and the prices", enabled=not json_out):
         try:
-            events = {j.id: read_events(ref, cfg, j.id, events_dir, bucket, where) for j in selected}
+            events = read_jobs_events(ref, cfg, selected, events_dir, bucket, where)
         except Unread as exc:
             raise fail(f"{exc}; give --events-bucket NAME or --events-dir DIR") from None
         cloud = cloud_for(cfg, ref)

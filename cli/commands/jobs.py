@@ -25,6 +25,7 @@ from cli.commands import (
     progress,
     pull_first,
     read_events,
+    read_jobs_events,
     run_change,
     shared_copy,
     stack_jobs,
@@ -183,7 +184,7 @@ def status(
         sourced, unread = False, f"{where} cannot be reached; "
     with progress(f"reading the events{' and asking the cloud' if observe else ''}", enabled=not json_out):
         try:
-            found = {j.id: read_events(ref, cfg, j.id, events_dir, bucket, where) for j in selected} if sourced else {}
+            found = read_jobs_events(ref, cfg, selected, events_dir, bucket, where) if sourced else {}
         except Unread as exc:  # a bucket found, not given, and unreachable: the file's columns still stand
             sourced, unread = False, f"{exc}; "
         rows = [job_report(j, found[j.id] if sourced else None,
@@ -352,8 +353,8 @@ def cleanup(
     no_apply: NoApplyOpt = False,
 ) -> None:
     from cli.cloud import CloudError
+    from cli.lifecycle import bucketevents, operations, stackfile
     from cli.lifecycle import cleanup as cleanups
-    from cli.lifecycle import events, operations, stackfile
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
@@ -373,7 +374,7 @@ def cleanup(
         bucket, where = source[0]
         try:
             found = read_events(ref, cfg, job_id, events_dir, bucket, where) if where else \
-                events.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn)
+                bucketevents.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn)
         except Unread as exc:  # nothing could say which jobs completed: no disk can be decided on
             raise fail(f"{exc}: nothing deleted; give --events-bucket NAME or --events-dir DIR") from None
         return max((e.time for e in found if e.event == "completed"), default=None)

@@ -415,9 +415,14 @@ def _make_handler(emu: Emulator):
                 generations.update({n: str(g) for (b, n), g in emu.state.generations.items() if b == bucket})
             if rest == "o":  # items are object resources: name, size and generation as strings (JSON API objects.list)
                 prefix = query.get("prefix", [""])[0]
+                delimiter, start = query.get("delimiter", [""])[0], query.get("startOffset", [""])[0]
+                names = [n for n in sorted(mine) if n.startswith(prefix) and n >= start]
+                folders = sorted({prefix + n[len(prefix):].split(delimiter, 1)[0] + delimiter for n in names
+                                  if delimiter and delimiter in n[len(prefix):]})
                 items = [{"name": n, "bucket": bucket, "size": str(len(mine[n])), "generation": generations.get(n, "1")}
-                         for n in sorted(mine) if n.startswith(prefix)]
-                self._send(200, json.dumps({"kind": "storage#objects", "items": items}), "application/json")
+                         for n in names if not (delimiter and delimiter in n[len(prefix):])]
+                self._send(200, json.dumps({"kind": "storage#objects", "items": items,
+                                            **({"prefixes": folders} if folders else {})}), "application/json")
             elif rest.startswith("o/"):
                 name = urllib.parse.unquote(rest[2:])
                 wanted = query.get("generation", [None])[0]

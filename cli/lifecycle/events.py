@@ -268,47 +268,6 @@ class _AnyJob:
         return True
 
 
-class BucketEvents:
-    """A stack's event objects, each downloaded and parsed once per generation: key -> (generation, the
-    event its key vouches for, or None). Kept across reads (the watcher's cycles, ``logs --follow``), an
-    unchanged object is neither downloaded nor decoded again; one over ``EVENT_OBJECT_LIMIT`` is never
-    downloaded (one warning naming its key). Nothing but parsed events is kept."""
-
-    def __init__(self, stack: str):
-        self.stack = stack
-        self.parsed: dict[str, tuple[str, Event | None]] = {}
-        self.told: set[str] = set()  # keys warned of (too large, an implausible time): once each
-
-    def read(self, cloud, bucket: str, prefix: str, warn: Callable[[str], None] | None = None) -> None:
-        """List ``prefix`` of ``bucket`` through ``cloud`` (a ``cli.cloud.Cloud``: CloudError) and parse what changed."""
-        known = {k: g for k, (g, _) in self.parsed.items() if k.startswith(prefix)}
-        self.update(cloud.stored_objects(bucket, prefix, ".json", known, EVENT_OBJECT_LIMIT), prefix, warn)
-
-    def update(self, listed: Iterable[Any], prefix: str, warn: Callable[[str], None] | None = None) -> None:
-        """Take a listing of ``prefix`` (``cli.cloud.Stored``): objects no longer listed are forgotten
-        (expired by the bucket's lifecycle rule), new or changed ones parsed."""
-        listed = list(listed)
-        names = {o.key for o in listed}
-        for key in [k for k in self.parsed if k.startswith(prefix) and k not in names]:
-            del self.parsed[key]
-        for o in listed:
-            if o.data is not None:
-                found = vouched({o.key: o.data}, _AnyJob(), self.stack, warn, bucket=True)
-                self.parsed[o.key] = (o.generation, found[0][1] if found else None)
-            elif o.size > EVENT_OBJECT_LIMIT and self.parsed.get(o.key, ("",))[0] != o.generation:
-                self.parsed[o.key] = (o.generation, None)
-                if warn is not None:
-                    warn(f"event {o.key}: skipped unread: {o.size} bytes, over the {EVENT_OBJECT_LIMIT >> 20} MiB "
-                         "an event object may be (the scripts write a few hundred)")
-
-    def events(self, job_ids: Container[str], now: datetime | None, warn: Callable[[str], None] | None = None,
-               prefix: str = "") -> list[Event]:
-        """The events of ``job_ids`` among the objects read under ``prefix``, sorted by time, each with a
-        time that can be true (:func:`plausible`: each other key warned of once)."""
-        return plausible(((k, e) for k, (_, e) in self.parsed.items() if e is not None and e.job in job_ids
-                          and k.startswith(prefix)), now, warn, self.told)
-
-
 @dataclass(frozen=True)
 class Timeline:
     """What a job's events say about its past: running intervals and the gaps between them."""
@@ -348,20 +307,6 @@ def cloud_events(vms, job: Job, now: datetime) -> list[Event]:
         elif vm.status.lower() in ("terminated", "stopped", "stopping", "shutting-down"):
             out.append(Event(job.id, vm.attempt, vm.node, "stopped", now, {"source": "cloud", "reason": vm.reason}))
     return out
-
-
-def recorded(cloud, job_id: str, events_dir: Path | None, bucket: str | None,
-             warn: Callable[[str], None] | None = None, now: datetime | None = None) -> list[Event]:
-    """A job's events from ``events_dir`` and/or the stack's event bucket (objects ``<stack>/<job>/``),
-    sorted by time, each only if its key vouches for it and its time can be true (:func:`keyed_events`,
-    :class:`BucketEvents`; ``warn`` hears of the others). ``cloud`` is the stack's ``cli.cloud.Cloud``;
-    its failures raise CloudError."""
-    found = load_events(events_dir, job_id, cloud.stack, warn, now)
-    if bucket:
-        parsed = BucketEvents(cloud.stack)
-        parsed.read(cloud, bucket, f"{cloud.stack}/{job_id}/", warn)
-        found += parsed.events({job_id}, now, warn)
-    return sorted(found, key=lambda e: (e.time, e.attempt, e.node))
 
 
 def observed(cloud, job: Job, now: datetime) -> list[Event]:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from cli.lifecycle.events import BucketEvents, Event, load_events
+from cli.lifecycle.bucketevents import BucketEvents
+from cli.lifecycle.events import Event, load_events
 
 DISK_LOG_RE = re.compile(r"^attempt-(\d+)-node-(\d+)\.log$")
 CHUNK_RE = re.compile(r"attempt-(\d+)/node-(\d+)/logs/(\d+)\.log$")

@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cli.cloud import CloudError, Message
-from cli.lifecycle.events import CLOCK_SKEW, BucketEvents, Event, cloud_events, keyed_events, read_dir
+from cli.lifecycle.bucketevents import BucketEvents
+from cli.lifecycle.events import CLOCK_SKEW, Event, cloud_events, keyed_events, read_dir
 from cli.watch.decide import FACTS, Seen, merge, seen
 from infra.basics import loads_bounded
 from infra.config import JobState, StackConfig
@@ -150,8 +151,10 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
         cache = BucketEvents(stack) if bucket_cache is None else bucket_cache
 
         def bucket() -> None:
-            cache.read(cloud, sources.bucket, f"{stack}/", warn)  # each new object warned of once
-            batches.append([seen(e, "bucket") for e in cache.events(ids, now, warn)])
+            # what is new since the cache's cursors, of the current attempts (older ones are stale)
+            current = {j.id: j.attempt for j in cfg.jobs}
+            cache.read(cloud, sources.bucket, f"{stack}/", warn, attempts=current)  # each new object warned of once
+            batches.append([seen(e, "bucket") for e in cache.events(ids, now, warn, bucket=sources.bucket, attempts=current)])
 
         attempt(f"event bucket {sources.bucket}", bucket)
     if sources.subscription:

@@ -13,7 +13,8 @@ from typing import Any
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier
-from cli.lifecycle.events import BucketEvents, Event
+from cli.lifecycle.bucketevents import BucketEvents
+from cli.lifecycle.events import Event
 from cli.watch import act as acting
 from cli.watch import decide as deciding
 from cli.watch import lease as leasing

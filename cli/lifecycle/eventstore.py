@@ -1,0 +1,174 @@
+"""The durable local cache of parsed events (SQLite): every command and every ``watch --once`` run
+shares it, so an event object is downloaded and parsed once per machine, not once per process.
+
+One database file under the user's cache dir; rows are keyed by *source* (``s3://bucket``,
+``gs://bucket``, ``dir:/abs/path``) and stack. It is only a cache: losing it costs one re-read.
+- Concurrency and crashes: WAL mode, every write one transaction (SQLite's atomic commit: a process
+  killed mid-write leaves the last committed state; https://www.sqlite.org/atomiccommit.html,
+  https://www.sqlite.org/wal.html). Writers wait on each other (``busy_timeout``).
+- Corruption (a truncated or overwritten file, a foreign file): any ``sqlite3.DatabaseError`` drops
+  the file and starts empty, once per process.
+- Expiry: an object the bucket's lifecycle rule deleted is never forgotten here, so a job's history
+  (and what it folds to) never regresses when ``eventRetentionDays`` passes.
+- Size: sources unused for ``STALE_DAYS`` are dropped on open; each source holds one row per object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+from cli.lifecycle.events import Event, _aware
+
+SCHEMA = 1
+STALE_DAYS = 30
+_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sources (source TEXT PRIMARY KEY, used REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS objects (
+  source TEXT NOT NULL, key TEXT NOT NULL, generation TEXT NOT NULL,
+  job TEXT, attempt INTEGER, node INTEGER, event TEXT, time TEXT, details TEXT,
+  PRIMARY KEY (source, key));
+CREATE INDEX IF NOT EXISTS objects_job ON objects (source, job, attempt);
+CREATE TABLE IF NOT EXISTS cursors (source TEXT NOT NULL, prefix TEXT NOT NULL, after TEXT NOT NULL,
+  PRIMARY KEY (source, prefix));
+"""
+
+
+def default_path() -> Path:
+    """``$SPOTCTL_EVENT_CACHE``, else ``$XDG_CACHE_HOME/spotctl/events.sqlite`` (``~/.cache``)."""
+    if os.environ.get("SPOTCTL_EVENT_CACHE"):
+        return Path(os.environ["SPOTCTL_EVENT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "spotctl" / "events.sqlite"
+
+
+class EventStore:
+    """Parsed events of one source, with the listing cursors that say what was read already."""
+
+    def __init__(self, source: str, path: Path | None = None):
+        self.source = source
+        self.path = path or default_path()
+        self._db: sqlite3.Connection | None = None
+        self._rebuilt = False
+
+    # ---- connection, with corruption detected and rebuilt ----------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            try:
+                db.execute("PRAGMA busy_timeout = 30000")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: consistent after a crash, may lose the last commit
+                if not _has_schema(db):
+                    db.executescript(_SCHEMA_SQL)  # (IF NOT EXISTS: two processes may both run it)
+                with _tx(db):
+                    found = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
+                    if found is None:
+                        db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+                    elif found[0] != str(SCHEMA):
+                        raise sqlite3.DatabaseError(f"schema {found[0]}")
+                    db.execute("DELETE FROM objects WHERE source IN (SELECT source FROM sources WHERE used < ?)",
+                               (time.time() - STALE_DAYS * 86400,))
+                    db.execute("DELETE FROM cursors WHERE source IN (SELECT source FROM sources WHERE used < ?)",
+                               (time.time() - STALE_DAYS * 86400,))
+                    db.execute("DELETE FROM sources WHERE used < ?", (time.time() - STALE_DAYS * 86400,))
+                    db.execute("INSERT OR REPLACE INTO sources VALUES (?, ?)", (self.source, time.time()))
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    def _run(self, fn):
+        """``fn(db)``; a damaged cache file is removed and ``fn`` run once more on a new one."""
+        try:
+            return fn(self._open())
+        except sqlite3.DatabaseError:
+            if self._rebuilt:
+                raise
+            self._rebuilt = True
+            self.close()
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self.path}{suffix}")
+            return fn(self._open())
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # ---- reads ------------------------------------------------------------------------------------
+    def generations(self, prefix: str, start: str | None = None) -> dict[str, str]:
+        """{key: generation} of the objects read under ``prefix`` (from key ``start`` on)."""
+        return self._run(lambda db: dict(db.execute(
+            "SELECT key, generation FROM objects WHERE source = ? AND key >= ? AND key < ?",
+            (self.source, max(prefix, start or prefix), prefix + "\U0010ffff"))))
+
+    def cursor(self, prefix: str) -> str | None:
+        row = self._run(lambda db: db.execute("SELECT after FROM cursors WHERE source = ? AND prefix = ?",
+                                              (self.source, prefix)).fetchone())
+        return row[0] if row else None
+
+    def events(self, jobs: Iterable[str], min_attempt: dict[str, int] | None = None,
+               prefix: str = "") -> list[tuple[str, Event]]:
+        """``(key, event)`` of the given jobs (from ``min_attempt[job]`` on, when given), keys under ``prefix``."""
+        def query(db):
+            out = []
+            for job in sorted(set(jobs)):
+                rows = db.execute("SELECT key, job, attempt, node, event, time, details FROM objects "
+                                  "WHERE source = ? AND job = ? AND attempt >= ? AND key >= ? AND key < ?",
+                                  (self.source, job, (min_attempt or {}).get(job, 0), prefix, prefix + "\U0010ffff"))
+                out += [(k, _event(j, a, n, e, t, d)) for k, j, a, n, e, t, d in rows]
+            return out
+        return self._run(query)
+
+    # ---- writes (each one transaction) -----------------------------------------------------------
+    def put(self, rows: Iterable[tuple[str, str, Event | None]], cursors: dict[str, str] | None = None) -> None:
+        """Record ``(key, generation, event or None)`` rows and move cursors, atomically."""
+        rows = list(rows)
+
+        def write(db):
+            with _tx(db):
+                db.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               [(self.source, k, g, *(_columns(e))) for k, g, e in rows])
+                db.executemany("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)",
+                               [(self.source, p, a) for p, a in (cursors or {}).items()])
+        if rows or cursors:
+            self._run(write)
+
+
+class _tx:
+    """One IMMEDIATE transaction (the write lock taken up front: no deadlock between two writers)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind, *_):
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _has_schema(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'cursors'").fetchone()[0] == 1
+
+
+def _columns(e: Event | None) -> tuple:
+    if e is None:
+        return (None,) * 6
+    return (e.job, e.attempt, e.node, e.event, e.time.isoformat(), json.dumps(dict(e.details)))
+
+
+def _event(job, attempt, node, event, when, details) -> Event:
+    return Event(job, attempt, node, event, _aware(datetime.fromisoformat(when)), json.loads(details))
+
