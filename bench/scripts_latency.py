@@ -1,4 +1,5 @@
-"""How fast a preemption becomes a recorded event, with the real rendered scripts and budgets.
+"""How fast a preemption becomes a recorded event, with the real rendered bootstrap, the VM agent and
+its budgets.
 
 GCP: seconds from the metadata server flipping `preempted` (and GCE starting the shutdown script)
 to the `preempted` event arriving at the bucket; target <= 2 s.

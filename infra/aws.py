@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import aws_common, contract
+from infra.agent_object import aws_read_statements
 from infra.aws_base import (  # noqa: F401
     StackBase,
 )
@@ -55,12 +56,14 @@ from infra.common import (
     pool_script_context,
 )
 from infra.config import Pool
-from infra.naming import aws_tags, ssm_parameter_name
+from infra.contract.aws_fleet import cluster_placement_problem, efa_interfaces
+from infra.naming import aws_tags, code_prefix, ssm_parameter_name
 from infra.render import event_object_prefix, scripts_for
 
 
-def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, tags, child):
-    """(role, instance profile) per job (or pool) that may only put objects under its own prefix:
+def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, tags, child, code: bool = False):
+    """(role, instance profile) per job (or pool) that may only put objects under its own prefix (and,
+    with ``code``, read the job's own code archives):
     EC2 instance tags are not principal tags, so one shared role could not tell jobs apart. Every
     role carries the stack's permissions boundary (contract aws.role-permissions-boundary)."""
     prefix = event_object_prefix(args.stack, owner)  # config refuses a pool named like a job
@@ -87,12 +90,26 @@ def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, t
             lambda arn: json.dumps(
                 {
                     "Version": "2012-10-17",
-                    "Statement": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/{prefix}*"}],
+                    "Statement": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/{prefix}*"},
+                                  *aws_read_statements(arn, prefix)],
                 }
             )
         ),
         opts=child,
     )
+    if code:
+        # The job's code archives (uploaded by spotctl, named by their digest) and nothing else of the
+        # bucket: GetObject on the job's own code prefix only. Without s3:ListBucket a missing object
+        # answers 403, not 404 (https://docs.aws.amazon.com/AmazonS3/latest/API/API_GetObject.html,
+        # "Permissions"): the VM reports either as the archive not found.
+        code_dir = code_prefix(args.stack, owner)
+        aws.iam.RolePolicy(
+            f"{name}-code-policy",
+            role=role.id,
+            policy=bucket.arn.apply(lambda arn: json.dumps({"Version": "2012-10-17", "Statement": [
+                {"Sid": "ReadOwnCode", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"{arn}/{code_dir}*"}]})),
+            opts=child,
+        )
     return role, aws.iam.InstanceProfile(
         f"{name}-profile", name_prefix=name_prefix, path=path, role=role.name, tags=tags, opts=child
     )
@@ -172,7 +189,7 @@ class GpuPool(pulumi.ComponentResource):
             )
             self.groups["fallbackAsg"] = self.fallback
             demand_scaling(f"{name}-fallback", f"{physical}-fallback", args.stack, pool, self.fallback, fallback, 0, tags, child)
-        # A busy instance sets scale-in protection on itself (templates/common/lib.sh.j2).
+        # A busy instance sets scale-in protection on itself (agent/watch.py busy_apply).
         protect_policy(f"{name}-protect-policy", role, list(self.groups.values()), child)
         self.register_outputs({k: g.name for k, g in self.groups.items()})
 
@@ -203,7 +220,19 @@ class TrainingJob(pulumi.ComponentResource):
                                              referenced_security_group_id=gang.id, ip_protocol="-1",
                                              description=f"the nodes of job {job.id} talk to each other (NCCL, rendezvous)",
                                              tags=tags, opts=child)
+            if efa_interfaces(job.instance_type):
+                aws.vpc.SecurityGroupEgressRule(f"{name}-gang-sg-self-out", security_group_id=gang.id,
+                                                referenced_security_group_id=gang.id, ip_protocol="-1",
+                                                description=f"EFA: the nodes of job {job.id} send to each other",
+                                                tags=tags, opts=child)
             groups.append(gang.id)
+        placement = None
+        if job.nodes > 1 and efa_interfaces(job.instance_type):
+            # NCCL over EFA wants the gang's nodes close: a cluster placement group packs them in one
+            # zone's low-latency segment (contract aws.efa-cluster-placement).
+            placement = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", tags=tags, opts=child)
+            contract.enforce("aws.efa-cluster-placement", f"{name}-placement",
+                             cluster_placement_problem(job.instance_type, job.nodes))
         if plan.needs_master_address:
             # An ENI outlives instances: the master keeps its private IP across attempts.
             master_eni = aws.ec2.NetworkInterface(
@@ -244,7 +273,8 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
         image = _image(job.image, pulumi.InvokeOptions(parent=self)) if runs else None
-        role, profile = _instance_profile(name, args, job.id, base, tags, child) if runs else (None, None)
+        reads_code = job.code is not None and job.code.dir is not None
+        role, profile = _instance_profile(name, args, job.id, base, tags, child, reads_code) if runs else (None, None)
         secret_deps = self._env_secret(name, args, plan, role, tags, child)
         self.volumes: list[aws.ebs.Volume] = []
         self.instances: list[aws.ec2.Instance] = []
@@ -276,6 +306,7 @@ class TrainingJob(pulumi.ComponentResource):
                 else None,
                 associate_public_ip_address=None if uses_eni else public_ip,
                 iam_instance_profile=profile.name,
+                placement_group=placement.name if placement is not None else None,
                 metadata_options=aws_common._metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
                 root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                     volume_size=root_volume_gb(BOOT_DISK_GB, image, f"{name}-n{node.rank}-vm"),
@@ -294,6 +325,12 @@ class TrainingJob(pulumi.ComponentResource):
                 )
                 if plan.spot
                 else None,
+                # The agent powers the VM off when the job's work is done: an OS shutdown then ends the
+                # instance's billing. A one-time spot instance cannot be stopped (only a persistent
+                # request's can, docs.aws.amazon.com/AWSEC2/latest/UserGuide/interruption-behavior.html):
+                # it terminates, as at a preemption; an on-demand one stops and keeps its state. The
+                # default is stop: docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_ChangingInstanceInitiatedShutdownBehavior.html
+                instance_initiated_shutdown_behavior="terminate" if plan.spot else "stop",
                 user_data_base64=user_data,
                 user_data_replace_on_change=True,
                 tags={**aws_tags(args.stack, cfg.labels, name=node.instance_name, job=job.id, node=str(node.rank)), "spotctl:attempt": str(job.attempt)},
@@ -307,8 +344,10 @@ class TrainingJob(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     # The master's public address is there before its first boot runs the user data.
                     parent=self, delete_before_replace=True,
-                    depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else [])],
-                    ignore_changes=["ami", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt
+                    depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else []), base.agent],
+                    # A placement group is ForceNew (ec2_instance.go: placement_group): one added by an upgrade
+                    # reaches the next attempt's VMs, like a newer image, never a running one.
+                    ignore_changes=["ami", "placementGroup", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt
                 ),
             )
             aws.ec2.VolumeAttachment(

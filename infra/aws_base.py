@@ -9,6 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import contract
+from infra.agent_object import aws_agent_object
 from infra.aws_common import (
     _dns_name,
     _subnets,
@@ -22,7 +23,7 @@ from infra.common import (
     StackArgs,
 )
 from infra.config import StackConfig
-from infra.naming import aws_tags, event_root
+from infra.naming import DEPLOYED_REGION_TAG, aws_tags, event_root
 
 
 def queue_policy(queue_arn: str, region: str, slug: str) -> dict:
@@ -61,13 +62,16 @@ class StackBase(pulumi.ComponentResource):
         vpc_id = next(iter(self.subnets.values())).vpc_id
 
         self.bucket = aws.s3.Bucket(f"{name}-events", bucket_prefix=f"spotctl-{args.slug}-events-", force_destroy=False, tags=tags, opts=child)
+        self.agent = aws_agent_object(name, self.bucket, tags, self)
         self.boundary = aws.iam.Policy(
             f"{name}-boundary",
             name=boundary_name(args.slug),
             path="/spotctl/",
             description=f"spotctl {args.stack}: the most any job or pool role may do (permissions boundary)",
             policy=self.bucket.arn.apply(lambda arn: json.dumps(boundary_document(args.stack, args.slug, cfg.region, arn))),
-            tags=tags,
+            # IAM names are account-wide: the region says which deployment of this stack name owns the
+            # boundary, so `spotctl validate --cloud` can tell a second one (cli/cloud/deployments.py).
+            tags={**tags, DEPLOYED_REGION_TAG: cfg.region},
             opts=child,
         )
         public_block = aws.s3.BucketPublicAccessBlock(
@@ -207,8 +211,8 @@ class StackBase(pulumi.ComponentResource):
         if self.egress != "s3-endpoint":
             return  # NAT and public-ip egress reach every AWS API as they are
         # The S3 gateway endpoint reaches S3 only. Jobs' secret env values are in SSM; pool VMs
-        # protect themselves from scale-in through the Auto Scaling API (templates/common/lib.sh.j2
-        # spotctl_protect; interface endpoint com.amazonaws.<region>.autoscaling:
+        # protect themselves from scale-in through the Auto Scaling API (agent/storage.py
+        # Cloud.protect; interface endpoint com.amazonaws.<region>.autoscaling:
         # https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-vpc-endpoints.html).
         services = [s for s, wanted in (("ssm", any(job.secret_keys for job in cfg.jobs)), ("autoscaling", bool(cfg.pools)))
                     if wanted]
@@ -268,7 +272,7 @@ class StackBase(pulumi.ComponentResource):
         (https://docs.aws.amazon.com/appstream2/latest/developerguide/how-to-access-api-cli-through-interface-vpc-endpoint.html,
         the same PrivateLink mechanism for every AWS service; AWS's SDKs take it as ``endpoint_url`` and
         sign for the service and region as before). The requests are signed for the host they are sent
-        to (templates/common/lib.sh.j2 spotctl_aws_request signs the URL's host, which curl sends)."""
+        to (agent/storage.py aws_request signs the URL's host, which it sends)."""
         endpoint = aws.ec2.VpcEndpoint(
             f"{name}-{service}-endpoint",
             vpc_id=vpc_id,

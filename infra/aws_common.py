@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from agent.schema import AGENT_PREFIX
 from infra import contract
 from infra.config import Job, StackConfig
-from infra.naming import ssm_parameter_name
+from infra.naming import boundary_name, code_root, ssm_parameter_name  # noqa: F401 - boundary_name: its users import it from here
 
 # Deep Learning AMI (NVIDIA driver, PyTorch) on Ubuntu, newest first; `image: ami-...` overrides.
 DEFAULT_AMI_NAME = "Deep Learning OSS Nvidia Driver AMI GPU PyTorch * (Ubuntu 22.04) *"
@@ -177,10 +178,6 @@ def job_role_naming(slug: str) -> tuple[str, str]:
     return "/spotctl/", f"spotctl-{slug}-"[:38]
 
 
-def boundary_name(slug: str) -> str:
-    """The stack's permissions-boundary policy (path ``/spotctl/``): one per stack, attached to every
-    job and pool role (contract aws.role-permissions-boundary)."""
-    return f"spotctl-{slug}-boundary"
 
 
 def boundary_document(stack: str, slug: str, region: str, bucket_arn: str) -> dict:
@@ -192,8 +189,12 @@ def boundary_document(stack: str, slug: str, region: str, bucket_arn: str) -> di
     content) still cannot leave this list: the union of what ``_instance_profile``, ``_env_secret``
     and ``protect_policy`` grant, at the stack's level instead of the job's."""
     return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ReadAgentAndStackObjects", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [f"{bucket_arn}/{AGENT_PREFIX}*", f"{bucket_arn}/{stack}/*"]},
         {"Sid": "PutStackEvents", "Effect": "Allow", "Action": "s3:PutObject",
          "Resource": f"{bucket_arn}/{stack}/*"},  # every event_object_prefix(stack, name) of the stack
+        {"Sid": "ReadStackCode", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": f"{bucket_arn}/{code_root(stack)}*"},  # every job's code_prefix(stack, job)
         {"Sid": "ReadStackSecretEnv", "Effect": "Allow", "Action": "ssm:GetParameter",
          "Resource": f"arn:aws:ssm:{region}:*:parameter{ssm_parameter_name(slug, '*')}"},
         # SecureStrings use the account's aws/ssm key through SSM only; a cap, not a grant.

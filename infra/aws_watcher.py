@@ -22,7 +22,7 @@ from infra import aws_common, contract
 from infra.common import StackArgs
 from infra.config import AWS_KMS_RE
 from infra.contract.aws import WATCHER_ROLE_PATH
-from infra.naming import aws_tags, owner_value, shared_stack_file, ssm_parameter_name, watch_lease
+from infra.naming import CLOUDWATCH_NAMESPACE, aws_tags, owner_value, shared_stack_file, ssm_parameter_name, watch_lease
 from infra.render import WatcherContext, watcher_script
 
 # Debian 12 (bookworm) AMIs are published by the Debian cloud team's account 136693071363
@@ -62,7 +62,7 @@ def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
 def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events_bucket_arn: str, backend_bucket: str,
                    backend_prefix: str, secrets_provider: str, passphrase_secret: str | None,
                    boundary_arn: str, subnet_ids: Sequence[str], stack_file_key: str | None = None,
-                   lease_key: str | None = None) -> dict[str, Any]:
+                   lease_key: str | None = None, pools: bool = False, pool_fallback: bool = False) -> dict[str, Any]:
     """The watcher role's inline policy (pure, so tests read it whole).
 
     EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
@@ -214,6 +214,19 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
                     "ssm:ListTagsForResource", "ssm:AddTagsToResource", "ssm:RemoveTagsFromResource"],
          "Resource": f"arn:aws:ssm:{region}:*:parameter{ssm_parameter_name(slug, '*')}"},
     ]
+    if pools:
+        # The watcher publishes each pool's recorded demand every minute (cli/pools/record.py). PutMetricData
+        # takes no resource-level permission; the namespace condition key is how IAM narrows it
+        # (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html,
+        # "Allowing publishing in one namespace only"). Dimensions cannot be conditioned on.
+        statements.append({"Sid": "PublishPoolDemand", "Effect": "Allow", "Action": "cloudwatch:PutMetricData",
+                           "Resource": "*", "Condition": {"StringEquals": {"cloudwatch:namespace": CLOUDWATCH_NAMESPACE}}})
+    if pool_fallback:
+        # With fallbackToOnDemand a publication reads the shortage's history and the groups' instances
+        # (cli/pools/demand.py publish); both are reads without resource-level permissions.
+        statements.append({"Sid": "ObservePools", "Effect": "Allow",
+                           "Action": ["cloudwatch:GetMetricStatistics", "autoscaling:DescribeAutoScalingGroups"],
+                           "Resource": "*"})
     if secrets_provider == "passphrase":
         name = (passphrase_secret or "").lstrip("/")
         statements.append({"Sid": "ReadPassphrase", "Effect": "Allow", "Action": "ssm:GetParameter",
@@ -265,7 +278,8 @@ class Watcher(pulumi.ComponentResource):
                 backend_bucket=backend_bucket, backend_prefix=backend_prefix, secrets_provider=w.secrets_provider,
                 passphrase_secret=w.passphrase_secret, boundary_arn=v[2],
                 subnet_ids=sorted(s.id for s in base.subnets.values()), stack_file_key=shared_stack_file(args.stack),
-                lease_key=watch_lease(args.stack)))),
+                lease_key=watch_lease(args.stack), pools=any(p.spot_max > 0 for p in cfg.pools),
+                pool_fallback=any(p.spot_max > 0 and p.fallback_to_on_demand is not None for p in cfg.pools)))),
             opts=child,
         )
         profile = aws.iam.InstanceProfile(f"{name}-profile", name_prefix=f"spotctl-{args.slug}-watcher-"[:38],

@@ -187,13 +187,16 @@ def templates_dir() -> Path:
 
 @cache
 def scripts_digest() -> str:
-    """What identifies spotctl's own VM scripts (every file ``templates/`` holds, whatever they say):
-    recorded per job with each new attempt (``scriptsDigest``), so a running attempt keeps the scripts
-    it started with when spotctl is upgraded (``infra.common.frozen_scripts``)."""
+    """What identifies spotctl's own VM scripts (every file ``templates/`` holds, whatever they say,
+    and the VM agent's modules, which the bootstrap pins by digest): recorded per job with each new
+    attempt (``scriptsDigest``), so a running attempt keeps the scripts it started with when spotctl
+    is upgraded (``infra.common.frozen_scripts``; the agent it pinned stays in the bucket)."""
     import hashlib
 
-    root = templates_dir()
+    import agent
+
     h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for root, prefix in ((templates_dir(), ""), (Path(agent.__file__).resolve().parent, "agent/")):
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update((prefix + path.relative_to(root).as_posix()).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -12,6 +12,7 @@ from typing import Any
 
 from infra.config import Capacity, Job, JobState, Pool, StackConfig
 from infra.naming import (
+    code_key,
     disk_name,
     gen_prefix,
     instance_name,
@@ -251,7 +252,25 @@ def job_script_context(
         disk_device=disk_device,
         disk_aliases=disk_aliases,
         mount_point=MOUNT_POINT,
+        **code_fields(cfg, stack, job, bucket),
     )
+
+
+def code_fields(cfg: StackConfig, stack: str, job: Job, bucket: str) -> dict[str, str]:
+    """What the VM is told of the job's code (docs/guides/code.md): the archive's object and digest
+    (``code: {dir}``, uploaded by spotctl under ``code_key``) or the repository and its pinned commit,
+    the setup command, the workdir and the container. A ``code:`` spotctl has not yet packed (no
+    ``codeDigest`` / ``codeCommit``) is left out: the VM then runs as it does without ``code:``."""
+    out = {"setup": job.setup or "", "workdir": job.workdir or "", "container": job.container or ""}
+    code = job.code
+    if code is None:
+        return out
+    if code.dir is not None and job.code_digest:
+        scheme = "gs" if cfg.cloud == "gcp" else "s3"
+        out |= {"code_uri": f"{scheme}://{bucket}/{code_key(stack, job.id, job.code_digest)}", "code_sha256": job.code_digest}
+    elif code.git is not None and job.code_commit:
+        out |= {"code_git_url": code.git, "code_git_commit": job.code_commit, "code_git_token_env": code.token_env or ""}
+    return out
 
 
 def secret_ref(cfg: StackConfig, slug: str, job_id: str) -> str:

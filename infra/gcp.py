@@ -52,7 +52,7 @@ from infra.gcp_common import (  # noqa: F401
     _wants_driver,
     subnetwork_path,
 )
-from infra.naming import boot_disk_name, gcp_labels, pool_metric_filter, pool_metric_type, secret_id
+from infra.naming import boot_disk_name, code_prefix, gcp_labels, pool_metric_filter, pool_metric_type, secret_id
 from infra.render import DEVICE_NAME, event_object_prefix, scripts_for
 
 
@@ -205,6 +205,7 @@ class TrainingJob(pulumi.ComponentResource):
         account = ServiceAccount(
             f"{name}-sa", _account_id(plan.slug, f"job-{job.id}"), f"spotctl job {job.id} of {args.stack}",
             base.bucket.name, cfg.project or "", event_object_prefix(args.stack, job.id), opts=child,
+            code_prefix=code_prefix(args.stack, job.id) if job.code is not None and job.code.dir is not None else "",
         )
         secret_deps = self._env_secret(name, args, plan, account, labels, child, getattr(base, "watcher", None))
         if getattr(base, "watcher", None) is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.agent_object import gcp_agent_object
 from infra.common import (
     JobPlan,
     StackArgs,
@@ -101,6 +102,7 @@ class StackBase(pulumi.ComponentResource):
             force_destroy=False,
             opts=child,
         )
+        self.agent = gcp_agent_object(name, self.bucket, self)
         self.topic = gcp.pubsub.Topic(f"{name}-preemptions", name=f"{args.slug}-preemptions", project=cfg.project, labels=labels, opts=child)
         self.sink = gcp.logging.ProjectSink(
             f"{name}-preempted-sink",

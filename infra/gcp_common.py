@@ -6,6 +6,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.agent_object import gcp_read_condition
 from infra.common import (
     StackArgs,
 )
@@ -98,7 +99,7 @@ class ServiceAccount(pulumi.ComponentResource):
     """
 
     def __init__(self, name: str, account_id: str, display: str, bucket: pulumi.Input[str], project: str, prefix: str,
-                 opts=None):
+                 opts=None, code_prefix: str = ""):
         super().__init__("spotctl:gcp:ServiceAccount", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.account = gcp.serviceaccount.Account(
@@ -116,7 +117,33 @@ class ServiceAccount(pulumi.ComponentResource):
             f"{name}-events-writer", bucket=bucket, role="roles/storage.objectCreator", member=member,
             condition=condition, opts=child,
         )
+        gcp.storage.BucketIAMMember(
+            f"{name}-reader", bucket=bucket, role="roles/storage.objectViewer", member=member,
+            condition=gcp.storage.BucketIAMMemberConditionArgs(
+                title="spotctl-agent-and-own-prefix", description=f"read the agent and objects under {prefix} only",
+                expression=pulumi.Output.from_input(bucket).apply(lambda b: gcp_read_condition(b, prefix)),
+            ),
+            opts=child,
+        )
         gcp.projects.IAMMember(f"{name}-log-writer", project=project, role="roles/logging.logWriter", member=member, opts=child)
+        if code_prefix:
+            # The job's code archives only: storage.objects.get is checked against the object's resource
+            # name (projects/_/buckets/B/objects/NAME, https://cloud.google.com/iam/docs/conditions-resource-attributes
+            # "Cloud Storage"), so a startsWith condition on the job's code prefix admits those objects
+            # and no other; objects.list is checked against the bucket's name, which the condition never
+            # matches, so the job cannot list the bucket either (roles/storage.objectViewer:
+            # https://cloud.google.com/storage/docs/access-control/iam-roles). Uniform bucket-level access
+            # is on (no object ACLs); a managed folder would need its own resource per job, this needs none.
+            gcp.storage.BucketIAMMember(
+                f"{name}-code-reader", bucket=bucket, role="roles/storage.objectViewer", member=member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title="spotctl-code-prefix",
+                    description=f"read the job's code under {code_prefix} only",
+                    expression=pulumi.Output.from_input(bucket).apply(
+                        lambda b: f'resource.name.startsWith("projects/_/buckets/{b}/objects/{code_prefix}")'),
+                ),
+                opts=child,
+            )
         self.email = self.account.email
         self.register_outputs({"email": self.email})
 

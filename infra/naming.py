@@ -70,10 +70,46 @@ def shared_stack_file(stack: str) -> str:
     return f"{stack}.spotctl/Pulumi.{stack}.yaml"
 
 
+def code_root(stack: str) -> str:
+    """The prefix under which every job's code archives live (``code_prefix``)."""
+    return f"{stack}.spotctl/code/"
+
+
+def code_prefix(stack: str, job_id: str) -> str:
+    """Where a job's code archives live in the stack's event bucket: beside the events' ``<stack>/``
+    prefix, never under it, so the events' expiry rule never deletes the code a later attempt needs
+    and no job identity (which may write only ``<stack>/<job>/``) can replace it; only this job's
+    identity may read it (infra/aws.py, infra/gcp.py)."""
+    return f"{code_root(stack)}{job_id}/"
+
+
+def code_key(stack: str, job_id: str, sha256: str) -> str:
+    """The object of one archive, named by its sha256 (uploaded once; a new digest is a new object)."""
+    return f"{code_prefix(stack, job_id)}{sha256}.tar.gz"
+
+
 def watch_lease(stack: str) -> str:
     """The one-watcher-per-stack lease in the stack's event bucket (cli/watch/lease.py): beside the shared
     stack file, never under the expiring ``<stack>/`` prefix, and writable by no job identity."""
     return f"{stack}.spotctl/watch.lease"
+
+
+def pool_demand_key(stack: str, pool: str) -> str:
+    """The durable record of a pool's last published demand in the stack's event bucket
+    (cli/pools/record.py): beside the shared stack file, never under the expiring ``<stack>/`` prefix,
+    so the watcher can republish it every minute and no job or pool identity can write it."""
+    return f"{stack}.spotctl/pools/{pool}.demand"
+
+
+def boundary_name(slug: str) -> str:
+    """The stack's permissions-boundary policy (AWS, path ``/spotctl/``): one per stack, attached to
+    every job and pool role (contract aws.role-permissions-boundary); an account-wide name."""
+    return f"spotctl-{slug}-boundary"
+
+
+DEPLOYED_REGION_TAG = "spotctl:region"
+"""On an AWS stack's account-wide resources (its IAM permissions boundary): the region of the
+deployment that made it, so a second deployment of the same stack name elsewhere is told apart."""
 
 
 def event_root(stack: str) -> str:

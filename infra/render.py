@@ -7,8 +7,10 @@ rendered with ``StrictUndefined`` so a missing variable is an error, never an em
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shlex
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
@@ -16,6 +18,8 @@ from typing import Literal
 
 import jinja2
 
+from agent import schema
+from infra.agent_artifact import artifact
 from infra.basics import scripts_digest, templates_dir  # noqa: F401 - re-exported: the scripts' home and digest
 
 GCP_METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
@@ -24,6 +28,7 @@ GCS_URL = "https://storage.googleapis.com"
 SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
 MOUNT_POINT = "/mnt/spotctl"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DEVICE_PATH = re.compile(r"^/[A-Za-z0-9/_.-]+$")  # an absolute path, one shell word
 DEVICE_NAME = "spotctl-data"  # GCE device name of the job disk -> /dev/disk/by-id/google-spotctl-data
 
@@ -71,13 +76,25 @@ class ScriptContext:
     event_prefix: str = ""
     poll_interval_s: int = 5
     # At most one `checkpoint` event per this many seconds (the newest skipped one is recorded when
-    # the trainer exits, so a preemption's work lost stays exact; see templates/common/lib.sh.j2).
+    # the trainer exits, so a preemption's work lost stays exact; see agent/trainer.py Pump).
     checkpoint_event_s: int = 60
     # Seconds the trainer gets after SIGTERM; None = the cloud's default (fits its notice).
     stop_budget_s: int | None = None
     systemd_dir: str = "/etc/systemd/system"
     fstab: str = "/etc/fstab"
     state_dir: str = "/var/lib/spotctl"
+    # Where the job's code comes from (filled by the CLI at launch): an archive ``s3://B/K`` or
+    # ``gs://B/K`` (.tar.gz) with its sha256, or a git URL at a commit (a private repo's token in the
+    # secure env value named ``code_git_token_env``); ``setup`` runs once per disk and code,
+    # ``workdir`` is relative to the unpacked code, ``container`` an image to run both in.
+    code_uri: str = ""
+    code_sha256: str = ""
+    code_git_url: str = ""
+    code_git_commit: str = ""
+    code_git_token_env: str = ""
+    setup: str = ""
+    workdir: str = ""
+    container: str = ""
 
     def __post_init__(self) -> None:
         # Values rendered without the quote filter must be what they claim to be.
@@ -97,6 +114,14 @@ class ScriptContext:
                 raise ValueError(f"disk alias {alias!r} is not an absolute device path without spaces")
         if bool(self.secret_keys) != bool(self.secret_ref):
             raise ValueError("secret_keys and secret_ref go together")
+        if self.code_uri and not (re.match(r"^(s3|gs)://[^/]+/.+", self.code_uri) and _SHA256.match(self.code_sha256)):
+            raise ValueError(f"code_uri {self.code_uri!r} must be s3://BUCKET/KEY or gs://BUCKET/KEY with a sha256")
+        if self.code_git_url and not self.code_git_commit:
+            raise ValueError("code_git_url needs code_git_commit")
+        if self.code_git_token_env and not _ENV_KEY.match(self.code_git_token_env):
+            raise ValueError(f"code_git_token_env {self.code_git_token_env!r} is not an environment variable name")
+        if self.workdir.startswith("/") or ".." in self.workdir.split("/"):
+            raise ValueError(f"workdir {self.workdir!r} must be relative to the code, without '..'")
 
     def variables(self) -> dict[str, object]:
         # Shallow (the templates only read; ``env`` copied): ``asdict`` deep-copied every field of
@@ -117,7 +142,19 @@ class ScriptContext:
         v["notice_s"] = NOTICE_S[self.cloud]
         v["stop_budget_s"] = self.stop_budget_s if self.stop_budget_s is not None else TRAINER_STOP_BUDGET_S[self.cloud]
         v["unit"] = f"spotctl-{self.kind}"
+        # AWS attaches the volume only once the instance exists (a VolumeAttachment after the
+        # instance, infra/aws.py) and runs user data once: wait up to 10 minutes. GCE attaches it
+        # with the instance.
+        v["disk_wait_s"] = 600 if self.cloud == "aws" else 120
         return v
+
+    def agent_config(self) -> dict[str, object]:
+        """What the VM agent reads (agent/config.py ``Config``): the settings, nothing derived twice."""
+        v = self.variables()
+        keys = {f.name for f in fields(self)} | {"disk_wait_s", "notice_s", "unit"}
+        doc = {k: v[k] for k in sorted(keys)}
+        doc["secret_keys"], doc["disk_aliases"] = list(self.secret_keys), list(self.disk_aliases)
+        return doc
 
 
 def secret_payload(values: Mapping[str, str]) -> str:
@@ -140,10 +177,7 @@ def read_secret_payload(payload: str) -> dict[str, str]:
     return out
 
 
-def event_object_prefix(stack: str, name: str) -> str:
-    """Where the scripts of job or pool ``name`` write event objects (``spotctl_record`` in
-    templates/common/lib.sh.j2: ``<event_prefix><name>/attempt-N/...`` with the default prefix)."""
-    return f"{stack}/{name}/"
+event_object_prefix = schema.event_object_prefix
 
 
 def _quote(value: object) -> str:
@@ -189,11 +223,33 @@ class Scripts:
         return self.startup
 
 
-def scripts_for(ctx: ScriptContext) -> Scripts:
+def bootstrap_variables(ctx: ScriptContext) -> dict[str, object]:
+    """The bootstrap's values: the agent's digest and where to fetch it, and the agent's config."""
+    v = ctx.variables()
+    agent = artifact()
     if ctx.cloud == "gcp":
-        variables = ctx.variables()
+        path = f"/storage/v1/b/{urllib.parse.quote(ctx.event_bucket, safe='')}/o/{urllib.parse.quote(agent.object_name, safe='')}?alt=media"
+    else:
+        path = f"/{urllib.parse.quote(ctx.event_bucket, safe='')}/{agent.object_name}"
+    v.update(agent_sha256=agent.sha256, agent_url_path=path,
+             config_json=json.dumps(ctx.agent_config(), sort_keys=True, ensure_ascii=False, separators=(",", ":")))
+    return v
+
+
+def bootstrap_config(script: str) -> dict[str, object]:
+    """The agent's config a rendered bootstrap carries (tests, and a person reading user data)."""
+    for line in script.splitlines():
+        if line.startswith("SPOTCTL_CONFIG_JSON="):
+            return json.loads(shlex.split(line.partition("=")[2])[0])
+    raise ValueError("not a spotctl bootstrap: no SPOTCTL_CONFIG_JSON line")
+
+
+def scripts_for(ctx: ScriptContext) -> Scripts:
+    """The bootstrap(s) of one VM: GCE startup and shutdown metadata, or EC2 user data."""
+    variables = bootstrap_variables(ctx)
+    if ctx.cloud == "gcp":
         return Scripts(render("gcp/startup.sh.j2", ctx, variables), render("gcp/shutdown.sh.j2", ctx, variables))
-    return Scripts(render("aws/user-data.sh.j2", ctx))
+    return Scripts(render("aws/user-data.sh.j2", ctx, variables))
 
 
 # Where the watcher VM gets its tools (templates/watcher/startup.sh.j2): the GitHub release archives

@@ -138,11 +138,19 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+def copy_example_code(project: Path) -> None:
+    """examples/quickstart into ``project``: the code: of the example stacks' jobs (relative to the project root)."""
+    shutil.copytree(ROOT / "examples" / "quickstart", project / "examples" / "quickstart",
+                    ignore=shutil.ignore_patterns(".venv", "__pycache__", "checkpoints", "output"))
+
+
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A temp project (Pulumi.yaml + stacks/ with both examples) as the working directory."""
+    """A temp project (Pulumi.yaml + stacks/ with both examples, and examples/quickstart: their jobs'
+    code) as the working directory."""
     shutil.copy(ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
     shutil.copytree(EXAMPLES, tmp_path / "stacks", ignore=STACKS_ONLY)
+    copy_example_code(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PULUMI_STACK", raising=False)  # no stack selected but the one a test selects
     monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))

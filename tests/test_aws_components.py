@@ -12,8 +12,10 @@ import pulumi_aws as aws
 import pytest
 
 from cli.plan import mocks as planner
+from infra.agent_artifact import artifact
 from infra.config import validate
 from infra.naming import owner_value
+from infra.render import bootstrap_config
 from tests.conftest import AWS_BASE, aws_job, stack_config
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -70,7 +72,7 @@ def test_launch_template():
     ]
     assert lt["networkInterfaces"][0]["associatePublicIpAddress"] == "false"
     script = script_of(lt)
-    assert script.startswith("#!/bin/bash") and "SPOTCTL_COMMAND='agent --pool g5'" in script
+    assert script.startswith("#!/bin/bash") and bootstrap_config(script)["command"] == "agent --pool g5"
     assert lt["iamInstanceProfile"]["arn"].startswith("arn:aws:iam:")
     kinds = {spec["resourceType"]: spec["tags"] for spec in lt["tagSpecifications"]}
     assert set(kinds) == {"instance", "volume", "network-interface"}
@@ -123,13 +125,13 @@ def test_job_volume_instance_attachment():
     assert i["associatePublicIpAddress"] is False
     assert i["userDataReplaceOnChange"] is True
     vol_id = plan.outputs["jobs"]["train"]["volumes"][0]
-    assert f"SPOTCTL_DISK_DEVICE=/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{vol_id.replace('-', '')}" in script_of(i)
+    assert bootstrap_config(script_of(i))["disk_device"] == f"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_{vol_id.replace('-', '')}"
     assert "userData" not in i  # gzip goes through userDataBase64 only
     att = only(plan, ATTACH).inputs
     assert att["volumeId"] == vol_id and att["instanceId"] == plan.outputs["jobs"]["train"]["instances"][0]
     assert att["deviceName"] == "/dev/sdf"
     # Xen instance types (no NVMe) show the volume as /dev/sdf or /dev/xvdf (EC2 device_naming.html).
-    assert "SPOTCTL_DISK_ALIASES='/dev/sdf /dev/xvdf'" in script_of(i)
+    assert bootstrap_config(script_of(i))["disk_aliases"] == ["/dev/sdf", "/dev/xvdf"]
 
 
 def test_new_attempt_new_instance_same_volume_same_zone():
@@ -146,11 +148,14 @@ def test_new_attempt_new_instance_same_volume_same_zone():
 def test_capacity_switch_changes_only_market_options():
     spot = only(plan_of(raw_stack(jobs=[aws_job(capacity="spot")])), INSTANCE).inputs
     od = only(plan_of(raw_stack(jobs=[aws_job(capacity="on-demand")])), INSTANCE).inputs
-    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"instanceMarketOptions", "userDataBase64"}
+    assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {
+        "instanceMarketOptions", "instanceInitiatedShutdownBehavior", "userDataBase64"}
+    # The agent's self-stop ends billing: a one-time spot instance terminates, an on-demand one stops.
+    assert (spot["instanceInitiatedShutdownBehavior"], od["instanceInitiatedShutdownBehavior"]) == ("terminate", "stop")
     assert "instanceMarketOptions" not in od
     # the script only learns the capacity its `started` event records (spotctl switches with a new attempt anyway)
-    changed = set(script_of(spot).splitlines()) ^ set(script_of(od).splitlines())
-    assert changed == {"SPOTCTL_CAPACITY=spot", "SPOTCTL_CAPACITY=on-demand"}
+    a, b = bootstrap_config(script_of(spot)), bootstrap_config(script_of(od))
+    assert {k for k in a if a[k] != b[k]} == {"capacity"} and (a["capacity"], b["capacity"]) == ("spot", "on-demand")
 
 
 @pytest.mark.parametrize("state", ["completed", "failed", "preempted"])
@@ -171,8 +176,8 @@ def test_multi_node_master_keeps_its_address_on_an_eni():
     assert "subnetId" not in master.inputs and worker.inputs["subnetId"] == "subnet-aaaa"
     for rank, vm in enumerate(vms):
         script = script_of(vm.inputs)
-        assert f"SPOTCTL_MASTER_ADDR={ip}" in script
-        assert f"SPOTCTL_NODE_RANK={rank}" in script and "SPOTCTL_WORLD_SIZE=2" in script
+        cfg = bootstrap_config(script)
+        assert cfg["master_addr"] == ip and cfg["node_rank"] == rank and cfg["world_size"] == 2
 
 
 EIP = "aws:ec2/eip:Eip"
@@ -270,15 +275,21 @@ def test_event_bucket_roles_and_interruption_queue():
     policies = {r.name: json.loads(r.inputs["policy"])["Statement"] for r in plan.by_type("aws:iam/rolePolicy:RolePolicy")
                 if r.name.endswith("-events-policy")}
     assert policies == {
-        "job-train-events-policy": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/team-a/train/*"}],
-        "pool-g5-events-policy": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/team-a/g5/*"}],
+        "job-train-events-policy": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/team-a/train/*"},
+                                    {"Sid": "ReadAgentAndOwnObjects", "Effect": "Allow", "Action": "s3:GetObject",
+                                     "Resource": [f"{arn}/_spotctl/agent/*", f"{arn}/team-a/train/*"]}],
+        "pool-g5-events-policy": [{"Sid": "PutOwnEvents", "Effect": "Allow", "Action": "s3:PutObject", "Resource": f"{arn}/team-a/g5/*"},
+                                  {"Sid": "ReadAgentAndOwnObjects", "Effect": "Allow", "Action": "s3:GetObject",
+                                   "Resource": [f"{arn}/_spotctl/agent/*", f"{arn}/team-a/g5/*"]}],
     }
+    agent = only(plan, "aws:s3/bucketObjectv2:BucketObjectv2")
+    assert agent.inputs["key"] == artifact().object_name and agent.retain_on_delete
     profiles = {r.name: r for r in plan.by_type("aws:iam/instanceProfile:InstanceProfile")}
     vm, lt = only(plan, INSTANCE).inputs, only(plan, LT).inputs
     assert set(profiles) == {"job-train-profile", "pool-g5-profile"}
     assert vm["iamInstanceProfile"].startswith("job-train-profile-")  # the mocks' physical name of that profile
     assert "pool-g5-profile" in lt["iamInstanceProfile"]["arn"]
-    assert "SPOTCTL_EVENT_PREFIX=team-a/" in script_of(lt) and "SPOTCTL_EVENT_PREFIX=team-a/" in script_of(vm)
+    assert bootstrap_config(script_of(lt))["event_prefix"] == bootstrap_config(script_of(vm))["event_prefix"] == "team-a/"
     assert bucket.inputs["bucketPrefix"].startswith("spotctl-team-a-events-")
     # The job's rule matches its own instances only (EC2 events carry no tags); it feeds the stack's queue.
     rule = only(plan, "aws:cloudwatch/eventRule:EventRule").inputs

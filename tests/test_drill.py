@@ -29,9 +29,10 @@ def new_tag() -> str:
     return uuid.uuid4().hex
 
 
-def tagged(tag: str) -> list[str]:
-    """The processes (pid and argv) whose environment carries ``tag``: only what this test started,
-    never another checkout's or session's drill on the same machine."""
+def tagged(tag: str, marker: str | None = None) -> list[str]:
+    """The processes (pid and argv) whose environment carries ``tag`` (or whose argv has ``marker``:
+    the command gets the VM's environment, not the drill's): only what this test started, never
+    another checkout's or session's drill on the same machine."""
     want = f"{TAG_KEY}={tag}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -42,14 +43,14 @@ def tagged(tag: str) -> list[str]:
             argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if want in env:
+        if want in env or (marker is not None and marker in argv):
             found.append(f"{entry.name} {argv}")
     return found
 
 
 def running(tag: str, argv: str) -> bool:
     """One of our processes has exactly ``argv`` as its command line (the drill's own only mentions it)."""
-    return any(line.split(" ", 1)[-1] == argv for line in tagged(tag))
+    return any(line.split(" ", 1)[-1] == argv for line in tagged(tag, argv))
 
 
 def brief(report: dict) -> str:
@@ -107,8 +108,7 @@ def test_example_is_reentrant_with_identical_outputs(runner, cloud, monkeypatch)
 
 
 def test_variant_that_ignores_checkpoints_restarts_from_scratch(runner):
-    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", VARIANT],
-                           env={"MODE": "ignore"})
+    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", f"MODE=ignore {VARIANT}"])
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     assert report["verdict"] == "restarts-from-scratch"
@@ -116,8 +116,7 @@ def test_variant_that_ignores_checkpoints_restarts_from_scratch(runner):
 
 
 def test_variant_that_checkpoints_only_at_the_end_loses_work(runner):
-    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", VARIANT],
-                           env={"MODE": "end"})
+    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "3", "--", f"MODE=end {VARIANT}"])
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     assert report["verdict"] == "restarts-from-scratch"  # it never saves before the end: every attempt starts at 1
@@ -150,8 +149,10 @@ def test_a_failed_startup_script_says_why(runner, monkeypatch):
 
 def test_drill_a_stack_job(project, runner, monkeypatch):
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
-    text = path.read_text().replace("command: python eval.py", f"command: {EXAMPLE} --steps 200")
-    path.write_text(text)
+    text = path.read_text()  # bert-eval without its code: (the drill of a job's code: tests/test_code_drill.py)
+    start = text.index("      code:", text.index("id: bert-eval"))
+    end = text.index("\n", text.index("codeDigest:", start)) + 1
+    path.write_text(text[:start] + f"      command: {EXAMPLE} --steps 200\n" + text[end:])
     monkeypatch.setenv("PULUMI_STACK", "example-gcp")  # --job alone: the stack as every command finds it
     code, report = drill_json(runner, "--job", "bert-eval", "--preempt-every", "0.6")
     monkeypatch.delenv("PULUMI_STACK")
@@ -186,8 +187,9 @@ def interrupt_drill(tmp_path, sig: int, *, ignore_int: bool = False) -> tuple[su
             proc.send_signal(signal.SIGTERM)
             proc.communicate(timeout=90)
     deadline = time.monotonic() + 10  # SIGKILLed processes vanish from /proc once reaped
-    while tagged(tag) and time.monotonic() < deadline:
+    while tagged(tag, marker) and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert tagged(tag, marker) == []
     return proc, err, tag, own_tmp
 
 

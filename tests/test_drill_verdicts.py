@@ -24,8 +24,7 @@ def test_no_preemption_is_not_exercised_and_fails(runner):
 
 
 def test_two_restarts_from_zero_end_the_drill_early(runner):
-    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "10", "--", VARIANT],
-                           env={"MODE": "end", "STEPS": "100000"})
+    result = runner.invoke(app, ["drill", "--json", "--preempt-every", "1", "--max-attempts", "10", "--", f"MODE=end STEPS=100000 {VARIANT}"])
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     assert report["verdict"] == "restarts-from-scratch"

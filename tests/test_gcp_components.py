@@ -9,7 +9,9 @@ import pulumi_gcp as gcp
 import pytest
 
 from cli.plan import mocks as planner
+from infra.agent_artifact import artifact
 from infra.config import validate
+from infra.render import bootstrap_config
 from tests.conftest import GCP_BASE, gcp_job, stack_config
 
 INSTANCE = "gcp:compute/instance:Instance"
@@ -105,8 +107,8 @@ def test_pool_templates_carry_scripts_labels_identity_and_no_external_ip():
         tmpl = only(plan, TEMPLATE, part).inputs
         meta = tmpl["metadata"]
         assert meta["startup-script"].startswith("#!/bin/bash")
-        assert "SPOTCTL_COMMAND='agent --pool l4'" in meta["startup-script"]
-        assert "case \"${1:-shutdown}\" in" in meta["shutdown-script"]
+        assert bootstrap_config(meta["startup-script"])["command"] == "agent --pool l4"
+        assert 'exec "$python" -E -S "$run_dir/__main__.py" "${1:-shutdown}"' in meta["shutdown-script"]
         assert tmpl["labels"]["spotctl-stack"] == "team-a" and tmpl["labels"]["spotctl-pool"] == "l4"
         assert tmpl["disks"][0]["labels"]["spotctl-pool"] == "l4"
         assert "accessConfigs" not in tmpl["networkInterfaces"][0]
@@ -180,8 +182,8 @@ def test_job_disk_and_instance():
     assert "accessConfigs" not in inputs["networkInterfaces"][0]
     assert inputs["labels"]["spotctl-stack"] == "team-a" and inputs["labels"]["spotctl-job"] == "train"
     script = inputs["metadata"]["startup-script"]
-    assert "SPOTCTL_DISK_DEVICE=/dev/disk/by-id/google-spotctl-data" in script
-    assert "SPOTCTL_COMMAND='python train.py'" in script
+    assert bootstrap_config(script)["disk_device"] == "/dev/disk/by-id/google-spotctl-data"
+    assert bootstrap_config(script)["command"] == "python train.py"
 
 
 def test_new_attempt_changes_the_instance_name_but_not_the_disk():
@@ -193,10 +195,10 @@ def test_new_attempt_changes_the_instance_name_but_not_the_disk():
     assert v1.inputs["name"] == "team-a-train-a1-n0" and v2.inputs["name"] == "team-a-train-a2-n0"
     # Same logical resource, so the change is a delete-before-replace of the VM.
     assert v1.urn == v2.urn and v2.delete_before_replace
-    assert "SPOTCTL_ATTEMPT=2" in v2.inputs["metadata"]["startup-script"]
+    assert bootstrap_config(v2.inputs["metadata"]["startup-script"])["attempt"] == 2
     # Same master address, new rendezvous port: a leftover of attempt 1 cannot join attempt 2.
-    assert "SPOTCTL_MASTER_PORT=29501" in v1.inputs["metadata"]["startup-script"]
-    assert "SPOTCTL_MASTER_PORT=29502" in v2.inputs["metadata"]["startup-script"]
+    assert bootstrap_config(v1.inputs["metadata"]["startup-script"])["master_port"] == 29501
+    assert bootstrap_config(v2.inputs["metadata"]["startup-script"])["master_port"] == 29502
 
 
 def test_switching_capacity_changes_only_the_scheduling():
@@ -205,8 +207,8 @@ def test_switching_capacity_changes_only_the_scheduling():
     assert {k for k in spot.keys() | od.keys() if spot.get(k) != od.get(k)} == {"scheduling", "metadata"}
     # the scripts only learn the capacity their `started` event records (spotctl switches with a new attempt anyway)
     for key in ("startup-script", "shutdown-script"):
-        changed = set(spot["metadata"][key].splitlines()) ^ set(od["metadata"][key].splitlines())
-        assert changed == {"SPOTCTL_CAPACITY=spot", "SPOTCTL_CAPACITY=on-demand"}
+        a, b = bootstrap_config(spot["metadata"][key]), bootstrap_config(od["metadata"][key])
+        assert {k for k in a if a[k] != b[k]} == {"capacity"} and (a["capacity"], b["capacity"]) == ("spot", "on-demand")
     assert od["scheduling"] == {
         "automaticRestart": True, "onHostMaintenance": "TERMINATE", "preemptible": False, "provisioningModel": "STANDARD",
     }
@@ -232,8 +234,8 @@ def test_multi_node_job_reserves_the_master_address():
     assert all("networkIp" not in v.inputs["networkInterfaces"][0] for v in vms[1:])
     for rank, vm in enumerate(vms):
         script = vm.inputs["metadata"]["startup-script"]
-        assert f"SPOTCTL_MASTER_ADDR={ip}" in script
-        assert f"SPOTCTL_NODE_RANK={rank}" in script and "SPOTCTL_WORLD_SIZE=3" in script
+        cfg = bootstrap_config(script)
+        assert cfg["master_addr"] == ip and cfg["node_rank"] == rank and cfg["world_size"] == 3
     # Disks per node, each its own.
     assert len({d.inputs["name"] for d in plan.by_type(DISK)}) == 3
 
@@ -244,11 +246,13 @@ def test_names_never_collide_across_jobs_or_stacks():
     for plan in (p1, p2):
         urns = [r.urn for r in plan.resources]
         assert len(urns) == len(set(urns))
+    # (An object's name is its bucket's: the agent has one name per digest in every stack's own bucket.)
     physical = lambda plan: {  # noqa: E731
         (r.type, r.inputs["name"]) for r in plan.resources if r.custom and "name" in r.inputs
+        and r.type != "gcp:storage/bucketObject:BucketObject"
     }
     assert not physical(p1) & physical(p2)
-    assert len(physical(p1)) == len([r for r in p1.resources if r.custom and "name" in r.inputs])
+    assert len(physical(p1)) == len([r for r in p1.resources if r.custom and "name" in r.inputs]) - 1
 
 
 def test_every_vm_has_ownership_labels_and_no_external_ip_by_default():
@@ -271,9 +275,16 @@ def test_event_bucket_sink_and_identities():
     assert bucket["publicAccessPrevention"] == "enforced"
     # events and logs expire; the stack file's shared copy beside them (team-a.spotctl/...) does not
     assert bucket["lifecycleRules"] == [{"action": {"type": "Delete"}, "condition": {"age": 30.0, "matchesPrefixes": ["team-a/"]}}]
-    writers = plan.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
-    assert {w.inputs["role"] for w in writers} == {"roles/storage.objectCreator"}
-    assert len(writers) == 2  # the job's own account and the pool's own account
+    members = plan.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    assert {w.inputs["role"] for w in members} == {"roles/storage.objectCreator", "roles/storage.objectViewer"}
+    assert len(members) == 4  # the job's own account and the pool's own account: each writes and reads
+    for reader in (m for m in members if m.inputs["role"] == "roles/storage.objectViewer"):
+        # the agent and its own prefix only
+        expr = reader.inputs["condition"]["expression"]
+        assert expr.startswith('resource.name.startsWith("projects/_/buckets/') and "/objects/_spotctl/agent/\")" in expr
+        assert expr.endswith(('/objects/team-a/train/")', '/objects/team-a/l4/")')), expr
+    agent = only(plan, "gcp:storage/bucketObject:BucketObject")
+    assert agent.inputs["name"] == artifact().object_name and agent.retain_on_delete
     project_roles = {r.inputs["role"] for r in plan.by_type("gcp:projects/iAMMember:IAMMember")}
     assert project_roles == {"roles/logging.logWriter"}
     sink = only(plan, "gcp:logging/projectSink:ProjectSink").inputs

@@ -190,7 +190,11 @@ def test_egress_existing_declares_no_nat():
 def test_every_job_and_pool_has_its_own_identity_limited_to_its_prefix():
     plan = plan_of(DONE_WHEN)
     bucket = plan.outputs["eventBucket"]
-    writers = {w.name: w.inputs for w in plan.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")}
+    members = plan.by_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+    writers = {w.name: w.inputs for w in members if w.name.endswith("-events-writer")}
+    readers = {r.name: r.inputs for r in members if not r.name.endswith("-events-writer")}
+    assert set(readers) == {f"job-{n}-sa-reader" for n in ["g2", "a3-one", "a3-four", "done"]} | {"pool-l4-sa-reader"}
+    assert {r["role"] for r in readers.values()} == {"roles/storage.objectViewer"}
     names = ["g2", "a3-one", "a3-four", "done"]
     assert set(writers) == {f"job-{n}-sa-events-writer" for n in names} | {"pool-l4-sa-events-writer"}
     for owner in [f"job-{n}" for n in names] + ["pool-l4"]:

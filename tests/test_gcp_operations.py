@@ -9,6 +9,7 @@ import pytest
 
 from cli.cloud import CloudDisk, CloudError, CloudSnapshot
 from cli.cloud.gcp import GcpInventory
+from infra.naming import owner_value
 from tests.fixtures.fake_gce import FakeGce
 
 ZONE = "us-central1-a"
@@ -74,3 +75,17 @@ def test_snapshot_delete_waits_until_done_and_reports_its_error(gce):
     gce.op_answers["op-delete-s2"] = [{"status": "DONE", "httpErrorStatusCode": 403, "httpErrorMessage": "FORBIDDEN"}]
     with pytest.raises(CloudError, match=r"deleting snapshot s2 failed: HTTP 403 FORBIDDEN"):
         inv.delete_snapshot(CloudSnapshot("s2", ""))
+
+
+def test_a_regional_disk_is_listed_with_its_region_and_deleted_through_regiondisks(gce):
+    """A regional disk (a job's diskReplicaZones) lives under regions/<region>: the zonal delete answers
+    404 for it; spotctl calls regionDisks.delete and waits on the region's operation."""
+    owner = {"spotctl-owner": owner_value("team-a")}
+    gce.add_regional_disk("us-central1", "rd1", owner, ["us-central1-a", "us-central1-b"])
+    inv = inventory(gce)
+    [disk] = inv.disks()
+    assert (disk.id, disk.region) == ("rd1", "us-central1")
+    gce.op_answers["op-delete-rd1"] = [RUNNING, {"status": "DONE"}]
+    inv.delete(disk)
+    assert gce.deleted == [("us-central1", "rd1")] and waits(gce, "op-delete-rd1") == 2
+    assert ("DELETE", "/compute/v1/projects/p/regions/us-central1/disks/rd1") in gce.requests

@@ -15,15 +15,18 @@ PULUMI = ("pulumi", "pulumi_aws", "pulumi_gcp")
 
 # part -> the parts of spotctl it may import (besides itself). `cli.commands` and `cli.app` may import all.
 ALLOWED = {
-    "infra": {"infra"},
+    # The VM agent (stdlib only, tests/test_agent_compat.py): its schema is shared downwards.
+    "agent": set(),
+    "infra": {"infra", "agent"},
     "cli.policy": set(),
     "cli.plan": {"infra"},
     "cli.cloud": {"infra.config", "infra.naming"},
     "cli.pools": {"cli.cloud", "infra.config", "infra.naming"},
-    "cli.drill": {"infra.render", "infra.config"},
-    "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming"},
+    "cli.drill": {"infra.render", "infra.config", "infra.naming", "cli.code", "infra.agent_artifact", "agent"},
+    "cli.lifecycle": {"cli.policy", "cli.plan", "cli.cloud", "cli.cost", "infra.config", "infra.naming", "agent.schema"},
     "cli.cost": {"cli.cloud", "infra.config"},
-    "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "infra.config", "infra.naming"},
+    "cli.watch": {"cli.lifecycle", "cli.plan", "cli.cloud", "cli.pools", "infra.config", "infra.naming"},
+    "cli.code": {"cli.cloud", "infra.config", "infra.naming"},
 }
 # infra.basics is the part of the config model without pydantic (states, capacities, ConfigError):
 # whatever may import infra.config may import it.
@@ -34,7 +37,7 @@ for _allowed in ALLOWED.values():
 
 def modules() -> list[tuple[str, Path]]:
     out = []
-    for top in ("cli", "infra"):
+    for top in ("agent", "cli", "infra"):
         for path in sorted((ROOT / top).rglob("*.py")):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -81,7 +84,7 @@ def test_imports_only_run_downwards(module, path):
         if part is None:
             continue
         own = within(name, (part,))
-        if within(name, ("cli", "infra")) and not own:
+        if within(name, ("agent", "cli", "infra")) and not own:
             # `from cli.policy import planning` names the submodule: judge the deepest spotctl name
             assert within(name, ALLOWED[part]) or any(within(name, (a,)) or within(a, (name,)) for a in ALLOWED[part]), \
                 f"{module} ({part}) imports {name}"

@@ -259,7 +259,8 @@ def test_resume_applies_a_targeted_update_of_exactly_that_job(project, runner, f
     assert sorted(t.split("::")[2].split("$")[-1] for t in targets) == [
         "aws:cloudwatch/eventRule:EventRule", "aws:cloudwatch/eventTarget:EventTarget", "aws:ebs/volume:Volume",
         "aws:ec2/instance:Instance", "aws:ec2/volumeAttachment:VolumeAttachment", "aws:iam/instanceProfile:InstanceProfile",
-        "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "spotctl:aws:TrainingJob",
+        "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy", "aws:iam/rolePolicy:RolePolicy",  # events, code
+        "spotctl:aws:TrainingJob",
     ]
     assert up[-2:] == ["--stack", "example-aws"]
 

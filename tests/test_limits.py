@@ -80,8 +80,10 @@ def test_validate_names_the_env_value_that_grew_the_user_data(project, runner):
 
 
 def test_a_long_command_is_named_when_it_is_what_grew_it(project, runner):
+    # (The user data is a small bootstrap and the settings, the agent fetched: values must fill it.)
     cfg = stack_config(AWS_BASE, jobs=[aws_job(command="python t.py " + noise(8000, 1),
-                                               env={"A": noise(4000, 2), "B": noise(3000, 3), "C": noise(2000, 4)})])
+                                               env={"A": noise(4000, 2), "B": noise(3500, 3), "C": noise(3000, 4),
+                                                    "D": noise(2500, 5)})])
     write(project, "cmd", cfg)
     result = runner.invoke(app, ["validate", "--stack", "cmd"])
     assert result.exit_code == 1

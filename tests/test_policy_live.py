@@ -207,10 +207,17 @@ def test_validate_warns_when_a_policy_has_nothing_to_weigh_and_still_passes(runn
         "it will stay on spot however often it is preempted (set jobHours and deadlineHours, or use 'default' or 'n-preemptions')",
         f"warning: {stack}: spotctl:jobs[1].deadlineHours: job neighbour has no jobHours, so its deadline cannot be weighed "
         "('default' decides without it)",
+        *no_code_warnings(stack),
     ]
     stack.write_text(text)  # default without a deadline: cost per hour of progress, nothing to warn about
     result = runner.invoke(app, ["validate", "--stack-file", str(stack)])
-    assert result.exit_code == 0 and result.stderr == ""
+    assert result.exit_code == 0 and result.stderr.splitlines() == no_code_warnings(stack)  # (only that they have no code:)
+
+
+def no_code_warnings(stack) -> list[str]:
+    return [f"warning: {stack}: spotctl:jobs[{i}].command: job {job} runs 'train.py', a relative file, but has no code: the "
+            "command runs in the empty job disk. Add code: ./ (or {dir: PATH}, {git: URL, ref: REF}); docs/guides/code.md"
+            for i, job in enumerate(("loop", "neighbour"))]
 
 
 def test_resume_weighs_the_stacks_prices(runner, tmp_path):

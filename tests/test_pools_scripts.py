@@ -1,5 +1,5 @@
 """The pool script's busy/idle contract, run with bash against the metadata emulator: the agent
-creates $SPOTCTL_BUSY_FILE (or runs `spotctl.sh busy|idle`); on AWS the instance then sets
+creates $SPOTCTL_BUSY_FILE (or runs `/var/lib/spotctl/spotctl.sh busy|idle`); on AWS the instance then sets
 scale-in protection on itself through the Auto Scaling Query API (SigV4-signed with the role's
 IMDS credentials, checked by the emulator); both clouds record busy/idle events."""
 
@@ -33,6 +33,8 @@ def pool_vm(tmp_path, emu):
         vms.append(vm)
         done = vm.boot()
         assert done.returncode == 0, done.stderr
+        # The agent has started before the test's busy/idle (its `started` comes first in the event log).
+        assert vm.wait_for(lambda: "started" in [e["event"] for e in vm.events()], 20), vm.debug_log()
         return vm
 
     yield make
@@ -56,14 +58,15 @@ def test_aws_busy_and_idle_set_scale_in_protection_on_itself(pool_vm, emu):
 
 
 def test_aws_protection_through_an_endpoint_specific_name_is_signed_for_that_host(pool_vm, emu):
-    """Under egress 's3-endpoint' the script calls its interface endpoint's own name (infra/aws.py
+    """Under egress 's3-endpoint' the agent calls its interface endpoint's own name (infra/aws.py
     regional_dns_name), not autoscaling.<region>.amazonaws.com: it must sign the Host it sends (the
-    emulator checks the signature against the Host it received), service and region unchanged.
-    curl sends a ``*.localhost`` name to the loopback."""
+    emulator checks the signature against the Host it received), service and region unchanged. Here
+    the other name is ``localhost`` (the bucket's is 127.0.0.1): the resolver of this machine sends no
+    ``*.localhost`` name to the loopback, which only curl does by itself."""
     port = emu.url.rsplit(":", 1)[1]
-    url = f"http://vpce-0fe5b17a0707d6abc-29p5708s.autoscaling.us-east-1.vpce.localhost:{port}"
+    url = f"http://localhost:{port}"
     vm = pool_vm("aws", autoscaling_url=url)
-    assert f"SPOTCTL_AUTOSCALING_URL={url}\n" in vm.startup.read_text()
+    assert f'"autoscaling_url":"{url}"' in vm.startup.read_text()
     assert entry(vm, "busy").returncode == 0, vm.debug_log()
     assert emu.state.protection == [("spotctl-pool-asg", "vm-1", True)]
     assert not emu.state.rejected
@@ -110,3 +113,12 @@ def test_aws_slow_auto_scaling_never_delays_a_notice(pool_vm, emu):
 
     assert vm.wait_for(noticed, 40), vm.debug_log()
     assert seen["protection"] == []  # still waiting on Auto Scaling when the notice was recorded
+
+
+def test_the_documented_entry_script_runs_the_agent(pool_vm, emu):
+    """`/var/lib/spotctl/spotctl.sh busy` (README "Pools") runs this VM's agent."""
+    vm = pool_vm("gcp")
+    done = subprocess.run([str(vm.state / "spotctl.sh"), "busy"], env=vm._env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr + vm.debug_log()
+    assert [e["event"] for e in vm.events()][-1] == "busy"

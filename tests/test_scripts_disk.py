@@ -19,13 +19,19 @@ printf '%s\\n' "$*" >>"$MOUNT_RECORD"
 MOUNTPOINT_SHIM = """#!/bin/bash
 exit 1
 """
+# resize2fs on the (shimmed, so not really) mounted filesystem: recorded, then run offline for real.
+RESIZE_SHIM = """#!/bin/bash
+printf 'resize2fs %s\\n' "$*" >>"$MOUNT_RECORD"
+e2fsck -f -p "$1" >/dev/null 2>&1
+exec /sbin/resize2fs "$@"
+"""
 
 
 @pytest.fixture
 def shims(tmp_path) -> Path:
     d = tmp_path / "shims"
     d.mkdir()
-    for name, body in (("mount", MOUNT_SHIM), ("mountpoint", MOUNTPOINT_SHIM)):
+    for name, body in (("mount", MOUNT_SHIM), ("mountpoint", MOUNTPOINT_SHIM), ("resize2fs", RESIZE_SHIM)):
         (d / name).write_text(body)
         (d / name).chmod(0o755)
     return d
@@ -95,11 +101,32 @@ def test_a_disk_alias_must_be_a_device_path():
 
 
 @pytest.mark.parametrize("cloud,wait_s", [("aws", 600), ("gcp", 120)])
-def test_the_disk_wait_fits_how_each_cloud_attaches_it(cloud, wait_s):
+def test_the_disk_wait_fits_how_each_cloud_attaches_it(cloud, wait_s, tmp_path):
     """AWS attaches the volume after the instance exists (a VolumeAttachment) and runs user data once."""
-    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="r",
-                        disk_device="/dev/disk/by-id/x")
-    from infra.render import scripts_for
+    from agent.config import Config
+    from agent.disk import find_device
 
-    script = scripts_for(ctx).startup
-    assert f"\nSPOTCTL_DISK_WAIT_S={wait_s}\n" in script and '"$waited" -lt "$SPOTCTL_DISK_WAIT_S"' in script
+    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="r",
+                        disk_device=str(tmp_path / "never"), state_dir=str(tmp_path / "state"))
+    slept = []
+    assert find_device(Config.from_dict(ctx.agent_config()), sleep=slept.append) == ""
+    assert len(slept) == wait_s
+
+
+def test_a_disk_grown_by_disk_gb_gets_its_filesystem_grown(tmp_path, shims):
+    """The cloud grows the device, not the filesystem: at the next boot the agent grows it to the
+    device; a boot with nothing grown leaves it alone."""
+    device = tmp_path / "disk.img"
+    device.write_bytes(b"\0" * 16 * 1024 * 1024)
+    assert boot_with_device(tmp_path, shims, device, "1")[0].returncode == 0
+    with open(device, "ab") as fh:
+        fh.truncate(32 * 1024 * 1024)  # diskGb raised: the device is twice the filesystem
+    done, vm = boot_with_device(tmp_path, shims, device, "2")
+    assert done.returncode == 0, (done.stderr, vm.debug_log())
+    assert (tmp_path / "mounts").read_text().splitlines()[-1] == f"resize2fs {device}"
+    assert "job disk grew" in vm.debug_log()
+    from agent.disk import sizes
+
+    assert sizes(str(device)) == (32 << 20, 32 << 20)
+    boot_with_device(tmp_path, shims, device, "3")
+    assert sum(line.startswith("resize2fs") for line in (tmp_path / "mounts").read_text().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""No user value is ever executed by the scripts themselves: the job command runs exactly as
+"""No user value is ever executed by the bootstrap or the agent: the job command runs exactly as
 written (handed verbatim to `bash -c`), and nothing else does."""
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ PAYLOADS = [
     *json.loads((Path(__file__).parent / "adversarial" / "payloads.json").read_text())["payloads"],
 ]
 
-SETSID_SHIM = """#!/bin/bash
-# Records the command the runner hands to `bash -c`, without running it.
-if [ "$1" = bash ] && [ "$2" = -c ]; then
-  printf '%s' "$3" >"$INJECTION_RECORD"
+BASH_SHIM = """#!/bin/sh
+# Records the command the agent hands to `bash -c`, without running it; anything else is real bash.
+if [ "$1" = -c ] && [ -n "$INJECTION_RECORD" ]; then
+  printf '%s' "$2" >"$INJECTION_RECORD"
   exit 0
 fi
-exec /usr/bin/setsid "$@"
+exec /bin/bash "$@"
 """
 
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
@@ -55,8 +55,8 @@ def emu():
 @pytest.fixture(scope="module")
 def shim_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("shims")
-    (d / "setsid").write_text(SETSID_SHIM)
-    (d / "setsid").chmod(0o755)
+    (d / "bash").write_text(BASH_SHIM)
+    (d / "bash").chmod(0o755)
     return d
 
 
@@ -72,11 +72,12 @@ def run_vms(emu, shim_dir, vms: list[tuple[Path, dict]]) -> list[tuple[LocalVM, 
     try:
         for work, spec in vms:
             kind, cloud, name = spec.get("kind", "job"), spec.get("cloud", "gcp"), spec.get("name", "train")
-            ctx = ScriptContext(cloud=cloud, stack=spec.get("stack", "team-a"), kind=kind, name=name, command=spec.get("command", "true"),
-                                event_bucket="bkt", region="us-central1", env=spec.get("env") or {})
-            vm = LocalVM(local_context(ctx, emu, work / "disk", work / "state"), work / "vm")
             record = work / "recorded-command"
-            envs = {"PATH": f"{shim_dir}:{os.environ['PATH']}", "INJECTION_RECORD": str(record)}
+            # The command's environment is the job's (and the image's PATH): the shim finds its record there.
+            ctx = ScriptContext(cloud=cloud, stack=spec.get("stack", "team-a"), kind=kind, name=name, command=spec.get("command", "true"),
+                                event_bucket="bkt", region="us-central1", env={**(spec.get("env") or {}), "INJECTION_RECORD": str(record)})
+            vm = LocalVM(local_context(ctx, emu, work / "disk", work / "state"), work / "vm")
+            envs = {"PATH": f"{shim_dir}:{os.environ['PATH']}"}
             started.append((vm, record, envs))
             done = vm.boot(env=envs)
             assert done.returncode == 0, done.stderr

@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
-from infra.render import ScriptContext, scripts_for
+from infra.render import ScriptContext
 
 TRAINER = Path(__file__).parent / "fixtures" / "trainer.py"
 
@@ -95,26 +94,26 @@ def test_the_startup_script_run_again_in_the_same_boot_starts_nothing_twice(vm, 
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
-def test_units_install_and_the_disk_is_in_fstab_with_nofail(cloud, tmp_path):
+def test_units_install_and_the_disk_is_in_fstab_with_nofail(cloud, tmp_path, monkeypatch):
     """The systemd path (not runnable here): units carry [Install] (enabled on AWS); the job unit
-    needs the disk's mount; main adds the disk to fstab by UUID with nofail (run with a fake blkid)."""
+    needs the disk's mount; main adds the disk to fstab by UUID with nofail, once (a fake blkid)."""
+    from agent.config import Config
+    from agent.disk import add_to_fstab
+    from agent.units import unit_files
+
     ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="us-east-1",
                         disk_device="/dev/disk/by-id/x", fstab=str(tmp_path / "fstab"))
-    script = scripts_for(ctx).startup
-    assert script.count("WantedBy=multi-user.target") == (3 if cloud == "aws" else 2)
-    assert "RequiresMountsFor=$SPOTCTL_MOUNT" in script
-    assert "SPOTCTL_RESUME 1" not in script  # never from the attempt number
+    cfg = Config.from_dict(ctx.agent_config())
+    files = unit_files(cfg, "/usr/bin/python3", "/var/lib/spotctl/agent.pyz")
+    assert sum("WantedBy=multi-user.target" in text for text in files.values()) == (3 if cloud == "aws" else 2)
+    assert "RequiresMountsFor=/mnt/spotctl" in files["spotctl-job.service"]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "blkid").write_text("#!/bin/sh\necho 1234-abcd\n")
     (bin_dir / "blkid").chmod(0o755)
-    path = tmp_path / "spotctl.sh"
-    # Call the function alone: everything before the entry-point dispatch, then spotctl_fstab twice.
-    body = script[: script.index('case "${1:-')] + "spotctl_fstab\nspotctl_fstab\n"
-    path.write_text(body)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
-    done = subprocess.run([shutil.which("bash") or "bash", str(path)], env=env, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    add_to_fstab(cfg, "/dev/disk/by-id/x")
+    add_to_fstab(cfg, "/dev/disk/by-id/x")
     assert (tmp_path / "fstab").read_text() == "UUID=1234-abcd /mnt/spotctl auto defaults,discard,nofail,x-systemd.device-timeout=120s 0 2\n"
 
 
@@ -126,9 +125,8 @@ def waiting_trainer(tmp_path: Path) -> str:
 
 
 def start_unit(v: LocalVM, entry: str, boot_id: str) -> subprocess.Popen:
-    """What systemd does with an enabled unit at boot: run the installed script's entry point."""
-    return subprocess.Popen(["bash", str(v.state / "spotctl.sh"), entry], env=v._env({"SPOTCTL_BOOT_ID": boot_id}),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    """What systemd does with an enabled unit at boot: run the installed agent's entry point."""
+    return v.unit(entry, {"SPOTCTL_BOOT_ID": boot_id})
 
 
 def preempt(v: LocalVM, emu: Emulator, cloud: str) -> None:
@@ -231,13 +229,29 @@ def trainer_starts(v: LocalVM) -> list[str]:
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
-def test_only_aws_enables_the_units(cloud):
+def test_only_aws_enables_the_units(cloud, tmp_path, monkeypatch):
     """GCP reruns the startup script at every boot; an enabled unit would start before it, with the
-    previous boot's script (tested above); AWS runs user data once, so there the units are enabled."""
-    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="us-east-1")
-    script = scripts_for(ctx).startup
-    assert ('systemctl enable "${units[@]}"' in script) == (cloud == "aws")
-    assert ('systemctl disable "${units[@]}"' in script) == (cloud == "gcp")
+    previous boot's agent (tested above); AWS runs user data once, so there the units are enabled."""
+    from agent.config import Config
+    from agent.units import start_systemd
+
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >>{calls}\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="us-east-1",
+                        systemd_dir=str(tmp_path / "systemd"))
+    start_systemd(Config.from_dict(ctx.agent_config()), "/usr/bin/python3", "/var/lib/spotctl/agent.pyz")
+    made = calls.read_text().splitlines()
+    units = "spotctl-stop.service spotctl-watch.service spotctl-job.service" if cloud == "aws" else \
+        "spotctl-watch.service spotctl-job.service"
+    assert made == ["daemon-reload", f"{'enable' if cloud == 'aws' else 'disable'} {units}", f"start --no-block {units}"]
+    assert (tmp_path / "systemd" / "spotctl-job.service").exists()
+    if cloud == "gcp":  # the shutdown script's unit holds the job disk too
+        assert (tmp_path / "systemd" / "google-shutdown-scripts.service.d" / "spotctl.conf").read_text() == \
+            "[Unit]\nRequiresMountsFor=/mnt/spotctl\n"
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])

@@ -461,11 +461,11 @@ def test_shutdown_path_finishes_in_budget_under_faults(make_vm, emu, cloud, faul
     elif FAULTS[fault] == "sink":
         over["storage_url"] = closed_port_url()
     vm = make_vm(cloud, stop_budget_s=stop_budget, poll_s=60, env={"IGNORE_TERM": "1"})
+    boot_and_train(vm)  # (the bootstrap needs both to fetch the agent: the faults begin after the boot)
     if over:
         from dataclasses import replace
 
-        vm = LocalVM(replace(vm.ctx, **over), vm.workdir)
-    boot_and_train(vm)
+        vm = LocalVM(replace(vm.ctx, **over), vm.workdir)  # the stop path's own settings
     if isinstance(FAULTS[fault], dict):
         emu.reset(**FAULTS[fault])
     if cloud == "gcp":
@@ -489,8 +489,8 @@ def test_gcp_worst_case_at_real_budgets_fits_the_30s_notice(make_vm, emu):
     from dataclasses import replace
 
     vm = make_vm("gcp", poll_s=60, env={"IGNORE_TERM": "1"})
+    boot_and_train(vm)  # (the bootstrap needs both to fetch the agent: the stop path's settings lose them)
     vm = LocalVM(replace(vm.ctx, metadata_url=closed_port_url(), storage_url=closed_port_url()), vm.workdir)
-    boot_and_train(vm)
     done, seconds = vm.shutdown()
     assert done.returncode == 0
     assert seconds < NOTICE_S["gcp"] - 2, seconds
@@ -509,8 +509,10 @@ def test_gcp_worst_case_when_the_watcher_sees_the_notice_first_fits_the_30s_noti
     from dataclasses import replace
 
     vm = make_vm("gcp", poll_s=5, env={"IGNORE_TERM": "1"})
-    vm = LocalVM(replace(vm.ctx, storage_url=closed_port_url()), vm.workdir)
     boot_and_train(vm)
+    # The bucket stops answering (after the bootstrap fetched the agent): every record spends its budget.
+    emu.reset(sink_fault=Fault(delay_s=40))
+    vm = LocalVM(replace(vm.ctx, storage_url=closed_port_url()), vm.workdir)  # the shutdown script's too
 
     def polls() -> int:
         return sum(1 for m, p in emu.state.requests if m == "GET" and p.endswith("/instance/preempted"))
@@ -567,18 +569,14 @@ def test_a_stop_waits_for_the_trainers_group_not_its_leader(make_vm, emu, cloud)
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
-def test_the_checkpoint_written_on_sigterm_is_recorded_through_a_slow_tee(make_vm, emu, cloud, tmp_path):
-    """The trainer's last line (its checkpoint on SIGTERM) may still be in tee's pipe when the trainer
-    is gone: the stop path waits for tee before it reads the log (a tee that writes each line late)."""
-    slow = tmp_path / "slow-bin"
-    slow.mkdir()
-    (slow / "tee").write_text('#!/bin/bash\nwhile IFS= read -r line; do sleep 0.5; printf \'%s\\n\' "$line" >>"$2"; '
-                              'printf \'%s\\n\' "$line"; done\n')
-    (slow / "tee").chmod(0o755)
-    command = "trap 'echo SPOTCTL_CHECKPOINT 7; exit 143' TERM; echo SPOTCTL_PROGRESS 7; while :; do sleep 0.1; done"
+def test_the_checkpoint_written_on_sigterm_is_recorded_through_a_slow_pipe(make_vm, emu, cloud):
+    """The trainer's last line (its checkpoint on SIGTERM) may reach the log late, through a slow part
+    of its own pipeline that outlives it: the stop path waits for the trainer's group and for the run
+    to have written its last lines before it reads the log."""
+    command = ("( trap 'echo SPOTCTL_CHECKPOINT 7; exit 143' TERM; echo SPOTCTL_PROGRESS 7; while :; do sleep 0.1; done ) | "
+               "( trap '' TERM; while IFS= read -r line; do sleep 0.5; printf '%s\\n' \"$line\"; done )")
     vm = make_vm(cloud, command=command, poll_s=1 if cloud == "aws" else 60, checkpoint_event_s=3600)
-    path = {"PATH": f"{slow}:{os.environ['PATH']}"}
-    assert vm.boot(env=path).returncode == 0
+    assert vm.boot().returncode == 0
     assert vm.wait_for(lambda: "progress" in names(vm.events()), 15), vm.debug_log()
     if cloud == "gcp":
         emu.preempt_gcp()
@@ -630,17 +628,17 @@ def test_the_shutdown_path_records_preempted_when_the_watcher_was_stopped_first(
 def test_the_watcher_is_stopped_after_the_shutdown_path(cloud):
     """At shutdown systemd stops units in the inverse of their start order (systemd.unit(5)): the
     watcher, which may be recording a preemption, outlives the shutdown path."""
-    from infra.render import scripts_for
+    from agent.config import Config
+    from agent.units import unit_files
 
     ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b", region="us-east-1")
-    script = scripts_for(ctx).startup
-    watch_unit = script[script.index('spotctl_write_unit spotctl-watch "'):]
-    watch_unit = watch_unit[: watch_unit.index('[Service]')]
+    files = unit_files(Config.from_dict(ctx.agent_config()), "/usr/bin/python3", "/var/lib/spotctl/agent.pyz")
+    watch_unit = files["spotctl-watch.service"]
+    watch_unit = watch_unit[: watch_unit.index("[Service]")]
     if cloud == "gcp":
         assert "Before=google-shutdown-scripts.service" in watch_unit
     else:
-        stop_unit = script[script.index('spotctl_write_unit spotctl-stop "'):]
-        after = next(line for line in stop_unit.splitlines() if line.startswith("After="))
+        after = next(line for line in files["spotctl-stop.service"].splitlines() if line.startswith("After="))
         assert "spotctl-watch.service" in after.split()
 
 
@@ -667,54 +665,31 @@ def test_a_kept_boot_disk_uploads_the_next_attempts_log_from_its_start(emu, tmp_
             vm.kill_all()
 
 
-def _timed_curl(tmp_path: Path) -> tuple[Path, Path]:
-    """A curl that logs when it starts and the --max-time it was given, then runs the real one."""
-    import shutil
+def agent_parts(emu, tmp_path: Path, cloud: str):
+    """A job VM's agent in this process (not booted): its config and recorder, against the emulator."""
+    from agent.config import Config
+    from agent.events import Recorder
+    from agent.imds import Metadata
+    from agent.storage import Cloud
 
-    stubs, calls = tmp_path / "timed-bin", tmp_path / "curl-calls"
-    stubs.mkdir()
-    (stubs / "curl").write_text(f"""#!/bin/bash
-max="" prev=""
-for a in "$@"; do [ "$prev" = --max-time ] && max=$a; prev=$a; done
-printf '%s %s\\n' "$(date +%s.%N)" "$max" >>{calls}
-exec {shutil.which("curl")} "$@"
-""")
-    (stubs / "curl").chmod(0o755)
-    return stubs, calls
-
-
-def functions_then(emu, tmp_path: Path, cloud: str, tail: str, name: str) -> tuple[LocalVM, Path]:
-    """A job VM (not booted) and, in ``tmp_path/name``, its startup script's functions (all before its
-    entry point) followed by ``tail``: one library call to run with bash against the emulator."""
     ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket="events-bkt",
                         region="us-central1", command="true")
-    vm = LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm")
-    script = vm.scripts.startup
-    path = tmp_path / name
-    path.write_text(script[: script.index('case "${1:-')] + tail)
-    return vm, path
+    cfg = Config.from_dict(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state").agent_config())
+    (tmp_path / "state").mkdir(exist_ok=True)
+    meta = Metadata(cfg)
+    return cfg, Recorder(cfg, meta, Cloud(cfg, meta))
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_an_upload_keeps_to_its_budget_across_its_requests(emu, tmp_path, cloud):
     """Publishing one event with a 2 s budget: the credential requests (GCP token; AWS IMDS token, role,
-    credentials) and the upload share the budget; no request may run past it (here each metadata answer
-    takes 1.8 s: the old code gave every request its own 2 s)."""
-    stubs, calls = _timed_curl(tmp_path)
-    vm, path = functions_then(emu, tmp_path, cloud, 'date +%s.%N >"$1"\nspotctl_publish obj \'{}\' 2\n', "publish.sh")
+    credentials) and the upload share the budget (here each metadata answer takes 1.8 s: giving every
+    request its own 2 s would take 4 of them, 7 s)."""
+    _, rec = agent_parts(emu, tmp_path, cloud)
     emu.reset(metadata_fault=Fault(delay_s=1.8))
-    (tmp_path / "state").mkdir()
-    done = subprocess.run(["bash", str(path), str(tmp_path / "start")], env=vm._env({"PATH": f"{stubs}:{os.environ['PATH']}"}),
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    start = float((tmp_path / "start").read_text())
-    made = [(float(at), float(limit)) for at, limit in (line.split() for line in calls.read_text().splitlines())]
-    assert made, "no request made"
-    # Whole seconds (date +%s): a request may end up to 1 s after start + budget, plus the time from the
-    # script's reading of the clock to this stub's (a fork and exec: on a loaded machine one straddled
-    # a second and came 3 ms late); the old code's 2 s per request ends up to 1.8 s later.
-    late = [(round(at - start, 2), limit) for at, limit in made if at + limit > start + 2 + 1 + 0.5]
-    assert late == [], made
+    started = time.monotonic()
+    rec.publish("obj", b"{}", 2)
+    assert time.monotonic() - started < 2 + 1.5
 
 
 def test_aws_a_slow_bucket_never_delays_a_notice_after_a_rebalance_recommendation(make_vm, emu):
@@ -740,50 +715,46 @@ def test_aws_a_slow_bucket_never_delays_a_notice_after_a_rebalance_recommendatio
 def test_two_log_uploads_at_once_send_each_chunk_once(emu, tmp_path):
     """The watcher's background upload and the run's last one may overlap: one at a time (a lock),
     so the second finds the offset the first advanced and sends nothing twice."""
-    vm, path = functions_then(emu, tmp_path, "gcp", "spotctl_upload_log 10 &\nspotctl_upload_log 10\nwait\n", "upload.sh")
+    import threading
+
+    _, rec = agent_parts(emu, tmp_path, "gcp")
+    _, other = agent_parts(emu, tmp_path, "gcp")
     log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
     log.parent.mkdir(parents=True)
     log.write_text("line\n" * 100)
-    (tmp_path / "state").mkdir()
     emu.reset(sink_fault=Fault(delay_s=1))
-    done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
+    first = threading.Thread(target=rec.upload_log, args=(10,))
+    first.start()
+    other.upload_log(10)
+    first.join()
     sent = [p for m, p in emu.state.requests if m == "POST" and "logs%2F000000000000.log" in p]
     assert len(sent) == 1, sent
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_a_log_chunk_stored_but_never_answered_does_not_stop_the_log(emu, tmp_path, cloud):
-    """The bucket keeps a chunk but its answer never comes (curl's --max-time ran out): every retry in
-    that call is unanswered too, and the log grows before the next call. On GCP a retry is an
-    overwrite the VM's objectCreator role refuses (403), so the old script retried the same name
-    forever and the log stopped there. Now the chunk goes again with the same bytes, 412 (already
-    there) counts as stored, and the next chunk starts where it ended: the log arrives whole."""
+    """The bucket keeps a chunk but its answer never comes: every retry in that call is unanswered too,
+    and the log grows before the next call. On GCP a retry is an overwrite the VM's objectCreator role
+    refuses (403), so retrying the same name would stop the log there. The chunk goes again with the
+    same bytes, 412 (already there) counts as stored, and the next chunk starts where it ended."""
     from cli.lifecycle import logs
 
-    vm, path = functions_then(emu, tmp_path, cloud, 'spotctl_upload_log "$1"\n', "upload.sh")
+    _, rec = agent_parts(emu, tmp_path, cloud)
     log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
     log.parent.mkdir(parents=True)
     log.write_text("".join(f"first {i}\n" for i in range(50)))
-    (tmp_path / "state").mkdir()
-
-    def upload(budget: int) -> int:
-        done = subprocess.run(["bash", str(path), str(budget)], env=vm._env(), capture_output=True, text=True, timeout=120,
-                              check=False)
-        return done.returncode
-
     emu.reset(lose_answers=1000)  # stored, then nothing answered for the rest of the call
-    assert upload(2) == 1  # the budget ran out before the log's end: said so
+    assert rec.upload_log(2) is False  # the budget ran out before the log's end: said so
     assert list(emu.state.log_chunks) == ["team-a/train/attempt-1/node-0/logs/000000000000.log"]
     emu.reset(lose_answers=0)
     with log.open("a") as f:
         f.write("".join(f"later {i}\n" for i in range(50)))
     # A budget is a cap, not a wait: 60 s instead of 2 is as fast here, and a loaded machine (the
-    # AWS variant's three metadata requests per call) no longer runs out of it before "last\n".
-    assert upload(60) == 0
+    # AWS variant's three metadata requests per call) does not run out of it before "last\n".
+    assert rec.upload_log(60)
     with log.open("a") as f:
         f.write("last\n")
-    assert upload(60) == 0
+    assert rec.upload_log(60)
     chunks = dict(emu.state.log_chunks)
     assert logs.read(None, "train", logs.LogKey(1, 0), chunks) == log.read_bytes(), sorted(chunks)
 
@@ -795,36 +766,32 @@ def test_waiting_for_another_log_upload_does_not_spend_the_last_ones_budget(emu,
     written since the background upload read the log were never sent."""
     from cli.lifecycle import logs
 
-    vm, path = functions_then(emu, tmp_path, "gcp", "spotctl_upload_log 1\n", "upload.sh")
+    _, rec = agent_parts(emu, tmp_path, "gcp")
     log = tmp_path / "disk" / ".spotctl" / "logs" / "attempt-1-node-0.log"
     log.parent.mkdir(parents=True)
     log.write_text("the end\n")
-    (tmp_path / "state").mkdir()
     lock = tmp_path / "state" / "log-upload.lock"
     holder = subprocess.Popen(["flock", str(lock), "sleep", "3"])  # the background upload, 3 s long
     try:
         deadline = time.monotonic() + 10
         while not subprocess.run(["flock", "-n", str(lock), "true"], check=False).returncode and time.monotonic() < deadline:
             time.sleep(0.05)  # until the holder has it
-        done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
+        assert rec.upload_log(1)
     finally:
         holder.wait(10)
-    assert done.returncode == 0, done.stderr
     assert logs.read(None, "train", logs.LogKey(1, 0), dict(emu.state.log_chunks)) == b"the end\n"
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])
 def test_an_event_stored_but_never_answered_counts_as_uploaded_at_the_next_try(emu, tmp_path, cloud):
     """The same for an event: its retry finds it there (GCP: 412; AWS: overwritten with the same bytes)
-    and the recorder stops; the old GCP script got 403 until its budget ran out and logged the event as
-    not uploaded, spending the whole budget (in the shutdown path, seconds of the notice)."""
-    vm, path = functions_then(emu, tmp_path, cloud, "spotctl_publish team-a/train/e.json '{\"event\":\"x\"}' 6\n", "publish.sh")
-    (tmp_path / "state").mkdir()
+    and the recorder stops, instead of spending its whole budget on 403s."""
+    _, rec = agent_parts(emu, tmp_path, cloud)
     emu.reset(lose_answers=1)
     started = time.monotonic()
-    done = subprocess.run(["bash", str(path)], env=vm._env(), capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "not uploaded" not in done.stderr + vm.debug_log()
+    assert rec.publish("team-a/train/e.json", b'{"event":"x"}', 6)
+    debug_log = tmp_path / "state" / "spotctl.log"
+    assert not debug_log.exists() or "not uploaded" not in debug_log.read_text()
     assert time.monotonic() - started < 5
     assert [u.name for u in emu.uploads()] == ["team-a/train/e.json"]
 

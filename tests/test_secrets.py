@@ -22,7 +22,7 @@ from cli.plan import mocks, tree
 from infra import contract, secrets
 from infra.config import ConfigError, validate
 from infra.contract import ContractError
-from infra.render import ScriptContext, read_secret_payload, secret_payload
+from infra.render import ScriptContext, bootstrap_config, read_secret_payload, secret_payload
 from tests.conftest import AWS_BASE, GCP_BASE, ROOT, aws_job, gcp_job, pulumi_calls, stack_config
 
 runner = CliRunner()
@@ -227,7 +227,7 @@ def test_gcp_one_secret_per_job_readable_by_that_jobs_account_only(project, monk
         assert reader.inputs["secretId"] == f"spotctl-sec-{job}-env"
         assert plan.named(f"job-{job}-env-secret-version").urn in plan.named(f"job-{job}-n0-vm").dependencies
         script = plan.named(f"job-{job}-n0-vm").inputs["metadata"]["startup-script"]
-        assert f"SPOTCTL_SECRET_REF=projects/proj-1/secrets/spotctl-sec-{job}-env" in script
+        assert bootstrap_config(script)["secret_ref"] == f"projects/proj-1/secrets/spotctl-sec-{job}-env"
 
 
 def test_plan_cli_shows_secret_placeholders(project):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -691,11 +692,15 @@ def crc_forged(text: str, index: stackfile._Index) -> str:
     job = text[c0:c1].split("\n", 1)[1]  # (without its comment line)
     fake = "".join(f"    {line}\n" for line in job.rstrip("\n").split("\n"))
     fake += "          # " + "x" * (c1 - c0 - len(fake) - 13) + "\n"
-    real = text[a0:c0] + job.replace("command: python eval.py", "command: |")
+    # (its command last, so the copy below is that block scalar's text)
+    real = text[a0:c0] + re.sub(r"      codeDigest: .*\n", "", job).replace("command: .venv/bin/python train.py --steps 300",
+                                                                         "command: |")
     for comment in ("    # Two-node H100 pretraining: the master keeps one internal IP across preemptions.\n",
-                    "    # Single A100 run that was preempted twice and now runs on-demand to make its deadline.\n"):
+                    "    # Single A100 run that was preempted twice and now runs on-demand to make its deadline.\n",
+                    "  # relative to the project root (Pulumi.yaml's directory)",
+                    "  # recorded by spotctl when it uploaded the archive",
+                    "      setup: python3 -m venv .venv && .venv/bin/python -m pip install -r requirements.txt\n"):
         real = real.replace(comment, "")
-    real = real.replace('--master-addr "$MASTER_ADDR" train.py --ckpt "$SPOTCTL_CHECKPOINT_DIR"', "train.py")
     pad = c0 - a0 - len(real) - len("  # @@@@@@@@\n")
     assert pad >= 0
     real = "  # " + "-" * pad + "@@@@@@@@\n" + real

@@ -16,7 +16,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from tests.conftest import STACKS_ONLY, pulumi_calls
+from tests.conftest import STACKS_ONLY, copy_example_code, pulumi_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +33,7 @@ def session(tmp_path: Path, **env_over: str):
     project = tmp_path / "infra-team"
     shutil.copytree(ROOT / "stacks", project / "stacks", ignore=STACKS_ONLY)
     shutil.copy(ROOT / "Pulumi.yaml", project / "Pulumi.yaml")
+    copy_example_code(project)
     # cp stacks/Pulumi.example-gcp.yaml stacks/Pulumi.team-a.yaml; pulumi stack select team-a
     shutil.copy(project / "stacks" / "Pulumi.example-gcp.yaml", project / "stacks" / "Pulumi.team-a.yaml")
     home = tmp_path / "pulumi-home"

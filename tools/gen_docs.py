@@ -226,18 +226,17 @@ def states_page() -> str:
 
 
 def events_page() -> str:
-    import dataclasses
-
+    from agent import schema
     from cli.lifecycle import events
 
-    fields = [f.name for f in dataclasses.fields(events.Event)]
+    fields = list(schema.EVENT_KEYS)
     return "".join([
         GENERATED, "# Event schema\n\n",
         "A job's VM records each thing that happens to it as one JSON object in the stack's event bucket.\n\n",
         "## Object key\n\n",
         f"```\n{events.EVENT_KEY.pattern}\n```\n\n",
         "An event counts only when its key names the same stack, job, attempt and node as its body.\n\n",
-        "## Fields spotctl reads\n\n",
+        "## Fields, in the order the agent writes them\n\n",
         "".join(f"- `{name}`\n" for name in fields),
         "\n## Limits\n\n",
         f"- An event object over {events.EVENT_OBJECT_LIMIT:,} bytes is skipped unread.\n",
@@ -247,17 +246,12 @@ def events_page() -> str:
     ])
 
 
-# Variables the VM scripts export to the job's command (`printf 'export %s=%q' NAME ...` in the
-# script template). The job's env is written first: these always win over it.
-_EXPORT = re.compile(r"printf 'export %s=%q\\n' ([A-Z_]+) ")
-
-
 def vm_env_page() -> str:
-    text = (ROOT / "templates" / "common" / "script.sh.j2").read_text()
-    names = list(dict.fromkeys(_EXPORT.findall(text)))
-    return "".join([GENERATED, "# The VM's environment variables\n\n",
-                    "The job's command runs with its own `env:` first, then these. They cannot be overridden.\n\n",
-                    "".join(f"- `{name}`\n" for name in names)])
+    from agent import schema
+
+    return (f"{GENERATED}# The VM's environment variables\n\n"
+            "The job's command runs with its own `env:` first, then these. They cannot be overridden.\n\n"
+            + schema.variables_table())
 
 
 # Every exit status a spotctl command uses, with when. The page's test checks that the code uses

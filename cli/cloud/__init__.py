@@ -140,7 +140,7 @@ class Cloud:
             from cli.cloud.aws import aws_prices
 
             return self._call(lambda: aws_prices(self.cfg.region, machine_types))
-        from cli.cloud.gcp import gcp_prices
+        from cli.cloud.gcp_prices import gcp_prices
 
         return self._call(lambda: gcp_prices(self.cfg.project or "", self.cfg.region, self.cfg.zones[0], machine_types,
                                        endpoint=os.environ.get("SPOTCTL_GCE_ENDPOINT"),
@@ -216,7 +216,8 @@ class Cloud:
 
         return self._call(lambda: gcs_read(bucket, key))
 
-    def write_object(self, bucket: str, key: str, data: bytes, expected: str | None) -> str:
+    def write_object(self, bucket: str, key: str, data: bytes, expected: str | None,
+                     content_type: str = "application/yaml") -> str:
         """Write ``data`` only if the object is still at generation ``expected`` (None: only if there
         is no such object); returns the new generation.
 
@@ -226,10 +227,10 @@ class Cloud:
         if self.cfg.cloud == "aws":
             from cli.cloud.aws import s3_write_if
 
-            return self._call_conditional(lambda: s3_write_if(self.cfg.region, bucket, key, data, expected))
+            return self._call_conditional(lambda: s3_write_if(self.cfg.region, bucket, key, data, expected, content_type))
         from cli.cloud.gcp import gcs_write_if
 
-        return self._call_conditional(lambda: gcs_write_if(bucket, key, data, expected))
+        return self._call_conditional(lambda: gcs_write_if(bucket, key, data, expected, content_type))
 
     def queue_messages(self, queue_url: str) -> list[Message]:
         """Pending messages of the AWS interruption queue (not deleted until ``queue_delete``)."""

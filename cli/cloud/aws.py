@@ -341,10 +341,11 @@ def s3_read(region: str, bucket: str, key: str) -> tuple[bytes, str] | None:
     return got["Body"].read(), got["ETag"]
 
 
-def s3_write_if(region: str, bucket: str, key: str, data: bytes, expected: str | None) -> str:
+def s3_write_if(region: str, bucket: str, key: str, data: bytes, expected: str | None,
+                content_type: str = "application/yaml") -> str:
     """PutObject with ``If-Match: <expected ETag>``, or ``If-None-Match: *`` when ``expected`` is None
     (S3 conditional writes: docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html,
     API_PutObject.html; both need only s3:PutObject). Returns the new ETag."""
     condition = {"IfMatch": expected} if expected is not None else {"IfNoneMatch": "*"}
-    put = _s3(region).put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/yaml", **condition)
+    put = _s3(region).put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type, **condition)
     return put["ETag"]

@@ -28,6 +28,7 @@ class CloudDisk:
     labels: dict[str, str] = field(default_factory=dict)
     in_use: bool = False
     created: datetime | None = None  # when the cloud made it (a completion before it is not its job's)
+    region: str | None = None  # GCP: a regional disk's region (then ``zone`` names the region too)
 
     def owner(self, cloud: str) -> tuple[str | None, str | None, bool]:
         """(owner, job, managed) from our ownership labels/tags; owner is ``naming.owner_value`` of

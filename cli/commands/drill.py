@@ -9,6 +9,42 @@ from cli.commands import CloudName, JsonOpt, StackFileOpt, StackOpt, app, fail, 
 from cli.commands.traces import TRACE_LOOKUP, find_trace
 
 
+def _code(make):
+    """``make()``'s DrillCode; a CodeError is the command's one error line."""
+    from cli.code import CodeError
+
+    try:
+        return make()
+    except CodeError as exc:
+        raise fail(str(exc)) from None
+
+
+def _packed(directory: Path, what: str, **keys: str):
+    from cli.code.prepare import pack_directory
+    from cli.drill.code import DrillCode
+
+    archive = pack_directory(directory, what)
+    return DrillCode(archive.data, archive.sha256, **keys)
+
+
+def _job_code(ref, job):
+    """The job's code as ``resume`` would deliver it (None without ``code:``): its directory packed, or
+    its git ref pinned to the commit the job records (else resolved now)."""
+    if job.code is None:
+        return None
+    from cli.code.gitref import resolve
+    from cli.code.prepare import StackContext, pack_dir
+    from cli.drill.code import DrillCode
+    from cli.lifecycle.stackfile import project_root
+
+    keys = {"setup": job.setup or "", "workdir": job.workdir or "", "container": job.container or ""}
+    if job.code.git is not None:
+        commit = job.code_commit or _code(lambda: resolve(job.code.git, job.code.git_ref, f"job {job.id}: code.ref"))
+        return DrillCode(git_url=job.code.git, git_commit=commit, **keys)
+    archive = _code(lambda: pack_dir(job, StackContext(ref.name, project_root(ref.path.parent))))
+    return DrillCode(archive.data, archive.sha256, **keys)
+
+
 @app.command(
     short_help="Preempt a training script locally and judge if it resumes.  Example: spotctl drill -- python train.py",
     help="Run COMMAND under the same scripts a cloud VM runs, preempt it the way GCP or AWS would, resume it on "
@@ -28,7 +64,10 @@ def drill(
     verify: Annotated[bool, typer.Option("--verify", help="Also run uninterrupted and compare the final output files.")] = False,
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
-    job: Annotated[Optional[str], typer.Option("--job", metavar="ID", help="Drill this job's command and env (of --stack, else $PULUMI_STACK or the selected stack).")] = None,
+    job: Annotated[Optional[str], typer.Option("--job", metavar="ID", help="Drill this job's command, env and code (of --stack, else $PULUMI_STACK or the selected stack).")] = None,
+    code: Annotated[Optional[Path], typer.Option("--code", metavar="DIR", help="Pack DIR as a job's code: the command runs in it, unpacked on the drill's disk.")] = None,
+    setup: Annotated[Optional[str], typer.Option("--setup", metavar="CMD", help="With --code: run once per disk and code before the command.")] = None,
+    workdir: Annotated[Optional[str], typer.Option("--workdir", metavar="W", help="With --code: where the command runs, relative to the code.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     import json
@@ -44,23 +83,28 @@ def drill(
         raise fail(f"--time-scale: expected a positive number, got {time_scale}")
     env: dict[str, str] = {}
     secret_keys: tuple[str, ...] = ()
-    job_id, cloud = "drill", cloud.value
+    job_id, cloud, drill_code = "drill", cloud.value, None
+    if (setup is not None or workdir is not None) and code is None:
+        raise fail("--setup and --workdir go with --code DIR")
     if stack is not None or stack_file is not None or job is not None:
-        if command:
-            raise fail("give a COMMAND or --stack/--job, not both")
+        if command or code is not None:
+            raise fail("give a COMMAND (and --code) or --stack/--job, not both")
         if not job:
             raise fail("--stack needs --job ID")
-        _, cfg, (spec_job,) = stack_jobs(stack, stack_file, job)
+        ref, cfg, (spec_job,) = stack_jobs(stack, stack_file, job)
         command_text, env, job_id, cloud = spec_job.command, spec_job.plain_env, spec_job.id, cfg.cloud
         secret_keys = spec_job.secret_keys
+        drill_code = _job_code(ref, spec_job)
     elif command:
         command_text = drills.command_string(command)
+        if code is not None:
+            drill_code = _code(lambda: _packed(code.resolve(), f"--code {code}", setup=setup or "", workdir=workdir or ""))
     else:
         raise fail("nothing to drill: give a command after `--` (or --job ID of a stack)")
     trace = None if trace is None else find_trace(trace)  # as simulate finds it
     try:
         spec = drills.make_spec(command=command_text, cloud=cloud, job_id=job_id, env=env, secret_keys=secret_keys,
-                                preempt_every=preempt_every,
+                                code=drill_code, preempt_every=preempt_every,
                                 trace=trace, time_scale=time_scale, max_attempts=max_attempts, verify=verify)
     except ValueError as exc:
         raise fail(str(exc)) from None

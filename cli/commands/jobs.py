@@ -35,6 +35,11 @@ from cli.commands.hints import Unread, events_source
 from cli.lifecycle import glossary
 from infra.basics import Capacity, ConfigError, counted
 
+KeepCodeOpt = Annotated[
+    bool,
+    typer.Option("--keep-code", help="With code: in the job, run the code its entry records (codeDigest/codeCommit) "
+                 "instead of packing the directory or resolving the git ref again."),
+]
 FromAttemptOpt = Annotated[
     Optional[int],
     typer.Option("--from-attempt", metavar="N", min=1,
@@ -62,8 +67,10 @@ def resume(
     yes: YesOpt = False,
     preview_only: PreviewOnlyOpt = False,
     from_attempt: FromAttemptOpt = None,
+    keep_code: KeepCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
+    from cli.commands import jobcode
     from cli.commands.costview import JobCost
     from cli.lifecycle import capacity as capacity_choice
     from cli.lifecycle.states import decide_resume
@@ -90,6 +97,7 @@ def resume(
 
             events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
         choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
+        code = jobcode.prepare(ref, cfg, job, events_bucket, session, applier, keep_code)
 
         def decide(j):
             change = decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt)
@@ -103,7 +111,8 @@ def resume(
                                  f"or {sync_hint(ref)}")
             return change
 
-        run_change(stack, stack_file, job, decide, no_apply, json_out, yes, preview_only, applier, costs=JobCost(stack, stack_file, job))
+        run_change(stack, stack_file, job, jobcode.with_code(decide, code), no_apply, json_out, yes, preview_only, applier,
+                   costs=JobCost(stack, stack_file, job))
 
 
 @app.command(
@@ -120,14 +129,19 @@ def failover(
     yes: YesOpt = False,
     preview_only: PreviewOnlyOpt = False,
     from_attempt: FromAttemptOpt = None,
+    keep_code: KeepCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
+    from cli.commands import jobcode
     from cli.commands.costview import JobCost
     from cli.lifecycle.states import decide_failover
 
     with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
-        run_change(stack, stack_file, job, lambda j: decide_failover(j, to, from_attempt), no_apply, json_out, yes, preview_only,
-                   costs=JobCost(stack, stack_file, job))
+        ref, cfg, _ = stack_jobs(stack, stack_file, job)
+        applier = applier_for(ref, no_apply) if cfg.job(job).code is not None else None  # (else run_change's own)
+        code = jobcode.prepare(ref, cfg, job, applier=applier, keep=keep_code, bucket_option=False)
+        run_change(stack, stack_file, job, jobcode.with_code(lambda j: decide_failover(j, to, from_attempt), code),
+                   no_apply, json_out, yes, preview_only, applier, costs=JobCost(stack, stack_file, job))
 
 
 @app.command(

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, fail, guard, progress
+from cli.commands import JsonOpt, StackFileOpt, StackOpt, app, cloud_for, fail, guard, progress, warn
 
 pool_app = typer.Typer(
     name="pool",
@@ -38,8 +38,9 @@ def _run(fn):
     short_help="Publish how many VMs a pool's work wants.  Example: spotctl pool demand g5 6 --stack example-aws",
     help="Publish a pool's demand: the VMs its scheduler wants (work running plus work waiting). The on-demand base "
     "holds its size; the spot part is sized to the rest (0..spotMax) by the cloud's autoscaler, from zero. Count "
-    "running work: the target never drops below it. Publish every minute or so (an agent's loop or cron); with "
-    "fallbackToOnDemand each publication also checks how much spot demand is unmet.\n\n"
+    "running work: the target never drops below it. The demand is also kept in the stack's event bucket, and the "
+    "stack's watcher publishes it again every minute until it changes (without a watcher, publish every minute "
+    "yourself); with fallbackToOnDemand each publication also checks how much spot demand is unmet.\n\n"
     "Example: spotctl pool demand g5 6 --stack example-aws",
 )
 def demand(
@@ -49,16 +50,28 @@ def demand(
     stack: StackOpt = None,
     stack_file: StackFileOpt = None,
     json_out: JsonOpt = False,
+    events_bucket: Annotated[str | None, typer.Option(
+        "--events-bucket", metavar="NAME",
+        help="Keep the demand in this event bucket (the eventBucket output) for the watcher; default: the synced one.")] = None,
 ) -> None:
     import json
     from datetime import UTC, datetime
 
     from cli.cloud import pool_cloud
+    from cli.commands.hints import known_bucket, sync_hint
     from cli.pools import demand as pool_demand
+    from cli.pools import record
 
     ref, cfg = _stack(stack, stack_file)
+    now = datetime.now(UTC)
     with progress(f"pool {pool}: publishing its demand", enabled=not json_out):
-        decision = _run(lambda: pool_demand.publish(pool_cloud(cfg, ref.name), cfg, ref.name, pool, vms, datetime.now(UTC)))
+        decision = _run(lambda: pool_demand.publish(pool_cloud(cfg, ref.name), cfg, ref.name, pool, vms, now))
+        bucket = events_bucket or known_bucket(ref)[0]
+        if bucket:  # kept for the watcher, which publishes it again every minute
+            _run(lambda: record.write(cloud_for(cfg, ref), bucket, ref.name, record.Record(pool, vms, now)))
+        elif cfg.watcher is not None:
+            warn(f"no event bucket known: the watcher cannot publish pool {pool}'s demand again every minute "
+                 f"(give --events-bucket NAME, or {sync_hint(ref)})")
     if json_out:
         typer.echo(json.dumps({"pool": pool, **decision.metrics(), "reason": decision.reason}, sort_keys=True))
     else:

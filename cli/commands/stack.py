@@ -14,10 +14,14 @@ from infra.basics import ConfigError, counted
     help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region, machine "
     "types, their GPUs and regions against the shipped catalog (`spotctl catalog`), and the cloud limits the stack's "
     "values can break (tags, labels, user data size, names); warn "
-    "(exit 0) where a job's policy will have nothing to weigh.\n\n"
+    "(exit 0) where a job's policy will have nothing to weigh, or its command or code will not be found on the VM. "
+    "With --cloud (AWS), also refuse a second deployment of this stack name in the account.\n\n"
     "Example: spotctl validate --stack example-gcp",
 )
-def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
+def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
+             cloud: Annotated[bool, typer.Option("--cloud", help="Also ask the cloud, read-only, what only it knows: "
+                                                 "(AWS) whether this stack name is already deployed in another region "
+                                                 "of the account (IAM names are account-wide).")] = False) -> None:
     from cli.lifecycle import stackfile
     from infra.stack_limits import stack_problems
 
@@ -28,10 +32,24 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None) -> None:
             raise ConfigError(str(ref.path), problems)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    if cloud and cfg.cloud == "aws":
+        from cli.cloud import CloudError
+        from cli.cloud.deployments import aws_boundary, clash
+
+        try:
+            problem = clash(ref.name, cfg.region, aws_boundary(cfg.region, ref.name))
+        except CloudError as exc:
+            raise fail(f"{ref.path}: spotctl:region: {exc}") from None
+        if problem:
+            raise fail(f"{ref.path}: spotctl:region: {problem}")
+    from cli.code.prepare import dir_warnings
+    from infra.codespec import code_warnings
     from infra.config import policy_warnings
+    from infra.config.gangs import gang_warnings
     from infra.tokens import token_warnings
 
-    for warning in policy_warnings(cfg) + token_warnings(cfg):
+    code_dirs = dir_warnings(cfg, stackfile.project_root(ref.path.parent))
+    for warning in [*policy_warnings(cfg), *gang_warnings(cfg), *token_warnings(cfg), *code_warnings(cfg), *code_dirs]:
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 

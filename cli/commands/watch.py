@@ -121,6 +121,8 @@ def _describe(sources) -> list[str]:
 
 
 def _text(rec: dict) -> str:
+    if rec["action"] == "publish":
+        return f"pool {rec['pool']}: published " + ", ".join(f"{k}={v:g}" for k, v in rec["metrics"].items()) + f" ({rec['reason']})"
     if rec["action"] == "record":
         return f"job {rec['job']}: {rec['kind']}: {rec['reason']}"
     what = ", ".join(f"{k}={v}" for k, v in rec["fields"].items())

@@ -12,8 +12,6 @@ answer slowly, fail with 5xx, or (by stopping) be unreachable.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import re
 import threading
@@ -23,12 +21,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cli.drill.sigv4 import ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, sigv4_ok
+
 GCE_PREFIX = "/computeMetadata/v1/"
-ACCESS_KEY = "AKIASPOTCTLEMULATOR"
-SECRET_KEY = "spotctl-emulator-secret-key"
-SESSION_TOKEN = "spotctl-emulator-session-token"
 ROLE = "spotctl-instance-role"
 GCS_TOKEN = "ya29.spotctl-emulator"
+POWEROFF_PATH = "/spotctl-emulator/poweroff"
 
 
 @dataclass
@@ -79,6 +77,8 @@ class State:
     # references read, in order.
     secrets: dict[str, str] = field(default_factory=dict)
     secret_reads: list[str] = field(default_factory=list)
+    # Every power-off a VM asked for (the agent's self-stop): {"instance", "argv", "received"}.
+    poweroffs: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Server(ThreadingHTTPServer):
@@ -149,6 +149,15 @@ class Emulator:
             for key, value in changes.items():
                 setattr(self.state, key, value)
 
+    def put_object(self, bucket: str, name: str, data: bytes) -> None:
+        """An object a VM reads with its identity (the agent, a job's code archive)."""
+        with self._lock:
+            self.state.blobs[(bucket, name)] = data
+
+    @property
+    def poweroff_url(self) -> str:
+        return self.url + POWEROFF_PATH
+
     def events(self) -> list[dict[str, Any]]:
         with self._lock:
             return [u.body for u in self.state.uploads]
@@ -156,36 +165,6 @@ class Emulator:
     def uploads(self) -> list[Upload]:
         with self._lock:
             return list(self.state.uploads)
-
-
-def _sigv4_ok(method: str, raw_path: str, headers: dict[str, str], body: bytes, service: str = "s3") -> bool:
-    """Check a SigV4 Authorization header the way AWS would (single-chunk, signed payload)."""
-    expected_service = service
-    auth = headers.get("authorization", "")
-    if not auth.startswith("AWS4-HMAC-SHA256 "):
-        return False
-    parts = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
-    akid, day, region, service, term = parts["Credential"].split("/")
-    if akid != ACCESS_KEY or service != expected_service or term != "aws4_request":
-        return False
-    payload_hash = hashlib.sha256(body).hexdigest()
-    if headers.get("x-amz-content-sha256") != payload_hash:
-        return False
-    if headers.get("x-amz-security-token") != SESSION_TOKEN:
-        return False
-    signed = parts["SignedHeaders"].split(";")
-    path, _, query = raw_path.partition("?")
-    canonical = "\n".join(
-        [method, path, query, "".join(f"{h}:{headers.get(h, '').strip()}\n" for h in signed), ";".join(signed), payload_hash]
-    )
-    amz_date = headers.get("x-amz-date", "")
-    scope = f"{day}/{region}/{service}/{term}"
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    key = ("AWS4" + SECRET_KEY).encode()
-    for part in (day, region, service, term):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, parts["Signature"])
 
 
 def _is_shared_copy(name: str) -> bool:
@@ -238,7 +217,9 @@ def _make_handler(emu: Emulator):
             emu.state.requests.append(("GET", self.path))
             url = urllib.parse.urlsplit(self.path)
             path = url.path
-            if path.startswith("/storage/v1/b/"):
+            if (self.headers.get("Authorization") or "").startswith("AWS4-HMAC-SHA256 "):
+                self._s3_read()
+            elif path.startswith("/storage/v1/b/"):
                 self._gcs_read(path, urllib.parse.parse_qs(url.query))
             elif path.startswith("/v1/projects/") and path.endswith("/versions/latest:access"):
                 self._secret_access(path[len("/v1/") : -len("/versions/latest:access")])
@@ -270,7 +251,7 @@ def _make_handler(emu: Emulator):
                 return
             self._lose_answer()
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if not _sigv4_ok("PUT", self.path, headers, body):
+            if not sigv4_ok("PUT", self.path, headers, body):
                 emu.state.rejected.append(self.path)
                 self._send(403, "SignatureDoesNotMatch")
                 return
@@ -281,6 +262,11 @@ def _make_handler(emu: Emulator):
             emu.state.requests.append(("POST", self.path))
             body = self._body()
             url = urllib.parse.urlsplit(self.path)
+            if url.path == POWEROFF_PATH:
+                with emu._lock:
+                    emu.state.poweroffs.append({**json.loads(body or b"{}"), "received": time.monotonic()})
+                self._send(200, "ok")
+                return
             if url.path == "/" and self.headers.get("X-Amz-Target") == "AmazonSSM.GetParameter":
                 self._ssm_get_parameter(body)
                 return
@@ -322,7 +308,7 @@ def _make_handler(emu: Emulator):
             if self._fault("sink"):
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if not _sigv4_ok("POST", self.path, headers, body, service="autoscaling"):
+            if not sigv4_ok("POST", self.path, headers, body, service="autoscaling"):
                 emu.state.rejected.append("autoscaling")
                 self._send(403, "SignatureDoesNotMatch")
                 return
@@ -344,7 +330,7 @@ def _make_handler(emu: Emulator):
             if self._fault("sink"):
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if not _sigv4_ok("POST", self.path, headers, body, service="ssm") or "x-amz-target" not in \
+            if not sigv4_ok("POST", self.path, headers, body, service="ssm") or "x-amz-target" not in \
                     headers.get("authorization", ""):
                 emu.state.rejected.append("ssm")
                 self._send(400, json.dumps({"__type": "InvalidSignatureException"}), "application/x-amz-json-1.1")
@@ -402,6 +388,18 @@ def _make_handler(emu: Emulator):
                 emu.state.uploads = [u for u in emu.state.uploads if (u.bucket, u.name) != (bucket, name)]
                 emu.state.uploads.append(Upload(bucket, name, doc, time.monotonic()))
             self._send(200, json.dumps({"bucket": bucket, "name": name}), "application/json")
+
+        def _s3_read(self) -> None:
+            """S3 GetObject (signed): objects put with :meth:`Emulator.put_object` (the agent, code)."""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            if not sigv4_ok("GET", self.path, headers, b""):
+                emu.state.rejected.append(self.path)
+                self._send(403, "SignatureDoesNotMatch")
+                return
+            bucket, _, key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/").partition("/")
+            with emu._lock:
+                data = emu.state.blobs.get((bucket, key))
+            self._send(404, "NoSuchKey") if data is None else self._send(200, data, "application/octet-stream")
 
         def _gcs_read(self, path: str, query: dict[str, list[str]]) -> None:
             """GCS JSON API reads: list objects (prefix) and download one (alt=media)."""

@@ -1,5 +1,6 @@
-"""Run a VM's rendered scripts on this machine: a directory plays the job disk, the emulator plays
-the metadata server and the event bucket, background processes play the systemd units.
+"""Run a VM's rendered bootstrap and its agent on this machine: a directory plays the job disk, the
+emulator plays the metadata server and the bucket (it serves the agent the bootstrap fetches and
+records the VM's self-stop), background processes play the systemd units.
 
 Used by the script tests and by ``spotctl drill``.
 """
@@ -11,19 +12,24 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cli.drill.emulator import Emulator
+from cli.drill.emulator import POWEROFF_PATH, Emulator
+from infra.agent_artifact import artifact
 from infra.render import ScriptContext, Scripts, scripts_for
 
 PID_FILES = ("trainer.pid", "run.pid", "watch.pid")
 
 
 def local_context(ctx: ScriptContext, emulator: Emulator, disk: Path, state: Path) -> ScriptContext:
-    """``ctx`` pointed at the emulator, with ``disk`` as the job disk and ``state`` as the VM's state dir."""
+    """``ctx`` pointed at the emulator, with ``disk`` as the job disk and ``state`` as the VM's state dir;
+    the emulator's bucket gets the agent, as ``spotctl up`` uploads it to the stack's."""
+    agent = artifact()
+    emulator.put_object(ctx.event_bucket, agent.object_name, agent.data)
     return replace(
         ctx,
         disk_device="",
@@ -71,6 +77,7 @@ class LocalVM:
     def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCTL_")}
         env["SPOTCTL_NO_SYSTEMD"] = "1"
+        env["SPOTCTL_POWEROFF_URL"] = self.ctx.storage_url + POWEROFF_PATH
         if self.boot_id is not None:
             env["SPOTCTL_BOOT_ID"] = self.boot_id
         env.update(extra or {})
@@ -91,6 +98,17 @@ class LocalVM:
         start = time.monotonic()
         done = subprocess.run(args, env=self._env(env), capture_output=True, text=True, timeout=timeout, check=False)
         return done, time.monotonic() - start
+
+    @property
+    def agent(self) -> Path:
+        """Where the bootstrap unpacked the agent it fetched and verified."""
+        return self.state / f"agent-{artifact().sha256}" / "__main__.py"
+
+    def unit(self, entry: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """What systemd does with an enabled unit at boot: run the installed agent's entry point."""
+        return subprocess.Popen([sys.executable, "-E", "-S", str(self.agent), entry],
+                                env=self._env({"SPOTCTL_CONFIG": str(self.state / "config.json"), **(env or {})}),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def pid(self, name: str) -> int | None:
         try:

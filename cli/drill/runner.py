@@ -7,7 +7,6 @@ metadata emulator, one shared directory playing the job disk.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -19,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cli.drill.code import DrillCode, outputs, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
 from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
@@ -61,6 +61,7 @@ class Report:
     total_s: float
     uninterrupted_s: float | None = None
     outputs_identical: bool | None = None
+    outputs_found: bool | None = None  # with --verify: whether either run wrote any output
     reason: str = ""
     time_scale: float | None = None  # with --trace: the scale used (picked when not given)
     # The job's secret env keys: the drill decrypts nothing; each gets SECRET_PLACEHOLDER.
@@ -193,16 +194,6 @@ def availability_runs(path: Path) -> tuple[list[float], list[float]]:
     return ups, downs
 
 
-def outputs_digest(disk: Path) -> dict[str, str]:
-    """sha256 of every file the job wrote on its disk, minus checkpoints and spotctl's own files."""
-    out = {}
-    for path in sorted(disk.rglob("*")):
-        rel = path.relative_to(disk)
-        if path.is_file() and rel.parts[0] not in (".spotctl", "checkpoints"):
-            out[str(rel)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
-
-
 # ---- the loop --------------------------------------------------------------------------------------
 
 
@@ -222,6 +213,9 @@ class DrillSpec:
     # Env keys whose values are Pulumi secrets: the emulator serves them as the cloud's secret store
     # would, each with SECRET_PLACEHOLDER (a drill decrypts nothing), so the scripts' real fetch runs.
     secret_keys: tuple[str, ...] = ()
+    # The job's code (``--code DIR`` or the job's ``code:``): put in the emulator's bucket, unpacked and
+    # set up by the VM's scripts on the drill's disk; the command then runs in its workdir, not in ``cwd``.
+    code: DrillCode | None = None
 
     @property
     def secret_ref(self) -> str:
@@ -248,7 +242,7 @@ class Drill:
             event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=1, cwd=self.spec.cwd,
             secret_keys=self.spec.secret_keys, secret_ref=self.spec.secret_ref,
         )
-        return local_context(ctx, emu, disk, state)
+        return staged(local_context(ctx, emu, disk, state), self.spec.code, emu.put_object)
 
     def _log(self, disk: Path, attempt: int) -> str:
         path = disk / ".spotctl" / "logs" / f"attempt-{attempt}-node-0.log"
@@ -331,14 +325,16 @@ class Drill:
             disk = self.workdir / "disk"
             attempts = self.run_attempts(emu, disk, preempt=True)
             total = time.monotonic() - started
-            uninterrupted = identical = None
+            uninterrupted = identical = found = None
             if self.spec.verify:
                 self.status("verify: running once more without preemptions")
                 clean_disk = self.workdir / "disk-uninterrupted"
                 t0 = time.monotonic()
                 self.run_attempts(emu, clean_disk, preempt=False)
                 uninterrupted = round(time.monotonic() - t0, 3)
-                identical = outputs_digest(disk) == outputs_digest(clean_disk) and bool(outputs_digest(disk))
+                mine, clean = outputs(disk, self.spec.code), outputs(clean_disk, self.spec.code)
+                found = bool(mine or clean)
+                identical = mine == clean if found else None  # nothing written: nothing to compare
         interval = checkpoint_interval(attempts)
         verdict, reason = judge(attempts, interval)
         if identical is False:
@@ -346,7 +342,8 @@ class Drill:
         return Report(
             verdict=verdict, cloud=self.spec.cloud, command=self.spec.command, attempts=attempts,
             preemptions=sum(a.outcome == "preempted" for a in attempts), checkpoint_interval=interval,
-            total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, reason=reason,
+            total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, outputs_found=found,
+            reason=reason,
             time_scale=self.spec.time_scale if self.spec.preempt_after is not None else None,
             secret_env=placeholders,
         )
@@ -373,7 +370,7 @@ def _status_line(rec: Attempt, preempt_in: float | None) -> str:
 
 
 def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str, str] | None = None,
-              secret_keys: tuple[str, ...] = (),
+              secret_keys: tuple[str, ...] = (), code: DrillCode | None = None,
               preempt_every: float | None = None, trace: Path | None = None, time_scale: float | None = None,
               max_attempts: int = 10, verify: bool = False) -> DrillSpec:
     """The drill of ``command``: preempted every ``preempt_every`` seconds (2 s unless a trace is
@@ -396,7 +393,7 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
     return DrillSpec(
         command=command, cloud=cloud, job_id=job_id, env=dict(env or {}), secret_keys=tuple(secret_keys),
         preempt_every=preempt_every if preempt_every is not None else (None if trace else 2.0),
-        preempt_after=preempt_after, time_scale=time_scale, max_attempts=max_attempts, verify=verify,
+        preempt_after=preempt_after, time_scale=time_scale, max_attempts=max_attempts, verify=verify, code=code,
     )
 
 
@@ -458,7 +455,9 @@ def render_report(report: Report) -> str:
     if report.uninterrupted_s is not None:
         ratio = f" ({report.total_s / report.uninterrupted_s:.2f}x)" if report.uninterrupted_s else ""
         lines[-1] += f" vs {report.uninterrupted_s:.2f}s uninterrupted{ratio}"
-        lines.append("final outputs: " + ("identical to an uninterrupted run" if report.outputs_identical else "DIFFERENT from an uninterrupted run"))
+        lines.append("final outputs: " + ("no outputs found (neither run wrote a file under its workdir)" if not report.outputs_found
+                                          else "identical to an uninterrupted run" if report.outputs_identical
+                                          else "DIFFERENT from an uninterrupted run"))
     if report.secret_env:
         lines.append(f"secret env {', '.join(f'{k}={v}' for k, v in report.secret_env.items())}: placeholders (a drill "
                      "decrypts nothing; the emulator served them as the cloud's secret store would)")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.schema import EVENT_KEY, EVENT_LOG_LIMIT, EVENT_OBJECT_LIMIT, JOB_COPY_FILE
 from infra.basics import BadJson, attempt_end, loads_bounded
 
 if TYPE_CHECKING:  # the pydantic models: imported only where a stack file is validated (a short command never loads them)
@@ -59,19 +60,12 @@ def of_stack(doc: dict, stack: str | None) -> bool:
     return stack is None or doc.get("stack") in (None, stack)
 
 
-# What one recorded event may cost whoever reads it (README "Watching a stack", the limits). A job's VM
-# writes its own events, so a broken or hostile one must not exhaust the reader (the watcher is a
-# small VM serving every job of the stack):
-# - size: the scripts upload one event as one JSON line (``spotctl_record``, templates/common/lib.sh.j2),
-#   a few hundred bytes, and as one curl argument (``--data-binary "$body"``), which Linux bounds at
-#   MAX_ARG_STRLEN (32 pages: 128 KiB). 1 MiB is 8 times that bound; a larger object is skipped unread.
-#   A ``.jsonl`` of an ``--events-dir`` (a job disk's ``events.jsonl``: every event of the job, ~300 bytes
-#   each, a year of 10-minute checkpoints ~20 MB) is allowed 64 MiB.
-# - time: an event is kept only between EARLIEST (before spotctl wrote any event: a year-1 ``started``
-#   made one resume build 1.7 GB of availability ticks) and the reader's clock plus CLOCK_SKEW (the VMs
-#   and the reader keep NTP time; an hour covers a drifting laptop, nothing a job could gain from).
-EVENT_OBJECT_LIMIT = 1 << 20
-EVENT_LOG_LIMIT = 1 << 26
+# What one recorded event may cost whoever reads it (README "Watching a stack", the limits): a job's
+# VM writes its own events, so a broken or hostile one must not exhaust the reader. The sizes are the
+# agent's (agent/schema.py, shared with the VM). Time: an event is kept only between EARLIEST (before
+# spotctl wrote any event: a year-1 ``started`` made one resume build 1.7 GB of availability ticks) and
+# the reader's clock plus CLOCK_SKEW (the VMs and the reader keep NTP time; an hour covers a drifting
+# laptop, nothing a job could gain from).
 EARLIEST = datetime(2020, 1, 1, tzinfo=UTC)
 CLOCK_SKEW = timedelta(hours=1)
 
@@ -121,12 +115,11 @@ def _size(path: Path) -> int:
         return 0
 
 
-# Where the scripts write an event object: ``<stack>/<job>/attempt-N/node-K/<time>-<event>.json``
-# (``spotctl_record`` in templates/common/lib.sh.j2, ``infra.render.event_object_prefix``). IAM lets a
-# job's VM write only under its own ``<stack>/<job>/`` (infra/aws.py ``_instance_profile``; the GCS
-# grant in infra/gcp.py is conditioned on the same prefix), never what it puts in the body: so the key
-# is the only claim a bucket event can prove, and a body must agree with it.
-EVENT_KEY = re.compile(r"(?P<stack>[^/]+)/(?P<job>[^/]+)/attempt-(?P<attempt>\d+)/node-(?P<node>\d+)/[^/]+\.json")
+# Where a VM writes an event object: ``<stack>/<job>/attempt-N/node-K/<time>-<event>.json``
+# (agent/schema.py ``EVENT_KEY``). IAM lets a job's VM write only under its own ``<stack>/<job>/``
+# (infra/aws.py ``_instance_profile``; the GCS grant in infra/gcp.py is conditioned on the same
+# prefix), never what it puts in the body: so the key is the only claim a bucket event can prove, and a
+# body must agree with it.
 
 
 def trusted(key: str, doc: Mapping[str, Any], event: Event, stack: str) -> bool:
@@ -142,7 +135,6 @@ def trusted(key: str, doc: Mapping[str, Any], event: Event, stack: str) -> bool:
 # path in it names the job, so none of it can vouch for an event. The whole depth is matched: a job
 # may be named ``attempt-2`` (a valid job id), and a stack's copy then holds
 # ``attempt-2/attempt-N/node-K/<file>``, one folder deeper.
-JOB_COPY_FILE = re.compile(r"attempt-\d+/node-[^/]+/[^/]+")
 
 
 def is_job_copy(paths: Iterable[str]) -> bool:

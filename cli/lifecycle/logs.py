@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent.schema import CHUNK_RE, DISK_LOG_RE
 from cli.lifecycle.bucketevents import BucketEvents
 from cli.lifecycle.events import Event, load_events
-
-DISK_LOG_RE = re.compile(r"^attempt-(\d+)-node-(\d+)\.log$")
-CHUNK_RE = re.compile(r"attempt-(\d+)/node-(\d+)/logs/(\d+)\.log$")
 
 
 class LogError(Exception):

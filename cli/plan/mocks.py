@@ -42,6 +42,7 @@ class Resource:
     provider: str = ""  # the provider reference ("<urn>::<id>") of a cloud resource; "" for components
     ignore_changes: tuple[str, ...] = ()
     timeouts: dict[str, str] = field(default_factory=dict)  # customTimeouts (create/update/delete), those set
+    retain_on_delete: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -349,6 +350,7 @@ def run(cfg: StackConfig, stack: str, account: MockAccount | None = None,
                         provider=request.provider,
                         ignore_changes=tuple(request.ignoreChanges),
                         timeouts=_timeouts(request),
+                        retain_on_delete=bool(getattr(request, "retainOnDelete", False)),
                     )
                 )
             return response
@@ -403,6 +405,10 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in sorted(value.items())}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
+    path = getattr(value, "path", None)
+    if isinstance(path, str) and type(value).__name__ == "FileAsset":
+        # A file named by its content's digest (infra/agent_object.py): the same in every process.
+        return f"fileAsset:{path.rsplit('/', 1)[-1]}"
     return str(value)
 
 

@@ -15,6 +15,7 @@ from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier
 from cli.lifecycle.bucketevents import BucketEvents
 from cli.lifecycle.events import Event
+from cli.pools.record import Republisher
 from cli.watch import act as acting
 from cli.watch import decide as deciding
 from cli.watch import lease as leasing
@@ -33,6 +34,8 @@ class Settings:
     once: bool = False
     lease_wait_s: float = 0.0
     shared: Any = None  # the stack file's sync session (cli.lifecycle.sync.Shared): its bucket holds the lease
+    # The pools' side of the cloud (cli.cloud.pool_cloud): the recorded demand is published again every minute.
+    pools_for: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -66,6 +69,7 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
     ok = True
     last_poll: datetime | None = None
     bucket_cache = BucketEvents(settings.ref.name)
+    republisher = Republisher()
     try:
         fence = bucket_lease(settings, lease, report, now, sleep, monotonic=monotonic)
         n = 0
@@ -76,7 +80,7 @@ def run(settings: Settings, report: Report, *, cloud_for: Callable[[Any], Any],
                 fence = bucket_lease(settings, lease, report, now, sleep, quiet=True, monotonic=monotonic)
             t = now()
             poll_due = last_poll is None or (t - last_poll).total_seconds() >= settings.poll_every_s
-            ok = cycle(settings, report, cloud_for, t, rng, poll_due, None, bucket_cache, fence) and ok
+            ok = cycle(settings, report, cloud_for, t, rng, poll_due, None, bucket_cache, fence, republisher) and ok
             if settings.shared is not None:
                 settings.shared.retry()  # unreachable for this cycle only: the next one asks again
             last_poll = t if poll_due else last_poll
@@ -117,7 +121,8 @@ def bucket_lease(settings: Settings, local: Lease, report: Report, now: Callable
 
 
 def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: random.Random, poll_due: bool,
-          choose=None, bucket_cache: BucketEvents | None = None, fence: leasing.BucketLease | None = None) -> bool:
+          choose=None, bucket_cache: BucketEvents | None = None, fence: leasing.BucketLease | None = None,
+          republisher: Republisher | None = None) -> bool:
     """One observe -> decide -> act pass over the stack; True when every action succeeded. With a
     ``fence`` (the bucket lease) every action first checks the lease is still this watcher's, and it is
     kept renewed while the action runs. ``choose`` picks a resumed job's capacity; None: the stack's
@@ -148,6 +153,15 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         choose = stack_capacity(ref.path, ref.name, cfg, now=lambda: now)
     journal = Journal.load(ref.path)
     cloud = cloud_for(cfg)
+    # AWS only: its watcher role holds PutMetricData (infra/aws_watcher.py); a GCP watcher's custom roles
+    # hold no Cloud Monitoring write, so there the demand is still published by `pool demand` alone.
+    if republisher is not None and cfg.cloud == "aws" and cfg.pools and settings.sources.bucket:
+        from cli.cloud import pool_cloud
+
+        pools = settings.pools_for(cfg) if settings.pools_for else pool_cloud(cfg, ref.name)
+        for pool, demand in republisher.run(cfg, ref.name, cloud, pools, settings.sources.bucket, now, report.warn):
+            report.emit({"pool": pool, "action": "publish", "metrics": demand.metrics(), "reason": demand.reason,
+                         "time": now.isoformat()})
     seen = observing.observe(cloud, cfg, ref.name, settings.sources, now, poll_due=poll_due,
                              handled=set(journal.handled), warn=report.warn, bucket_cache=bucket_cache)
     jobs = [job for job in cfg.jobs if not asking or (job.id not in asking and "" not in asking)]

@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from infra.basics import MAX_JOB_NODES, Capacity, JobState, own_events
+from infra.codespec import CodeSpec
 from infra.config.base import (
     MAX_ATTEMPT,
     MAX_COMMAND,
@@ -189,6 +190,15 @@ class Job(_Model):
     # after it succeeded): a kill -9 or a failed update leaves it, so `status` shows it and the same
     # command, `resume` or `watch` apply the job again (cli/lifecycle/operations.py ``_mark_pending``).
     applying: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    # Where the job's code comes from, what runs once per disk and code before the command, where the
+    # command runs, and in what container (infra/codespec.py, docs/guides/code.md); the archive's
+    # sha256 or the repository's commit spotctl recorded at the attempt's launch.
+    code: CodeSpec | None = None
+    setup: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=MAX_COMMAND)] | None = None
+    workdir: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=1024)] | None = None
+    container: Annotated[str, StringConstraints(strict=True, min_length=1, max_length=512)] | None = None
+    code_digest: str | None = None
+    code_commit: str | None = None
     _retired_after: int = PrivateAttr(0)  # set by StackConfig from spotctl:retiredJobs
 
     @property
@@ -244,10 +254,10 @@ class Job(_Model):
         """The env keys whose values are Pulumi secrets (they travel through the cloud's secret store)."""
         return tuple(sorted(k for k, v in self.env.items() if isinstance(v, SecureValue)))
 
-    @field_validator("command")
+    @field_validator("command", "setup")
     @classmethod
-    def _command(cls, v: str) -> str:
-        return _no_nul(v)
+    def _command(cls, v: str | None) -> str | None:
+        return v if v is None else _no_nul(v)
 
     @model_validator(mode="after")
     def _hours(self) -> Self:

@@ -11,6 +11,7 @@ from pydantic import (
     model_validator,
 )
 
+from infra.codespec import code_problems
 from infra.config import checks
 from infra.config.base import MAX_ATTEMPT, REGION_RE, ZONE_RE, _choice_message, _CrossErrors, _Model, zone_in_region
 from infra.config.checks import _aws_network, _gcp_checks, _move_checks, _per_cloud, _replica_checks, _unique, _watcher_checks
@@ -103,6 +104,7 @@ class StackConfig(_Model):
             _move_checks(self, i, job, problems)
             _replica_checks(self, i, job, problems)
             checks._disk_kind_checks(self, i, job, problems)
+            problems.extend((f"jobs[{i}].{key}", f"job {job.id}: {message}") for key, message in code_problems(job))
         _watcher_checks(self, problems)
         for key, value in self.labels.items():
             if not re.fullmatch(r"[a-z][-_a-z0-9]{0,62}", key) or not re.fullmatch(r"[-_a-z0-9]{0,63}", value):

@@ -53,7 +53,7 @@ class ContractError(Exception):
 
 def rules() -> list[Rule]:
     """Every rule, both clouds (importing the rule modules registers them)."""
-    from infra.contract import aws, gcp  # noqa: F401
+    from infra.contract import aws, aws_fleet, gcp, gcp_fleet  # noqa: F401
 
     return sorted(_RULES.values(), key=lambda r: r.id)
 

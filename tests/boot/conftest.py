@@ -36,8 +36,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _cannot_boot() -> str:
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"the boot tier needs Linux on x86_64 (this is {platform.system()} {platform.machine()})"
-    if os.environ.get("SPOTCTL_BOOT") == "0":
-        return "SPOTCTL_BOOT=0"
+    if os.environ.get("SPOTCTL_BOOT") != "1":
+        # Opt-in until the tier has passed against the Python agent (it was proven on the bash scripts
+        # the agent replaced): the README's command with SPOTCTL_BOOT=1 runs it.
+        return "the boot tier is opt-in for now: SPOTCTL_BOOT=1 runs it (tests/boot, about 17 min from nothing)"
     reason = can_make_namespaces()
     if reason:
         return reason

@@ -1,0 +1,134 @@
+"""The watcher unit (entry ``watch``): polls the metadata server for a preemption or maintenance
+notice, uploads the trainer's log every ~30 s, and applies a pool's busy/idle state; and the stop
+path (entry ``shutdown``: GCE's shutdown script, AWS's stop hook), which tells a preemption from a
+normal stop. Every `preempted` goes through ``stop.preempted_once``."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from agent.config import Config
+from agent.events import Recorder
+from agent.imds import Metadata
+from agent.stop import claim_notice, finished, notice, notice_details, preempted_once, signal_trainer, stop, wait_trainer
+from agent.util import exists, locked, log, read, touch, write_atomic
+
+MAINTENANCE = ("TERMINATE_ON_HOST_MAINTENANCE", "SHUTDOWN_ON_HOST_MAINTENANCE")
+
+
+def busy_apply(cfg: Config, rec: Recorder, cloud) -> bool:
+    """Record (and on AWS, protect from scale-in) a change of the pool agent's busy file."""
+    want = "busy" if exists(cfg.state("busy")) else "idle"
+    have = (read(cfg.state("reported")) or "idle").strip()
+    if want == have:
+        return True
+    if cfg.cloud == "aws" and not cloud.protect(rec.ident[0], want == "busy"):
+        log(cfg, f"scale-in protection for {want} not set; retrying at the next poll")
+        return False
+    write_atomic(cfg.state("reported"), want)
+    rec.record(want, budget=5)
+    return True
+
+
+def busy_sync(cfg: Config, rec: Recorder, cloud) -> bool:
+    with locked(cfg.state("busy.lock"), 60) as got:
+        return got and busy_apply(cfg, rec, cloud)
+
+
+def _busy_poll(cfg: Config, rec: Recorder, cloud) -> None:
+    with locked(cfg.state("busy.lock"), 0, blocking=False) as got:
+        if got:
+            busy_apply(cfg, rec, cloud)
+
+
+def _background(target, *args) -> None:
+    threading.Thread(target=target, args=args, daemon=True).start()
+
+
+def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sleep=time.sleep) -> None:
+    """Poll until a notice (then handle it) or until the stop path takes over."""
+    rec.identify()
+    last_asked = clock()
+    polls = 0
+    rebalance_seen = False
+    busy = None
+    while True:
+        # The stop path classifies this stop itself (this unit outlives its start).
+        if exists(cfg.state("shutdown")):
+            return
+        asked = clock()  # a notice seen now came after the last look
+        if cfg.kind == "pool" and (busy is None or not busy.is_alive()):
+            # Never delays this loop's look for a notice (Auto Scaling calls take up to 2 x 10 s).
+            busy = threading.Thread(target=_busy_poll, args=(cfg, rec, cloud), daemon=True)
+            busy.start()
+        if cfg.cloud == "gcp":
+            if (meta.get("instance/preempted") or "").strip() == "TRUE":
+                notice(cfg, rec, ["source=metadata", "preempted=TRUE"], since=last_asked)
+                return
+            # GPU VMs are terminated for host maintenance with a 60 s notice: checkpoint then too.
+            event = (meta.get("instance/maintenance-event") or "").strip()
+            if event in MAINTENANCE and not exists(cfg.state("maintenance")):
+                touch(cfg.state("maintenance"))
+                touch(cfg.state("stopping"))
+                rec.record("maintenance-notice", {"maintenance_event": event}, 3, background=True)
+                signal_trainer(cfg)
+        else:
+            action = meta.get("spot/instance-action")
+            if action is not None:
+                notice(cfg, rec, ["source=imds", "instance_action=" + action], since=last_asked)
+                return
+            if not rebalance_seen:
+                recommendation = meta.get("events/recommendations/rebalance")
+                if recommendation is not None:
+                    rebalance_seen = True
+                    rec.record("rebalance-recommendation", {"recommendation": recommendation}, 5, background=True)
+        polls += 1
+        last_asked = asked
+        # The trainer's log reaches the bucket about every 30 s (in the background: never delays a notice).
+        if (polls * cfg.poll_interval_s) % 30 < cfg.poll_interval_s:
+            _background(rec.upload_log, 5)
+        sleep(cfg.poll_interval_s)
+
+
+def shutdown(cfg: Config, meta: Metadata, rec: Recorder) -> None:
+    """A stop of the VM: GCE runs this as the shutdown script (~30 s before power-off on Spot); on AWS
+    it is the stop hook unit's ExecStop."""
+    rec.identify()
+    if exists(cfg.state("notice")):
+        # The watcher saw the notice and records the preemption once the trainer has stopped; if it
+        # was stopped before it could, this path records it, with the notice's details.
+        wait_trainer(cfg, cfg.stop_budget_s)
+        preempted_once(cfg, rec, notice_details(cfg))
+        return
+    touch(cfg.state("shutdown"))
+    if finished(cfg):
+        log(cfg, "stop after completion: nothing to record")
+        return
+    if cfg.cloud == "gcp":
+        value = (meta.get("instance/preempted") or "unknown").strip()
+        if value == "TRUE":
+            details = ["source=shutdown-script", "preempted=TRUE"]
+            if claim_notice(cfg, details):
+                touch(cfg.state("stopping"))
+                signal_trainer(cfg)
+                if not wait_trainer(cfg, cfg.stop_budget_s):
+                    rec.record("checkpoint-timeout", {"budget_s": str(cfg.stop_budget_s)}, 2, background=True)
+            else:
+                wait_trainer(cfg, cfg.stop_budget_s)
+                details = notice_details(cfg)
+            preempted_once(cfg, rec, details)
+            rec.wait()
+        elif exists(cfg.state("maintenance")):
+            stop(cfg, rec, "stopped", {"reason": "host-maintenance", "preempted": value})
+        else:
+            stop(cfg, rec, "stopped", {"preempted": value})
+        return
+    action = meta.get("spot/instance-action")
+    if action is not None:
+        notice(cfg, rec, ["source=stop-hook", "instance_action=" + action])
+        if not exists(cfg.state("preempted-recorded")):  # the watcher claimed it first: wait for its record
+            wait_trainer(cfg, cfg.stop_budget_s)
+            preempted_once(cfg, rec, notice_details(cfg))
+    else:
+        stop(cfg, rec, "stopped", {"source": "stop-hook"})

@@ -1,0 +1,37 @@
+"""GCP rules outside the program's resources: deleting a regional disk, a disk grown by diskGb, the
+first write of a new identity, and what a multi-node A3 job's nodes talk over."""
+
+from __future__ import annotations
+
+from infra.contract.rulebook import rule
+
+rule("gcp.regional-disk-delete", [],
+     says="A regional disk (a job's diskReplicaZones) is deleted through regionDisks.delete: disks.delete names a zone, "
+          "and a regional disk is in none (404). cli/cloud/gcp.py GcpInventory.delete takes the disk's region.",
+     fix="nothing to set: `spotctl cleanup --orphans` picks the API from the disk",
+     source="https://cloud.google.com/compute/docs/reference/rest/v1/regionDisks/delete; "
+            "https://cloud.google.com/compute/docs/reference/rest/v1/disks (Disk.region: \"Only applicable for regional "
+            "resources\")")(None)
+
+rule("gcp.grown-disk-filesystem", [],
+     says="Raising diskGb grows the device, never its filesystem: the VM agent grows the ext4 filesystem online at boot "
+          "when the device is larger (agent/disk.py grow).",
+     fix="nothing to run by hand: the next boot grows it",
+     source="https://cloud.google.com/compute/docs/disks/resize-persistent-disk (\"Resize the file system and "
+            "partitions\"); https://docs.aws.amazon.com/ebs/latest/userguide/recognize-expanded-volume-linux.html")(None)
+
+rule("gcp.first-write-after-iam-propagation", [],
+     says="A new attempt's write permission on the event bucket may not be live for minutes: its `started` event is "
+          "retried in the background for 10 minutes (agent/config.py first_record_s), backing off to 15 s.",
+     fix="nothing to set (SPOTCTL_FIRST_RECORD_S on the VM changes the bound)",
+     source="https://cloud.google.com/iam/docs/access-change-propagation (\"Typically 2 minutes, potentially 7 minutes "
+            "or longer\"); https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html (eventual "
+            "consistency)")(None)
+
+rule("gcp.a3-gang-one-nic", [],
+     says="A multi-node a3-highgpu-8g job gets one gVNIC per VM: GPUDirect-TCPX needs four more NICs, each in its own "
+          "VPC network and subnet, and the TCPX daemon and NCCL plugin on the VM, which a stack does not declare; NCCL "
+          "runs over TCP. `spotctl validate` warns of each such job (infra/config/gangs.py).",
+     fix="run jobs that need TCPX bandwidth where the TCPX networks exist (e.g. GKE with GPUDirect-TCPX)",
+     source="https://cloud.google.com/compute/docs/gpus/gpudirect (\"Maximize GPU network bandwidth with "
+            "GPUDirect-TCPX\": a3-highgpu-8g, one NIC for the host plus four for the GPUs in separate VPC networks)")(None)

@@ -1,0 +1,39 @@
+"""validate says what a multi-node job's nodes talk over where spotctl does not give them the
+cloud's fast fabric: AWS p4d/p5 gangs without EFA interfaces, GCP A3 gangs without GPUDirect-TCPX."""
+
+from __future__ import annotations
+
+from cli.app import app
+from infra.config import validate
+from infra.config.gangs import gang_warnings
+from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
+
+
+def test_validate_warns_of_an_efa_gang_without_efa_interfaces(project, runner):
+    result = runner.invoke(app, ["validate", "--stack", "example-aws"])
+    assert result.exit_code == 0, result.output
+    assert ("spotctl:jobs[0].instanceType: job llm-pretrain's 2 nodes share a cluster placement group, but spotctl "
+            "attaches no EFA interfaces") in result.output
+
+
+def test_a3_gangs_are_told_they_run_over_one_nic():
+    cfg = validate(stack_config(GCP_BASE, jobs=[gcp_job(id="big", machineType="a3-highgpu-8g", nodes=2,
+                                                        accelerator={"type": "nvidia-h100-80gb", "count": 8}),
+                                                gcp_job(id="one", machineType="a3-highgpu-8g",
+                                                        accelerator={"type": "nvidia-h100-80gb", "count": 8})]), "t")
+    [warning] = gang_warnings(cfg)
+    assert warning.startswith("spotctl:jobs[0].machineType: job big's 2 nodes have one NIC each, not GPUDirect-TCPX")
+
+
+def test_no_warning_for_single_nodes_or_other_types():
+    cfg = validate(stack_config(AWS_BASE, jobs=[aws_job(), aws_job(id="g", instanceType="g5.12xlarge", nodes=2)]), "t")
+    assert gang_warnings(cfg) == []
+
+
+def test_each_decision_has_its_rule_and_source():
+    from infra import contract
+
+    for rule_id in ("aws.watcher-publishes-pool-demand", "aws.efa-cluster-placement", "aws.event-bucket-kept-at-destroy",
+                    "aws.stack-name-once-per-account", "gcp.regional-disk-delete", "gcp.grown-disk-filesystem",
+                    "gcp.first-write-after-iam-propagation", "gcp.a3-gang-one-nic"):
+        assert "https://" in contract.get(rule_id).source or "pulumi-aws" in contract.get(rule_id).source, rule_id
