@@ -407,7 +407,8 @@ def _plans_by_content(monkeypatch: pytest.MonkeyPatch, _plans_dir: Path):
 # while more workers than cores run the CPU-bound rest (see pytest_xdist_auto_num_workers).
 TIMED_GROUPS = {"test_scripts_run.py": "timed-scripts",
                 **dict.fromkeys(("test_drill.py", "test_drill_verdicts.py", "test_scripts_reboot.py",
-                                 "test_pools_scripts.py", "test_terminal_session.py"), "timed-rest")}
+                                 "test_pools_scripts.py", "test_terminal_session.py",
+                                 "test_docs_runnable.py"), "timed-rest")}
 # test_scripts_run.py's budget tests (~100 s of its ~3 min, waiting out real budgets) are a unit of their own.
 TIMED_BUDGETS = ("test_shutdown_path_finishes_in_budget_under_faults", "test_gcp_worst_case_at_real_budgets_fits_the_30s_notice",
                  "test_a_stop_waits_for_the_trainers_group_not_its_leader")

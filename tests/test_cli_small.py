@@ -59,7 +59,7 @@ def test_simulate_json_is_valid_json_and_traces_are_found_through_the_env(runner
 
 
 def test_simulate_finds_the_documented_paths_in_the_shared_traces_layout(runner, tmp_path, monkeypatch):
-    """../shared/traces holds skypilot-spot-traces/availability/...: README's relative path and a bare
+    """../shared/traces holds skypilot-spot-traces/availability/...: the simulate docs' relative path and a bare
     file name both resolve; a bare name two traces share is one error listing them."""
     traces = tmp_path / "traces"
     oct22 = write_trace(traces / "skypilot-spot-traces" / "availability" / "1-node" / "aws-10-26-2022" / "us-west-2b_v100_1.json")
@@ -86,8 +86,8 @@ def test_simulate_finds_the_documented_paths_in_the_shared_traces_layout(runner,
                                      f"{traces / 'skypilot-spot-traces'}, ")
 
 
-def test_drill_help_lists_every_verdict_the_readme_lists(runner):
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_drill_help_lists_every_verdict_the_drill_guide_lists(runner):
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "drill.md").read_text()
     verdicts = re.findall(r"`(reentrant|not-exercised|restarts-from-scratch|lost-work|did-not-finish)`", readme.split("Verdicts:")[1][:800])
     assert len(set(verdicts)) == 5
     result = runner.invoke(app, ["drill", "-h"], terminal_width=400)

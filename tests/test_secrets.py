@@ -1,4 +1,4 @@
-"""Secrets in job env (README "Secrets in env"): `{secure: ...}` values as `pulumi config set --secret
+"""Secrets in job env (docs/guides/secrets.md): `{secure: ...}` values as `pulumi config set --secret
 --path` writes them are accepted, reach the VM through the cloud's secret store readable only by the
 job's identity, and are never written in clear into the plan, the stack file or the scripts."""
 
@@ -370,6 +370,6 @@ def test_payload_round_trip_uses_only_characters_json_never_escapes():
     assert json.dumps(payload) == f'"{payload}"'
 
 
-def test_readme_documents_secrets():
-    text = (ROOT / "README.md").read_text()
-    assert "## Secrets in env" in text and "pulumi config set --secret --path" in text
+def test_the_secrets_guide_documents_secrets():
+    text = (ROOT / "docs" / "guides" / "secrets.md").read_text()
+    assert "# Secrets in env" in text and "pulumi config set --secret --path" in text
