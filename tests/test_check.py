@@ -95,7 +95,7 @@ def test_the_wheel_carries_the_data_files_and_the_script(tmp_path):
     (wheel,) = tmp_path.glob("spotctl-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for data in ("cli/cost/prices.json", "cli/cost/always_on.json", "cli/policy/regimes.json",
-                 "infra/_templates/common/lib.sh.j2", "infra/_templates/common/script.sh.j2",
+                 "infra/_templates/agent/bootstrap.sh.j2", "agent/__main__.py", "agent/schema.py",
                  "infra/_templates/watcher/startup.sh.j2", "infra/_templates/gcp/startup.sh.j2",
                  "infra/_templates/aws/user-data.sh.j2"):
         assert data in names, data

@@ -22,6 +22,11 @@ def digest(root: Path) -> str:
     return pack(root, code_files(root).files).sha256
 
 
+def warnings(output: str) -> list[str]:
+    """validate's warnings but the one every multi-node example gets (its nodes' network; test_gang_network)."""
+    return [line for line in output.splitlines() if line.startswith("warning:") and "NCCL runs over TCP" not in line]
+
+
 @pytest.mark.parametrize("stack", ["example-aws", "example-gcp"])
 def test_example_jobs_record_the_quickstarts_digest(project, runner, stack, tmp_path):
     cfg = stackfile.load(stackfile.resolve(stack, None))
@@ -33,7 +38,7 @@ def test_example_jobs_record_the_quickstarts_digest(project, runner, stack, tmp_
         assert job.code_digest == digest(QUICKSTART), f"{job.id}: re-record it after editing examples/quickstart"
         assert job.command.startswith(".venv/bin/python train.py") and "requirements.txt" in (job.setup or "")
     result = runner.invoke(app, ["validate", "--stack", stack])
-    assert result.exit_code == 0 and "warning" not in result.output, result.output
+    assert result.exit_code == 0 and not warnings(result.output), result.output
 
 
 def test_validate_warns_of_a_relative_file_without_code(project, runner):
@@ -58,7 +63,7 @@ def test_validate_says_when_a_containers_host_image_is_not_known_to_run_it(proje
         path.write_text(text.replace("      code: ./examples/quickstart", extra + "      code: ./examples/quickstart", 1))
         result = runner.invoke(app, ["validate", "--stack", stack])
         assert result.exit_code == 0, result.output
-        assert (said in result.output) if said else "warning" not in result.output, result.output
+        assert (said in result.output) if said else not warnings(result.output), result.output
         path.write_text(text)
 
 

@@ -148,7 +148,8 @@ def test_stack_total_and_the_shipped_table(team, runner):
 
 
 def test_table_output_names_every_price_source(team, runner):
-    result = runner.invoke(app, ["cost", "--stack", "team-a", "--events-dir", "events", "--as-of", AS_OF])
+    result = runner.invoke(app, ["cost", "--stack", "team-a", "--events-dir", "events", "--as-of", AS_OF],
+                           env={"COLUMNS": "150"})  # (its lines whole, whatever width another test left)
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "$146.58" in out and "$254.91 (63.5 %)" in out and "running (so far)" in out
@@ -655,7 +656,7 @@ def test_zone_moves_and_gcp_prices_without_credentials(project, runner):
     assert (t["moves"], t["move_changeover_hours"], t["snapshot_storage_cost"]) == (2, 1.5, 0.24)
     assert t["cost"] == 19.28  # 15.42416 + vit's 2 h x 1.92802 = 3.85604: the snapshots are not in cost
     assert data["snapshot_price"]["per_gb_month"] == 0.065 and "us-multi" in data["snapshot_price"]["source"]
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, args, env={"COLUMNS": "150"})
     assert result.exit_code == 0, result.output
     assert ("move llm: us-central1-a -> us-central1-b after attempt 1: changeover 0.50 h; snapshots <= 1000 GB, "
             "kept 2.50 h: <= $0.22") in result.stdout

@@ -27,7 +27,7 @@ def test_pulumi_stack_env_selects_the_stack(project, runner, monkeypatch):
     monkeypatch.setenv("PULUMI_STACK", "example-aws")
     result = runner.invoke(app, ["validate"])
     assert result.exit_code == 0, result.output
-    assert result.output == "stacks/Pulumi.example-aws.yaml: ok (aws, 1 pool, 3 jobs)\n"
+    assert result.stdout == "stacks/Pulumi.example-aws.yaml: ok (aws, 1 pool, 3 jobs)\n"
 
 
 @pytest.mark.parametrize("how", ["per-backend", "legacy"])
@@ -38,18 +38,18 @@ def test_the_workspace_selected_stack_is_used(project, runner, how):
         select(project, legacy="example-gcp")
     result = runner.invoke(app, ["validate"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("stacks/Pulumi.example-gcp.yaml: ok (gcp")
+    assert result.stdout.startswith("stacks/Pulumi.example-gcp.yaml: ok (gcp")
 
 
 def test_the_option_wins_over_the_environment(project, runner, monkeypatch):
     monkeypatch.setenv("PULUMI_STACK", "example-aws")
     result = runner.invoke(app, ["validate", "--stack", "example-gcp"])
-    assert result.output.startswith("stacks/Pulumi.example-gcp.yaml: ok")
+    assert result.stdout.startswith("stacks/Pulumi.example-gcp.yaml: ok")
 
 
 def test_fully_qualified_names(project, runner, fake_pulumi):
     ok = runner.invoke(app, ["validate", "--stack", "acme/spotctl/example-gcp"])
-    assert ok.exit_code == 0 and ok.output.startswith("stacks/Pulumi.example-gcp.yaml: ok")
+    assert ok.exit_code == 0 and ok.stdout.startswith("stacks/Pulumi.example-gcp.yaml: ok")
     other = runner.invoke(app, ["validate", "--stack", "acme/billing/example-gcp"])
     assert other.exit_code == 1
     assert other.output.startswith("error: spotctl: --stack 'acme/billing/example-gcp': stack of project 'billing', "
@@ -67,7 +67,7 @@ def test_stack_config_dir_comes_from_pulumi_yaml(project, runner):
     (project / "config").mkdir()
     (project / "stacks").rename(project / "config" / "stacks")
     result = runner.invoke(app, ["validate", "--stack", "example-gcp"])
-    assert result.exit_code == 0 and result.output.startswith("config/stacks/Pulumi.example-gcp.yaml: ok")
+    assert result.exit_code == 0 and result.stdout.startswith("config/stacks/Pulumi.example-gcp.yaml: ok")
     pulumi_yaml.write_text(pulumi_yaml.read_text().replace("stackConfigDir: config/stacks\n", ""))
     missing = runner.invoke(app, ["validate", "--stack", "example-gcp"])  # Pulumi's default: next to Pulumi.yaml
     assert missing.exit_code == 1 and missing.output == "error: Pulumi.example-gcp.yaml: stack file not found; ./ has no Pulumi.<stack>.yaml\n"

@@ -957,6 +957,7 @@ def test_cleanup_of_orphans_with_an_unreadable_synced_bucket_is_one_error_and_de
         raise CloudError("cannot ask the cloud: the bucket did not answer")
 
     monkeypatch.setattr(Cloud, "stored_objects", unreachable)
+    monkeypatch.setattr(Cloud, "stored_since", unreachable)  # (the events are listed from a cursor)
     wet = cli(runner, "cleanup", "--orphans", "--yes")
     assert wet.exit_code == 1, wet.output
     errors = [line for line in wet.stderr.splitlines() if line.startswith("error:")]
