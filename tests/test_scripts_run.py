@@ -92,9 +92,8 @@ def test_gcp_preemption_checkpoints_and_records_preempted(make_vm, emu):
     flipped = emu.preempt_gcp()
     done, seconds = vm.shutdown()
     assert done.returncode == 0, done.stderr
-    # The shutdown script handles the notice as the watcher would have: one path, one `preempted`.
-    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
-    assert sorted(uploaded(emu)) == ["preempted", "preemption-notice", "started"]
+    assert names(vm.events()) == ["started", "preempted"]
+    assert uploaded(emu) == ["started", "preempted"]
     ev = vm.events()[-1]
     assert set(ev) == EVENT_KEYS
     assert ev["details"] == {"source": "shutdown-script", "preempted": "TRUE"}
