@@ -139,6 +139,21 @@ MASTER_ADDRESS_PERMISSIONS = ("compute.addresses.get", "compute.addresses.use", 
 # on the image" (create-start-instance). Public images (debian-cloud, deeplearning-platform-release)
 # are readable by everyone already.
 IMAGE_PERMISSIONS = ("compute.images.useReadOnly",)
+# Pool demand, published again every minute by the watcher (cli/pools/record.py), as on AWS: a
+# projects.timeSeries.create needs monitoring.timeSeries.create on the project (Cloud Monitoring's
+# methods-to-permissions table, https://cloud.google.com/monitoring/access-control, "Permissions for
+# the Cloud Monitoring API"); a metric type cannot be named in a grant, so this is the project's custom
+# metrics, the narrowest Monitoring offers. The custom metric's descriptor exists from the first
+# `spotctl pool demand` (its auto-creation: "If the associated metric's descriptor must be
+# auto-created", TimeSeries.metric_kind, monitoring/api/ref_v3/rest/v3/TimeSeries), so the watcher
+# creates none.
+POOL_DEMAND_PERMISSIONS = ("monitoring.timeSeries.create",)
+# With fallbackToOnDemand a publication also observes (cli/pools/demand.py publish, cli/cloud/gcp.py
+# GcpPools.view): the shortage's history (projects.timeSeries.list: monitoring.timeSeries.list, same
+# table) and the part's regional MIG (regionInstanceGroupManagers.get: compute.instanceGroupManagers.get,
+# https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/get); instances
+# and zone operations are listed with the permissions above.
+POOL_FALLBACK_PERMISSIONS = ("monitoring.timeSeries.list", "compute.instanceGroupManagers.get")
 
 
 def named_permissions(jobs: list) -> list[str]:
@@ -147,9 +162,15 @@ def named_permissions(jobs: list) -> list[str]:
     return sorted({p for group in NAMED_PERMISSIONS.values() for p in group} | set(extra))
 
 
-def project_permissions(project: str, jobs: list) -> list[str]:
-    """The permissions of ``spotctl_<slug>_watcher_project`` (unconditioned: reads, lists, uses)."""
+def project_permissions(project: str, jobs: list, pools: list = ()) -> list[str]:
+    """The permissions of ``spotctl_<slug>_watcher_project`` (unconditioned: reads, lists, uses, and
+    with a scaling pool the demand it publishes again)."""
     out = {p for group in PROJECT_PERMISSIONS.values() for p in group}
+    scaling = [p for p in pools if p.spot_max > 0]
+    if scaling:
+        out |= set(POOL_DEMAND_PERMISSIONS)
+    if any(p.fallback_to_on_demand is not None for p in scaling):
+        out |= set(POOL_FALLBACK_PERMISSIONS)
     if any(j.nodes > 1 for j in jobs):
         out |= set(MASTER_ADDRESS_PERMISSIONS)
     if any(f"projects/{project}/" in (j.image or "") for j in jobs):
@@ -367,8 +388,8 @@ class Watcher(pulumi.ComponentResource):
         self.project_role = gcp.projects.IAMCustomRole(
             f"{name}-project-role", project=project, role_id=role_id(args.slug, "project"),
             title=iam_display(f"spotctl watcher of {args.stack}: reads"),
-            description=f"What stack {args.stack}'s watcher reads, lists and uses where IAM conditions see no name",
-            permissions=project_permissions(project, jobs), opts=child)
+            description=f"What stack {args.stack}'s watcher reads, lists and uses where IAM conditions see no name, and its pools' demand",
+            permissions=project_permissions(project, jobs, list(cfg.pools)), opts=child)
         out: list[pulumi.Resource] = [self.named_role, self.project_role]
         for i, expression in enumerate(expressions):
             out.append(gcp.projects.IAMMember(

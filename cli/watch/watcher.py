@@ -153,9 +153,9 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         choose = stack_capacity(ref.path, ref.name, cfg, now=lambda: now)
     journal = Journal.load(ref.path)
     cloud = cloud_for(cfg)
-    # AWS only: its watcher role holds PutMetricData (infra/aws_watcher.py); a GCP watcher's custom roles
-    # hold no Cloud Monitoring write, so there the demand is still published by `pool demand` alone.
-    if republisher is not None and cfg.cloud == "aws" and cfg.pools and settings.sources.bucket:
+    # Both clouds' watcher identities may publish exactly this (infra/aws_watcher.py PublishPoolDemand,
+    # infra/gcp_watcher.py POOL_DEMAND_PERMISSIONS).
+    if republisher is not None and cfg.pools and settings.sources.bucket:
         from cli.cloud import pool_cloud
 
         pools = settings.pools_for(cfg) if settings.pools_for else pool_cloud(cfg, ref.name)
