@@ -90,6 +90,16 @@ class Config:
         return 2.0
 
     @property
+    def maintenance_notice_s(self) -> float:
+        """How long before a GCE host maintenance stops this VM its notice comes: "Compute Engine gives
+        GPU VMs a 1-hour stopping notice, while normal VMs receive only a 60-second notice"
+        (https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance). A GPU VM is one whose NVIDIA
+        driver is loaded (its control device); without one the short notice is assumed, so the trainer
+        is stopped at once, never too late."""
+        gpu = os.path.exists(os.environ.get("SPOTCTL_NVIDIA_DEVICE") or "/dev/nvidiactl")
+        return self.env_number("SPOTCTL_MAINTENANCE_NOTICE_S", 3600.0 if gpu else 60.0)
+
+    @property
     def no_systemd(self) -> bool:
         return bool(os.environ.get("SPOTCTL_NO_SYSTEMD")) or not os.path.isdir("/run/systemd/system")
 

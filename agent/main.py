@@ -17,8 +17,8 @@ from agent.util import locked, log, read, remove, touch, write_atomic
 # trainer's SIGTERM pays for no module it does not need (bench/agent_latency.py).
 
 # State of one boot, forgotten by the first entry point of the next.
-BOOT_STATE = ("stopping", "notice", "signaled", "maintenance", "instance", "zone", "run.pid", "watch.pid", "trainer.pid",
-              "drained", "preempted-recorded", "shutdown", "busy", "reported")
+BOOT_STATE = ("stopping", "notice", "signaled", "maintenance", "maintenance-stop", "instance", "zone", "run.pid",
+              "watch.pid", "trainer.pid", "drained", "preempted-recorded", "shutdown", "busy", "reported")
 ENTRIES = ("main", "run", "watch", "shutdown", "busy", "idle")
 
 

@@ -1,20 +1,23 @@
 """The watcher unit (entry ``watch``): polls the metadata server for a preemption or maintenance
-notice, uploads the trainer's log every ~30 s, and applies a pool's busy/idle state; and the stop
-path (entry ``shutdown``: GCE's shutdown script, AWS's stop hook), which tells a preemption from a
-normal stop. Every `preempted` goes through ``stop.preempted_once``."""
+notice (a maintenance's timing: agent/maintenance.py), uploads the trainer's log every ~30 s, and
+applies a pool's busy/idle state; and the stop path (entry ``shutdown``: GCE's shutdown script,
+AWS's stop hook), which tells a preemption from a normal stop. Every `preempted` goes through ``stop.preempted_once``."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+from agent import maintenance
 from agent.config import Config
 from agent.events import Recorder
 from agent.imds import Metadata
+from agent.maintenance import Plan, aws_notice, gcp_notice
 from agent.stop import claim_notice, finished, notice, notice_details, preempted_once, signal_trainer, stop, wait_trainer
 from agent.util import exists, locked, log, read, touch, write_atomic
 
-MAINTENANCE = ("TERMINATE_ON_HOST_MAINTENANCE", "SHUTDOWN_ON_HOST_MAINTENANCE")
+# How often EC2's scheduled events are asked for: they are announced days ahead.
+SCHEDULED_EVERY_S = 60.0
 
 
 def busy_apply(cfg: Config, rec: Recorder, cloud) -> bool:
@@ -53,6 +56,8 @@ def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sl
     polls = 0
     rebalance_seen = False
     busy = None
+    plan = Plan(cfg, rec) if cfg.is_job else None
+    scheduled_asked, scheduled = None, None
     while True:
         # The stop path classifies this stop itself (this unit outlives its start).
         if exists(cfg.state("shutdown")):
@@ -66,13 +71,10 @@ def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sl
             if (meta.get("instance/preempted") or "").strip() == "TRUE":
                 notice(cfg, rec, ["source=metadata", "preempted=TRUE"], since=last_asked)
                 return
-            # GPU VMs are terminated for host maintenance with a 60 s notice: checkpoint then too.
-            event = (meta.get("instance/maintenance-event") or "").strip()
-            if event in MAINTENANCE and not exists(cfg.state("maintenance")):
-                touch(cfg.state("maintenance"))
-                touch(cfg.state("stopping"))
-                rec.record("maintenance-notice", {"maintenance_event": event}, 3, background=True)
-                signal_trainer(cfg)
+            if plan is not None:
+                seen = gcp_notice(meta.get("instance/maintenance-event"), last_asked, cfg.maintenance_notice_s)
+                if plan.step(seen, clock()):
+                    return
         else:
             action = meta.get("spot/instance-action")
             if action is not None:
@@ -83,6 +85,11 @@ def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sl
                 if recommendation is not None:
                     rebalance_seen = True
                     rec.record("rebalance-recommendation", {"recommendation": recommendation}, 5, background=True)
+            if plan is not None:
+                if scheduled_asked is None or asked - scheduled_asked >= SCHEDULED_EVERY_S:
+                    scheduled_asked, scheduled = asked, aws_notice(meta.get("events/maintenance/scheduled"))
+                if plan.step(scheduled, clock()):
+                    return
         polls += 1
         last_asked = asked
         # The trainer's log reaches the bucket about every 30 s (in the background: never delays a notice).
@@ -120,7 +127,7 @@ def shutdown(cfg: Config, meta: Metadata, rec: Recorder) -> None:
             preempted_once(cfg, rec, details)
             rec.wait()
         elif exists(cfg.state("maintenance")):
-            stop(cfg, rec, "stopped", {"reason": "host-maintenance", "preempted": value})
+            _maintenance_stop(cfg, rec, {"preempted": value})
         else:
             stop(cfg, rec, "stopped", {"preempted": value})
         return
@@ -130,5 +137,18 @@ def shutdown(cfg: Config, meta: Metadata, rec: Recorder) -> None:
         if not exists(cfg.state("preempted-recorded")):  # the watcher claimed it first: wait for its record
             wait_trainer(cfg, cfg.stop_budget_s)
             preempted_once(cfg, rec, notice_details(cfg))
+    elif exists(cfg.state("maintenance")):
+        _maintenance_stop(cfg, rec, {"source": "stop-hook"})
     else:
         stop(cfg, rec, "stopped", {"source": "stop-hook"})
+
+
+def _maintenance_stop(cfg: Config, rec: Recorder, details: dict) -> None:
+    """The VM stops after a maintenance notice: recorded once, by the watcher (at its planned time)
+    or here (the VM went first)."""
+    if maintenance.claim(cfg):
+        stop(cfg, rec, "stopped", dict(details, reason="host-maintenance"))
+    else:
+        log(cfg, "stopped for the host maintenance already (recorded)")
+        wait_trainer(cfg, cfg.stop_budget_s)
+        rec.wait()

@@ -131,14 +131,39 @@ def test_gcp_watcher_sees_preemption_before_the_shutdown_script(make_vm, emu):
 
 
 def test_gcp_host_maintenance_checkpoints_and_is_not_a_preemption(make_vm, emu):
+    """A VM without GPUs gets GCE's 60 s notice: the trainer is stopped at once, `stopped` recorded
+    with the reason, the VM powered off; the stop path that follows records nothing more."""
     vm = make_vm("gcp", poll_s=1)
     boot_and_train(vm)
     emu.reset(maintenance_event="TERMINATE_ON_HOST_MAINTENANCE")
     assert vm.wait_for(lambda: "maintenance-notice" in names(vm.events()), 10)
-    assert vm.wait_for(lambda: not vm.alive("trainer.pid"), 10)
+    assert vm.wait_for(lambda: "stopped" in names(vm.events()), 15), vm.debug_log()
+    assert vm.wait_for(lambda: not vm.alive("trainer.pid"), 10) and "term_at" in checkpoint(vm)
+    assert vm.wait_for(lambda: len(emu.state.poweroffs) == 1, 10)
     vm.shutdown()
     assert names(vm.events()) == ["started", "maintenance-notice", "stopped"]
-    assert vm.events()[-1]["details"] == {"reason": "host-maintenance", "preempted": "FALSE"}
+    details = vm.events()[-1]["details"]
+    assert (details["reason"], details["maintenance_event"]) == ("host-maintenance", "TERMINATE_ON_HOST_MAINTENANCE")
+
+
+def test_gcp_gpu_vm_trains_through_the_maintenance_notice(make_vm, emu, tmp_path):
+    """A GPU VM's notice comes an hour ahead (here shortened to 38 s: budget 2 s + 30 s of uploads + a
+    poll leave ~5 s): the trainer keeps training after the notice and is stopped only at its time."""
+    device = tmp_path / "nvidiactl"
+    device.write_text("")
+    vm = make_vm("gcp", poll_s=1, stop_budget_s=2)
+    done = vm.boot(env={"SPOTCTL_NVIDIA_DEVICE": str(device), "SPOTCTL_MAINTENANCE_NOTICE_S": "38"})
+    assert done.returncode == 0, done.stderr
+    assert vm.wait_for(lambda: vm.alive("trainer.pid"), 15), vm.debug_log()
+    emu.reset(maintenance_event="TERMINATE_ON_HOST_MAINTENANCE")
+    assert vm.wait_for(lambda: "stopped" in names(vm.events()), 30), vm.debug_log()
+    assert vm.wait_for(lambda: not vm.alive("trainer.pid"), 10)
+    notice, stopped = vm.events()[1:]
+    assert (notice["event"], stopped["details"]["reason"]) == ("maintenance-notice", "host-maintenance")
+    # The trainer's SIGTERM came at the planned time, seconds after the notice, not at it.
+    planned = datetime.strptime(notice["details"]["checkpoint_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    noticed = datetime.fromisoformat(notice["time"].replace("Z", "+00:00")).timestamp()
+    assert planned - noticed >= 3 and checkpoint(vm)["term_at"] >= planned
 
 
 def test_trainer_gets_exactly_one_sigterm(make_vm, emu, tmp_path):
