@@ -42,6 +42,7 @@ from infra.aws_common import (  # noqa: F401
     rule_name,
     user_data_gzip_b64,
 )
+from infra.aws_efa import efa_gang, efa_template, instance_networking
 from infra.aws_scaling import demand_scaling, mixed_group, protect_policy
 from infra.common import (
     BOOT_DISK_GB,
@@ -209,6 +210,7 @@ class TrainingJob(pulumi.ComponentResource):
         master_eni = None
         master_addr: pulumi.Output[str] | None = None
         groups = [base.security_group.id]
+        gang = None
         if job.nodes > 1:
             # Only this job's nodes reach each other, on every protocol NCCL and the rendezvous use: a rule
             # whose source is a group admits the resources associated with that group (security group
@@ -245,6 +247,7 @@ class TrainingJob(pulumi.ComponentResource):
             )
             master_addr = master_eni.private_ip
         public_ip = job.external_ip or base.egress == "public-ip"
+        efa = gang is not None and efa_gang(job, base.egress)
         master_ip = None
         if master_eni is not None and public_ip:
             # RunInstances assigns a public IPv4 only to a new interface (contract
@@ -294,17 +297,18 @@ class TrainingJob(pulumi.ComponentResource):
                 ).user_data)
             )
             uses_eni = node.is_master and master_eni is not None
+            # p4d/p5 gang nodes: every interface, EFA included, comes from the node's launch template
+            # (infra/aws_efa.py), so the instance names no subnet, group or primary interface itself.
+            template = efa_template(
+                f"{name}-n{node.rank}", f"{plan.slug}-{job.id}-n{node.rank}", job.instance_type, subnet_id=subnet.id,
+                groups=groups, gang_group=gang.id, master_eni=master_eni if uses_eni else None, tags=tags, opts=child,
+            ) if efa and gang is not None else None
             instance = aws.ec2.Instance(
                 f"{name}-n{node.rank}-vm",
                 ami=image.id,
                 instance_type=job.instance_type,
                 availability_zone=job.zone,
-                subnet_id=None if uses_eni else subnet.id,
-                vpc_security_group_ids=None if uses_eni else groups,
-                primary_network_interface=aws.ec2.InstancePrimaryNetworkInterfaceArgs(network_interface_id=master_eni.id)
-                if uses_eni
-                else None,
-                associate_public_ip_address=None if uses_eni else public_ip,
+                **instance_networking(template, subnet.id, groups, master_eni if uses_eni else None, public_ip),
                 iam_instance_profile=profile.name,
                 placement_group=placement.name if placement is not None else None,
                 metadata_options=aws_common._metadata_options(aws.ec2.InstanceMetadataOptionsArgs),
@@ -347,7 +351,10 @@ class TrainingJob(pulumi.ComponentResource):
                     depends_on=[*self.instances[:1], *secret_deps, *([master_ip] if uses_eni and master_ip else []), base.agent],
                     # A placement group is ForceNew (ec2_instance.go: placement_group): one added by an upgrade
                     # reaches the next attempt's VMs, like a newer image, never a running one.
-                    ignore_changes=["ami", "placementGroup", *frozen_scripts(job, "aws")],  # an upgrade's scripts: the next attempt
+                    # Likewise the EFA template (launch_template is ForceNew): a running attempt of an older
+                    # spotctl keeps its interfaces, the next attempt gets EFA.
+                    ignore_changes=["ami", "placementGroup", *frozen_scripts(job, "aws"),  # an upgrade's scripts: the next attempt
+                                    *(["launchTemplate"] if frozen_scripts(job, "aws") else [])],
                 ),
             )
             aws.ec2.VolumeAttachment(

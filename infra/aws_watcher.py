@@ -19,6 +19,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra import aws_common, contract
+from infra.aws_efa import efa_gang
 from infra.common import StackArgs
 from infra.config import AWS_KMS_RE
 from infra.contract.aws import WATCHER_ROLE_PATH
@@ -62,7 +63,8 @@ def check_passrole_covers_job_roles(slug: str, resource: str) -> None:
 def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events_bucket_arn: str, backend_bucket: str,
                    backend_prefix: str, secrets_provider: str, passphrase_secret: str | None,
                    boundary_arn: str, subnet_ids: Sequence[str], stack_file_key: str | None = None,
-                   lease_key: str | None = None, pools: bool = False, pool_fallback: bool = False) -> dict[str, Any]:
+                   lease_key: str | None = None, pools: bool = False, pool_fallback: bool = False,
+                   efa_templates: bool = False) -> dict[str, Any]:
     """The watcher role's inline policy (pure, so tests read it whole).
 
     EC2 tag conditions: ``aws:RequestTag`` on the resources RunInstances/CreateVolume/CreateSnapshot
@@ -147,7 +149,8 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
          "Condition": {"ArnNotLike": {"ec2:Subnet": own_subnets}}},
         {"Sid": "TagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": f"{ec2}:*/*",
          "Condition": {"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateVolume", "CreateSnapshot",
-                                                             "CreateNetworkInterface", "AllocateAddress"]}}},
+                                                             "CreateNetworkInterface", "AllocateAddress",
+                                                             *(["CreateLaunchTemplate"] if efa_templates else [])]}}},
         {"Sid": "ManageOwned", "Effect": "Allow",
          "Action": ["ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances", "ec2:ModifyInstanceAttribute",
                     "ec2:AttachVolume", "ec2:DetachVolume", "ec2:DeleteVolume", "ec2:ModifyVolume", "ec2:DeleteSnapshot",
@@ -221,6 +224,20 @@ def watcher_policy(*, region: str, slug: str, owner: str, queue_arn: str, events
         # "Allowing publishing in one namespace only"). Dimensions cannot be conditioned on.
         statements.append({"Sid": "PublishPoolDemand", "Effect": "Allow", "Action": "cloudwatch:PutMetricData",
                            "Resource": "*", "Condition": {"StringEquals": {"cloudwatch:namespace": CLOUDWATCH_NAMESPACE}}})
+    if efa_templates:
+        # A p4d/p5 gang node's EFA launch template (infra/aws_efa.py) is a child of its job: a targeted
+        # update creates it, versions it (a move's new subnet) and deletes it. The provider creates it
+        # tagged (terraform-provider-aws ec2_launch_template.go resourceLaunchTemplateCreate:
+        # TagSpecifications of the launch-template), so aws:RequestTag holds on create and
+        # aws:ResourceTag after (Service Authorization Reference, EC2: the launch-template resource type
+        # takes aws:ResourceTag; CreateLaunchTemplate takes aws:RequestTag).
+        statements.append({"Sid": "CreateJobEfaTemplates", "Effect": "Allow", "Action": "ec2:CreateLaunchTemplate",
+                           "Resource": f"{ec2}:launch-template/*",
+                           "Condition": {"StringEquals": {"aws:RequestTag/spotctl:owner": owner}}})
+        statements.append({"Sid": "ManageOwnedEfaTemplates", "Effect": "Allow",
+                           "Action": ["ec2:CreateLaunchTemplateVersion", "ec2:ModifyLaunchTemplate",
+                                      "ec2:DeleteLaunchTemplate", "ec2:DeleteLaunchTemplateVersions"],
+                           "Resource": f"{ec2}:launch-template/*", "Condition": owned})
     if pool_fallback:
         # With fallbackToOnDemand a publication reads the shortage's history and the groups' instances
         # (cli/pools/demand.py publish); both are reads without resource-level permissions.
@@ -279,7 +296,8 @@ class Watcher(pulumi.ComponentResource):
                 passphrase_secret=w.passphrase_secret, boundary_arn=v[2],
                 subnet_ids=sorted(s.id for s in base.subnets.values()), stack_file_key=shared_stack_file(args.stack),
                 lease_key=watch_lease(args.stack), pools=any(p.spot_max > 0 for p in cfg.pools),
-                pool_fallback=any(p.spot_max > 0 and p.fallback_to_on_demand is not None for p in cfg.pools)))),
+                pool_fallback=any(p.spot_max > 0 and p.fallback_to_on_demand is not None for p in cfg.pools),
+                efa_templates=any(efa_gang(j, cfg.network.egress or "s3-endpoint") for j in cfg.jobs)))),
             opts=child,
         )
         profile = aws.iam.InstanceProfile(f"{name}-profile", name_prefix=f"spotctl-{args.slug}-watcher-"[:38],

@@ -165,15 +165,23 @@ def test_job_not_running_keeps_volume_and_declares_no_instance(state):
     assert only(plan, VOLUME).protect is True  # a completed job's too: only `spotctl cleanup` lifts it (infra.common.PROTECT_DISKS)
 
 
-def test_multi_node_master_keeps_its_address_on_an_eni():
-    plan = plan_of(raw_stack(jobs=[aws_job(nodes=2)]))
+@pytest.mark.parametrize("itype", ["g5.12xlarge", "p4d.24xlarge"])
+def test_multi_node_master_keeps_its_address_on_an_eni(itype):
+    """Without EFA the instance names its interface; with EFA (p4d) its launch template does."""
+    plan = plan_of(raw_stack(jobs=[aws_job(nodes=2, instanceType=itype)]))
     eni = only(plan, "aws:ec2/networkInterface:NetworkInterface").inputs
     assert eni["subnetId"] == "subnet-aaaa"
     vms = plan.by_type(INSTANCE)
     ip = plan.outputs["jobs"]["train"]["masterAddress"]
     master, worker = vms
-    assert master.inputs["primaryNetworkInterface"]["networkInterfaceId"].startswith("eni-")
-    assert "subnetId" not in master.inputs and worker.inputs["subnetId"] == "subnet-aaaa"
+    if itype == "p4d.24xlarge":
+        templates = {r.name: r.inputs["networkInterfaces"][0] for r in plan.by_type("aws:ec2/launchTemplate:LaunchTemplate")
+                     if r.name.startswith("job-")}
+        master_nic, worker_nic = templates["job-train-n0-efa-template"], templates["job-train-n1-efa-template"]
+    else:
+        master_nic, worker_nic = master.inputs["primaryNetworkInterface"], worker.inputs
+    assert master_nic["networkInterfaceId"].startswith("eni-")
+    assert "subnetId" not in master.inputs and worker_nic["subnetId"] == "subnet-aaaa"
     for rank, vm in enumerate(vms):
         script = script_of(vm.inputs)
         cfg = bootstrap_config(script)
@@ -219,8 +227,10 @@ def test_imdsv2_required_and_volumes_encrypted_everywhere():
         assert vm.inputs["rootBlockDevice"]["encrypted"] is True
     for v in plan.by_type(VOLUME):
         assert v.inputs["encrypted"] is True
-    for lt in plan.by_type(LT):
-        assert all(m["ebs"]["encrypted"] == "true" for m in lt.inputs["blockDeviceMappings"])
+    for lt in plan.by_type(LT):  # (a gang node's EFA template holds its interfaces only: the instance its disks)
+        assert all(m["ebs"]["encrypted"] == "true" for m in lt.inputs.get("blockDeviceMappings", []))
+    assert [lt.name for lt in plan.by_type(LT) if "blockDeviceMappings" not in lt.inputs] == [
+        "job-train-n0-efa-template", "job-train-n1-efa-template"]
 
 
 def test_names_never_collide():

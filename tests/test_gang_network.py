@@ -1,5 +1,5 @@
 """validate says what a multi-node job's nodes talk over where spotctl does not give them the
-cloud's fast fabric: AWS p4d/p5 gangs without EFA interfaces, GCP A3 gangs without GPUDirect-TCPX."""
+cloud's fast fabric: AWS p4d/p5 gangs whose public IPv4 rules out EFA interfaces, GCP A3 gangs without GPUDirect-TCPX."""
 
 from __future__ import annotations
 
@@ -9,11 +9,20 @@ from infra.config.gangs import gang_warnings
 from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
 
 
-def test_validate_warns_of_an_efa_gang_without_efa_interfaces(project, runner):
+def test_an_efa_gang_gets_its_interfaces_and_no_warning(project, runner):
     result = runner.invoke(app, ["validate", "--stack", "example-aws"])
     assert result.exit_code == 0, result.output
-    assert ("spotctl:jobs[0].instanceType: job llm-pretrain's 2 nodes share a cluster placement group, but spotctl "
-            "attaches no EFA interfaces") in result.output
+    assert "EFA" not in result.output
+
+
+def test_validate_warns_where_a_public_ip_keeps_an_efa_gang_on_one_interface():
+    public = validate(stack_config(AWS_BASE, network={"egress": "public-ip"},
+                                   jobs=[aws_job(id="gang", instanceType="p5.48xlarge", nodes=2)]), "t")
+    [warning] = gang_warnings(public)
+    assert warning.startswith("spotctl:jobs[0].instanceType: job gang's 2 nodes get no EFA interfaces: "
+                              "spotctl:network.egress public-ip needs a public IPv4")
+    own = validate(stack_config(AWS_BASE, jobs=[aws_job(id="gang", instanceType="p4d.24xlarge", nodes=2, externalIp=True)]), "t")
+    assert "spotctl:jobs[0].externalIp needs a public IPv4" in gang_warnings(own)[0]
 
 
 def test_a3_gangs_are_told_they_run_over_one_nic():

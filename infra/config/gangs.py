@@ -1,12 +1,10 @@
 """What a multi-node job's nodes talk over, said at ``validate`` (warnings: the stack is valid).
 
-AWS p4d/p5 gangs get a cluster placement group and an EFA-ready gang security group
-(infra/aws.py, contract aws.efa-cluster-placement), but their EFA interfaces are not attached:
-EC2 takes them at launch as extra network interfaces of the RunInstances request
-(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html), which the provider's
-aws_instance only offers through its deprecated network_interface blocks (pulumi-aws Instance
-network_interfaces: "To attach additional network interfaces, use the ec2.NetworkInterfaceAttachment
-resource", an attachment after launch). NCCL then runs over the primary ENA interface (TCP).
+AWS p4d/p5 gangs get a cluster placement group, an EFA-ready gang security group and one EFA per
+network card (infra/aws_efa.py, contract aws.efa-interfaces), unless their nodes need a public IPv4
+assigned at launch (egress public-ip, or externalIp): EC2 assigns one only to a launch with a single
+network interface (InstanceNetworkInterfaceSpecification.AssociatePublicIpAddress, EC2 API Reference),
+so those nodes keep one interface and NCCL runs over TCP on it.
 
 GCP A3 High gangs get one gVNIC: GPUDirect-TCPX needs four more NICs, each in its own VPC network
 and subnet, and the TCPX receive-datapath manager and NCCL plugin on the VM
@@ -28,10 +26,12 @@ def gang_warnings(cfg: StackConfig) -> list[str]:
         if job.nodes < 2:
             continue
         key = f"spotctl:jobs[{i}].{'instanceType' if cfg.cloud == 'aws' else 'machineType'}"
-        if cfg.cloud == "aws" and job.instance_type in EFA_INTERFACES:
-            out.append(f"{key}: job {job.id}'s {job.nodes} nodes share a cluster placement group, but spotctl attaches no "
-                       f"EFA interfaces to {job.instance_type}: NCCL runs over TCP on the primary interface "
-                       "(docs/guides/cloud-aws.md, \"Multi-node jobs\")")
+        public = cfg.cloud == "aws" and (job.external_ip or (cfg.network.egress or "s3-endpoint") == "public-ip")
+        if cfg.cloud == "aws" and job.instance_type in EFA_INTERFACES and public:
+            why = f"spotctl:jobs[{i}].externalIp" if job.external_ip else "spotctl:network.egress public-ip"
+            out.append(f"{key}: job {job.id}'s {job.nodes} nodes get no EFA interfaces: {why} needs a public IPv4 at "
+                       "launch, which EC2 assigns only to an instance launched with one network interface; NCCL runs "
+                       "over TCP (use egress nat or s3-endpoint; docs/guides/cloud-aws.md, \"Multi-node jobs\")")
         if cfg.cloud == "gcp" and job.machine_type in TCPX_GANG_TYPES:
             out.append(f"{key}: job {job.id}'s {job.nodes} nodes have one NIC each, not GPUDirect-TCPX's four more: NCCL "
                        "runs over TCP (docs/guides/cloud-gcp.md, \"Multi-node A3 jobs\")")

@@ -3,7 +3,10 @@ placement and EFA, and the event bucket at ``pulumi destroy``."""
 
 from __future__ import annotations
 
-from infra.contract.rulebook import rule
+from collections.abc import Mapping
+from typing import Any
+
+from infra.contract.rulebook import dig, known, rule
 
 # EFA-capable GPU types spotctl's catalog offers for multi-node jobs, and their EFA interfaces
 # (DescribeInstanceTypes NetworkInfo.EfaInfo.MaximumEfaInterfaces, https://docs.aws.amazon.com/AWSEC2/
@@ -15,6 +18,20 @@ EFA_INTERFACES = {"p4d.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32}
 def efa_interfaces(instance_type: str) -> int:
     """EFA interfaces of ``instance_type`` (0: no EFA, or not a type spotctl gangs over EFA)."""
     return EFA_INTERFACES.get(instance_type, 0)
+
+
+def efa_layout(instance_type: str) -> list[tuple[int, int]]:
+    """(network card index, device index) of each EFA interface a gang node gets beside its primary
+    ENA interface (card 0, device 0): one per network card, device 1 on every card (on card 0 device
+    0 is the primary). The EC2 User Guide's basic configuration
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html): primary ENA on card
+    0 device 0, an EFA on card 0 device 1, one on each further card; device 1 on those cards as well,
+    as AWS PCS's two-card template does (https://docs.aws.amazon.com/pcs/latest/userguide/
+    working-with_networking_efa_create-lt.html). Type ``efa`` (EFA with ENA), not ``efa-only``: the
+    provider's launch template accepts only ``efa`` and ``interface`` (terraform-provider-aws
+    internal/service/ec2/ec2_launch_template.go, network_interfaces.interface_type
+    StringInSlice{"efa", "interface"}); each such interface takes one private IP of the subnet."""
+    return [(card, 1) for card in range(efa_interfaces(instance_type))]
 
 
 rule("aws.watcher-publishes-pool-demand", [],
@@ -71,3 +88,39 @@ rule("aws.stack-name-once-per-account", [],
             "https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_CreateAutoScalingGroup.html "
             "(AutoScalingGroupName: \"unique per Region per account\")",
      lookup="the account's IAM policy spotctl-<slug>-boundary and its tags (iam:ListPolicyTags)")(None)
+
+
+@rule("aws.efa-interfaces", ["aws:ec2/launchTemplate:LaunchTemplate"],
+      says="A launch template that gives a p4d/p5 node EFA interfaces has its primary interface on network card 0 "
+           "device 0, one EFA per network card of the type (no more: one EFA per card), each EFA interface in a "
+           "security group (the gang's, which admits and sends all traffic to itself), and no public IPv4 to "
+           "assign: EC2 assigns one only to a launch with a single network interface.",
+      fix="build the template with infra/aws_efa.py efa_template (egress nat or s3-endpoint for an EFA gang)",
+      source="https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html (one EFA per network card; "
+             "primary on card 0, device 0); https://docs.aws.amazon.com/pcs/latest/userguide/"
+             "working-with_networking_efa_create-lt.html (\"Every EFA needs the security group that enables EFA "
+             "traffic\"; templates with interfaces take no SecurityGroupIds); InstanceNetworkInterfaceSpecification "
+             "AssociatePublicIpAddress, EC2 API Reference (\"You cannot specify more than one network interface in "
+             "the request\")")
+def efa_template_interfaces(type_: str, props: Mapping[str, Any]) -> str | None:
+    nics = props.get("network_interfaces")
+    itype = props.get("instance_type")
+    if not known(nics, itype) or not isinstance(nics, list):
+        return None
+    efa = [n for n in nics if dig(n, "interface_type") == "efa"]
+    if not efa:
+        return None
+    want = efa_interfaces(itype or "")
+    if not want:
+        return f"{itype} is not an EFA type spotctl gangs ({', '.join(EFA_INTERFACES)})"
+    cards = [dig(n, "network_card_index") or 0 for n in efa]
+    if sorted(cards) != list(range(want)):
+        return f"EFA interfaces on network cards {sorted(cards)}; {itype} takes one on each of cards 0..{want - 1}"
+    places = [((dig(n, "network_card_index") or 0), (dig(n, "device_index") or 0)) for n in nics]
+    if (0, 0) not in places or len(set(places)) != len(places):
+        return f"interfaces at (card, device) {places}: one primary at (0, 0), no place twice"
+    if any(not dig(n, "security_groups") for n in efa):
+        return "an EFA interface without a security group (EFA's self-referencing group)"
+    if len(nics) > 1 and any(dig(n, "associate_public_ip_address") in (True, "true") for n in nics):
+        return f"a public IPv4 asked for on a launch with {len(nics)} network interfaces"
+    return None
