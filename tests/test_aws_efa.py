@@ -64,7 +64,7 @@ def test_each_gang_node_gets_one_efa_per_network_card(itype, cards):
     plan = _plan(aws_job(id="gang", instanceType=itype, nodes=3, state="running"), aws_job(id="solo", instanceType=itype, state="running"))
     templates = _templates(plan)
     assert sorted(templates) == [f"job-gang-n{r}-efa-template" for r in range(3)]  # a single node gets none
-    for rank, (name, t) in enumerate(sorted(templates.items())):
+    for rank, (_name, t) in enumerate(sorted(templates.items())):
         primary, *efa = t["networkInterfaces"]
         assert (primary.get("networkCardIndex"), primary.get("deviceIndex"), primary.get("interfaceType")) == (0, 0, None)
         assert [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in efa] == [(c, 1, "efa") for c in range(cards)]
