@@ -23,7 +23,7 @@ from infra.common import (
     StackArgs,
 )
 from infra.config import StackConfig
-from infra.naming import DEPLOYED_REGION_TAG, aws_tags, event_root
+from infra.naming import DEPLOYED_BUCKET_TAG, DEPLOYED_REGION_TAG, aws_tags, event_root
 
 
 def queue_policy(queue_arn: str, region: str, slug: str) -> dict:
@@ -69,9 +69,10 @@ class StackBase(pulumi.ComponentResource):
             path="/spotctl/",
             description=f"spotctl {args.stack}: the most any job or pool role may do (permissions boundary)",
             policy=self.bucket.arn.apply(lambda arn: json.dumps(boundary_document(args.stack, args.slug, cfg.region, arn))),
-            # IAM names are account-wide: the region says which deployment of this stack name owns the
-            # boundary, so `spotctl validate --cloud` can tell a second one (cli/cloud/deployments.py).
-            tags={**tags, DEPLOYED_REGION_TAG: cfg.region},
+            # IAM names are account-wide: the region and the event bucket say which deployment of this
+            # stack name owns the boundary, so `spotctl validate --cloud` can tell a second one, in another
+            # region or in this one (cli/cloud/deployments.py).
+            tags={**tags, DEPLOYED_REGION_TAG: cfg.region, DEPLOYED_BUCKET_TAG: self.bucket.bucket},
             opts=child,
         )
         public_block = aws.s3.BucketPublicAccessBlock(

@@ -112,6 +112,11 @@ DEPLOYED_REGION_TAG = "spotctl:region"
 deployment that made it, so a second deployment of the same stack name elsewhere is told apart."""
 
 
+DEPLOYED_BUCKET_TAG = "spotctl:events"
+"""Beside it: the event bucket of that deployment (a name no other deployment has: the bucket's name
+is made unique at create, ``bucket_prefix``), so a second deployment in the same region is told apart too."""
+
+
 def event_root(stack: str) -> str:
     """The prefix every event and log object of the stack lives under (``<stack>/<job or pool>/``)."""
     return f"{stack}/"

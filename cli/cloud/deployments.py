@@ -2,13 +2,14 @@
 
 IAM names are account-wide, so a stack deployed in two regions (or twice) shares its permissions
 boundary's name, spotctl-<slug>-boundary: the second `pulumi up` fails on it (EntityAlreadyExists),
-or, worse, takes it over. The boundary carries the region of the deployment that made it
-(``infra.naming.DEPLOYED_REGION_TAG``)."""
+or, worse, takes it over. The boundary carries the region and the event bucket of the deployment that
+made it (``infra.naming.DEPLOYED_REGION_TAG``, ``DEPLOYED_BUCKET_TAG``): a deployment in another region,
+or in this region with another event bucket, is another one."""
 
 from __future__ import annotations
 
 from cli.cloud import call
-from infra.naming import DEPLOYED_REGION_TAG, boundary_name, owner_value, stack_slug
+from infra.naming import DEPLOYED_BUCKET_TAG, DEPLOYED_REGION_TAG, boundary_name, owner_value, stack_slug
 
 
 def aws_boundary(region: str, stack: str) -> dict[str, str] | None:
@@ -29,9 +30,11 @@ def aws_boundary(region: str, stack: str) -> dict[str, str] | None:
     return call(ask)
 
 
-def clash(stack: str, region: str, tags: dict[str, str] | None) -> str | None:
+def clash(stack: str, region: str, tags: dict[str, str] | None, bucket: str | None = None) -> str | None:
     """Why this deployment would collide with the one that owns the boundary (None: it is this one,
-    or there is none). A boundary of another stack whose name has the same slug counts too."""
+    or there is none). A boundary of another stack whose name has the same slug counts too.
+    ``bucket``: this stack file's deployment's event bucket, when known (None: not deployed, or not
+    known here)."""
     if tags is None:
         return None
     name = boundary_name(stack_slug(stack))
@@ -43,4 +46,11 @@ def clash(stack: str, region: str, tags: dict[str, str] | None) -> str | None:
         return (f"stack {stack} is already deployed in {there} in this account (its permissions boundary {name}): "
                 f"IAM names are account-wide, so a deployment in {region} would collide with it; give this stack "
                 "another name, or deploy it in one region")
+    theirs = tags.get(DEPLOYED_BUCKET_TAG)
+    if theirs and bucket != theirs:
+        ours = (f"this stack file's deployment has event bucket {bucket}" if bucket else
+                f"if it is this stack file's, say so with --events-bucket {theirs} (or `spotctl sync` with it)")
+        return (f"stack {stack} is already deployed in {region} in this account by a deployment with event bucket "
+                f"{theirs} (its permissions boundary {name}); {ours}; a second deployment would collide with it "
+                "(IAM names are account-wide, Auto Scaling groups, alarms and rules per region): give it another name")
     return None

@@ -15,13 +15,15 @@ from infra.basics import ConfigError, counted
     "types, their GPUs and regions against the shipped catalog (`spotctl catalog`), and the cloud limits the stack's "
     "values can break (tags, labels, user data size, names); warn "
     "(exit 0) where a job's policy will have nothing to weigh, or its command or code will not be found on the VM. "
-    "With --cloud (AWS), also refuse a second deployment of this stack name in the account.\n\n"
+    "With --cloud (AWS), also refuse a second deployment of this stack name in the account (another region, or "
+    "this one with another event bucket).\n\n"
     "Example: spotctl validate --stack example-gcp",
 )
 def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
              cloud: Annotated[bool, typer.Option("--cloud", help="Also ask the cloud, read-only, what only it knows: "
-                                                 "(AWS) whether this stack name is already deployed in another region "
-                                                 "of the account (IAM names are account-wide).")] = False) -> None:
+                                                 "(AWS) whether this stack name is already deployed in the account by "
+                                                 "another deployment, in any region (IAM names are account-wide).")] = False,
+             events_bucket: BucketOpt = None) -> None:
     from cli.lifecycle import stackfile
     from infra.stack_limits import stack_problems
 
@@ -36,8 +38,12 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
         from cli.cloud import CloudError
         from cli.cloud.deployments import aws_boundary, clash
 
+        from cli.commands.hints import known_bucket
+
+        # This deployment's event bucket: given, or the one this stack file was synced with.
+        bucket = events_bucket or known_bucket(ref)[0]
         try:
-            problem = clash(ref.name, cfg.region, aws_boundary(cfg.region, ref.name))
+            problem = clash(ref.name, cfg.region, aws_boundary(cfg.region, ref.name), bucket)
         except CloudError as exc:
             raise fail(f"{ref.path}: spotctl:region: {exc}") from None
         if problem:

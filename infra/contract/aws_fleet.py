@@ -81,7 +81,8 @@ rule("aws.stack-name-once-per-account", [],
      says="IAM names are account-wide: a stack name deployed twice in one account (another region, another backend) "
           "shares its permissions boundary's name spotctl-<slug>-boundary, and its Auto Scaling groups, alarms, rules "
           "and SSM parameters are named per region. The boundary carries its deployment's region "
-          "(spotctl:region); `spotctl validate --cloud` refuses a stack whose boundary was made in another region or "
+          "(spotctl:region) and event bucket (spotctl:events, unique per deployment); `spotctl validate --cloud` "
+          "refuses a stack whose boundary was made in another region, in this region with another event bucket, or "
           "by another stack with the same slug.",
      fix="give the second deployment another stack name",
      source="https://docs.aws.amazon.com/IAM/latest/APIReference/API_CreatePolicy.html (EntityAlreadyExists); "
