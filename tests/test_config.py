@@ -153,7 +153,8 @@ def test_validate_ok(project, runner):
     assert result.exit_code == 0, result.output
     # The example's A3 gang runs NCCL over one NIC (infra/config/gangs.py): a warning, not an error.
     assert result.output == ("warning: stacks/Pulumi.example-gcp.yaml: spotctl:jobs[0].machineType: job llm-pretrain's 2 "
-                             "nodes have one NIC each, not GPUDirect-TCPX's four more: NCCL runs over TCP "
+                             "nodes have one NIC each, not GPUDirect-TCPX's four more, and no compact placement "
+                             "policy: NCCL runs over TCP "
                              "(docs/guides/cloud-gcp.md, \"Multi-node A3 jobs\")\n"
                              "stacks/Pulumi.example-gcp.yaml: ok (gcp, 2 pools, 3 jobs)\n")
 

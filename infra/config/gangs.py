@@ -9,7 +9,7 @@ so those nodes keep one interface and NCCL runs over TCP on it.
 GCP A3 High gangs get one gVNIC: GPUDirect-TCPX needs four more NICs, each in its own VPC network
 and subnet, and the TCPX receive-datapath manager and NCCL plugin on the VM
 (https://cloud.google.com/compute/docs/gpus/gpudirect), none of which a stack declares; NCCL runs
-over TCP on the one NIC.
+over TCP on the one NIC. No compact placement policy either (contract gcp.a3-gang-one-nic says why).
 """
 
 from __future__ import annotations
@@ -33,6 +33,6 @@ def gang_warnings(cfg: StackConfig) -> list[str]:
                        "launch, which EC2 assigns only to an instance launched with one network interface; NCCL runs "
                        "over TCP (use egress nat or s3-endpoint; docs/guides/cloud-aws.md, \"Multi-node jobs\")")
         if cfg.cloud == "gcp" and job.machine_type in TCPX_GANG_TYPES:
-            out.append(f"{key}: job {job.id}'s {job.nodes} nodes have one NIC each, not GPUDirect-TCPX's four more: NCCL "
-                       "runs over TCP (docs/guides/cloud-gcp.md, \"Multi-node A3 jobs\")")
+            out.append(f"{key}: job {job.id}'s {job.nodes} nodes have one NIC each, not GPUDirect-TCPX's four more, and "
+                       "no compact placement policy: NCCL runs over TCP (docs/guides/cloud-gcp.md, \"Multi-node A3 jobs\")")
     return out

@@ -30,8 +30,14 @@ rule("gcp.first-write-after-iam-propagation", [],
 
 rule("gcp.a3-gang-one-nic", [],
      says="A multi-node a3-highgpu-8g job gets one gVNIC per VM: GPUDirect-TCPX needs four more NICs, each in its own "
-          "VPC network and subnet, and the TCPX daemon and NCCL plugin on the VM, which a stack does not declare; NCCL "
-          "runs over TCP. `spotctl validate` warns of each such job (infra/config/gangs.py).",
+          "VPC network and subnet, and the TCPX receive-datapath manager (RxDM) and NCCL plugin running on the VM, which "
+          "a stack does not declare and spotctl's VM agent does not run; NCCL runs over TCP. Nor does the gang get a "
+          "compact placement policy: a job's resources are changed by the watcher's targeted update, and IAM "
+          "conditions cannot name a resource policy (it is not among the Compute types conditions see), so the "
+          "watcher would need compute.resourcePolicies.* on every policy of the project. `spotctl validate` warns of "
+          "each such job (infra/config/gangs.py).",
      fix="run jobs that need TCPX bandwidth where the TCPX networks exist (e.g. GKE with GPUDirect-TCPX)",
      source="https://cloud.google.com/compute/docs/gpus/gpudirect (\"Maximize GPU network bandwidth with "
-            "GPUDirect-TCPX\": a3-highgpu-8g, one NIC for the host plus four for the GPUs in separate VPC networks)")(None)
+            "GPUDirect-TCPX\": a3-highgpu-8g, one NIC for the host plus four for the GPUs in separate VPC networks; the "
+            "RxDM container, https://github.com/google/tcpgpudmarxd); https://cloud.google.com/iam/docs/"
+            "conditions-resource-attributes (the Compute Engine types conditions see)")(None)
