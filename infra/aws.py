@@ -75,7 +75,7 @@ def _instance_profile(name: str, args: StackArgs, owner: str, base: StackBase, t
         name_prefix=name_prefix,
         path=path,
         permissions_boundary=base.boundary.arn,
-        assume_role_policy=json.dumps(
+        assume_role_policy=json.dumps(  # no aws:SourceAccount: why, at the watcher's role (infra/aws_watcher.py)
             {
                 "Version": "2012-10-17",
                 "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],

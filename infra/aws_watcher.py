@@ -282,6 +282,14 @@ class Watcher(pulumi.ComponentResource):
             f"{name}-role",
             name_prefix=f"spotctl-{args.slug}-watcher-"[:38],
             path=WATCHER_PATH,
+            # No aws:SourceAccount condition (unlike the queue policy, infra/aws_base.py): EC2 assumes an
+            # instance profile's role only for an instance of this account, launched by a principal that
+            # passed the role (iam:PassRole, which cannot hand a role to another account's service:
+            # https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_use_passrole.html), and no AWS page
+            # says EC2 sets aws:SourceAccount when it assumes it ("There is no public documentation which
+            # lists all the services which supports the aws:SourceAccount", AWS Support quoted in
+            # prowler-cloud/prowler#2810; such a condition broke roles of services that do not set it,
+            # prowler#4714): a condition EC2 may not meet would make every VM's role unusable.
             assume_role_policy=json.dumps({"Version": "2012-10-17", "Statement": [
                 {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}),
             tags=tags,
