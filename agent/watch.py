@@ -56,7 +56,7 @@ def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sl
     polls = 0
     rebalance_seen = False
     busy = None
-    plan = Plan(cfg, rec) if cfg.is_job else None
+    plan = Plan(cfg, rec)  # a pool VM's agent too: SIGTERMed at the planned time
     scheduled_asked, scheduled = None, None
     while True:
         # The stop path classifies this stop itself (this unit outlives its start).
@@ -71,10 +71,9 @@ def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sl
             if (meta.get("instance/preempted") or "").strip() == "TRUE":
                 notice(cfg, rec, ["source=metadata", "preempted=TRUE"], since=last_asked)
                 return
-            if plan is not None:
-                seen = gcp_notice(meta.get("instance/maintenance-event"), last_asked, cfg.maintenance_notice_s)
-                if plan.step(seen, clock()):
-                    return
+            seen = gcp_notice(meta.get("instance/maintenance-event"), last_asked, cfg.maintenance_notice_s)
+            if plan.step(seen, clock()):
+                return
         else:
             action = meta.get("spot/instance-action")
             if action is not None:
@@ -85,11 +84,10 @@ def watch(cfg: Config, meta: Metadata, rec: Recorder, cloud, clock=time.time, sl
                 if recommendation is not None:
                     rebalance_seen = True
                     rec.record("rebalance-recommendation", {"recommendation": recommendation}, 5, background=True)
-            if plan is not None:
-                if scheduled_asked is None or asked - scheduled_asked >= SCHEDULED_EVERY_S:
-                    scheduled_asked, scheduled = asked, aws_notice(meta.get("events/maintenance/scheduled"))
-                if plan.step(scheduled, clock()):
-                    return
+            if scheduled_asked is None or asked - scheduled_asked >= SCHEDULED_EVERY_S:
+                scheduled_asked, scheduled = asked, aws_notice(meta.get("events/maintenance/scheduled"))
+            if plan.step(scheduled, clock()):
+                return
         polls += 1
         last_asked = asked
         # The trainer's log reaches the bucket about every 30 s (in the background: never delays a notice).
