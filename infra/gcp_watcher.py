@@ -32,7 +32,8 @@ VM creation needs, was never granted. Now:
   subnetwork: "custom roles must be of the format [projects|organizations]/{parent-name}/roles/...",
   terraform-provider-google website/docs/r/compute_subnetwork_iam.html.markdown @c056d71f);
 - ``spotctl_<slug>_watcher_project`` holds what no condition can name and changes nothing: reads,
-  lists, operations and the master address's use, bound unconditioned.
+  lists, operations and the master address's use, bound unconditioned; and with a scaling pool the
+  one write its minute needs, the pool demand it publishes again (:data:`POOL_DEMAND_PERMISSIONS`).
 
 Exact to the stack: the names are ``<slug>-<job>-...`` and both slugs and job ids contain '-', so
 stack ``team``'s prefix ``team-`` also starts stack ``team-b``'s names, and no prefix (nor endsWith)
