@@ -10,6 +10,7 @@ EC2: scheduled events in the instance metadata (``events/maintenance/scheduled``
 https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/monitoring-instances-status-check_sched.html,
 "View scheduled events", instance metadata); codes per API_InstanceStatusEvent. A rebalance
 recommendation is not one: the instance may never be interrupted (agent/watch.py records it only).
+Contract row gcp.gpu-maintenance-notice.
 """
 
 from __future__ import annotations

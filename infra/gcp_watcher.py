@@ -140,7 +140,8 @@ MASTER_ADDRESS_PERMISSIONS = ("compute.addresses.get", "compute.addresses.use", 
 # on the image" (create-start-instance). Public images (debian-cloud, deeplearning-platform-release)
 # are readable by everyone already.
 IMAGE_PERMISSIONS = ("compute.images.useReadOnly",)
-# Pool demand, published again every minute by the watcher (cli/pools/record.py), as on AWS: a
+# Pool demand, published again every minute by the watcher (cli/pools/record.py), as on AWS (contract
+# gcp.watcher-publishes-pool-demand): a
 # projects.timeSeries.create needs monitoring.timeSeries.create on the project (Cloud Monitoring's
 # methods-to-permissions table, https://cloud.google.com/monitoring/access-control, "Permissions for
 # the Cloud Monitoring API"); a metric type cannot be named in a grant, so this is the project's custom

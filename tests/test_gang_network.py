@@ -44,5 +44,6 @@ def test_each_decision_has_its_rule_and_source():
 
     for rule_id in ("aws.watcher-publishes-pool-demand", "aws.efa-cluster-placement", "aws.event-bucket-kept-at-destroy",
                     "aws.stack-name-once-per-account", "gcp.regional-disk-delete", "gcp.grown-disk-filesystem",
-                    "gcp.first-write-after-iam-propagation", "gcp.a3-gang-one-nic"):
+                    "gcp.first-write-after-iam-propagation", "gcp.a3-gang-one-nic", "aws.efa-interfaces",
+                    "gcp.watcher-publishes-pool-demand", "gcp.gpu-maintenance-notice"):
         assert "https://" in contract.get(rule_id).source or "pulumi-aws" in contract.get(rule_id).source, rule_id

@@ -1,5 +1,5 @@
 """GCP rules outside the program's resources: deleting a regional disk, a disk grown by diskGb, the
-first write of a new identity, and what a multi-node A3 job's nodes talk over."""
+first write of a new identity, what a multi-node A3 job's nodes talk over, pool demand and host maintenance."""
 
 from __future__ import annotations
 
@@ -41,3 +41,23 @@ rule("gcp.a3-gang-one-nic", [],
             "GPUDirect-TCPX\": a3-highgpu-8g, one NIC for the host plus four for the GPUs in separate VPC networks; the "
             "RxDM container, https://github.com/google/tcpgpudmarxd); https://cloud.google.com/iam/docs/"
             "conditions-resource-attributes (the Compute Engine types conditions see)")(None)
+
+rule("gcp.watcher-publishes-pool-demand", [],
+     says="A pool's autoscaler follows its demand metric; the watcher publishes each scaling pool's recorded demand "
+          "(the event bucket's <stack>.spotctl/pools/<pool>.demand) every minute, as on AWS, so its project role holds "
+          "monitoring.timeSeries.create (and, with fallbackToOnDemand, monitoring.timeSeries.list and "
+          "compute.instanceGroupManagers.get). A grant cannot name one metric type: it covers the project's time series.",
+     fix="declare spotctl:watcher, or publish `spotctl pool demand` every minute from elsewhere",
+     source="https://cloud.google.com/monitoring/access-control (projects.timeSeries.create: monitoring.timeSeries.create); "
+            "https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/get")(None)
+
+rule("gcp.gpu-maintenance-notice", [],
+     says="GCE gives GPU VMs a one-hour notice before host maintenance stops them (instance/maintenance-event "
+          "TERMINATE_ON_HOST_MAINTENANCE), other VMs 60 s. The VM agent keeps training through the notice, SIGTERMs the "
+          "trainer its checkpoint budget plus 30 s of uploads before the stop, records `stopped` with reason "
+          "host-maintenance and powers off (agent/maintenance.py); the watcher resumes the job and a gang's failures "
+          "are the maintenance's. EC2's scheduled instance-stop/retirement/reboot events are handled the same way.",
+     fix="nothing to set: a trainer that checkpoints on SIGTERM within its budget loses nothing",
+     source="https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance (\"Compute Engine gives GPU VMs a 1-hour "
+            "stopping notice, while normal VMs receive only a 60-second notice\"); https://docs.aws.amazon.com/AWSEC2/"
+            "latest/UserGuide/monitoring-instances-status-check_sched.html (scheduled events in instance metadata)")(None)
