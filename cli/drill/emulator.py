@@ -423,6 +423,11 @@ def _make_handler(emu: Emulator):
                                             **({"prefixes": folders} if folders else {})}), "application/json")
             elif rest.startswith("o/"):
                 name = urllib.parse.unquote(rest[2:])
+                if ".spotctl/code/" in name and self.headers.get("Authorization") != f"Bearer {GCS_TOKEN}":
+                    # A job's code is readable by that job's identity only (tests/test_code_iam.py).
+                    emu.state.rejected.append(self.path)
+                    self._send(401, "bad token")
+                    return
                 wanted = query.get("generation", [None])[0]
                 if name not in mine or (wanted is not None and wanted != generations.get(name)):
                     self._send(404, "no such object")
