@@ -263,6 +263,8 @@ def print_status(rows: list[dict]) -> None:
             say(f"{r['job']}: " + ", ".join(f"{col.header} {col.text(r)}" for col in rest))
         if r.get("status_reason"):
             say(f"{r['job']}: {r['status_reason']}")
+        for line in r.get("log_tail") or ():
+            typer.echo(f"    | {line}")
         if r.get("watcher"):
             w = r["watcher"]
             say(f"{r['job']}: watcher: {w['status']}" + (f", next try {w['next_try']}" if w.get("next_try") else "")
