@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from cli.code.prepare import StackContext, pack_dir
-from cli.drill.emulator import GCS_TOKEN, Emulator
+from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
 from cli.lifecycle import stackfile
 from infra.common import code_fields
@@ -54,8 +53,9 @@ def checkpoints(disk: Path) -> list[int]:
 
 
 def code_reads(emu: Emulator) -> list[str]:
-    paths = [urllib.parse.unquote(path) for method, path in emu.state.requests if method == "GET"]
-    return [path for path in paths if ".spotctl/code/" in path]
+    """The code objects downloaded, each with the VM's identity (its token; signed, on AWS)."""
+    assert {who for _, name, who in emu.state.downloads if ".spotctl/code/" in name} <= {"vm"}, emu.state.downloads
+    return [name for _, name, _ in emu.state.downloads if ".spotctl/code/" in name]
 
 
 def preempt(emu: Emulator, vm: LocalVM, cloud: str) -> None:
@@ -88,7 +88,7 @@ def test_a_job_from_a_fresh_disk_to_completed_and_powered_off(project, tmp_path,
             assert vm.boot(env={"SPOTCTL_BOOT_ID": "boot-1"}).returncode == 0
             assert vm.wait_for(lambda: checkpoints(vm.disk), 120), (vm.debug_log(), log1.read_text() if log1.exists() else "")
             assert code_reads(emu) == [code_reads(emu)[0]] and archive.sha256 in code_reads(emu)[0]
-            assert not emu.state.rejected  # signed (S3) / the metadata server's token (GCS): the job's identity
+            assert not emu.state.rejected
             assert (code_a / ".venv" / "bin" / "python").exists()  # setup's venv, on the job disk
             preempt(emu, vm, cfg.cloud)
         finally:
@@ -142,20 +142,3 @@ def test_a_job_from_a_fresh_disk_to_completed_and_powered_off(project, tmp_path,
         assert poweroff["received"] > completed.received and poweroff["argv"] == ["shutdown", "-h", "now"]
         assert not emu.state.rejected
         assert sorted(os.listdir(old / "disk" / "code")) == sorted([archive.sha256, archive_b.sha256])
-
-
-def test_the_emulator_serves_code_only_to_the_vms_identity(tmp_path):
-    """An unsigned or tokenless read of a code object is refused, as the bucket refuses anyone but
-    the job's identity (the grants themselves: tests/test_code_iam.py)."""
-    import urllib.error
-    import urllib.request
-
-    with Emulator() as emu:
-        key = code_key("team", "train", "ab" * 32)
-        emu.put_object("bkt", key, b"archive")
-        url = f"{emu.url}/storage/v1/b/bkt/o/{key.replace('/', '%2F')}?alt=media"
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(url, timeout=5)
-        assert refused.value.code == 401 and emu.state.rejected
-        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {GCS_TOKEN}"})
-        assert urllib.request.urlopen(req, timeout=5).read() == b"archive"

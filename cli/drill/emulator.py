@@ -77,6 +77,9 @@ class State:
     # references read, in order.
     secrets: dict[str, str] = field(default_factory=dict)
     secret_reads: list[str] = field(default_factory=list)
+    # Every object download as (bucket, name, who): "vm" with the VM's identity (its token, or signed
+    # with the instance role's credentials), else "anonymous" (spotctl's own client in the tests).
+    downloads: list[tuple[str, str, str]] = field(default_factory=list)
     # Every power-off a VM asked for (the agent's self-stop): {"instance", "argv", "received"}.
     poweroffs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -399,6 +402,7 @@ def _make_handler(emu: Emulator):
             bucket, _, key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/").partition("/")
             with emu._lock:
                 data = emu.state.blobs.get((bucket, key))
+                emu.state.downloads.append((bucket, key, "vm"))  # (signed: the instance role's credentials)
             self._send(404, "NoSuchKey") if data is None else self._send(200, data, "application/octet-stream")
 
         def _gcs_read(self, path: str, query: dict[str, list[str]]) -> None:
@@ -423,11 +427,9 @@ def _make_handler(emu: Emulator):
                                             **({"prefixes": folders} if folders else {})}), "application/json")
             elif rest.startswith("o/"):
                 name = urllib.parse.unquote(rest[2:])
-                if ".spotctl/code/" in name and self.headers.get("Authorization") != f"Bearer {GCS_TOKEN}":
-                    # A job's code is readable by that job's identity only (tests/test_code_iam.py).
-                    emu.state.rejected.append(self.path)
-                    self._send(401, "bad token")
-                    return
+                if query.get("alt") == ["media"] and name in mine:
+                    vm = self.headers.get("Authorization") == f"Bearer {GCS_TOKEN}"
+                    emu.state.downloads.append((bucket, name, "vm" if vm else "anonymous"))
                 wanted = query.get("generation", [None])[0]
                 if name not in mine or (wanted is not None and wanted != generations.get(name)):
                     self._send(404, "no such object")
