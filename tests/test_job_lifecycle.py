@@ -142,3 +142,24 @@ def test_a_job_from_a_fresh_disk_to_completed_and_powered_off(project, tmp_path,
         assert poweroff["received"] > completed.received and poweroff["argv"] == ["shutdown", "-h", "now"]
         assert not emu.state.rejected
         assert sorted(os.listdir(old / "disk" / "code")) == sorted([archive.sha256, archive_b.sha256])
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+@pytest.mark.parametrize("command", ["true", "exit 3"])
+def test_the_shutdown_that_follows_the_self_stop_records_nothing_more(tmp_path, cloud, command):
+    """The VM's own power-off runs the shutdown path (GCE's shutdown script, AWS's stop hook): after a
+    command that ended on its own, completed or failed, it has nothing to stop and nothing to record."""
+    ctx = ScriptContext(cloud=cloud, stack="team-a", kind="job", name="train", event_bucket=BUCKET, region="r",
+                        command=command, poll_interval_s=1)
+    with Emulator() as emu:
+        vm = vm_for(ctx, emu, tmp_path, 1)
+        try:
+            assert vm.boot().returncode == 0
+            assert vm.wait_exit("run.pid", 30), vm.debug_log()
+            assert len(emu.state.poweroffs) == 1
+            before = [e["event"] for e in vm.events()]
+            assert vm.shutdown()[0].returncode == 0  # what the OS does as it powers off
+        finally:
+            vm.kill_all()
+        assert [e["event"] for e in vm.events()] == before == ["started", "completed" if command == "true" else "failed"]
+        assert [e["event"] for e in emu.events()].count("stopped") == 0
