@@ -77,8 +77,7 @@ class State:
     # references read, in order.
     secrets: dict[str, str] = field(default_factory=dict)
     secret_reads: list[str] = field(default_factory=list)
-    # Every object download as (bucket, name, who): "vm" with the VM's identity (its token, or signed
-    # with the instance role's credentials), else "anonymous" (spotctl's own client in the tests).
+    # Object downloads as (bucket, name, "vm" with the VM's token or signature, else "anonymous").
     downloads: list[tuple[str, str, str]] = field(default_factory=list)
     # Every power-off a VM asked for (the agent's self-stop): {"instance", "argv", "received"}.
     poweroffs: list[dict[str, Any]] = field(default_factory=list)
@@ -428,8 +427,7 @@ def _make_handler(emu: Emulator):
             elif rest.startswith("o/"):
                 name = urllib.parse.unquote(rest[2:])
                 if query.get("alt") == ["media"] and name in mine:
-                    vm = self.headers.get("Authorization") == f"Bearer {GCS_TOKEN}"
-                    emu.state.downloads.append((bucket, name, "vm" if vm else "anonymous"))
+                    emu.state.downloads.append((bucket, name, "vm" if self.headers.get("Authorization") == f"Bearer {GCS_TOKEN}" else "anonymous"))
                 wanted = query.get("generation", [None])[0]
                 if name not in mine or (wanted is not None and wanted != generations.get(name)):
                     self._send(404, "no such object")
