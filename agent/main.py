@@ -18,7 +18,8 @@ from agent.util import locked, log, read, remove, touch, write_atomic
 
 # State of one boot, forgotten by the first entry point of the next.
 BOOT_STATE = ("stopping", "notice", "signaled", "maintenance", "maintenance-stop", "instance", "zone", "run.pid",
-              "watch.pid", "trainer.pid", "drained", "preempted-recorded", "shutdown", "busy", "reported")
+              "watch.pid", "trainer.pid", "drained", "preempted-recorded", "shutdown", "busy", "reported",
+              "powered-off")
 ENTRIES = ("main", "run", "watch", "shutdown", "busy", "idle")
 
 

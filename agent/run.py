@@ -46,6 +46,7 @@ def power_off(cfg: Config) -> None:
     if not cfg.is_job or not cfg.self_stop:
         return
     log(cfg, "the job's work on this VM is over: powering off")
+    touch(cfg.state("powered-off"))  # the shutdown path this starts has nothing to stop or record
     if cfg.no_systemd:
         # Never the machine a drill runs on: the emulator records the call instead.
         url = os.environ.get("SPOTCTL_POWEROFF_URL")

@@ -107,8 +107,8 @@ def shutdown(cfg: Config, meta: Metadata, rec: Recorder) -> None:
         preempted_once(cfg, rec, notice_details(cfg))
         return
     touch(cfg.state("shutdown"))
-    if finished(cfg):
-        log(cfg, "stop after completion: nothing to record")
+    if finished(cfg) or exists(cfg.state("powered-off")):
+        log(cfg, "stop after the command ended on its own (the VM powers itself off): nothing to record")
         return
     if cfg.cloud == "gcp":
         value = (meta.get("instance/preempted") or "unknown").strip()

@@ -7,8 +7,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import tarfile
 from pathlib import Path
+
+import pytest
 
 from cli.app import app
 from cli.code.archive import MTIME
@@ -92,3 +95,35 @@ def test_drill_job_packs_the_jobs_code(project, runner, monkeypatch):
 def _report(spec) -> drills.Report:
     return drills.Report(verdict="reentrant", cloud=spec.cloud, command=spec.command, attempts=[], preemptions=1,
                          checkpoint_interval=None, total_s=0.0)
+
+
+def test_a_setup_longer_than_the_preemption_interval_runs_once_and_is_not_preempted(runner, tmp_path):
+    """The preemption clock starts when the command does: a 3 s setup under --preempt-every 0.8 used to
+    be cut short at every attempt, the command never run (did-not-finish after 10 attempts)."""
+    code = tmp_path / "code"
+    shutil.copytree(ROOT / "examples" / "quickstart", code)
+    result = runner.invoke(app, ["drill", "--code", str(code), "--setup", 'sleep 3; echo x >>"$SPOTCTL_MOUNT/setups"',
+                                 "--preempt-every", "0.8", "--", "python3", "train.py", "--steps", "400"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("verdict: reentrant"), result.output
+    assert "setup ran once, in attempt 1 (" in result.output and "preemptions come after it" in result.output
+
+
+@pytest.mark.parametrize("stack,job,verify", [("example-gcp", "bert-eval", True), ("example-aws", "sweep-07", False)])
+def test_the_example_stacks_jobs_drill_as_written_offline(project, runner, tmp_path, monkeypatch, stack, job, verify):
+    """`spotctl drill --job` of an example job: its code packed as launch packs it, its setup as written
+    (a venv, then pip install -r requirements.txt) with no package index reachable, the command in the
+    unpacked code; reentrant (and with --verify the same outputs as an uninterrupted run), nothing
+    written to the project."""
+    home = tmp_path / "home"
+    (home / ".config" / "pip").mkdir(parents=True)
+    (home / ".config" / "pip" / "pip.conf").write_text("[global]\nindex-url = http://127.0.0.1:9/simple\ntimeout = 2\n")
+    monkeypatch.setenv("HOME", str(home))  # the command gets the caller's HOME: pip reads this config
+    code = project / "examples" / "quickstart"
+    before = {str(p.relative_to(code)): p.read_bytes() for p in code.rglob("*") if p.is_file()}
+    result = runner.invoke(app, ["drill", "--stack", stack, "--job", job] + (["--verify"] if verify else []))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("verdict: reentrant"), result.output
+    assert not verify or "final outputs: identical to an uninterrupted run" in result.output
+    assert "setup ran once, in attempt 1 (" in result.output
+    assert {str(p.relative_to(code)): p.read_bytes() for p in code.rglob("*") if p.is_file()} == before  # no .venv, no output

@@ -73,3 +73,34 @@ def test_validate_warns_of_a_code_directory_that_is_not_there(project, runner):
     assert result.exit_code == 0, result.output
     assert (f"spotctl:jobs[1].code: job diffusion's directory {project / 'examples' / 'quickstart'} is not there "
             f"(relative to the project root {project}): launch, resume and failover refuse to pack it") in result.output
+
+
+def test_the_example_launched_from_its_own_directory_with_code_dot(project, runner, monkeypatch):
+    """From examples/quickstart: `spotctl launch --code ./` and a job file's relative `code:` name the
+    working directory and the job file's directory, recorded relative to the project root (where
+    resume, watch and drill read it): the drill of the new job packs exactly the example stacks' code."""
+    from cli.drill import runner as drills
+
+    here = project / "examples" / "quickstart"
+    job = ("id: {id}\nmachineType: g2-standard-8\naccelerator: {{type: nvidia-l4, count: 1}}\ncode: {code}\n"
+           "setup: python3 -m venv .venv && .venv/bin/python -m pip install -r requirements.txt\n"
+           "command: .venv/bin/python train.py --steps 600\n")
+    own, dot = here.parent / "own.yaml", here.parent / "dot.yaml"  # (beside the code: a file in it changes its digest)
+    own.write_text(job.format(id="own", code="{dir: ./quickstart}"))
+    dot.write_text(job.format(id="dot", code="./"))
+    monkeypatch.chdir(here)
+    flag = ["--id", "flag", "--machine", "g2-standard-8", "--command", "python3 train.py", "--code", "./"]
+    for args in ([str(own)], flag):
+        result = runner.invoke(app, ["launch", *args, "--stack", "example-gcp", "--no-apply"])
+        assert result.exit_code == 0, result.output
+    # A job file's `code: ./` is the job file's directory: examples/, not the quickstart.
+    result = runner.invoke(app, ["launch", str(dot), "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 0, result.output
+    cfg = stackfile.load(stackfile.resolve("example-gcp", None))
+    assert cfg.job("own").code.dir == "./examples/quickstart" and cfg.job("flag").code.dir == "./examples/quickstart"
+    assert cfg.job("dot").code.dir == "./examples"
+    seen = []
+    monkeypatch.setattr(drills, "run_drill", lambda spec, status: seen.append(spec) or drills.Report(
+        verdict="reentrant", cloud=spec.cloud, command=spec.command, attempts=[], preemptions=1, checkpoint_interval=None, total_s=0))
+    assert runner.invoke(app, ["drill", "--stack", "example-gcp", "--job", "own"]).exit_code == 0
+    assert seen[0].code.sha256 == digest(QUICKSTART) == cfg.job("vit-finetune").code_digest

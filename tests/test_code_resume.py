@@ -208,3 +208,36 @@ def test_launch_packs_and_uploads_the_code_and_records_its_digest(team, runner):
     (key,) = [k for k in stored() if k.endswith(".tar.gz")]
     assert key == code_key("team", "fresh", digest)
     assert set(files_of(stored()[key])) == {"train.py", "requirements.txt"}
+
+
+def test_a_git_job_runs_its_recorded_commit_at_every_attempt_until_asked_to_update(team, runner, tmp_path):
+    """The ref is resolved once: a branch that moves on does not change what a new attempt runs, until
+    `--update-code` (or a `ref:` naming another commit)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=repo, check=True, env=env, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("commit", "-q", "--allow-empty", "-m", "one")
+    first = git("rev-parse", "HEAD")
+    path = team / "stacks" / "Pulumi.team.yaml"
+    path.write_text(STACK.replace("code: ./src  # relative to the project root", f"code: {{git: 'file://{repo}', ref: main}}"))
+    assert run(runner, "resume", "train", "--yes").exit_code == 0
+    assert f"codeCommit: {first}" in path.read_text()
+    git("commit", "-q", "--allow-empty", "-m", "two")  # main moves on
+    second = git("rev-parse", "HEAD")
+    again = run(runner, "resume", "train", "--yes", "--force", "--json")
+    assert again.exit_code == 0, again.output
+    assert "codeCommit" not in json.loads(again.stdout)["fields"] and f"codeCommit: {first}" in path.read_text()
+    both = run(runner, "resume", "train", "--yes", "--force", "--keep-code", "--update-code")
+    assert both.exit_code == 1 and both.output == "error: give --keep-code or --update-code, not both\n"
+    moved = run(runner, "resume", "train", "--yes", "--force", "--update-code", "--json")
+    assert moved.exit_code == 0, moved.output
+    assert json.loads(moved.stdout)["fields"]["codeCommit"] == second and f"codeCommit: {second}" in path.read_text()
+    path.write_text(path.read_text().replace("ref: main", f"ref: {first}"))  # naming a commit is saying so too
+    back = run(runner, "resume", "train", "--yes", "--force", "--json")
+    assert back.exit_code == 0 and json.loads(back.stdout)["fields"]["codeCommit"] == first

@@ -693,7 +693,7 @@ def crc_forged(text: str, index: stackfile._Index) -> str:
     fake = "".join(f"    {line}\n" for line in job.rstrip("\n").split("\n"))
     fake += "          # " + "x" * (c1 - c0 - len(fake) - 13) + "\n"
     # (its command last, so the copy below is that block scalar's text)
-    real = text[a0:c0] + re.sub(r"      codeDigest: .*\n", "", job).replace("command: .venv/bin/python train.py --steps 300",
+    real = text[a0:c0] + re.sub(r"      codeDigest: .*\n", "", job).replace("command: .venv/bin/python train.py --steps 1000",
                                                                          "command: |")
     for comment in ("    # Two-node H100 pretraining: the master keeps one internal IP across preemptions.\n",
                     "    # Single A100 run that was preempted twice and now runs on-demand to make its deadline.\n",

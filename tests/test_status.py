@@ -220,3 +220,32 @@ def test_the_cached_view_of_a_job_reads_as_the_validated_job():
     view = job_view(json.loads(json.dumps(job_facts(job))))
     same(job, view)
     assert view.active == job.active and view.move.began.tzinfo is not None
+
+
+def test_a_job_whose_vm_stopped_itself_shows_as_finished_before_complete_with_a_failures_log_tail(project, runner, tmp_path):
+    """The agent records `completed` (or `failed`, with why and its log's end) and powers the VM off:
+    status says so, and how the stack file catches up, before anyone ran `complete`."""
+    log = tmp_path / "events.jsonl"
+    rows = [{"job": "vit-finetune", "attempt": 3, "node": 0, "event": "started", "time": "2026-11-21T10:00:00Z", "details": {}},
+            {"job": "vit-finetune", "attempt": 3, "node": 0, "event": "completed", "time": "2026-11-21T12:00:00Z", "details": {}},
+            {"job": "bert-eval", "attempt": 2, "node": 0, "event": "started", "time": "2026-11-21T10:00:00Z", "details": {}},
+            {"job": "bert-eval", "attempt": 2, "node": 0, "event": "failed", "time": "2026-11-21T10:01:00Z",
+             "details": {"reason": "job bert-eval: setup failed (exit 1)", "key": "setup", "exit_code": "1",
+                         "log_tail": "Collecting torch==9\nERROR: No matching distribution found for torch==9"}}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    path.write_text(path.read_text().replace("      state: completed\n", "      state: running\n"))
+    result = runner.invoke(app, ["status", "--stack", "example-gcp", "--events-dir", str(log)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    text = " ".join(line.strip() for line in lines)  # (reasons are wrapped at the terminal's width)
+    assert ("vit-finetune: attempt 3 completed (its events) and its VMs powered themselves off; the stack file still says "
+            "running: `spotctl complete vit-finetune` (or `spotctl watch`) records it") in text
+    assert ("bert-eval: attempt 2 failed (its events: job bert-eval: setup failed (exit 1)) and its VMs powered themselves "
+            "off; the stack file still says running: `spotctl logs bert-eval` shows why; `spotctl watch` retries it while "
+            "maxFailures allows") in text
+    # (the event reader makes every value one line: the tail's lines come joined by spaces)
+    assert "    | Collecting torch==9 ERROR: No matching distribution found for torch==9" in lines
+    (row,) = json.loads(runner.invoke(app, ["status", "bert-eval", "--stack", "example-gcp", "--events-dir", str(log),
+                                            "--json"]).stdout)
+    assert row["status"] == "failed?" and row["log_tail"][-1].endswith("ERROR: No matching distribution found for torch==9")

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from cli.code import CodeError
 from cli.code.archive import MAX_CODE_BYTES, Archive, pack
 from cli.code.files import code_files
-from cli.code.gitref import resolve
+from cli.code.gitref import COMMIT, resolve
 from infra.naming import code_key
 
 ARCHIVE_TYPE = "application/gzip"
@@ -89,10 +89,12 @@ def pack_dir(job: Any, ctx: StackContext) -> Archive:
     return pack_directory(directory, what, ctx.limit)
 
 
-def prepare_code(job: Any, ctx: StackContext, *, upload: bool = True) -> CodeRef | None:
+def prepare_code(job: Any, ctx: StackContext, *, upload: bool = True, repin: bool = False) -> CodeRef | None:
     """The job's code for its next attempt (None: the job has no ``code:``). A directory is packed and,
     with ``upload``, its archive written once to the stack's bucket (not when the job records this
-    digest already, nor when the object is there); a git ref is resolved to its commit (``git ls-remote``).
+    digest already, nor when the object is there); a git ref is resolved to its commit (``git ls-remote``)
+    once: the commit the entry records runs at every attempt, unless ``repin`` (the user asks for the
+    ref's commit now) or ``ref`` is itself another full commit.
 
     Raises:
         CodeError: one message naming the job and key (no directory, over the limit, no such ref, no
@@ -102,6 +104,8 @@ def prepare_code(job: Any, ctx: StackContext, *, upload: bool = True) -> CodeRef
         return None
     if job.code.git is not None:
         what = f"job {job.id}: code.ref"
+        if job.code_commit and not repin and not (COMMIT.fullmatch(job.code.git_ref) and job.code.git_ref != job.code_commit):
+            return CodeRef(job.id, commit=job.code_commit)
         return CodeRef(job.id, commit=resolve(job.code.git, job.code.git_ref, what))
     archive = pack_dir(job, ctx)
     key = code_key(ctx.stack, job.id, archive.sha256)

@@ -7,16 +7,19 @@ from dataclasses import replace
 
 
 def prepare(ref, cfg, job_id: str, bucket: str | None = None, session=None, applier=None, keep: bool = False,
-            bucket_option: bool = True):
+            bucket_option: bool = True, repin: bool = False):
     """The job's ``CodeRef`` for its next attempt (None: no ``code:``, or ``keep``: the recorded code
     runs). The bucket is looked for (``known_bucket``) only when an archive must be uploaded;
-    ``bucket_option``: the command has --events-bucket (its hint names only what it has).
+    ``bucket_option``: the command has --events-bucket (its hint names only what it has); ``repin``
+    (--update-code): a git job's ref is resolved again instead of running the recorded commit.
 
     Raises:
         typer.Exit: through ``fail``: one error naming the job and key (cli.code.CodeError).
     """
     from cli.commands import cloud_for, fail
 
+    if keep and repin:
+        raise fail("give --keep-code or --update-code, not both")
     job = cfg.job(job_id)
     if job.code is None or keep:
         return None
@@ -28,7 +31,7 @@ def prepare(ref, cfg, job_id: str, bucket: str | None = None, session=None, appl
     ctx = StackContext(ref.name, project_root(ref.path.parent), bucket=bucket, store=cloud_for(cfg, ref),
                        locate=lambda: known_bucket(ref, session, applier)[0])
     try:
-        return prepare_code(job, ctx)
+        return prepare_code(job, ctx, repin=repin)
     except CodeError as exc:
         hint = f" ({bucket_hint(ref, bucket_option)})" if "bucket" in str(exc) and not bucket else ""
         raise fail(f"{exc}{hint}") from None

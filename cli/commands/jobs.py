@@ -38,7 +38,12 @@ from infra.basics import Capacity, ConfigError, counted
 KeepCodeOpt = Annotated[
     bool,
     typer.Option("--keep-code", help="With code: in the job, run the code its entry records (codeDigest/codeCommit) "
-                 "instead of packing the directory or resolving the git ref again."),
+                 "instead of packing the directory again."),
+]
+UpdateCodeOpt = Annotated[
+    bool,
+    typer.Option("--update-code", help="With code: {git: ...}: resolve the ref again, so the new attempt runs its newest "
+                 "commit (default: the codeCommit the entry records, as at every attempt since launch)."),
 ]
 FromAttemptOpt = Annotated[
     Optional[int],
@@ -68,6 +73,7 @@ def resume(
     preview_only: PreviewOnlyOpt = False,
     from_attempt: FromAttemptOpt = None,
     keep_code: KeepCodeOpt = False,
+    update_code: UpdateCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.commands import jobcode
@@ -97,7 +103,7 @@ def resume(
 
             events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
         choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
-        code = jobcode.prepare(ref, cfg, job, events_bucket, session, applier, keep_code)
+        code = jobcode.prepare(ref, cfg, job, events_bucket, session, applier, keep_code, repin=update_code)
 
         def decide(j):
             change = decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt)
@@ -130,6 +136,7 @@ def failover(
     preview_only: PreviewOnlyOpt = False,
     from_attempt: FromAttemptOpt = None,
     keep_code: KeepCodeOpt = False,
+    update_code: UpdateCodeOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     from cli.commands import jobcode
@@ -139,7 +146,7 @@ def failover(
     with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
         ref, cfg, _ = stack_jobs(stack, stack_file, job)
         applier = applier_for(ref, no_apply) if cfg.job(job).code is not None else None  # (else run_change's own)
-        code = jobcode.prepare(ref, cfg, job, applier=applier, keep=keep_code, bucket_option=False)
+        code = jobcode.prepare(ref, cfg, job, applier=applier, keep=keep_code, bucket_option=False, repin=update_code)
         run_change(stack, stack_file, job, jobcode.with_code(lambda j: decide_failover(j, to, from_attempt), code),
                    no_apply, json_out, yes, preview_only, applier, costs=JobCost(stack, stack_file, job))
 
@@ -263,6 +270,8 @@ def print_status(rows: list[dict]) -> None:
             say(f"{r['job']}: " + ", ".join(f"{col.header} {col.text(r)}" for col in rest))
         if r.get("status_reason"):
             say(f"{r['job']}: {r['status_reason']}")
+        for line in r.get("log_tail") or ():
+            typer.echo(f"    | {line}")
         if r.get("watcher"):
             w = r["watcher"]
             say(f"{r['job']}: watcher: {w['status']}" + (f", next try {w['next_try']}" if w.get("next_try") else "")

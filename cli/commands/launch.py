@@ -74,6 +74,13 @@ def launch(
             ref = stackfile.resolve(stack, stack_file)
             current = stackfile.load(ref)
             given = launching.read_job_file(job_file) if job_file is not None else {}
+            # A relative code directory is the job file's (--code: the working directory's); the entry
+            # records it relative to the project root, where every later command reads it.
+            root = stackfile.project_root(ref.path.parent)
+            if code is not None:
+                flags["code"] = launching.rebased_code(code, Path.cwd(), root)
+            elif "code" in given:
+                given["code"] = launching.rebased_code(given["code"], job_file.parent, root)
             entry = launching.entry(current.cloud, list(current.zones), given, flags)
             source = str(job_file) if job_file is not None else f"launch of job {entry.get('id')}"
             cfg = launching.check_new(ref, entry, source)

@@ -77,6 +77,8 @@ class State:
     # references read, in order.
     secrets: dict[str, str] = field(default_factory=dict)
     secret_reads: list[str] = field(default_factory=list)
+    # Object downloads as (bucket, name, "vm" with the VM's token or signature, else "anonymous").
+    downloads: list[tuple[str, str, str]] = field(default_factory=list)
     # Every power-off a VM asked for (the agent's self-stop): {"instance", "argv", "received"}.
     poweroffs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -399,6 +401,7 @@ def _make_handler(emu: Emulator):
             bucket, _, key = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/").partition("/")
             with emu._lock:
                 data = emu.state.blobs.get((bucket, key))
+                emu.state.downloads.append((bucket, key, "vm"))  # (signed: the instance role's credentials)
             self._send(404, "NoSuchKey") if data is None else self._send(200, data, "application/octet-stream")
 
         def _gcs_read(self, path: str, query: dict[str, list[str]]) -> None:
@@ -423,6 +426,8 @@ def _make_handler(emu: Emulator):
                                             **({"prefixes": folders} if folders else {})}), "application/json")
             elif rest.startswith("o/"):
                 name = urllib.parse.unquote(rest[2:])
+                if query.get("alt") == ["media"] and name in mine:
+                    emu.state.downloads.append((bucket, name, "vm" if self.headers.get("Authorization") == f"Bearer {GCS_TOKEN}" else "anonymous"))
                 wanted = query.get("generation", [None])[0]
                 if name not in mine or (wanted is not None and wanted != generations.get(name)):
                     self._send(404, "no such object")

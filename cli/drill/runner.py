@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cli.drill.code import DrillCode, outputs, staged
+from cli.drill.code import SETUP_MARKERS, DrillCode, outputs, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
 from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
@@ -48,6 +48,7 @@ class Attempt:
     checkpoints: list[int] = field(default_factory=list)
     lost_work: int | None = None  # progress lost to the preemption that ended this attempt
     log_tail: list[str] = field(default_factory=list)  # the last lines of a failed attempt's log
+    setup_s: float | None = None  # how long the job's setup ran in this attempt (None: it did not run)
 
 
 @dataclass
@@ -149,7 +150,8 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
         why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {counted(len(attempts), 'attempt')}"
         return "did-not-finish", why
     if not any(a.outcome == "preempted" for a in attempts):
-        return "not-exercised", (f"no preemption happened: the command finished in {attempts[0].seconds:.1f} s, before the "
+        ran = attempts[0].seconds - (attempts[0].setup_s or 0)
+        return "not-exercised", (f"no preemption happened: the command finished in {ran:.1f} s, before the "
                                  "first preemption (use a shorter --preempt-every or --time-scale)")
     lost = max((a.lost_work or 0 for a in attempts), default=0)
     if not lost:
@@ -268,7 +270,12 @@ class Drill:
                 break
             # Counted from the end of the boot (the command runs from there): on a loaded machine the
             # startup script alone can outlast a sub-second interval, and the attempt would run nothing.
-            deadline = time.monotonic() + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
+            # The job's setup runs first, once per disk and code: the preemption clock starts after it
+            # (a setup longer than the interval would otherwise be cut short at every attempt, and the
+            # command, which the drill is judging, never run).
+            booted = time.monotonic()
+            setting_up = preempt and self._setup_pending(disk)
+            deadline = None if setting_up else booted + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
             while True:
                 self._observe(rec, disk)
                 ended = _terminal(vm, number)
@@ -276,6 +283,13 @@ class Drill:
                     rec.outcome = ended or "failed"
                     break
                 now = time.monotonic()
+                if deadline is None:
+                    if self._setup_pending(disk) and now - booted < self.spec.attempt_timeout_s:
+                        self.status(f"attempt {number}: running the job's setup (the drill does not preempt it)")
+                        time.sleep(0.1)
+                        continue
+                    rec.setup_s = round(now - booted, 3)
+                    deadline = now + self._preempt_after(index)
                 if now >= deadline:
                     rec.outcome = "preempted" if preempt else "timeout"
                     if preempt:
@@ -295,6 +309,10 @@ class Drill:
                 break  # (two restarts from zero: more attempts would prove nothing new)
         account_lost_work(attempts)
         return attempts
+
+    def _setup_pending(self, disk: Path) -> bool:
+        """The job has a setup that has not yet run to its end on this disk (its marker is not there)."""
+        return bool(self.spec.code and self.spec.code.setup) and not any(disk.glob(SETUP_MARKERS))
 
     def _observe(self, rec: Attempt, disk: Path) -> None:
         progress, checkpoints = parse_progress(self._log(disk, rec.attempt))
@@ -451,6 +469,9 @@ def render_report(report: Report) -> str:
             f"{a.attempt:>7}  {_n(a.start_progress):>7}  {_n(a.end_progress):>7}  {a.outcome:<10} {lost:>6}  {a.seconds:>8.2f}"
         )
     lines.append("")
+    setups = [a for a in report.attempts if a.setup_s is not None]
+    if setups:
+        lines.append(f"setup ran once, in attempt {setups[0].attempt} ({setups[0].setup_s:.2f}s); preemptions come after it")
     lines.append(f"total {report.total_s:.2f}s")
     if report.uninterrupted_s is not None:
         ratio = f" ({report.total_s / report.uninterrupted_s:.2f}x)" if report.uninterrupted_s else ""

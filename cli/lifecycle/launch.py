@@ -41,6 +41,22 @@ def read_job_file(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in doc.items()}
 
 
+def rebased_code(code: Any, base: Path, root: Path) -> Any:
+    """A ``code`` directory given relative to ``base`` (the job file's directory, or the working
+    directory for ``--code``), as the stack file records it: relative to the project root ``root``
+    (what resume, watch and drill read it against), or absolute when it lies outside. Repositories,
+    absolute and ``~`` paths, and values that are not a directory are left for validation."""
+    import os
+
+    text = code if isinstance(code, str) else code.get("dir") if isinstance(code, dict) else None
+    if not isinstance(text, str) or not text or text.startswith(("~", "/")) or "\\" in text:
+        return code
+    where = os.path.normpath(os.path.join(base.resolve(), text))
+    rel = os.path.relpath(where, root.resolve())
+    new = where if rel == ".." or rel.startswith("../") else "./" if rel == "." else f"./{rel}"
+    return new if isinstance(code, str) else {**code, "dir": new}
+
+
 def parse_gpus(text: str) -> dict[str, Any]:
     """``--gpus TYPE:COUNT`` (or ``TYPE`` for one) as the entry's ``accelerator``."""
     kind, _, count = text.partition(":")

@@ -219,6 +219,21 @@ NO_EVENTS = ("give --events-bucket NAME (the stack's eventBucket output, `pulumi
              "eventBucket`) or --events-dir DIR (the bucket synced locally, or a job disk's .spotctl/)")
 
 
+def ended_reason(job: Job, seen: list[Event], outcome: str) -> str:
+    """Why the file's running job is over by its events: its VMs powered themselves off once the
+    events and the log were uploaded (agent/run.py), so nothing bills while the file catches up."""
+    failed = next((e for e in reversed(seen) if e.attempt == job.attempt and e.event == "failed"), None)
+    why = ""
+    if failed is not None:
+        why = failed.details.get("reason") or (f"exit {failed.details['exit_code']}" if failed.details.get("exit_code") else "")
+    if outcome == "completed":
+        then = f"`spotctl complete {job.id}` (or `spotctl watch`) records it"
+    else:
+        then = f"`spotctl logs {job.id}` shows why; `spotctl watch` retries it while maxFailures allows"
+    return (f"attempt {job.attempt} {outcome} (its events{': ' + why if why else ''}) and its VMs powered themselves off; "
+            f"the stack file still says running: {then}")
+
+
 # What only a job's events tell: unknown (None, named in the row's "unknown") when no events were read.
 EVENT_FIGURES = ("preemptions", "hours_running", "spot_hours", "on_demand_hours", "last_event", "attempts")
 
@@ -237,12 +252,17 @@ def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = Non
     row = job_status(job, events, now)
     outcome = attempt_outcome(seen, job.attempt, job.nodes)
     status, reason = job.state.value, ""
+    row_tail: list[str] = []
     if job.state.value in ("running", "pending") and outcome is not None and outcome.value in ("preempted", "stopped"):
         source = "the cloud" if any(e.details.get("source") == "cloud" for e in seen if e.attempt == job.attempt) else "its events"
         status, reason = "needs-resume", f"attempt {job.attempt} was {outcome.value} ({source}); run `spotctl resume {job.id}`"
     elif job.state.value == "running" and outcome is not None and outcome.value in ("failed", "completed"):
         status = f"{outcome.value}?"
-        reason = f"attempt {job.attempt} {outcome.value} (its events); the stack file still says running"
+        reason = ended_reason(job, seen, outcome.value)
+        tail = next((e.details.get("log_tail") for e in reversed(seen)
+                     if e.attempt == job.attempt and e.event == "failed" and e.details.get("log_tail")), None)
+        if tail:
+            row_tail = str(tail).split("\n")
     elif job.state.value == "running" and outcome is None and noticed(seen, job.attempt):
         status = "preempting"
         reason = (f"attempt {job.attempt} got a preemption notice (its events): checkpointing until its VM is gone; "
@@ -265,6 +285,8 @@ def job_report(job: Job, events: list[Event] | None, vms: list[Any] | None = Non
         status, reason = "update-pending", (f"an update of the job was started and has not finished ({job.applying}); unless a "
                                             f"spotctl is applying it now, `{again}` (or `spotctl watch`) applies it")
     row["status"], row["status_reason"] = status, reason
+    if row_tail:
+        row["log_tail"] = row_tail
     row["attempts"] = sorted({e.attempt for e in events if e.event == "started"})
     if unknown:
         row.update(dict.fromkeys(EVENT_FIGURES), unknown=list(EVENT_FIGURES))
@@ -329,7 +351,7 @@ STATUS_COLUMNS: list[Column] = [
     Column("last_action", "last action", lambda v: plain(v)),
     Column("last_event", "last event", _last),
 ]
-HIDDEN = {"state", "nodes", "status_reason", "attempts", "cloud", "disk_kind", "unknown"}  # shown elsewhere (or only in --json)
+HIDDEN = {"state", "nodes", "status_reason", "log_tail", "attempts", "cloud", "disk_kind", "unknown"}  # shown elsewhere (or only in --json)
 
 
 def table_columns(rows: list[dict[str, Any]]) -> list[Column]:
