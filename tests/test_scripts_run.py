@@ -56,10 +56,22 @@ def make_vm(tmp_path, emu):
         vm.kill_all()
 
 
-def boot_and_train(vm: LocalVM, min_steps: float = 0.3) -> None:
+def said(vm: LocalVM, marker: str) -> int:
+    """How many lines of the job's logs start with ``marker``."""
+    return sum(("\n" + p.read_text(errors="replace")).count("\n" + marker)
+               for p in (vm.disk / ".spotctl" / "logs").glob("*.log"))
+
+
+def boot_and_train(vm: LocalVM, min_steps: float = 0.3, started: str | None = "start step=") -> None:
+    """Boot, and wait until the command says ``started`` (the fixture trainer says it once its SIGTERM
+    handler is in): a signal sent while a loaded machine is still starting the interpreter kills it
+    before it can checkpoint, which no test here is about."""
+    before = said(vm, started) if started else 0
     done = vm.boot()
     assert done.returncode == 0, done.stderr
     assert vm.wait_for(lambda: vm.alive("trainer.pid"), 15), vm.debug_log()
+    if started:
+        assert vm.wait_for(lambda: said(vm, started) > before, 30), vm.debug_log()
     time.sleep(min_steps)
 
 
@@ -168,9 +180,9 @@ def test_gcp_gpu_vm_trains_through_the_maintenance_notice(make_vm, emu, tmp_path
 
 def test_trainer_gets_exactly_one_sigterm(make_vm, emu, tmp_path):
     counter = tmp_path / "terms"
-    cmd = f"trap 'echo x >> {counter}' TERM; while true; do sleep 0.1; done"
+    cmd = f"trap 'echo x >> {counter}' TERM; echo trapped; while true; do sleep 0.1; done"
     vm = make_vm("gcp", command=cmd, stop_budget_s=2, poll_s=1)
-    boot_and_train(vm)
+    boot_and_train(vm, started="trapped")
     emu.preempt_gcp()
     assert vm.wait_for(lambda: "preemption-notice" in names(vm.events()), 10)
     vm.shutdown()  # the shutdown script must not signal again
@@ -256,7 +268,7 @@ def test_a_preemption_says_how_far_training_got_and_the_last_checkpoint(make_vm,
 
     # GCP: the shutdown script's path (a watcher polling every minute does not see the preemption first).
     vm = make_vm(cloud, command=command, poll_s=60 if cloud == "gcp" else 1, stop_budget_s=5)
-    boot_and_train(vm, min_steps=1.5)
+    boot_and_train(vm, min_steps=1.5, started="SPOTCTL_PROGRESS")
     # the first checkpoint is recorded at once (in the background): let it land before the preemption
     assert vm.wait_for(lambda: "checkpoint" in names(vm.events()), 15), vm.debug_log()
     if cloud == "gcp":
