@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli.cloud import CloudDisk
-from cli.lifecycle import cleanup, operations, stackfile
+from cli.lifecycle import operations, orphans, pipeline, stackfile
 from cli.lifecycle.apply import ApplyError
 from cli.lifecycle.states import LifecycleError, decide_complete, decide_failover, decide_resume
 from infra.config import ConfigError
@@ -133,7 +133,7 @@ def test_1_a_resume_landing_during_cleanup_never_loses_the_disk(ref, monkeypatch
     monkeypatch.setattr(planner, "run", resume_meanwhile)
     applier = Applier()
     with contextlib.suppress(LifecycleError):
-        cleanup.cleanup_job(ref, "bert-eval", force=True, yes=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
+        pipeline.remove_job(ref, "bert-eval", force=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
     monkeypatch.setattr(planner, "run", real_run)
     for t in threads:
         t.join()
@@ -151,7 +151,7 @@ def test_1_a_hand_edit_between_decision_and_unprotect_stops_the_delete(ref):
 
     applier = Applier(on_unprotect=hand_edit)
     with pytest.raises(LifecycleError, match="job bert-eval changed while its disks were being deleted"):
-        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
+        pipeline.remove_job(ref, "bert-eval", force=False, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
     assert applier.ups == [] and stackfile.load(ref).job("bert-eval").state.value == "running"
 
 
@@ -168,7 +168,7 @@ def test_3_cleanup_job_refuses_disks_without_this_stacks_labels(ref, disks):
     before = ref.path.read_text()
     applier = Applier()
     with pytest.raises(LifecycleError, match="job bert-eval: its disks are kept because its disk"):
-        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=applier, inventory=lambda cfg: Inventory(disks()))
+        pipeline.remove_job(ref, "bert-eval", force=False, applier=applier, inventory=lambda cfg: Inventory(disks()))
     assert applier.unprotected == [] and applier.ups == [] and ref.path.read_text() == before
 
 
@@ -180,7 +180,7 @@ def test_4_failed_cleanup_keeps_a_concurrent_edit_of_another_job(ref):
         ref.path.write_text(ref.path.read_text().replace("      capacity: on-demand\n      attempt: 3", "      capacity: spot\n      attempt: 4"))
 
     with pytest.raises(ApplyError):
-        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=Applier(on_up=failover_meanwhile, fail=True),
+        pipeline.remove_job(ref, "bert-eval", force=False, applier=Applier(on_up=failover_meanwhile, fail=True),
                             inventory=lambda cfg: Inventory(example_disks()))
     cfg = stackfile.load(ref)
     assert [j.id for j in cfg.jobs] == ["llm-pretrain", "vit-finetune", "bert-eval"]
@@ -366,7 +366,7 @@ def test_14_crlf_files_stay_crlf(ref):
 
 def test_14_cleanup_keeps_the_comments_of_the_jobs_around_it(ref):
     before = ref.path.read_text()
-    cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=Applier(),
+    pipeline.remove_job(ref, "bert-eval", force=False, applier=Applier(),
                         inventory=lambda cfg: Inventory(example_disks()))
     after = ref.path.read_text()
     assert "# Two-node H100 pretraining" in after and "# Single A100 run that was preempted twice" in after
@@ -477,9 +477,9 @@ def run_command(ref, name: str, job: str, inventory, violations, completed) -> N
         if name in decide:
             operations.change_job(ref, job, decide[name], applier=applier)
         elif name.startswith("cleanup"):
-            cleanup.cleanup_job(ref, job, force=name.endswith("force"), yes=True, applier=applier, inventory=lambda cfg: inventory)
+            pipeline.remove_job(ref, job, force=name.endswith("force"), applier=applier, inventory=lambda cfg: inventory)
         else:
-            cleanup.cleanup_orphans(ref, lambda cfg: inventory, applier, lambda cfg, j: DONE if j in completed else None, delete=None)
+            orphans.cleanup_orphans(ref, lambda cfg: inventory, applier, lambda cfg, j: DONE if j in completed else None, delete=None)
     except (ConfigError, LifecycleError, ApplyError):
         pass  # refused: that is allowed; losing a disk is not
     except Exception as exc:  # noqa: BLE001 - a crash is a finding too, reported by the test

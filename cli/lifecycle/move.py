@@ -267,7 +267,7 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
 
     ``events`` is read before each decision (the new attempt's ``started`` gates the release).
     With ``inventory``, once the move finished, the stack's move snapshots older than the event
-    retention are deleted (``cleanup.prune_snapshots``; the ones just made are days younger).
+    retention are deleted (``orphans.prune_snapshots``; the ones just made are days younger).
     """
     result = MoveOutcome(job_id)
     cfg = stackfile.load(ref)
@@ -302,7 +302,7 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
 
 def _prune(ref: stackfile.StackRef, inventory: Callable[[StackConfig], Inventory], now: datetime) -> str:
     """Expired move snapshots deleted; a cloud that cannot be asked is a line to show, not a failed move."""
-    from cli.lifecycle.cleanup import prune_snapshots
+    from cli.lifecycle.orphans import prune_snapshots
 
     try:
         found = prune_snapshots(ref, inventory, now, delete=None)
@@ -381,10 +381,10 @@ def _releaser(ref: stackfile.StackRef, job_id: str, applier: Applier | None,
               inventory: Callable[[StackConfig], Inventory] | None) -> pipeline.Release:
     """Approve deleting the disks a move left behind through the one deletion rule, decided under
     the stack file's lock on the real disks: each must carry this exact stack's ownership labels
-    and the job's label in the cloud (``cleanup.disks_owned``, as ``cleanup`` decides), else the
+    and the job's label in the cloud (``ownership.disks_owned``, as ``cleanup`` decides), else the
     release is refused naming it and every disk stays protected; else they are approved, to be
     unprotected right before the update that deletes them (after the preview and the question)."""
-    from cli.lifecycle.cleanup import disks_owned, physical_name
+    from cli.lifecycle.ownership import disks_owned, physical_name
 
     def release(targets: list[str]) -> pipeline.Approved:
         with stackfile.locked(ref.path):

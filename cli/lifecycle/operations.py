@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError
+from cli.lifecycle.applying import pending_targets, record_applied
 from cli.lifecycle.interrupts import STOPS, Interrupted, Signalled, signal_of, signals_raise
-from cli.lifecycle.pipeline import Approved, Confirm, Outcome, Release, change_job, pending_targets, record_applied
+from cli.lifecycle.pipeline import Approved, Confirm, Outcome, Release, change_job
 
 __all__ = ["STOPS", "Approved", "Confirm", "Interrupted", "Outcome", "Release", "Signalled", "change_job",
            "pending_targets", "reapply", "signal_of", "signals_raise"]
