@@ -101,3 +101,31 @@ def test_a_declined_cleanup_stops_at_the_question(project, runner, fake_pulumi, 
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"], input="n\n")
     assert result.exit_code == 0 and result.stdout.endswith("nothing changed (not confirmed)\n")
     assert steps == ["observe", "decide", "preview", "confirm"]
+
+
+def test_a_launch_of_an_id_the_stack_has_is_refused_by_decide(project, steps):
+    """The check that the id is free is the decide step's, under the lock (the command's early check
+    before packing code is a courtesy): nothing is written."""
+    from cli.lifecycle import launch, stackfile
+    from cli.lifecycle.states import LifecycleError
+
+    ref = stackfile.resolve("example-gcp", None)
+    before = ref.path.read_bytes()
+    entry = {"id": "vit-finetune", "machineType": "g2-standard-8", "zone": "us-central1-a", "command": "python train.py"}
+    with pytest.raises(LifecycleError, match=r"job vit-finetune already exists in .* \(state running, attempt 3\)"):
+        pipeline.change_job(ref, "vit-finetune", launch.first_attempt, applier=None, new=entry)
+    assert steps == ["observe", "decide"] and ref.path.read_bytes() == before
+
+
+def test_a_launch_whose_update_cannot_start_takes_the_entry_out_again(project, runner, fake_pulumi, steps, monkeypatch):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_bytes()
+
+    def up(self, targets, on_output):
+        raise ApplyError("pulumi refresh failed: the backend is unreachable")  # before the update began
+
+    monkeypatch.setattr(Applier, "up", up)
+    result = runner.invoke(app, ["launch", "--id", "sweep-08", "--machine", "g2-standard-8", "--command", "python train.py",
+                                 "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 1 and "job sweep-08 was taken out of stacks/Pulumi.example-gcp.yaml again" in result.output
+    assert steps == [*UNASKED, "undo"] and path.read_bytes() == before

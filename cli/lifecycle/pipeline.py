@@ -12,13 +12,13 @@ the update starts runs ``undo``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from cli.cloud import Inventory
-from cli.lifecycle import cleanup, gangstop, stackfile
+from cli.lifecycle import cleanup, gangstop, launch, stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, disk_urns, job_plan, job_targets, job_urns
 from cli.lifecycle.applying import changed_since, pending_targets, record_applied
 from cli.lifecycle.interrupts import STOPS, Interrupted, signal_of, signals_raise
@@ -80,6 +80,7 @@ class _Edit:
     before: dict[str, Any] = field(default_factory=dict)  # what ``undo`` puts back
     pending: str | None = None  # the job's ``applying`` mark as observed
     applying: Any = None  # the mark's text as written before the edit (what ``write`` replaces)
+    added: bool = False  # a new job's entry (``admit``): ``undo`` takes it out
 
 
 @dataclass
@@ -99,14 +100,16 @@ class _Plan:
 
 def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
                applier: Applier | None, out: Callable[[str], None] = print,
-               confirm: Confirm | None = None, release: Release | None = None, stop_first: str = "") -> Outcome:
+               confirm: Confirm | None = None, release: Release | None = None, stop_first: str = "",
+               new: Mapping[str, Any] | None = None) -> Outcome:
     """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
 
     With ``applier`` None the file is only edited (--no-apply). With ``confirm`` (the commands pass
     one unless --yes; ``watch`` passes none) Pulumi first previews the targeted update and ``confirm``
     decides; declined, the edit is undone. ``release``: what only a move's release may drop (old
     disks). ``stop_first``: the job's running VMs go by an update of their own before the change.
-    If the update cannot start, the edit is undone (only the keys it set).
+    ``new``: the entry of a job the stack does not have yet (``launch``; ``admit``). If the update
+    cannot start, the edit is undone (only the keys it set; a new job's entry goes).
     """
     guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
     if applier:
@@ -115,8 +118,11 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
     with guard, contextlib.ExitStack() as proposal:
         if edit.asked:
             proposal.enter_context(stackfile.proposing(ref.path))  # the edit stays on this machine until confirmed
-        old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: decide_step(
-            edit, observe(ref, current, job_id), written, decide))
+        if new is not None:
+            old_cfg, new_cfg = admit(edit, new, decide)
+        else:
+            old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: decide_step(
+                edit, observe(ref, current, job_id), written, decide))
         change = edit.change
         if change.noop and applier is not None and edit.pending:
             return _finish_pending(ref, job_id, new_cfg, edit.pending, applier, out, confirm, proposal)
@@ -147,9 +153,34 @@ def observe(ref: stackfile.StackRef, current: StackConfig, job_id: str) -> Job:
         raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
 
 
+def admit(edit: _Edit, new: Mapping[str, Any], decide: Callable[[Job], Change]) -> tuple[StackConfig, StackConfig]:
+    """``observe`` and ``decide`` for a job the stack does not have yet, in one hold of the lock: an
+    id the stack has is refused (naming its state); else the entry goes in (pending) and its first
+    change is decided as any job's (none with --no-apply: ``resume`` applies it)."""
+    ref, job_id = edit.ref, edit.job_id
+    with stackfile.locked(ref.path):
+        on_step("observe")
+        jobs = list(stackfile.read_config(ref.path).get(stackfile.key("jobs")) or [])
+        on_step("decide")
+        launch.refuse_taken(ref, jobs, job_id)
+        if not stackfile.put_back_job(ref.path, (launch.block(ref.path, new), len(jobs), dict(new))):
+            launch.refuse_taken(ref, stackfile.read_config(ref.path).get(stackfile.key("jobs")) or [], job_id)  # a hand edit
+        edit.added = True
+        if edit.applier is None:
+            edit.change = Change(job_id, {}, "written (state pending)", noop=True)
+            cfg = stackfile.load(ref)
+            return cfg, cfg
+        return stackfile.update_job(ref.path, job_id, lambda current, written: _decided(
+            edit, current.job(job_id), written, decide))
+
+
 def decide_step(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Change]) -> dict[str, Any]:
     """The change and the keys it writes (staged in the file as a local proposal until ``write``)."""
     on_step("decide")
+    return _decided(edit, job, written, decide)
+
+
+def _decided(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Change]) -> dict[str, Any]:
     change = decide(job)
     wrote = dict(change.fields)
     if job.stop_reason and wrote.get("state", "stopped") != "stopped":
@@ -251,8 +282,13 @@ def apply(edit: _Edit, plan: _Plan, old_cfg: StackConfig, new_cfg: StackConfig, 
 
 
 def undo(edit: _Edit, before: dict[str, Any] | None = None, wrote: dict[str, Any] | None = None) -> None:
-    """Put back the keys this change set, each only while it still holds what the change wrote."""
+    """Put back the keys this change set, each only while it still holds what the change wrote (a
+    new job's entry goes)."""
     on_step("undo")
+    if edit.added and before is None:
+        with contextlib.suppress(KeyError):
+            stackfile.take_job(edit.ref.path, edit.job_id)
+        return
     # (``stackfile.restore_fields``: a concurrent complete, failover or hand edit wins)
     stackfile.restore_fields(edit.ref.path, edit.job_id, edit.before if before is None else before,
                              edit.wrote if wrote is None else wrote)
