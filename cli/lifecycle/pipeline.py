@@ -301,16 +301,9 @@ def remove_job(ref: stackfile.StackRef, job_id: str, *, force: bool, applier: Ap
                inventory: Callable[[StackConfig], Inventory] | None = None, out: Callable[[str], None] = print,
                confirm: Confirm | None = None, show: Callable[[cleanup.Cleanup], None] | None = None) -> cleanup.Cleanup:
     """The job's disks and everything else of it deleted by one targeted update, and the job out of
-    the stack file, through the same steps.
-
-    ``decide`` is the one deletion rule under the lock (the job completed, or failed with ``force``);
-    ``preview`` plans the job outside the lock and lists the targets (``show``); ``confirm`` asks
-    (None: --yes); ``write``, under the lock again, requires the job to be exactly the one decided on
-    and every disk to carry this exact stack's ownership labels in the cloud (``inventory``), then
-    unprotects the disks and takes the job out of the file; ``apply`` is the update, and ``undo``
-    puts the job back and protects again what it did not delete. With ``applier`` None only the file
-    is edited and the disks stay protected.
-    """
+    the stack file, through the same steps (``show`` is told what the update deletes before the
+    question; ``inventory``: the cloud's disks, whose labels ``write`` checks). With ``applier`` None
+    only the file is edited and the disks stay protected."""
     if applier is not None and confirm is None:
         applier.preflight()
     with applier.exclusive(ref.path) if applier else contextlib.nullcontext():
