@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from cli.lifecycle import operations, pipeline, stackfile
+from cli.lifecycle import pipeline, stackfile
 from cli.lifecycle.states import LifecycleError, decide_resume
 from cli.plan import mocks
 from infra.config import ConfigError
@@ -43,7 +43,7 @@ def test_a_resume_while_cleanup_plans_is_not_refused(project, monkeypatch):
 
     def resume_another():
         with stackfile.locked(ref.path, timeout=2):  # another spotctl's resume: it needs the lock now
-            operations.change_job(ref, "llm-pretrain", lambda j: decide_resume(j, [], force=True), applier=None)
+            pipeline.change_job(ref, "llm-pretrain", lambda j: decide_resume(j, [], force=True), applier=None)
 
     seen = planning_hook(monkeypatch, resume_another)
     before = stackfile.load(ref).job("llm-pretrain").attempt
@@ -111,7 +111,7 @@ def test_a_resume_during_the_question_stops_the_cleanup(project):
     shown: list = []
 
     def confirm(question: str) -> bool:
-        operations.change_job(ref, "bert-eval", lambda j: decide_resume(j, [], force=True), applier=None)
+        pipeline.change_job(ref, "bert-eval", lambda j: decide_resume(j, [], force=True), applier=None)
         return True
 
     applier = Applier()

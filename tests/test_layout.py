@@ -1,4 +1,4 @@
-"""The layout (README "Layout"): imports only run downwards, no module imports itself through a
+"""The layout (docs/contributing.md "Layout"): imports only run downwards, no module imports itself through a
 circle of others, cloud SDKs only behind the cloud boundary, and no module grows past ~500 lines.
 Reads every import statement, including the lazy ones inside functions."""
 

@@ -1,14 +1,16 @@
 """The ``applying`` mark a job carries while its update runs: whether the file still holds what was
-written before it is marked, the mark cleared once the update finished, and the targets of an update
-found unfinished (``watch``, the next command)."""
+written before it is marked, the mark cleared once the update finished, and an update found
+unfinished applied again (its targets; ``reapply`` for ``watch``)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, change_targets, job_targets
+from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
 from infra.config import StackConfig
 
 MISSING = stackfile.MISSING  # a key the job did not have
@@ -58,3 +60,24 @@ def pending_targets(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, appl
     return change_targets(new, held.under_job(new, job_id), lambda: held, job_id)
 
 
+def reapply(ref: stackfile.StackRef, job_id: str, applier: Applier, out: Callable[[str], None], only_pending: bool = False) -> str:
+    """Apply the job as the file has it (``watch``: an update another spotctl started and never
+    finished, or its own before a crash): "applied", or "busy" when a live spotctl holds the stack's
+    update lock now (it is applying it: nothing to do), or "noop" when the job is gone or, with
+    ``only_pending``, its ``applying`` mark went meanwhile (the update finished)."""
+    applier.preflight()
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(applier.exclusive(ref.path, wait=False))
+        except ApplyError:
+            return "busy"
+        cfg = stackfile.load(ref)
+        try:
+            job = cfg.job(job_id)
+        except KeyError:
+            return "noop"
+        if only_pending and job.applying is None:
+            return "noop"
+        applier.up(pending_targets(ref, job_id, cfg, applier), out)
+        record_applied(ref.path, job_id, cfg, job.applying)
+        return "applied"
