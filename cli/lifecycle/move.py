@@ -322,8 +322,12 @@ def _step(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change],
         result.waiting = change.reason
         return False
     if change.fields.get("move", ...) is None:
-        # The end of the move: only the record is cleared (the release step declared the end state).
-        stackfile.update_job(ref.path, job_id, lambda current, written: change.fields)
+        # The end: only the record is cleared (decided again under the lock; the release declared the rest).
+        def end(current: Job) -> Change:
+            again = decide(current)
+            return again if again.fields.get("move", ...) is None else Change(job_id, {}, "the move went on meanwhile", noop=True)
+
+        change = pipeline.change_job(ref, job_id, end, applier=None, out=out).change
         result.steps.append(change)
         result.applied_steps.append(False)
         result.finished = True
