@@ -6,14 +6,30 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
+from cli.lifecycle.states import PENDING_STAMP, Change
 from infra.config import StackConfig
 
 MISSING = stackfile.MISSING  # a key the job did not have
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def pending_text(change: Change) -> str:
+    """What the ``applying`` mark says: the change's plain fields, its reason, and when the update
+    began (``(since <UTC time>)``: another machine's watcher leaves a mark that young alone,
+    ``states.PENDING_GRACE``, as the update may still be under way there)."""
+    parts = ", ".join(f"{k}={v}" for k, v in change.fields.items() if not isinstance(v, (dict, list)))
+    since = _now().strftime(PENDING_STAMP)
+    head = f"{parts}: {change.reason}" if parts else change.reason
+    return f"{head[:460]} (since {since})"
 
 
 def changed_since(current: StackConfig, cfg: StackConfig, job_id: str) -> bool:

@@ -14,15 +14,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from cli.cloud import Inventory
 from cli.lifecycle import cleanup, gangstop, launch, stackfile
 from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, disk_urns, job_plan, job_targets, job_urns
-from cli.lifecycle.applying import changed_since, pending_targets, record_applied
+from cli.lifecycle.applying import changed_since, pending_targets, pending_text, record_applied
 from cli.lifecycle.interrupts import STOPS, Interrupted, signal_of, signals_raise
-from cli.lifecycle.states import PENDING_STAMP, Change, LifecycleError, may_delete_disks
+from cli.lifecycle.states import Change, LifecycleError, may_delete_disks
 from infra.basics import scripts_digest
 from infra.config import ConfigError, Job, StackConfig
 
@@ -194,7 +193,7 @@ def _decided(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Change
         # a kill -9 while the targets are planned (seconds) leaves a mark that the next command
         # (status, resume, watch) sees and applies, not a "running" attempt nothing started.
         # With a question the proposal record covers that stretch; the mark follows the yes.
-        wrote["applying"] = _pending_text(change)
+        wrote["applying"] = pending_text(change)
     edit.change, edit.wrote, edit.pending = change, wrote, job.applying
     edit.applying = written.get("applying", _MISSING)  # what ``write`` replaces
     edit.before = {k: written.get(k, _MISSING) for k in wrote}
@@ -416,20 +415,6 @@ def _starts_attempt(job: Job, wrote: dict[str, Any]) -> bool:
     return wrote.get("attempt", job.attempt) != job.attempt or (wrote.get("state") == "running" and job.state.value == "pending")
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _pending_text(change: Change) -> str:
-    """What the ``applying`` mark says: the change's plain fields, its reason, and when the update
-    began (``(since <UTC time>)``: another machine's watcher leaves a mark that young alone,
-    ``states.PENDING_GRACE``, as the update may still be under way there)."""
-    parts = ", ".join(f"{k}={v}" for k, v in change.fields.items() if not isinstance(v, (dict, list)))
-    since = _now().strftime(PENDING_STAMP)
-    head = f"{parts}: {change.reason}" if parts else change.reason
-    return f"{head[:460]} (since {since})"
-
-
 def _mark_pending(edit: _Edit, cfg: StackConfig, change: Change) -> None:
     """Check, under the lock, that the file still holds the edit as written (``cfg``) and, after a
     question, mark the job ``applying: <what>`` (cleared by ``record_applied``; without a question the mark
@@ -442,7 +427,7 @@ def _mark_pending(edit: _Edit, cfg: StackConfig, change: Change) -> None:
     path, job_id, asked = edit.ref.path, edit.job_id, edit.asked
     before, wrote = edit.before, edit.wrote
     if asked:
-        before["applying"], wrote["applying"] = edit.applying, _pending_text(change)
+        before["applying"], wrote["applying"] = edit.applying, pending_text(change)
         stackfile.note_proposal(path, job_id, before, wrote)
 
     def fields(current: StackConfig, written: Any) -> dict[str, Any]:
