@@ -3,7 +3,7 @@
 Owns: the change pipeline every applying command goes through (``pipeline``: observe, decide,
 preview, confirm, write, apply, undo; its parts ``applying``, the ``applying`` mark, and
 ``gangstop``), the state machine with a reason on every edge (``states``), a job's recorded events
-(``events``), a new job's entry (``launch``), zone moves (``move``), cleanup's parts and the
+(``events``), a new job's entry (``launch``), zone moves (``move`` decides, ``mover`` acts), cleanup's parts and the
 disk-deletion rule's ownership half (``cleanup``, ``ownership``), disks no job declares and move
 snapshots (``orphans``), status (``status``), the live policy path and what the stack's history taught it
 (``capacity``: measured changeovers, progress and spot windows; ``stacks/.spotctl/<stack>.policy.json``), stack

@@ -123,7 +123,7 @@ def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal:
     """Move the job to ``action.zone`` through the lifecycle's move core, every step it allows now
     (it stops waiting for the new attempt's ``started`` before the old disks go). No intent is
     journaled: the stack file records the move's step, and the next watcher continues from it."""
-    from cli.lifecycle.move import move_job
+    from cli.lifecycle.mover import move_job
 
     job = stackfile.load(ref).job(action.job)
     starts = job.move is None or job.move.to != action.zone  # a new move (or moving on), not the one in progress
