@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cli.lifecycle import capacity, stackfile  # noqa: E402
-from cli.lifecycle import operations as jobs  # noqa: E402
+from cli.lifecycle import pipeline as jobs  # noqa: E402
 from cli.lifecycle.states import decide_complete, decide_failover, decide_resume  # noqa: E402
 
 JOB = """    - id: job-{i:04d}

@@ -1,8 +1,8 @@
-"""spotctl's command line and its parts (README "Layout" draws them).
+"""spotctl's command line and its parts (docs/contributing.md "Layout" draws them).
 
 - ``cli.app``: the Typer commands only: parse, call one function of a part, print; errors are
   caught here and nowhere else.
-- ``cli.lifecycle``: the core: job state machine, job operations, stack files, applying with Pulumi.
+- ``cli.lifecycle``: the core: the change pipeline, job state machine, stack files, applying with Pulumi.
 - ``cli.cloud``: the cloud boundary: every boto3 / google-cloud call.
 - ``cli.policy``: the policy engine: spot/on-demand policies, planning, the simulator, fitted data.
 - ``cli.cost``: the cost ledger (events + prices -> VM-hours by capacity, dollars, savings).

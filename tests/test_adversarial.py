@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli.cloud import CloudDisk
-from cli.lifecycle import cleanup, operations, stackfile
+from cli.lifecycle import orphans, pipeline, stackfile
 from cli.lifecycle.apply import ApplyError
 from cli.lifecycle.states import LifecycleError, decide_complete, decide_failover, decide_resume
 from infra.config import ConfigError
@@ -117,7 +117,7 @@ def test_1_a_resume_landing_during_cleanup_never_loses_the_disk(ref, monkeypatch
     def resume_meanwhile(*args, **kwargs):
         def resume() -> None:
             try:
-                resumed.append(operations.change_job(ref, "bert-eval", lambda j: decide_resume(j, [], force=True), applier=None))
+                resumed.append(pipeline.change_job(ref, "bert-eval", lambda j: decide_resume(j, [], force=True), applier=None))
             except (ConfigError, LifecycleError) as exc:
                 resumed.append(exc)
 
@@ -133,7 +133,7 @@ def test_1_a_resume_landing_during_cleanup_never_loses_the_disk(ref, monkeypatch
     monkeypatch.setattr(planner, "run", resume_meanwhile)
     applier = Applier()
     with contextlib.suppress(LifecycleError):
-        cleanup.cleanup_job(ref, "bert-eval", force=True, yes=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
+        pipeline.remove_job(ref, "bert-eval", force=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
     monkeypatch.setattr(planner, "run", real_run)
     for t in threads:
         t.join()
@@ -151,7 +151,7 @@ def test_1_a_hand_edit_between_decision_and_unprotect_stops_the_delete(ref):
 
     applier = Applier(on_unprotect=hand_edit)
     with pytest.raises(LifecycleError, match="job bert-eval changed while its disks were being deleted"):
-        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
+        pipeline.remove_job(ref, "bert-eval", force=False, applier=applier, inventory=lambda cfg: Inventory(example_disks()))
     assert applier.ups == [] and stackfile.load(ref).job("bert-eval").state.value == "running"
 
 
@@ -168,7 +168,7 @@ def test_3_cleanup_job_refuses_disks_without_this_stacks_labels(ref, disks):
     before = ref.path.read_text()
     applier = Applier()
     with pytest.raises(LifecycleError, match="job bert-eval: its disks are kept because its disk"):
-        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=applier, inventory=lambda cfg: Inventory(disks()))
+        pipeline.remove_job(ref, "bert-eval", force=False, applier=applier, inventory=lambda cfg: Inventory(disks()))
     assert applier.unprotected == [] and applier.ups == [] and ref.path.read_text() == before
 
 
@@ -180,7 +180,7 @@ def test_4_failed_cleanup_keeps_a_concurrent_edit_of_another_job(ref):
         ref.path.write_text(ref.path.read_text().replace("      capacity: on-demand\n      attempt: 3", "      capacity: spot\n      attempt: 4"))
 
     with pytest.raises(ApplyError):
-        cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=Applier(on_up=failover_meanwhile, fail=True),
+        pipeline.remove_job(ref, "bert-eval", force=False, applier=Applier(on_up=failover_meanwhile, fail=True),
                             inventory=lambda cfg: Inventory(example_disks()))
     cfg = stackfile.load(ref)
     assert [j.id for j in cfg.jobs] == ["llm-pretrain", "vit-finetune", "bert-eval"]
@@ -193,10 +193,10 @@ def test_4_failed_resume_keeps_a_concurrent_complete(ref):
     set_state(ref, "vit-finetune", "preempted")
 
     def complete_meanwhile() -> None:
-        operations.change_job(ref, "vit-finetune", decide_complete, applier=None)
+        pipeline.change_job(ref, "vit-finetune", decide_complete, applier=None)
 
     with pytest.raises(ApplyError):
-        operations.change_job(ref, "vit-finetune", lambda j: decide_resume(j, []), applier=Applier(on_up=complete_meanwhile, fail=True))
+        pipeline.change_job(ref, "vit-finetune", lambda j: decide_resume(j, []), applier=Applier(on_up=complete_meanwhile, fail=True))
     job = stackfile.load(ref).job("vit-finetune")
     assert job.state.value == "completed" and job.attempt == 3  # attempt 4 undone, complete kept
 
@@ -206,7 +206,7 @@ def test_4_undo_of_a_job_removed_meanwhile_does_not_crash(ref):
         stackfile.take_job(ref.path, "vit-finetune")
 
     with pytest.raises(ApplyError):
-        operations.change_job(ref, "vit-finetune", lambda j: decide_failover(j, None), applier=Applier(on_up=removed_meanwhile, fail=True))
+        pipeline.change_job(ref, "vit-finetune", lambda j: decide_failover(j, None), applier=Applier(on_up=removed_meanwhile, fail=True))
     assert [j.id for j in stackfile.load(ref).jobs] == ["llm-pretrain", "bert-eval"]
 
 
@@ -309,7 +309,7 @@ def test_ordinary_env_keys_are_accepted(key):
 def test_9_duplicate_keys_are_refused_by_the_editor_and_the_reader_alike(ref):
     ref.path.write_text(ref.path.read_text().replace("      state: completed\n", "      state: completed\n      state: running\n"))
     messages = []
-    for read in (lambda: stackfile.load(ref), lambda: operations.change_job(ref, "bert-eval", decide_complete, applier=None)):
+    for read in (lambda: stackfile.load(ref), lambda: pipeline.change_job(ref, "bert-eval", decide_complete, applier=None)):
         with pytest.raises(ConfigError) as err:
             read()
         messages.append(str(err.value))
@@ -319,7 +319,7 @@ def test_9_duplicate_keys_are_refused_by_the_editor_and_the_reader_alike(ref):
 def test_10_a_file_with_a_bom_can_be_edited_and_keeps_it(ref):
     ref.path.write_bytes(b"\xef\xbb\xbf" + ref.path.read_bytes())
     set_state(ref, "vit-finetune", "preempted")
-    operations.change_job(ref, "vit-finetune", lambda j: decide_resume(j, []), applier=None)
+    pipeline.change_job(ref, "vit-finetune", lambda j: decide_resume(j, []), applier=None)
     assert ref.path.read_bytes().startswith(b"\xef\xbb\xbfconfig:") or ref.path.read_bytes().startswith(b"\xef\xbb\xbf#")
     assert stackfile.load(ref).job("vit-finetune").attempt == 4
 
@@ -351,7 +351,7 @@ def test_14_a_symlinked_stack_file_stays_a_link_and_its_target_is_updated(ref, t
     target.write_text(ref.path.read_text())
     ref.path.unlink()
     ref.path.symlink_to(target)
-    operations.change_job(ref, "bert-eval", decide_complete, applier=None)  # a no-op: already completed
+    pipeline.change_job(ref, "bert-eval", decide_complete, applier=None)  # a no-op: already completed
     set_state(ref, "vit-finetune", "preempted")
     assert ref.path.is_symlink() and "state: preempted" in target.read_text()
 
@@ -366,7 +366,7 @@ def test_14_crlf_files_stay_crlf(ref):
 
 def test_14_cleanup_keeps_the_comments_of_the_jobs_around_it(ref):
     before = ref.path.read_text()
-    cleanup.cleanup_job(ref, "bert-eval", force=False, yes=True, applier=Applier(),
+    pipeline.remove_job(ref, "bert-eval", force=False, applier=Applier(),
                         inventory=lambda cfg: Inventory(example_disks()))
     after = ref.path.read_text()
     assert "# Two-node H100 pretraining" in after and "# Single A100 run that was preempted twice" in after
@@ -396,13 +396,13 @@ def test_14_take_and_put_back_restore_the_file_byte_for_byte(ref):
 def test_15_twenty_retries_of_one_intent_make_one_attempt(ref, decide):
     seen = stackfile.load(ref).job("vit-finetune").attempt
     for _ in range(20):
-        operations.change_job(ref, "vit-finetune", decide(seen), applier=None)
+        pipeline.change_job(ref, "vit-finetune", decide(seen), applier=None)
     assert stackfile.load(ref).job("vit-finetune").attempt == seen + 1
 
 
 def test_15_from_attempt_ahead_of_the_job_is_refused(ref):
     with pytest.raises(LifecycleError, match="is at attempt 3, not 9"):
-        operations.change_job(ref, "vit-finetune", lambda j: decide_failover(j, None, 9), applier=None)
+        pipeline.change_job(ref, "vit-finetune", lambda j: decide_failover(j, None, 9), applier=None)
 
 
 def test_15_from_attempt_through_the_cli(project, runner):
@@ -475,11 +475,11 @@ def run_command(ref, name: str, job: str, inventory, violations, completed) -> N
               "fail-up": lambda j: decide_resume(j, [], force=True)}
     try:
         if name in decide:
-            operations.change_job(ref, job, decide[name], applier=applier)
+            pipeline.change_job(ref, job, decide[name], applier=applier)
         elif name.startswith("cleanup"):
-            cleanup.cleanup_job(ref, job, force=name.endswith("force"), yes=True, applier=applier, inventory=lambda cfg: inventory)
+            pipeline.remove_job(ref, job, force=name.endswith("force"), applier=applier, inventory=lambda cfg: inventory)
         else:
-            cleanup.cleanup_orphans(ref, lambda cfg: inventory, applier, lambda cfg, j: DONE if j in completed else None, delete=None)
+            orphans.cleanup_orphans(ref, lambda cfg: inventory, applier, lambda cfg, j: DONE if j in completed else None, delete=None)
     except (ConfigError, LifecycleError, ApplyError):
         pass  # refused: that is allowed; losing a disk is not
     except Exception as exc:  # noqa: BLE001 - a crash is a finding too, reported by the test

@@ -18,7 +18,7 @@ from cli.cloud import CloudDisk
 from cli.cloud.aws import AwsInventory
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import Held, job_urns
-from cli.lifecycle.cleanup import deletable_orphans
+from cli.lifecycle.orphans import deletable_orphans
 from cli.plan import mocks as planner
 from infra.config import validate
 from infra.naming import aws_tags, owner_value
@@ -449,7 +449,7 @@ def test_expired_snapshots_only_this_stacks_and_not_while_their_job_moves():
     from datetime import UTC, datetime, timedelta
 
     from cli.cloud import CloudSnapshot
-    from cli.lifecycle.cleanup import expired_snapshots
+    from cli.lifecycle.orphans import expired_snapshots
 
     cfg = stackfile.load(stackfile.resolve(None, ROOT / "stacks" / "Pulumi.example-aws.yaml"))
     now = datetime(2026, 11, 22, tzinfo=UTC)
@@ -478,7 +478,7 @@ def test_expired_snapshots_only_this_stacks_and_not_while_their_job_moves():
 def test_cleanup_snapshots_deletes_only_expired_owned_ones(project, runner, monkeypatch):
     from datetime import UTC, datetime, timedelta
 
-    from cli.lifecycle.cleanup import prune_snapshots
+    from cli.lifecycle.orphans import prune_snapshots
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     ec2 = boto3.client("ec2", region_name="us-east-1")

@@ -12,7 +12,7 @@ import pytest
 import cli.commands as commands
 import cli.commands.jobs as jobs_commands
 from cli.app import app
-from cli.lifecycle import operations, stackfile
+from cli.lifecycle import pipeline, stackfile
 from cli.lifecycle.states import decide_failover
 from tests.conftest import pulumi_calls
 
@@ -118,7 +118,7 @@ def test_failed_preview_undoes_the_edit(project, runner, fake_pulumi, monkeypatc
 def test_automation_passes_no_confirm_and_is_never_asked(project, fake_pulumi):
     """What `watch` does: the operation itself, no confirm callback: no preview, no question."""
     ref = stackfile.resolve("example-aws", None)
-    outcome = operations.change_job(ref, "sweep-07", lambda j: decide_failover(j, None),
+    outcome = pipeline.change_job(ref, "sweep-07", lambda j: decide_failover(j, None),
                                     applier=commands.applier_for(ref, False), out=lambda line: None)
     assert outcome.applied and "preview" not in verbs(fake_pulumi)
 

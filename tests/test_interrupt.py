@@ -15,7 +15,7 @@ import pytest
 
 import cli.commands as commands
 from cli.app import app
-from cli.lifecycle import operations
+from cli.lifecycle import pipeline
 from tests.test_confirm import verbs
 from tests.test_terminal_session import ROOT, expect_or_dump, session, updates
 
@@ -72,8 +72,8 @@ def test_signal_handlers_are_put_back(project, fake_pulumi, monkeypatch):
     from cli.lifecycle.states import decide_resume
 
     old = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
-    with pytest.raises(operations.Interrupted) as caught:
-        operations.change_job(ref, "diffusion", lambda job: decide_resume(job, []), applier=applier_for(ref, False),
+    with pytest.raises(pipeline.Interrupted) as caught:
+        pipeline.change_job(ref, "diffusion", lambda job: decide_resume(job, []), applier=applier_for(ref, False),
                               out=lambda line: None, confirm=ask)
     assert caught.value.signum == signal.SIGHUP and "SIGHUP" in str(caught.value)
     assert seen["term"] not in old  # raised, not the default (which ends the process before the undo)
@@ -152,7 +152,7 @@ def test_a_signal_that_misses_the_read_at_the_question_is_still_heard(tmp_path):
     script.write_text(
         "import signal, sys, threading, time\n"
         "from cli.commands import _ask\n"
-        "from cli.lifecycle.operations import Signalled, signals_raise\n"
+        "from cli.lifecycle.interrupts import Signalled, signals_raise\n"
         "def late():\n"
         "    time.sleep(0.5)  # the main thread waits for the answer by now\n"
         "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # caught here; the main thread's read goes on\n"

@@ -214,16 +214,19 @@ def test_the_fake_pulumi_records_a_selection_as_pulumi_does(project, fake_pulumi
 
 
 def test_a_second_launch_of_the_same_id_meanwhile_is_refused(project):
-    from cli.lifecycle import launch
+    """Both commands checked the id before either wrote: the pipeline's decide, under the lock, refuses the second."""
+    from cli.lifecycle import launch, pipeline
     from cli.lifecycle.states import LifecycleError
 
     ref = stackfile.resolve("example-gcp", None)
     entry = {"id": "twice", "machineType": "g2-standard-8", "zone": "us-central1-a", "command": "python train.py"}
-    launch.check_new(ref, entry, "test")  # both commands checked before either wrote
-    launch.add(ref, entry)
-    with pytest.raises(LifecycleError, match="job twice was added to stacks/Pulumi.example-gcp.yaml by another command"):
-        launch.add(ref, entry)
-    assert [j.id for j in stackfile.load(ref).jobs].count("twice") == 1
+    launch.check_new(ref, entry, "test")
+    launch.check_new(ref, entry, "test")
+    pipeline.change_job(ref, "twice", launch.first_attempt, applier=None, new=entry)
+    before = ref.path.read_bytes()
+    with pytest.raises(LifecycleError, match=r"job twice already exists in stacks/Pulumi.example-gcp.yaml \(state pending, attempt 1\)"):
+        pipeline.change_job(ref, "twice", launch.first_attempt, applier=None, new=entry)
+    assert [j.id for j in stackfile.load(ref).jobs].count("twice") == 1 and ref.path.read_bytes() == before
 
 
 def test_a_state_in_the_job_file_is_refused(project, runner, tmp_path):
@@ -242,7 +245,7 @@ from hypothesis import strategies as st  # noqa: E402
 @given(command=st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\x00"), min_size=1, max_size=60)
        .filter(lambda c: c.strip() == c and c))
 def test_any_command_is_written_as_given_and_the_rest_of_the_file_kept(project, command):
-    from cli.lifecycle import launch
+    from cli.lifecycle import launch, pipeline
 
     ref = stackfile.resolve("example-gcp", None)
     path = gcp_file(project)
@@ -250,7 +253,7 @@ def test_any_command_is_written_as_given_and_the_rest_of_the_file_kept(project, 
     entry = {"id": "any", "machineType": "g2-standard-8", "zone": "us-central1-a", "command": command}
     try:
         launch.check_new(ref, entry, "test")
-        launch.add(ref, entry)
+        pipeline.change_job(ref, "any", launch.first_attempt, applier=None, new=entry)
         assert stackfile.load(ref).job("any").command == command
         assert path.read_text().startswith(original)  # spliced after the last job: every other line as it was
     finally:

@@ -1,4 +1,4 @@
-"""The layout (README "Layout"): imports only run downwards, no module imports itself through a
+"""The layout (docs/contributing.md "Layout"): imports only run downwards, no module imports itself through a
 circle of others, cloud SDKs only behind the cloud boundary, and no module grows past ~500 lines.
 Reads every import statement, including the lazy ones inside functions."""
 
@@ -226,3 +226,33 @@ def test_the_timed_units_are_as_many_as_the_extra_workers_and_name_real_tests():
     assert all(f"def {name}(" in source for name in TIMED_BUDGETS)  # a renamed test would silently leave the unit
     assert all((Path(__file__).parent / f).exists() for f in TIMED_GROUPS)
     assert timed_unit("tests/test_move.py::test_x") is None
+
+
+# The stack file's rooms, lowest first (cli/lifecycle/stackfile/__init__.py says what each holds): a room
+# imports only rooms before it, so each can be read knowing only those.
+STACKFILE_ROOMS = ("refs", "reading", "writing", "shared", "splicing", "proposal", "locking", "jobindex", "parts",
+                   "commit", "loading", "editing", "proposals")
+
+
+def room_imports(path: Path) -> set[str]:
+    """The stack file rooms a module imports (``from cli.lifecycle.stackfile.X import``, or X by name)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cli.lifecycle.stackfile"):
+            found |= {a.name for a in node.names} if node.module == "cli.lifecycle.stackfile" else {node.module.split(".")[3]}
+    return found & set(STACKFILE_ROOMS)
+
+
+def test_the_stack_file_rooms_import_only_downwards():
+    folder = ROOT / "cli" / "lifecycle" / "stackfile"
+    rooms = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert rooms == set(STACKFILE_ROOMS), "a new room goes into STACKFILE_ROOMS, at its place"
+    for at, room in enumerate(STACKFILE_ROOMS):
+        above = room_imports(folder / f"{room}.py") - set(STACKFILE_ROOMS[:at])
+        assert not above, f"stackfile.{room} imports {sorted(above)}, a room above it"
+
+
+def test_the_room_rule_catches_an_upward_import(tmp_path):
+    bad = tmp_path / "reading.py"
+    bad.write_text("from cli.lifecycle.stackfile.editing import update_job\nfrom cli.lifecycle.stackfile import refs\n")
+    assert room_imports(bad) == {"editing", "refs"}

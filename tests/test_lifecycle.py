@@ -21,7 +21,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli.app import app
-from infra.basics import scripts_digest
 from cli.lifecycle import stackfile
 from cli.lifecycle.apply import job_urns
 from cli.lifecycle.states import (
@@ -35,6 +34,7 @@ from cli.lifecycle.states import (
     may_delete_disks,
 )
 from cli.plan import mocks as planner
+from infra.basics import scripts_digest
 from infra.config import Capacity, Job, JobState
 from tests.conftest import pulumi_calls
 
@@ -390,7 +390,7 @@ def test_kill_9_during_edits_never_leaves_a_broken_file(project):
 RESUMERS = """
 import os, sys
 from cli.app import main
-import cli.commands.jobs, cli.lifecycle.operations  # what `resume` imports lazily
+import cli.commands.jobs, cli.lifecycle.pipeline  # what `resume` imports lazily
 jobs, errs = sys.argv[1:-1], sys.argv[-1]
 pids = {}
 for job in jobs:

@@ -476,13 +476,13 @@ def test_a_watcher_finishes_a_release_whose_update_was_killed(project, runner, f
     now carries on the move, whose release decides on the disks again under the lock and unprotects them."""
     from datetime import UTC, datetime, timedelta
 
-    from cli.lifecycle import apply, pipeline
+    from cli.lifecycle import apply, applying
 
     pulumi_state.seed("example-gcp")
     (project / "events").mkdir()
     assert runner.invoke(app, [*MOVE_ARGS, "--events-dir", str(project / "events")]).exit_code == 0
     began = datetime.now(UTC) - timedelta(minutes=11)  # older than the grace a watcher gives a live update
-    monkeypatch.setattr(pipeline, "_now", lambda: began)
+    monkeypatch.setattr(applying, "_now", lambda: began)
 
     real_up, ups = apply.Applier.up, []
 

@@ -157,10 +157,10 @@ def test_an_update_killed_midway_is_marked_and_another_machines_watcher_applies_
     monkeypatch.setattr(apply.Applier, "up", killed)
     from datetime import UTC, datetime, timedelta
 
-    from cli.lifecycle import pipeline
+    from cli.lifecycle import applying
 
     began = datetime.now(UTC) - timedelta(minutes=11)  # the update began 11 min ago, and never finished
-    monkeypatch.setattr(pipeline, "_now", lambda: began)
+    monkeypatch.setattr(applying, "_now", lambda: began)
     cli(runner, "resume", "train", "--yes", "--events-dir", str(seen_events))
     monkeypatch.setattr(apply.Applier, "up", real_up)
     shared = jobs_of(shared_text())["train"]
@@ -202,9 +202,9 @@ def test_the_watcher_leaves_an_update_a_live_spotctl_is_applying(synced, runner,
     monkeypatch.setattr(apply.Applier, "up", lambda self, targets, out: (_ for _ in ()).throw(KeyboardInterrupt))
     from datetime import UTC, datetime, timedelta
 
-    from cli.lifecycle import pipeline
+    from cli.lifecycle import applying
 
-    monkeypatch.setattr(pipeline, "_now", lambda: datetime.now(UTC) - timedelta(minutes=11))  # past the grace
+    monkeypatch.setattr(applying, "_now", lambda: datetime.now(UTC) - timedelta(minutes=11))  # past the grace
     cli(runner, "resume", "train", "--yes", "--events-dir", str(seen_events))
     from filelock import FileLock
 

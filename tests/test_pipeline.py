@@ -69,3 +69,63 @@ def test_an_update_that_cannot_start_runs_undo_and_leaves_the_file_as_it_was(pro
     assert result.exit_code == 1 and "pulumi refresh failed: the backend is unreachable" in result.output
     assert steps == [*(UNASKED if yes else ASKED), "undo"]
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("yes", [True, False], ids=["yes", "asked"])
+def test_cleanup_goes_through_the_steps_in_order(project, runner, fake_pulumi, pulumi_state, gce, tty, steps, yes):
+    pulumi_state.seed("example-gcp")
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", *(["--yes"] if yes else [])], input="y\n")
+    assert result.exit_code == 0, result.output
+    assert steps == (UNASKED if yes else ASKED)
+    assert not [u for u in pulumi_state.resources() if "bert-eval" in u]
+
+
+def test_a_cleanup_whose_update_cannot_start_runs_undo_and_leaves_the_file_as_it_was(project, runner, fake_pulumi,
+                                                                                    pulumi_state, gce, steps, monkeypatch):
+    pulumi_state.seed("example-gcp")
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_bytes()
+
+    def up(self, targets, on_output):
+        raise ApplyError("pulumi refresh failed: the backend is unreachable")  # before the update began
+
+    monkeypatch.setattr(Applier, "up", up)
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 1 and "the cleanup's update did not start: the job is kept in the stack file" in result.output
+    assert steps == [*UNASKED, "undo"]
+    assert path.read_bytes() == before
+
+
+def test_a_declined_cleanup_stops_at_the_question(project, runner, fake_pulumi, pulumi_state, tty, steps):
+    pulumi_state.seed("example-gcp")
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"], input="n\n")
+    assert result.exit_code == 0 and result.stdout.endswith("nothing changed (not confirmed)\n")
+    assert steps == ["observe", "decide", "preview", "confirm"]
+
+
+def test_a_launch_of_an_id_the_stack_has_is_refused_by_decide(project, steps):
+    """The check that the id is free is the decide step's, under the lock (the command's early check
+    before packing code is a courtesy): nothing is written."""
+    from cli.lifecycle import launch, stackfile
+    from cli.lifecycle.states import LifecycleError
+
+    ref = stackfile.resolve("example-gcp", None)
+    before = ref.path.read_bytes()
+    entry = {"id": "vit-finetune", "machineType": "g2-standard-8", "zone": "us-central1-a", "command": "python train.py"}
+    with pytest.raises(LifecycleError, match=r"job vit-finetune already exists in .* \(state running, attempt 3\)"):
+        pipeline.change_job(ref, "vit-finetune", launch.first_attempt, applier=None, new=entry)
+    assert steps == ["observe", "decide"] and ref.path.read_bytes() == before
+
+
+def test_a_launch_whose_update_cannot_start_takes_the_entry_out_again(project, runner, fake_pulumi, steps, monkeypatch):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_bytes()
+
+    def up(self, targets, on_output):
+        raise ApplyError("pulumi refresh failed: the backend is unreachable")  # before the update began
+
+    monkeypatch.setattr(Applier, "up", up)
+    result = runner.invoke(app, ["launch", "--id", "sweep-08", "--machine", "g2-standard-8", "--command", "python train.py",
+                                 "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 1 and "job sweep-08 was taken out of stacks/Pulumi.example-gcp.yaml again" in result.output
+    assert steps == [*UNASKED, "undo"] and path.read_bytes() == before

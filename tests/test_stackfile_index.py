@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import infra.config
-from cli.lifecycle import cachefile, operations, stackfile
+from cli.lifecycle import cachefile, pipeline, stackfile
 from cli.lifecycle.states import decide_resume
 from infra.config import ConfigError
 
@@ -589,8 +589,8 @@ def test_a_resume_of_an_indexed_stack_of_many_jobs_keeps_every_other_job(ref):
                    f"      command: python train.py\n" for i in range(50))
     ref.path.write_text(head + "  spotctl:jobs:\n" + many)
     stackfile.load(ref)
-    operations.change_job(ref, "job-17", lambda j: decide_resume(j, []), applier=None)
-    operations.change_job(ref, "job-49", lambda j: decide_resume(j, []), applier=None)
+    pipeline.change_job(ref, "job-17", lambda j: decide_resume(j, []), applier=None)
+    pipeline.change_job(ref, "job-49", lambda j: decide_resume(j, []), applier=None)
     cfg = stackfile.load(ref)
     assert [(j.id, j.attempt, j.state.value) for j in cfg.jobs if j.state.value == "running"] == [("job-17", 3, "running"), ("job-49", 3, "running")]
     assert all(j.attempt == 2 for j in cfg.jobs if j.id not in ("job-17", "job-49"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cli.app import app
-from cli.lifecycle import operations, stackfile
+from cli.lifecycle import pipeline, stackfile
 from cli.lifecycle.apply import Applier, ApplyError, change_targets, job_targets
 from cli.lifecycle.states import Change, LifecycleError
 from tests.conftest import pulumi_calls
@@ -126,7 +126,7 @@ def test_a_change_that_drops_a_protected_disk_fails_and_the_file_is_restored(pro
     ref = stackfile.resolve("example-gcp", None)
     before = ref.path.read_bytes()
     with pytest.raises(LifecycleError, match=r"job llm-pretrain: this change would delete protected resource\(s\) job-llm-pretrain-n1-disk"):
-        operations.change_job(ref, "llm-pretrain", lambda j: Change(j.id, {"nodes": 1}, "one node"),
+        pipeline.change_job(ref, "llm-pretrain", lambda j: Change(j.id, {"nodes": 1}, "one node"),
                               applier=applier(project, "example-gcp"))
     assert ref.path.read_bytes() == before
     assert not up_targets(fake_pulumi)

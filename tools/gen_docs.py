@@ -213,14 +213,26 @@ def stack_page() -> str:
 # ---- states, events, the VM's variables, exit codes, the contract ------------------------------
 
 def states_page() -> str:
-    from cli.lifecycle.states import TRANSITIONS
+    from cli.lifecycle.states import TRANSITIONS, USER_STOPS
     from infra.basics import JobState
 
     out = [GENERATED, "# Job states\n\n",
            "A job's `state` in the stack file is one of these. Every move between two states has a reason;\n"
-           "spotctl refuses any other move and names both states.\n\n",
-           "| from | to | why |\n| --- | --- | --- |\n"]
+           "spotctl refuses any other move and names both states.\n\n"]
+    edges = {**TRANSITIONS, **USER_STOPS}
+    width = max(len(s.value) for s in JobState)
+    out.append("```\n")  # the machine at a glance: each state and where it may go
+    leaves = {JobState.COMPLETED: "(spotctl cleanup)", JobState.FAILED: "(spotctl cleanup --force)"}
+    for state in JobState:
+        to = [*dict.fromkeys(b.value for (a, b) in edges if a is state), *([leaves[state]] if state in leaves else [])]
+        out.append(f"{state.value:<{width}} -> {', '.join(to)}\n")
+    out.append("```\n\n")
+    out.append("| from | to | why |\n| --- | --- | --- |\n")
     out += [f"| `{a.value}` | `{b.value}` | {_cell(why)} |\n" for (a, b), why in TRANSITIONS.items()]
+    out += [f"| `{a.value}` | `{b.value}` | {_cell(why)} |\n" for (a, b), why in USER_STOPS.items() if (a, b) not in TRANSITIONS]
+    out.append("\nA job leaves the stack file only through `spotctl cleanup`, and its disks with it: only when it\n"
+               "completed (or failed, with `--force`) and every disk carries this stack's ownership labels, decided\n"
+               "under the stack file's lock (`may_delete_disks` in `cli/lifecycle/states.py`).\n")
     out.append(f"\nStates: {', '.join(f'`{s.value}`' for s in JobState)}.\n")
     return "".join(out)
 

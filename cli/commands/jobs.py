@@ -377,7 +377,7 @@ def cleanup(
 ) -> None:
     from cli.cloud import CloudError
     from cli.lifecycle import bucketevents, pipeline, stackfile
-    from cli.lifecycle import cleanup as cleanups
+    from cli.lifecycle import orphans as unclaimed
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.states import LifecycleError
 
@@ -412,26 +412,28 @@ def cleanup(
                 applier = applier_for(ref, no_apply)
 
                 def orphan_run(delete, report):
-                    return cleanups.cleanup_orphans(ref, inventory, applier, completed, delete=delete, report=report)
+                    return unclaimed.cleanup_orphans(ref, inventory, applier, completed, delete=delete, report=report)
 
                 _list_then_delete(orphan_run, lambda disk: f"{disk.id} ({disk.zone})", ask, preview_only,
                                   f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
                                   f"orphaned disks of stack {ref.name}")
                 return
-            with progress(f"job {job}: planning what its cleanup deletes"):
-                result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
-            if ask is not None:
-                typer.echo(f"job {job}: a targeted update would delete {counted(len(result.disks), 'disk')} (protection lifted first) "
-                           f"and {counted(len(result.urns) - len(result.disks), 'other resource')}, and drop the job from {ref.path}:")
-                for urn in result.urns:
-                    left = " (in Pulumi's state: the job's completion was never applied)" if urn in result.leftovers else ""
+
+            def show(listed) -> None:  # what the targeted update deletes, before the question
+                typer.echo(f"job {job}: a targeted update would delete {counted(len(listed.disks), 'disk')} (protection lifted "
+                           f"first) and {counted(len(listed.urns) - len(listed.disks), 'other resource')}, and drop the job "
+                           f"from {ref.path}:")
+                for urn in listed.urns:
+                    left = " (in Pulumi's state: the job's completion was never applied)" if urn in listed.leftovers else ""
                     typer.echo(f"  - delete {urn}{left}")
-                if not ask(f"Delete job {job}'s disks and resources?"):
-                    typer.echo(_declined("nothing changed", preview_only))
-                    return
-            with progress(f"job {job}: deleting its disks and resources") as spinner:
-                result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier_for(ref, no_apply, spinner.step),
-                                              inventory=inventory, out=spinner.echo)
+
+            with progress(f"job {job}: deciding what its cleanup deletes") as spinner:
+                result = pipeline.remove_job(ref, job, force=force, applier=applier_for(ref, no_apply, spinner.step),
+                                             inventory=inventory, out=spinner.echo,
+                                             confirm=spinner.paused(ask) if ask else None, show=spinner.paused(show))
+            if result.declined:
+                typer.echo(_declined("nothing changed", preview_only))
+                return
         except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
             raise fail(str(exc)) from None
         except pipeline.Interrupted as exc:
@@ -446,10 +448,10 @@ def _prune_snapshots(ref, inventory, ask, preview_only: bool) -> None:
     """``cleanup --snapshots``: list the move snapshots, then delete the expired ones (asked, or --yes)."""
     from datetime import UTC, datetime
 
-    from cli.lifecycle import cleanup as cleanups
+    from cli.lifecycle import orphans
 
     def run(delete, report):
-        return cleanups.prune_snapshots(ref, inventory, datetime.now(UTC), delete=delete, report=report)
+        return orphans.prune_snapshots(ref, inventory, datetime.now(UTC), delete=delete, report=report)
 
     _list_then_delete(run, lambda snap: f"snapshot {snap.id}", ask, preview_only, f"the snapshots of stack {ref.name}",
                       f"stack {ref.name}: no move snapshots", f"expired snapshots of stack {ref.name}")

@@ -103,14 +103,10 @@ def launch(
             typer.echo(f"job {job.id}: " + ", ".join(f"{k}={shown(v)}" for k, v in entry.items() if k != "id"))
             echo_cost(cost)
         try:
-            launching.add(ref, entry)
-            if no_apply:
-                outcome = None
-            else:
-                with progress(f"job {job.id}: applying its first attempt", enabled=not json_out) as spinner:
-                    outcome = launching.apply_first(ref, job.id, pipeline.change_job,
-                                                    applier=applier_for(ref, False, spinner.step), out=spinner.echo,
-                                                    confirm=spinner.paused(confirm) if confirm else None)
+            with progress(f"job {job.id}: applying its first attempt", enabled=not json_out and not no_apply) as spinner:
+                outcome = pipeline.change_job(ref, job.id, launching.first_attempt, new=entry,
+                                              applier=None if no_apply else applier_for(ref, False, spinner.step),
+                                              out=spinner.echo, confirm=spinner.paused(confirm) if confirm else None)
         except (ConfigError, LifecycleError) as exc:
             raise fail(str(exc)) from None
         except ApplyError as exc:

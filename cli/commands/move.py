@@ -62,7 +62,7 @@ def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, 
 
     from cli.lifecycle import pipeline, stackfile
     from cli.lifecycle.apply import ApplyError
-    from cli.lifecycle.move import move_job
+    from cli.lifecycle.mover import move_job
     from cli.lifecycle.states import LifecycleError
 
     try:

@@ -1,10 +1,13 @@
 """The lifecycle core: what happens to a job between preemptions.
 
-Owns: the state machine with a reason on every edge (``states``), a job's recorded events
-(``events``), the job operations behind resume/failover/complete (``operations``), cleanup and the
-disk-deletion rule (``cleanup``), status (``status``), the live policy path and what the stack's history taught it
+Owns: the change pipeline every applying command goes through (``pipeline``: observe, decide,
+preview, confirm, write, apply, undo; its parts ``applying``, the ``applying`` mark, and
+``gangstop``), the state machine with a reason on every edge (``states``), a job's recorded events
+(``events``), a new job's entry (``launch``), zone moves (``move`` decides, ``mover`` acts), cleanup's parts and the
+disk-deletion rule's ownership half (``cleanup``, ``ownership``), disks no job declares and move
+snapshots (``orphans``), status (``status``), the live policy path and what the stack's history taught it
 (``capacity``: measured changeovers, progress and spot windows; ``stacks/.spotctl/<stack>.policy.json``), stack
-files edited atomically under a lock (``stackfile``), the Pulumi project and its selected stack
+files edited atomically under a lock (``stackfile``, a package of rooms), the Pulumi project and its selected stack
 (``workspace``), trainer logs (``logs``) and applying with Pulumi's Automation API
 (``apply``). Pure decisions (``states``, ``events``' parsing) are kept apart from I/O; the clock is
 passed in.

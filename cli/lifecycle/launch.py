@@ -1,14 +1,14 @@
 """``spotctl launch``: a new job, from a job file or flags, validated within its stack, written into the
 stack file (under the lock, atomically, the file's other lines and comments kept) and applied alone.
 
-observe (the stack file) -> decide (``entry``, ``check_new``) -> act (``add``, then the first attempt is
-applied by ``pipeline.change_job`` as every job change is: preview, question, targeted update, undo).
+The entry is built and checked here (``entry``, ``check_new``); ``pipeline.change_job`` (``new=``) then
+refuses a taken id under the lock, writes the entry and applies its first attempt (``first_attempt``) as
+every job change is: preview, question, targeted update, undo (the entry goes).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,19 +84,25 @@ def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping
     return {k: out[k] for k in sorted(out, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), 0))}
 
 
-def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str):
-    """The stack's config with the new job (validated whole, as the stack file will be). Raises
-    LifecycleError for an id the stack has (naming its state), ConfigError naming the job's keys."""
-    raw = stackfile.read_config(ref.path)
-    jobs = list(raw.get(stackfile.key("jobs")) or [])
-    job_id = new.get("id")
-    if not job_id:
-        raise ConfigError(source, ["id: a job needs an id (--id NAME, or `id:` in the job file)"])
+def refuse_taken(ref: stackfile.StackRef, jobs: list, job_id: str) -> None:
+    """Raises LifecycleError, naming the job's state, when the stack has a job of this id."""
     for old in jobs:
         if isinstance(old, dict) and old.get("id") == job_id:
             state = old.get("state", "pending")
             raise LifecycleError(f"job {job_id} already exists in {ref.path} (state {state}, attempt {old.get('attempt', 1)}): "
                                  f"pick another id, or `spotctl resume {job_id}` / `spotctl status {job_id}`")
+
+
+def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str):
+    """The stack's config with the new job (validated whole, as the stack file will be), before its
+    code is packed and its cost shown. Raises LifecycleError for an id the stack has now (the
+    pipeline's ``decide`` refuses it again under the lock), ConfigError naming the job's keys."""
+    raw = stackfile.read_config(ref.path)
+    jobs = list(raw.get(stackfile.key("jobs")) or [])
+    job_id = new.get("id")
+    if not job_id:
+        raise ConfigError(source, ["id: a job needs an id (--id NAME, or `id:` in the job file)"])
+    refuse_taken(ref, jobs, job_id)
     raw[stackfile.key("jobs")] = [*jobs, dict(new)]
     try:
         cfg = stackfile.validate(stackfile.namespaced(raw, str(ref.path)), str(ref.path))
@@ -123,43 +129,8 @@ def block(path: Path, new: Mapping[str, Any]) -> str:
     return "".join(f"{indent}{line}\n" for line in text.splitlines())
 
 
-def add(ref: stackfile.StackRef, new: Mapping[str, Any]) -> None:
-    """Write the new job at the end of ``spotctl:jobs`` under the lock (spliced as its own lines, the
-    rest of the file byte for byte; re-read and compared, else a ruamel round trip), validated whole.
-    Another command adding the same id meanwhile wins: this one is refused."""
-    raw = stackfile.read_config(ref.path)
-    index = len(raw.get(stackfile.key("jobs")) or [])
-    if not stackfile.put_back_job(ref.path, (block(ref.path, new), index, dict(new))):
-        raise LifecycleError(f"job {new['id']} was added to {ref.path} by another command meanwhile: nothing written")
-
-
-def remove(ref: stackfile.StackRef, job_id: str) -> None:
-    """Take the new job out again (its first update was declined or could not start)."""
-    with contextlib.suppress(KeyError):
-        stackfile.take_job(ref.path, job_id)
-
-
 def first_attempt(job) -> Change:
     """The decision of the launch's update: the job's first attempt is applied (pending -> running)."""
     if job.state is not JobState.PENDING:
         return Change(job.id, {}, f"is {job.state.value} already", noop=True)
     return Change(job.id, {"state": JobState.RUNNING.value}, check(job.id, JobState.PENDING, JobState.RUNNING))
-
-
-def apply_first(ref: stackfile.StackRef, job_id: str, change_job: Callable[..., Any], **kwargs: Any):
-    """Apply the new job's first attempt (``pipeline.change_job``); declined, interrupted, or an
-    update that could not start: the job is taken out of the file again, as if never launched."""
-    from cli.lifecycle.apply import ApplyError
-
-    try:
-        outcome = change_job(ref, job_id, first_attempt, **kwargs)
-    except ApplyError as exc:
-        if not exc.started:
-            remove(ref, job_id)
-        raise
-    except BaseException:
-        remove(ref, job_id)
-        raise
-    if outcome.declined:
-        remove(ref, job_id)
-    return outcome

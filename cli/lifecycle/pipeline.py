@@ -1,25 +1,27 @@
 """The change pipeline every applying command goes through, in order:
 observe -> decide -> preview -> confirm -> write -> apply -> undo-on-failure.
 
-``change_job`` reads as those steps; each is a function below it. The edit is written to the stack
-file (under its lock) as a local proposal by ``decide``, so Pulumi can plan and preview the edited
-file; ``write`` makes it final (checked, marked ``applying``, published to the shared copy) only
-after ``confirm``. Whatever stops the change before the update starts runs ``undo``.
+``change_job`` (a job's keys change: resume, failover, complete, stop, launch, move, watch) and
+``remove_job`` (the job leaves the stack with its disks: cleanup) read as those steps; each is a
+function below them. A change is written to the stack file (under its lock) as a local proposal by
+``decide``, so Pulumi can plan and preview the edited file; ``write`` makes it final (checked, marked
+``applying``, published to the shared copy) only after ``confirm``. Whatever stops the change before
+the update starts runs ``undo``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from cli.lifecycle import stackfile
-from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, job_targets
+from cli.cloud import Inventory
+from cli.lifecycle import cleanup, gangstop, launch, stackfile
+from cli.lifecycle.apply import Applier, ApplyError, Held, change_targets, disk_urns, job_plan, job_targets, job_urns
+from cli.lifecycle.applying import changed_since, pending_targets, pending_text, record_applied
 from cli.lifecycle.interrupts import STOPS, Interrupted, signal_of, signals_raise
-from cli.lifecycle.states import PENDING_STAMP, Change, LifecycleError
+from cli.lifecycle.states import Change, LifecycleError, may_delete_disks
 from infra.basics import scripts_digest
 from infra.config import ConfigError, Job, StackConfig
 
@@ -77,6 +79,7 @@ class _Edit:
     before: dict[str, Any] = field(default_factory=dict)  # what ``undo`` puts back
     pending: str | None = None  # the job's ``applying`` mark as observed
     applying: Any = None  # the mark's text as written before the edit (what ``write`` replaces)
+    added: bool = False  # a new job's entry (``admit``): ``undo`` takes it out
 
 
 @dataclass
@@ -96,14 +99,16 @@ class _Plan:
 
 def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
                applier: Applier | None, out: Callable[[str], None] = print,
-               confirm: Confirm | None = None, release: Release | None = None, stop_first: str = "") -> Outcome:
+               confirm: Confirm | None = None, release: Release | None = None, stop_first: str = "",
+               new: Mapping[str, Any] | None = None) -> Outcome:
     """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
 
     With ``applier`` None the file is only edited (--no-apply). With ``confirm`` (the commands pass
     one unless --yes; ``watch`` passes none) Pulumi first previews the targeted update and ``confirm``
     decides; declined, the edit is undone. ``release``: what only a move's release may drop (old
     disks). ``stop_first``: the job's running VMs go by an update of their own before the change.
-    If the update cannot start, the edit is undone (only the keys it set).
+    ``new``: the entry of a job the stack does not have yet (``launch``; ``admit``). If the update
+    cannot start, the edit is undone (only the keys it set; a new job's entry goes).
     """
     guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
     if applier:
@@ -112,14 +117,17 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
     with guard, contextlib.ExitStack() as proposal:
         if edit.asked:
             proposal.enter_context(stackfile.proposing(ref.path))  # the edit stays on this machine until confirmed
-        old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: decide_step(
-            edit, observe(ref, current, job_id), written, decide))
+        if new is not None:
+            old_cfg, new_cfg = admit(edit, new, decide)
+        else:
+            old_cfg, new_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: decide_step(
+                edit, observe(ref, current, job_id), written, decide))
         change = edit.change
         if change.noop and applier is not None and edit.pending:
             return _finish_pending(ref, job_id, new_cfg, edit.pending, applier, out, confirm, proposal)
         if change.noop or applier is None:
             return Outcome(change, new_cfg, applied=False)
-        then = _stop_first(old_cfg.job(job_id), change, stop_first)
+        then = gangstop.stop_first(old_cfg.job(job_id), change, stop_first)
         # Until the update starts the edit is only a proposal: whatever ends this stretch (an error, a
         # no, Ctrl-C, SIGTERM/SIGHUP, the end of input at the question) puts the file back as it was.
         try:
@@ -144,9 +152,34 @@ def observe(ref: stackfile.StackRef, current: StackConfig, job_id: str) -> Job:
         raise ConfigError(str(ref.path), [f"job {job_id}: {exc.args[0]}"]) from None
 
 
+def admit(edit: _Edit, new: Mapping[str, Any], decide: Callable[[Job], Change]) -> tuple[StackConfig, StackConfig]:
+    """``observe`` and ``decide`` for a job the stack does not have yet, in one hold of the lock: an
+    id the stack has is refused (naming its state); else the entry goes in (pending) and its first
+    change is decided as any job's (none with --no-apply: ``resume`` applies it)."""
+    ref, job_id = edit.ref, edit.job_id
+    with stackfile.locked(ref.path):
+        on_step("observe")
+        jobs = list(stackfile.read_config(ref.path).get(stackfile.key("jobs")) or [])
+        on_step("decide")
+        launch.refuse_taken(ref, jobs, job_id)
+        if not stackfile.put_back_job(ref.path, (launch.block(ref.path, new), len(jobs), dict(new))):
+            launch.refuse_taken(ref, stackfile.read_config(ref.path).get(stackfile.key("jobs")) or [], job_id)  # a hand edit
+        edit.added = True
+        if edit.applier is None:
+            edit.change = Change(job_id, {}, "written (state pending)", noop=True)
+            cfg = stackfile.load(ref)
+            return cfg, cfg
+        return stackfile.update_job(ref.path, job_id, lambda current, written: _decided(
+            edit, current.job(job_id), written, decide))
+
+
 def decide_step(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Change]) -> dict[str, Any]:
     """The change and the keys it writes (staged in the file as a local proposal until ``write``)."""
     on_step("decide")
+    return _decided(edit, job, written, decide)
+
+
+def _decided(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Change]) -> dict[str, Any]:
     change = decide(job)
     wrote = dict(change.fields)
     if job.stop_reason and wrote.get("state", "stopped") != "stopped":
@@ -160,7 +193,7 @@ def decide_step(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Cha
         # a kill -9 while the targets are planned (seconds) leaves a mark that the next command
         # (status, resume, watch) sees and applies, not a "running" attempt nothing started.
         # With a question the proposal record covers that stretch; the mark follows the yes.
-        wrote["applying"] = _pending_text(change)
+        wrote["applying"] = pending_text(change)
     edit.change, edit.wrote, edit.pending = change, wrote, job.applying
     edit.applying = written.get("applying", _MISSING)  # what ``write`` replaces
     edit.before = {k: written.get(k, _MISSING) for k in wrote}
@@ -194,7 +227,7 @@ def preview(edit: _Edit, old_cfg: StackConfig, new_cfg: StackConfig, release: Re
     return plan
 
 
-def confirm_step(edit: _Edit, then: _Then | None, old_job: Job, confirm: Confirm) -> bool:
+def confirm_step(edit: _Edit, then: gangstop.Then | None, old_job: Job, confirm: Confirm) -> bool:
     """The question, after the preview: False leaves everything as it was."""
     on_step("confirm")
     gang = f" (every node of attempt {old_job.attempt} is stopped first)" if then else ""
@@ -210,14 +243,14 @@ def write(edit: _Edit, plan: _Plan, new_cfg: StackConfig, change: Change) -> Non
     stackfile.publish(edit.ref.path)  # the edit (and its mark) reach the shared copy before the update
 
 
-def apply(edit: _Edit, plan: _Plan, old_cfg: StackConfig, new_cfg: StackConfig, then: _Then | None,
+def apply(edit: _Edit, plan: _Plan, old_cfg: StackConfig, new_cfg: StackConfig, then: gangstop.Then | None,
           out: Callable[[str], None]) -> None:
     """The targeted update (after the gang's stop when ``then``); its failure before it starts runs ``undo``."""
     on_step("apply")
     applier, ref, job_id = edit.applier, edit.ref, edit.job_id
     targets = plan.targets
     if then:
-        _stop_gang_first(edit, old_cfg, out, then)
+        gangstop.stop_gang_first(ref, job_id, applier, edit.before, lambda before, wrote: undo(edit, before, wrote), old_cfg, out, then)
         # The stop deleted what the state held of the old VMs: a target gone from both the state
         # and the program would fail the update (``change_targets``).
         targets = change_targets(plan.declared, plan.dropped, plan.state, job_id)
@@ -248,11 +281,129 @@ def apply(edit: _Edit, plan: _Plan, old_cfg: StackConfig, new_cfg: StackConfig, 
 
 
 def undo(edit: _Edit, before: dict[str, Any] | None = None, wrote: dict[str, Any] | None = None) -> None:
-    """Put back the keys this change set, each only while it still holds what the change wrote."""
+    """Put back the keys this change set, each only while it still holds what the change wrote (a
+    new job's entry goes)."""
     on_step("undo")
+    if edit.added and before is None:
+        with contextlib.suppress(KeyError):
+            stackfile.take_job(edit.ref.path, edit.job_id)
+        return
     # (``stackfile.restore_fields``: a concurrent complete, failover or hand edit wins)
     stackfile.restore_fields(edit.ref.path, edit.job_id, edit.before if before is None else before,
                              edit.wrote if wrote is None else wrote)
+
+
+# ---- a job leaving the stack with its disks (``spotctl cleanup``) ---------------------------------------
+
+
+def remove_job(ref: stackfile.StackRef, job_id: str, *, force: bool, applier: Applier | None,
+               inventory: Callable[[StackConfig], Inventory] | None = None, out: Callable[[str], None] = print,
+               confirm: Confirm | None = None, show: Callable[[cleanup.Cleanup], None] | None = None) -> cleanup.Cleanup:
+    """The job's disks and everything else of it deleted by one targeted update, and the job out of
+    the stack file, through the same steps (``show`` is told what the update deletes before the
+    question; ``inventory``: the cloud's disks, whose labels ``write`` checks). With ``applier`` None
+    only the file is edited and the disks stay protected."""
+    if applier is not None and confirm is None:
+        applier.preflight()
+    with applier.exclusive(ref.path) if applier else contextlib.nullcontext():
+        with stackfile.locked(ref.path):
+            cleanup.settle(ref, job_id, applier, out)
+            cfg = stackfile.load(ref)
+            job = observe(ref, cfg, job_id)
+            decide_removal(job, force)
+        listed, held, unread = preview_removal(ref, cfg, job_id, applier)
+        if confirm is not None:
+            if show is not None:
+                show(listed)
+            on_step("confirm")
+            if not confirm(f"Delete job {job_id}'s disks and resources?"):
+                return replace(listed, declined=True)
+            if applier is not None:
+                applier.preflight()
+        if unread is not None:
+            raise unread  # the state could not be read: nothing can be applied
+        with signals_raise():  # SIGTERM/SIGHUP raise as Ctrl-C does, so what follows is put right
+            taken = write_removal(ref, cfg, job, listed, held, applier, inventory, force, out)
+            if taken is not None:  # (None: nothing of the job in the state, the file edit was all)
+                apply_removal(ref, job, listed, taken, applier, out)
+    return replace(listed, done=True)
+
+
+def decide_removal(job: Job, force: bool) -> None:
+    """The job may lose its disks (completed, or failed with ``force``); their ownership is
+    checked on the cloud's disks by ``write``."""
+    on_step("decide")
+    allowed, why = may_delete_disks(job, force=force, owned=True)
+    if not allowed:
+        raise cleanup.kept(job.id, why)
+
+
+def preview_removal(ref: stackfile.StackRef, cfg: StackConfig, job_id: str, applier: Applier | None
+                    ) -> tuple[cleanup.Cleanup, Held | None, ApplyError | None]:
+    """What the update deletes, planned outside the lock (as every command plans: seconds to minutes
+    on a large stack, while other commands wait for the lock): the job's URNs plus everything
+    Pulumi's state holds under it (VMs a completion never applied: left out, Pulumi would refuse to
+    delete their parent). Without a readable state, what the plan names (and the error)."""
+    on_step("preview")
+    plan = job_plan(cfg, ref.name, job_id)
+    urns, disks = job_urns(plan, job_id), disk_urns(plan, job_id)
+    listed = cleanup.Cleanup(job_id, urns, disks, done=False, plan=plan)
+    if applier is None:
+        return listed, None, None
+    try:
+        held = applier.held()
+    except ApplyError as exc:  # no `pulumi` here: the listing names what the plan does
+        return listed, None, exc
+    targets = cleanup.targets(urns, disks, held, job_id)
+    return replace(listed, urns=targets, disks=[d for d in disks if d in targets],
+                   leftovers=sorted(set(targets) - set(urns))), held, None
+
+
+def write_removal(ref: stackfile.StackRef, cfg: StackConfig, job: Job, listed: cleanup.Cleanup, held: Held | None,
+                  applier: Applier | None, inventory: Callable[[StackConfig], Inventory] | None, force: bool,
+                  out: Callable[[str], None]) -> tuple | None:
+    """Under the lock: the job is still the one decided on and its disks are this stack's; their
+    protection lifted and the job out of the file (the taken entry; None when no update follows)."""
+    on_step("write")
+    with stackfile.locked(ref.path):
+        cleanup.recheck(ref, job, force)
+        if applier is not None:
+            cleanup.check_owned(inventory, cfg, ref.name, job, listed.plan, listed.disks, held, force)
+        if applier is None or not listed.urns:  # (no update: the disks stay protected, or nothing is left of them)
+            cleanup.gone(ref, job)
+            return None
+        if listed.leftovers:
+            out(f"job {job.id}: Pulumi's state still holds {', '.join(u.rsplit('::', 1)[-1] for u in listed.leftovers)} "
+                "(its completion was never applied): deleted by the same update")
+        lifted = [d for d in listed.disks if d in held.protected]
+        try:
+            return cleanup.take(ref, job, force, applier, lifted), lifted
+        except BaseException:
+            on_step("undo")  # (``take`` protected them again)
+            raise
+
+
+def apply_removal(ref: stackfile.StackRef, job: Job, listed: cleanup.Cleanup, taken: tuple, applier: Applier,
+                  out: Callable[[str], None]) -> None:
+    """The update, outside the lock (as every command's: the job is out of the file already); its
+    failure or an interruption runs ``undo_removal``."""
+    on_step("apply")
+    entry, lifted = taken
+    try:
+        applier.up(listed.urns, out)
+    except ApplyError as exc:
+        raise undo_removal(ref, applier, entry, lifted, exc) from None
+    except STOPS as exc:
+        signum, name = signal_of(exc)
+        err = undo_removal(ref, applier, entry, lifted, ApplyError(f"interrupted ({name})", started=True))
+        raise Interrupted(str(err), signum) from None
+    cleanup.retire_taken(ref, job, entry, lifted)
+
+
+def undo_removal(ref: stackfile.StackRef, applier: Applier, entry: tuple, lifted: list[str], exc: ApplyError) -> ApplyError:
+    """The job back in the file, and the disks the update did not delete protected again."""
+    on_step("undo")
+    return cleanup.put_back(ref, applier, entry, lifted, exc)
 
 
 # ---- the steps' parts ----------------------------------------------------------------------------------
@@ -262,20 +413,6 @@ def _starts_attempt(job: Job, wrote: dict[str, Any]) -> bool:
     """The edit starts an attempt (a new attempt number, or a pending job's first): its VMs are
     created anew, with the scripts this spotctl renders."""
     return wrote.get("attempt", job.attempt) != job.attempt or (wrote.get("state") == "running" and job.state.value == "pending")
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _pending_text(change: Change) -> str:
-    """What the ``applying`` mark says: the change's plain fields, its reason, and when the update
-    began (``(since <UTC time>)``: another machine's watcher leaves a mark that young alone,
-    ``states.PENDING_GRACE``, as the update may still be under way there)."""
-    parts = ", ".join(f"{k}={v}" for k, v in change.fields.items() if not isinstance(v, (dict, list)))
-    since = _now().strftime(PENDING_STAMP)
-    head = f"{parts}: {change.reason}" if parts else change.reason
-    return f"{head[:460]} (since {since})"
 
 
 def _mark_pending(edit: _Edit, cfg: StackConfig, change: Change) -> None:
@@ -290,51 +427,16 @@ def _mark_pending(edit: _Edit, cfg: StackConfig, change: Change) -> None:
     path, job_id, asked = edit.ref.path, edit.job_id, edit.asked
     before, wrote = edit.before, edit.wrote
     if asked:
-        before["applying"], wrote["applying"] = edit.applying, _pending_text(change)
+        before["applying"], wrote["applying"] = edit.applying, pending_text(change)
         stackfile.note_proposal(path, job_id, before, wrote)
 
     def fields(current: StackConfig, written: Any) -> dict[str, Any]:
-        if _changed_since(current, cfg, job_id):
+        if changed_since(current, cfg, job_id):
             raise LifecycleError(
                 f"job {job_id}: the stack file changed while this command ran (a hand edit?): the job or the "
                 f"stack's settings no longer hold what was {'previewed' if asked else 'written'}. Nothing was "
                 f"applied; {path} keeps the change made meanwhile. Run the command again")
         return {"applying": wrote["applying"]} if asked else {}
-
-    stackfile.update_job(path, job_id, fields)
-
-
-def _changed_since(current: StackConfig, cfg: StackConfig, job_id: str) -> bool:
-    """Whether ``current`` differs from ``cfg`` in the job or in anything but the other jobs (which a
-    watcher may edit meanwhile, under the lock: their resources are not this update's targets)."""
-    try:
-        job = current.job(job_id)
-    except KeyError:
-        return True
-    mine = cfg.job(job_id)
-    if job.model_dump(exclude={"applying"}) != mine.model_dump(exclude={"applying"}):
-        return True
-    # Another job's cleanup (here, or pulled from the shared copy) retires that job's id: not this update's.
-    return (current.model_dump(exclude={"jobs", "retired_jobs"}) != cfg.model_dump(exclude={"jobs", "retired_jobs"})
-            or current.retired_jobs.get(job_id) != cfg.retired_jobs.get(job_id))
-
-
-def record_applied(path: Path, job_id: str, cfg: StackConfig, pending: str | None) -> None:
-    """The update of the job finished: its ``applying`` mark goes (while it is still this one), and
-    (GCP) the kind of disk it has run on is recorded, so adding or dropping ``diskReplicaZones`` by
-    hand later is refused (``infra.config.checks._disk_kind_checks``)."""
-
-    def fields(current: StackConfig, written: Any) -> dict[str, Any]:
-        try:
-            job = current.job(job_id)
-        except KeyError:
-            return {}
-        # The mark's line goes (a ``null`` left behind is noise in the file and sent later edits of it
-        # through the slower round trip).
-        out: dict[str, Any] = {"applying": _MISSING} if pending is not None and written.get("applying") == pending else {}
-        if cfg.cloud == "gcp" and job.disk_kind is None and job.state.value != "pending":
-            out["diskKind"] = "regional" if job.disk_replica_zones else "zonal"
-        return out
 
     stackfile.update_job(path, job_id, fields)
 
@@ -358,15 +460,6 @@ def _finish_pending(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, pend
     return Outcome(change, cfg, applied=True)
 
 
-def pending_targets(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, applier: Applier) -> list[str]:
-    """The targets of an update of the job as the file has it when the file before the edit is unknown
-    (an interrupted update): what the state holds under the job and the file no longer declares is
-    what the edit dropped (``change_targets``)."""
-    new = job_targets(cfg, ref.name, job_id)
-    held = applier.held()
-    return change_targets(new, held.under_job(new, job_id), lambda: held, job_id)
-
-
 class _Declined(Exception):
     """The question was answered no (or --preview-only)."""
 
@@ -386,63 +479,6 @@ def _undone_unless_confirmed(edit: _Edit) -> Iterator[None]:
     except BaseException:
         undo(edit)
         raise
-
-
-@dataclass(frozen=True)
-class _Then:
-    """What waits for the job's VMs to be stopped, in the words of the messages."""
-
-    what: str  # "the new attempt starts"
-    next_step: str  # "attempt 3"
-    retry: str  # what the user runs when it could not
-
-
-def _stop_first(job: Job, change: Change, stop_first: str) -> _Then | None:
-    """The job's VMs go by an update of their own before the change: a new attempt of a multi-node
-    job whose VMs may still run (some nodes survived a preemption), or ``stop_first``."""
-    if job.state.value not in ("pending", "running"):
-        return None  # no VM declared
-    if job.nodes > 1 and "attempt" in change.fields:
-        return _Then("the new attempt starts", f"attempt {job.attempt + 1}", f"`spotctl resume {job.id}` starts attempt {job.attempt + 1}")
-    if stop_first:
-        return _Then(stop_first, change.reason.split(":")[0], f"Run the same command again to continue ({change.reason})")
-    return None
-
-
-def _stop_gang_first(edit: _Edit, old_cfg: StackConfig, out: Callable[[str], None], then: _Then) -> None:
-    """Delete every VM of the current attempt before the new one starts, so no surviving node of
-    the old gang is still running when the new rendezvous begins: the job is written as stopped
-    (it then declares no VMs) and a targeted update of the old attempt's resources applies that."""
-    ref, job_id, applier = edit.ref, edit.job_id, edit.applier
-    mark_before = edit.before.get("applying", _MISSING)
-    before = {k: v for k, v in edit.before.items() if k != "applying"}  # the mark stays through the stop
-    final = stackfile.job_fields(ref.path, job_id, [*before, "applying"])
-    mark = final.pop("applying", _MISSING)
-    stopped = {"state": "stopped"}
-    stackfile.restore_fields(ref.path, job_id, before, final)  # the job as it was (keys the change added removed), then stopped
-    _, stopped_cfg = stackfile.update_job(ref.path, job_id, lambda current, written: stopped)
-    try:
-        old_targets = change_targets(job_targets(stopped_cfg, ref.name, job_id),
-                                     job_targets(old_cfg, ref.name, job_id, limits=False),
-                                     applier.held, job_id)
-    except Exception:
-        undo(edit, before, final | stopped)
-        raise
-    attempt = old_cfg.job(job_id).attempt
-    out(f"job {job_id}: stopping every node of attempt {attempt} before {then.what}")
-    try:
-        applier.up(old_targets, out)
-    except ApplyError as exc:
-        if not exc.started:  # nothing changed in the cloud: the edit goes, and its mark with it
-            undo(edit, before | {"applying": mark_before}, final | stopped | {"applying": mark})
-            raise
-        # The stop began: some old nodes may be gone, so the file stays stopped. Say so, there and here.
-        why = (f"the stop of every node of attempt {attempt} (before {then.next_step}) failed midway: {exc}; "
-               f"some of its VMs may still run. {then.retry} (its update replaces or deletes what is left of attempt {attempt})")
-        # stopReason says what is left to do (the mark's update never began): one explanation, not two.
-        stackfile.update_job(ref.path, job_id, lambda current, written: {"stopReason": why, "applying": _MISSING})
-        raise ApplyError(f"job {job_id}: left stopped at attempt {attempt}: {why}", started=True, detail=exc.detail) from None
-    stackfile.update_job(ref.path, job_id, lambda current, written: final)
 
 
 _MISSING = stackfile.MISSING  # a key the job did not have

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cli.lifecycle import operations, pipeline, stackfile
+from cli.lifecycle import applying, pipeline, stackfile
 from cli.lifecycle.apply import Applier, ApplyError
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import Change, LifecycleError, decide_complete, decide_resume
@@ -123,7 +123,7 @@ def _move(ref: stackfile.StackRef, action: Action, events: list[Event], journal:
     """Move the job to ``action.zone`` through the lifecycle's move core, every step it allows now
     (it stops waiting for the new attempt's ``started`` before the old disks go). No intent is
     journaled: the stack file records the move's step, and the next watcher continues from it."""
-    from cli.lifecycle.move import move_job
+    from cli.lifecycle.mover import move_job
 
     job = stackfile.load(ref).job(action.job)
     starts = job.move is None or job.move.to != action.zone  # a new move (or moving on), not the one in progress
@@ -160,10 +160,10 @@ def _done(journal: Journal, action: Action, memo: dict, now: datetime, status: s
 
 def _apply_again(ref: stackfile.StackRef, action: Action, journal: Journal, memo: dict, now: datetime,
                  applier: Applier | None, out: Callable[[str], None], only_pending: bool = False) -> Result:
-    """Apply what the stack file already says for the job (``operations.reapply``)."""
+    """Apply what the stack file already says for the job (``applying.reapply``)."""
     if applier is None:
         return _done(journal, action, memo, now, "noop", {})
-    status = operations.reapply(ref, action.job, applier, out, only_pending=only_pending)
+    status = applying.reapply(ref, action.job, applier, out, only_pending=only_pending)
     if status == "busy":  # a live spotctl is applying the stack now: look again next cycle
         return Result(action, "noop", True, "another spotctl is updating the stack now")
     return _done(journal, action, memo, now, status, {})
