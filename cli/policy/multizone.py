@@ -116,7 +116,7 @@ def simulate_zones(policy: str, zones: Zones, start: int, job: Job, move: Move =
     over = progress = spot_u = od_u = 0
     cost_units = 0.0
     preemptions = launches = moves = 0
-    placed = knowledge == "stay"
+    placed = True  # (the job has a zone from the start: its first launch may leave it for free)
     used: list[str] = []
     reasons: list[str] = []
     i = 0
