@@ -1,0 +1,24 @@
+"""``resume``'s words about the zone: where the zone choice (``cli.lifecycle.zonechoice``) would run
+the job next, from every job's events, and why."""
+
+from __future__ import annotations
+
+
+def zone_words(ref, cfg, job_id: str, events: list, events_dir, bucket, where: str, choose) -> str:
+    """The zone line of ``resume``'s preview ("" when the job has no zone to choose)."""
+    from datetime import UTC, datetime
+
+    from cli.commands import read_jobs_events, warn
+    from cli.commands.hints import Unread
+    from cli.lifecycle.capacity import job_price_ratio
+    from cli.lifecycle.zonechoice import decide_zone, preview
+
+    job = cfg.job(job_id)
+    try:
+        everyone = read_jobs_events(ref, cfg, cfg.jobs, events_dir, bucket, where)
+    except Unread as exc:
+        warn(f"{exc}: the zone choice sees job {job_id}'s events only")
+        everyone = {}
+    everyone[job_id] = events  # (with what --observe added)
+    return preview(job_id, decide_zone(cfg, job, everyone, datetime.now(UTC), job_price_ratio(cfg, job),
+                                       in_place=lambda: choose(job, events)))
