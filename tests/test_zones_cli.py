@@ -113,3 +113,36 @@ def test_zone_stats_count_every_job_windows_in_the_zone_they_ran_in():
     assert z1.now is True and z1.age_h == 1.0 and z1.open_up_h == (1.0,)
     other = zone_stats([a], {"a": ev}, "g5.xlarge", ["us-east-1a", "us-east-1b"], now)
     assert all(z.now is None and not z.up_h for z in other)  # another machine type's spot says nothing
+
+
+def trace_file(path: Path, gap: int, data: list[int]) -> Path:
+    path.write_text(json.dumps({"metadata": {"gap_seconds": gap}, "data": data}))
+    return path
+
+
+def test_simulate_zones_replays_the_zone_choice_against_staying(tmp_path):
+    dead = trace_file(tmp_path / "a.json", 600, [1] * 3 + [0] * 400)  # zone a loses spot for good
+    alive = trace_file(tmp_path / "b.json", 600, [1] * 403)
+    result = CliRunner().invoke(app, ["simulate", "--zones", "--trace", str(dead), "--trace", str(alive), "--policy",
+                                      "uniform-progress", "--job-hours", "20", "--deadline-hours", "30", "--starts", "3",
+                                      "--move-hours", "0.5", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = {r["knowledge"]: r for r in doc["results"]}
+    assert doc["zones"] == ["a", "b"] and doc["move_hours"] == 0.5
+    assert rows["probe"]["mean_norm_cost"] < rows["stay"]["mean_norm_cost"] and rows["stay"]["moves"] == 0
+    assert all(r["misses"] == 0 and r["runs"] == 3 for r in rows.values())
+    text = CliRunner().invoke(app, ["simulate", "--zones", "--trace", str(dead), "--trace", str(alive), "--policy",
+                                    "greedy", "--job-hours", "20", "--deadline-hours", "30", "--starts", "2"])
+    assert text.exit_code == 0 and "greedy               probe" in text.stdout
+    assert max(len(line) for line in text.stdout.splitlines()) <= 80
+
+
+def test_simulate_zones_refuses_one_trace_or_traces_of_different_ticks(tmp_path):
+    a = trace_file(tmp_path / "a.json", 600, [1] * 400)
+    b = trace_file(tmp_path / "b.json", 300, [1] * 400)
+    one = CliRunner().invoke(app, ["simulate", "--zones", "--trace", str(a)])
+    assert one.exit_code == 1 and "--zones needs at least two --trace files" in one.output
+    odd = CliRunner().invoke(app, ["simulate", "--zones", "--trace", str(a), "--trace", str(b), "--job-hours", "10",
+                                   "--deadline-hours", "12"])
+    assert odd.exit_code == 1 and "--zones: b: a tick of 300 s, not 600 s like a: not aligned" in odd.output

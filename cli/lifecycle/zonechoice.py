@@ -65,7 +65,7 @@ def zone_stats(jobs: Iterable[Job], events_of: Mapping[str, list[Event]], machin
 def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]], now: datetime,
                 price_ratio: float = DEFAULT_PRICE_RATIO, in_place: Callable[[], Capacity] | None = None):
     """Where ``job`` should run next (a ``cli.policy.zones.ZoneDecision``), or None when it has no
-    choice: one zone, a move under way, or ``moveOnCapacity: false``. ``in_place()``: the job's
+    choice (one zone, a move under way, ``moveOnCapacity: false``) or nothing is known of any zone. ``in_place()``: the job's
     policy's capacity in its zone (on-demand: it would not wait out an outage there)."""
     from cli.policy.failover import MOVE_BUDGET, MOVE_WINDOW_H, eligible_zones
     from cli.policy.zones import ZoneObservation, choose_zone
@@ -86,8 +86,11 @@ def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]]
     if moves >= MOVE_BUDGET and not first:
         blocked = tuple(f"{z}: the move budget is spent ({moves} in {MOVE_WINDOW_H:g} h)" for z in zones if z != job.zone)
     machine = job.machine_type or job.instance_type or "?"
+    stats = zone_stats(cfg.jobs, events_of, machine, zones, now)
+    if not any(z.now is not None or z.up_h or z.open_up_h for z in stats):
+        return None  # nothing known of any zone: the prior alone never tells them apart
     return choose_zone(ZoneObservation(
-        here=job.zone, zones=zone_stats(cfg.jobs, events_of, machine, zones, now), work_left_h=obs.work_left_h,
+        here=job.zone, zones=stats, work_left_h=obs.work_left_h,
         time_left_h=obs.time_left_h, changeover_h=obs.changeover_h, price_ratio=obs.price_ratio, move_h=move_h,
         first_launch=first, tick_h=obs.tick_h, blocked=blocked,
         on_demand_while_down=in_place is not None and in_place() is Capacity.ON_DEMAND))

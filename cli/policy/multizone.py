@@ -194,3 +194,40 @@ def simulate_zones(policy: str, zones: Zones, start: int, job: Job, move: Move =
             progress += gain
             over -= use
         i += 1
+
+
+@dataclass
+class ZoneSummary:
+    policy: str
+    knowledge: str
+    runs: int
+    mean_norm_cost: float  # mean cost / all-on-demand cost
+    misses: int
+    moves: float  # per run
+
+
+def evaluate_zones(zones: Zones, policies: Sequence[str], job: Job, n_starts: int, seed: int, move: Move,
+                   history_ticks: int = 0) -> list[ZoneSummary]:
+    """Every policy with every ``knowledge`` on the same random starts of the aligned zones."""
+    from cli.policy.simulate import all_on_demand_cost, starts_for
+
+    starts = starts_for(Trace("+".join(zones.names), zones.gap_s, zones.traces[0].available[:zones.ticks]), job,
+                        n_starts, seed)
+    base = all_on_demand_cost(job)
+    out = []
+    for name in policies:
+        for knowledge in KNOWLEDGE:
+            runs = [simulate_zones(name, zones, s, job, move, knowledge, history_ticks=history_ticks) for s in starts]
+            out.append(ZoneSummary(name, knowledge, len(runs), sum(r.cost for r in runs) / len(runs) / base,
+                                   sum(r.missed for r in runs), sum(r.moves for r in runs) / len(runs)))
+    return out
+
+
+def render_zones(rows: Sequence[ZoneSummary], move: Move) -> str:
+    header = f"{'policy':<20} {'zones':<6} {'runs':>5} {'cost':>7} {'miss':>5} {'moves':>6}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(f"{r.policy:<20} {r.knowledge:<6} {r.runs:>5} {r.mean_norm_cost:>7.3f} {r.misses:>5} {r.moves:>6.2f}")
+    lines.append(f"cost: mean cost / all-on-demand; a move takes {move.hours:g} h. zones: stay = never moves,")
+    lines.append("own = moves on what the job saw, probe = sees every zone's spot (a pool in each)")
+    return "\n".join(lines) + "\n"
