@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from cli.policy.policies import IDLE, ON_DEMAND, SPOT, Decision, Observation, make_policy
-from cli.policy.simulate import Job, Timeline, Trace, load_trace
+from cli.policy.simulate import Job, Meter, Timeline, Trace, load_trace
 from cli.policy.zones import RunTracker, ZoneDecision, ZoneObservation, choose_zone
 
 Knowledge = Literal["probe", "own", "stay"]
@@ -112,19 +112,16 @@ def simulate_zones(policy: str, zones: Zones, start: int, job: Job, move: Move =
                 tr.add(trace.available[j])
     pol = make_policy(policy, **(params or {}))
     here, target, moving = first, first, 0
-    mode: Decision = IDLE
-    over = progress = spot_u = od_u = 0
-    cost_units = 0.0
-    preemptions = launches = moves = 0
-    placed = True  # (the job has a zone from the start: its first launch may leave it for free)
+    m = Meter(tl, k)
+    preemptions = moves = 0
     used: list[str] = []
     reasons: list[str] = []
     i = 0
 
-    def observe(zone: int, current: Decision) -> Observation:
+    def observe(zone: int) -> Observation:
         return Observation(
-            elapsed_h=tl.h(t), progress_h=tl.h(progress), job_h=job.job_h, deadline_h=job.deadline_h,
-            changeover_h=job.changeover_h, price_ratio=k, current=current, spot_available=avail[zone],
+            elapsed_h=tl.h(t), progress_h=tl.h(m.progress), job_h=job.job_h, deadline_h=job.deadline_h,
+            changeover_h=job.changeover_h, price_ratio=k, current=m.mode, spot_available=avail[zone],
             preemptions=preemptions, tick_h=tick_h)
 
     while True:
@@ -139,60 +136,41 @@ def simulate_zones(policy: str, zones: Zones, start: int, job: Job, move: Move =
         if moving:
             i += 1
             continue
-        if mode == SPOT and not avail[here]:
-            mode, over, preemptions = IDLE, 0, preemptions + 1
+        if m.mode == SPOT and not avail[here]:
+            m.mode, m.over, preemptions = IDLE, 0, preemptions + 1
         if t >= tl.deadline:
             decision: Decision = ON_DEMAND
         else:
-            decision = pol.decide(observe(here, mode))
-            fresh = launches == 0
-            if knowledge != "stay" and ((decision != SPOT and mode == IDLE) or fresh):
+            decision = pol.decide(observe(here))
+            fresh = m.launches == 0
+            if knowledge != "stay" and ((decision != SPOT and m.mode == IDLE) or fresh):
                 choice = chooser(ZoneObservation(
-                    here=zones.names[here] if placed else None, zones=tuple(tr.stats() for tr in trackers),
-                    work_left_h=tl.h(tl.work - progress), time_left_h=tl.h(tl.deadline - t),
+                    here=zones.names[here], zones=tuple(tr.stats() for tr in trackers),
+                    work_left_h=tl.h(tl.work - m.progress), time_left_h=tl.h(tl.deadline - t),
                     changeover_h=job.changeover_h, price_ratio=k, move_h=move_ticks * tick_h, move_price=move.price,
                     first_launch=fresh, tick_h=tick_h, on_demand_while_down=decision == ON_DEMAND))
-                placed = True
                 if choice.move and zones.names.index(choice.zone) != here:
                     target = zones.names.index(choice.zone)
                     moves += not fresh
                     reasons.append(choice.reason)
-                    mode, over = IDLE, 0  # (an on-demand VM left behind is gone)
+                    m.mode, m.over = IDLE, 0  # (an on-demand VM left behind is gone)
                     if fresh or move_ticks == 0:
                         here = target
-                        decision = pol.decide(observe(here, mode))
+                        decision = pol.decide(observe(here))
                     else:
-                        cost_units += move.price / tl.h(1)
+                        m.cost_units += move.price / tl.h(1)
                         moving = move_ticks
                         i += 1
                         continue
             if decision == SPOT and not avail[here]:
                 decision = IDLE
-        if decision == IDLE:
-            mode, over = IDLE, 0
-        else:
-            if decision != mode:
-                mode, over, launches = decision, tl.change, launches + 1
-                used.append(zones.names[here])
-            use = min(over, tl.tick)
-            gain = tl.tick - use
-            price = 1.0 if mode == SPOT else k
-            if progress + gain >= tl.work:
-                spent = use + (tl.work - progress)
-                cost_units += price * spent
-                if mode == SPOT:
-                    spot_u += spent - use
-                else:
-                    od_u += spent - use
-                return ZoneRun(tl.h(cost_units), tl.h(t + spent), t + spent > tl.deadline, preemptions, launches, moves,
-                               tl.h(spot_u), tl.h(od_u), used, reasons)
-            cost_units += price * tl.tick
-            if mode == SPOT:
-                spot_u += gain
-            else:
-                od_u += gain
-            progress += gain
-            over -= use
+        launches = m.launches
+        spent = m.step(decision)
+        if m.launches > launches:
+            used.append(zones.names[here])
+        if spent is not None:
+            return ZoneRun(tl.h(m.cost_units), tl.h(t + spent), t + spent > tl.deadline, preemptions, m.launches, moves,
+                           tl.h(m.spot_u), tl.h(m.od_u), used, reasons)
         i += 1
 
 
