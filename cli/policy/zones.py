@@ -12,29 +12,37 @@ The model, in the policy engine's units (spot costs 1 per hour, on-demand ``pric
 1. Each zone is an alternating renewal process: spot windows of mean ``U`` and outages of mean
    ``D`` (the zone's observed runs, shrunk towards ``PRIOR_UP_H`` / ``PRIOR_DOWN_H`` by
    ``PRIOR_RUNS`` pseudo-runs, so one lucky window is not a zone). Availability ``f = U / (U + D)``.
-2. From now, running there makes ``f * (1 - d / U)`` hours of progress per hour on spot (each window
-   pays a changeover) once spot is first up (``delay``: 0 when it is up now, the expected rest of
-   the current outage given its age (heavy tails: the zone's own outages longer than that age),
-   else the stationary wait). Before the deadline that much work can be done on spot, at ``1 / (1 -
-   d / U)`` per hour of progress; the rest is on-demand (``fluid_cost``). Spot dearer per hour of
-   progress than on-demand is not taken at all.
-3. A move to another zone costs its time (``move_h``: snapshot and restore, or a regional disk's
-   force-attach; 0 for a first launch of an empty disk, which has nothing to carry), taken from the
-   time left, and its price (``move_price``, spot-hours: snapshot storage). It is made only when
-   the expected cost there, the move's time and price included, is below staying by more than
-   ``MARGIN``: a move never costs more than it is expected to gain.
-4. The deadline: a zone is a target only if, after the move, on-demand could still finish (slack
-   after the move above a changeover and a decision tick); staying needs nothing, so a move can
-   never be what makes a deadline unreachable.
-5. When moving is free (a first launch, or a move that costs no time and no money) and the costs
-   tie (slack to spare everywhere), the zone where spot is up sooner wins, then the more available
-   one, then the job's own zone.
+   The rest of a run of a given age: the zone's own longer runs (heavy tails), a window at least
+   as long again as it has lasted.
+2. The expected cost of the work left if the job goes to a zone now (``zone_cost``): for the next
+   ``horizon`` hours there, the move, the wait for spot (waited out, or on on-demand when the job's
+   policy would run on-demand rather than wait), its current window, then its own availability,
+   each window paying a changeover; after that every zone alike at the job's zone's long-run rate
+   (``fluid_cost``: what spot can do before the deadline at ``f * (1 - d / U)`` hours of progress
+   per hour, the rest on on-demand), since the job may move again later. Spot dearer per hour of
+   progress than on-demand is not taken at all. The horizon is a window and an outage, longer when
+   moves are dear (the zone chosen then stays the job's for longer).
+3. A move costs its time (``move_h``: snapshot and restore, or a regional disk's force-attach),
+   taken from the time left, and its price (``move_price``, spot-hours); the time is priced at
+   on-demand's premium as well, since the policies' safety nets turn lost slack into on-demand
+   hours. It is made only when the expected cost there, all of that included, is below staying's
+   by more than ``MARGIN``: a move never costs more than it is expected to gain. A paid move goes
+   only where spot is seen up now: zones of a region share outages, so a zone nobody runs in while
+   the job's zone is down is taken to be down too.
+4. The deadline: a zone is a target only if, after the move, on-demand could still finish with a
+   changeover, a decision tick and (a paid move) ``RESERVE_FRAC`` of the work left to spare;
+   staying needs nothing, so a move can never be what makes a deadline unreachable.
+5. A first launch of an empty disk moves for free (nothing to carry). When moving is free and the
+   costs tie (slack to spare everywhere), the zone where spot is up sooner wins, then the more
+   available one, then the job's own zone.
+
+Without a deadline, zones are ranked by cost per hour of progress (``per_hour``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 # The prior of a zone nothing has been seen of: the development series (Oct-2022 us-west-2a/2b,
@@ -221,7 +229,8 @@ def choose_zone(obs: ZoneObservation) -> ZoneDecision:
             costs[z.zone] = per_hour(z, d, k)
     if not costs:  # nowhere else can still make the deadline, and the job has no zone yet: the first one
         zone = here or obs.zones[0].zone
-        return ZoneDecision(zone, False, _no_target(zone, unreachable, obs), costs)
+        return ZoneDecision(zone, False, f"stays in {zone}: no zone can be reached with time for on-demand to "
+                            "finish before the deadline", costs)
     stats = {z.zone: z for z in obs.zones}
 
     def rank(name: str) -> tuple:
@@ -232,15 +241,15 @@ def choose_zone(obs: ZoneObservation) -> ZoneDecision:
 
     best = min(costs, key=rank)
     if here is None:
-        return ZoneDecision(best, True, f"first placement in {best}: {_why(stats[best], costs[best], obs)}", costs)
+        return ZoneDecision(best, True, f"first placement in {best}: {_why(stats[best], costs[best])}", costs)
     if best == here:
-        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, obs, unreachable)}", costs)
+        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, unreachable)}", costs)
     gain = costs.get(here, math.inf) - costs[best]
     if not (gain > MARGIN or (free and rank(best) < rank(here))):
-        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, obs, unreachable)}", costs)
+        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, unreachable)}", costs)
     what = "free (the disk is empty)" if obs.first_launch else (
         "free" if free else f"{obs.move_h:.2f} h{f' and {obs.move_price:.2f} spot-hours' if obs.move_price else ''}")
-    return ZoneDecision(best, True, f"moves to {best} (the move: {what}): {_why(stats[best], costs[best], obs)}; "
+    return ZoneDecision(best, True, f"moves to {best} (the move: {what}): {_why(stats[best], costs[best])}; "
                         f"staying in {here} is expected to cost {_cost(costs.get(here, math.inf))}", costs)
 
 
@@ -254,20 +263,14 @@ def _seen(z: ZoneStats) -> str:
             f"(mean {z.mean_up_h:.1f} h)")
 
 
-def _why(z: ZoneStats, cost: float, obs: ZoneObservation) -> str:
+def _why(z: ZoneStats, cost: float) -> str:
     return f"{_seen(z)}; expected {_cost(cost)} for the work left"
 
 
-def _stay_why(z: ZoneStats, costs: dict[str, float], obs: ZoneObservation, unreachable: Sequence[str]) -> str:
-    others = [c for name, c in costs.items() if name != z.zone]
-    said = f"{_seen(z)}; no other zone is expected to cost less once the move is paid"
-    if not others and unreachable:
-        said = f"{_seen(z)}; a move would leave on-demand too little time before the deadline"
-    return said
-
-
-def _no_target(zone: str, unreachable: Iterable[str], obs: ZoneObservation) -> str:
-    return f"stays in {zone}: no zone can be reached with time for on-demand to finish before the deadline"
+def _stay_why(z: ZoneStats, costs: dict[str, float], unreachable: Sequence[str]) -> str:
+    if unreachable and len(costs) == 1:
+        return f"{_seen(z)}; a move would leave on-demand too little time before the deadline"
+    return f"{_seen(z)}; no other zone is expected to cost less once the move is paid"
 
 
 # ---- what a stream of availability ticks says: the simulator's (and a replayed history's) ZoneStats ----
