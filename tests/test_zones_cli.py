@@ -146,3 +146,14 @@ def test_simulate_zones_refuses_one_trace_or_traces_of_different_ticks(tmp_path)
     odd = CliRunner().invoke(app, ["simulate", "--zones", "--trace", str(a), "--trace", str(b), "--job-hours", "10",
                                    "--deadline-hours", "12"])
     assert odd.exit_code == 1 and "--zones: b: a tick of 300 s, not 600 s like a: not aligned" in odd.output
+
+
+def test_a_job_that_never_ran_is_placed_for_free_and_told_to_edit_its_zone(tmp_path):
+    stack, events = write(tmp_path)
+    text = stack.read_text().replace("      attempt: 1\n      state: preempted\n", "      attempt: 1\n      state: pending\n", 1)
+    stack.write_text(text)
+    (events / "train.jsonl").write_text("")
+    out = resume(stack, events)
+    assert "zone: moves to us-east-1b (the move: free (the disk is empty))" in out["reason"], out["reason"]
+    assert "set the job's `zone: us-east-1b` in the stack file before it starts" in out["reason"]
+    assert "zone: us-east-1a" in stack.read_text()

@@ -20,5 +20,5 @@ def zone_words(ref, cfg, job_id: str, events: list, events_dir, bucket, where: s
         warn(f"{exc}: the zone choice sees job {job_id}'s events only")
         everyone = {}
     everyone[job_id] = events  # (with what --observe added)
-    return preview(job_id, decide_zone(cfg, job, everyone, datetime.now(UTC), job_price_ratio(cfg, job),
+    return preview(job, decide_zone(cfg, job, everyone, datetime.now(UTC), job_price_ratio(cfg, job),
                                        in_place=lambda: choose(job, events)))

@@ -96,10 +96,13 @@ def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]]
         on_demand_while_down=in_place is not None and in_place() is Capacity.ON_DEMAND))
 
 
-def preview(job_id: str, decision) -> str:
-    """``resume``'s words about the zone: the choice, why, and the command that moves the job."""
+def preview(job: Job, decision) -> str:
+    """``resume``'s words about the zone: the choice, why, and how to follow it (a job that never
+    ran has no disk to move: its ``zone`` is edited before its first start)."""
     if decision is None:
         return ""
     if not decision.move:
         return f"zone: {decision.reason}"
-    return f"zone: {decision.reason}; `spotctl move {job_id} --to-zone {decision.zone}` moves it"
+    if job.state.value == "pending":
+        return f"zone: {decision.reason}; set the job's `zone: {decision.zone}` in the stack file before it starts"
+    return f"zone: {decision.reason}; `spotctl move {job.id} --to-zone {decision.zone}` moves it"
