@@ -157,3 +157,16 @@ def test_a_job_that_never_ran_is_placed_for_free_and_told_to_edit_its_zone(tmp_p
     assert "zone: moves to us-east-1b (the move: free (the disk is empty))" in out["reason"], out["reason"]
     assert "set the job's `zone: us-east-1b` in the stack file before it starts" in out["reason"]
     assert "zone: us-east-1a" in stack.read_text()
+
+
+def test_a_file_spotctl_indexed_still_gives_every_job_events_to_the_zone_choice(tmp_path):
+    stack, events = write(tmp_path)
+    first = resume(stack, events)  # spotctl writes the file: from now on one job's lines are read alone
+    assert first["fields"]["attempt"] == 2
+    with (events / "train.jsonl").open("a") as fh:
+        for event, minutes in (("started", 4), ("preempted", 2)):
+            fh.write(json.dumps({"job": "train", "attempt": 2, "node": 0, "event": event, "time": at(minutes),
+                                 "details": {"capacity": "spot"} if event == "started" else {}}) + "\n")
+    again = resume(stack, events)
+    assert again["fields"]["attempt"] == 3
+    assert "zone: moves to us-east-1b" in again["reason"] and "spot up for 6.0" in again["reason"], again["reason"]

@@ -14,6 +14,12 @@ def zone_words(ref, cfg, job_id: str, events: list, events_dir, bucket, where: s
     from cli.lifecycle.zonechoice import decide_zone, preview
 
     job = cfg.job(job_id)
+    if len({job.zone, *(job.disk_replica_zones or cfg.zones)}) < 2 or not (events_dir is not None or bucket or where):
+        return ""  # one zone, or no events to tell zones apart
+    if [j.id for j in cfg.jobs] == [job_id]:  # (a file spotctl indexed: only this job's lines were read)
+        from cli.lifecycle import stackfile
+
+        cfg = stackfile.load(ref)  # every job's zone history: where their windows were seen
     try:
         everyone = read_jobs_events(ref, cfg, cfg.jobs, events_dir, bucket, where)
     except Unread as exc:

@@ -73,6 +73,10 @@ def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]]
     zones = list(dict.fromkeys([job.zone, *(job.disk_replica_zones or cfg.zones)]))
     if len(zones) < 2 or job.move is not None or not job.move_on_capacity or job.boot_disk == "keep":
         return None
+    machine = job.machine_type or job.instance_type or "?"
+    stats = zone_stats(cfg.jobs, events_of, machine, zones, now)
+    if not any(z.now is not None or z.up_h or z.open_up_h for z in stats):
+        return None  # nothing known of any zone: the prior alone never tells them apart
     events = job.mine(list(events_of.get(job.id, [])))
     obs, _ = observation_for(job, events, now, price_ratio=price_ratio)
     move_h, _ = move_changeover_h(job, events)
@@ -85,10 +89,6 @@ def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]]
     moves = sum(h < MOVE_WINDOW_H for h in left.values())
     if moves >= MOVE_BUDGET and not first:
         blocked = tuple(f"{z}: the move budget is spent ({moves} in {MOVE_WINDOW_H:g} h)" for z in zones if z != job.zone)
-    machine = job.machine_type or job.instance_type or "?"
-    stats = zone_stats(cfg.jobs, events_of, machine, zones, now)
-    if not any(z.now is not None or z.up_h or z.open_up_h for z in stats):
-        return None  # nothing known of any zone: the prior alone never tells them apart
     return choose_zone(ZoneObservation(
         here=job.zone, zones=stats, work_left_h=obs.work_left_h,
         time_left_h=obs.time_left_h, changeover_h=obs.changeover_h, price_ratio=obs.price_ratio, move_h=move_h,
