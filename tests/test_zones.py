@@ -158,3 +158,11 @@ def test_moving_to_where_spot_is_up_beats_waiting_in_a_dead_zone():
 def test_aligned_refuses_traces_of_different_ticks():
     with pytest.raises(ValueError, match="b: a tick of 300 s, not 600 s"):
         aligned([Trace("a", 600, (True,)), Trace("b", 300, (True,))])
+
+
+def test_blocked_zones_are_no_target_and_the_reason_says_why():
+    here = ZoneStats("a", up_h=(2.0,) * 5, down_h=(1.0,) * 5, now=False, age_h=0.1)
+    there = ZoneStats("b", up_h=(8.0,) * 5, down_h=(0.5,) * 5, now=True, age_h=3.0)
+    d = choose_zone(ZoneObservation("a", (here, there), 20.0, 30.0, 0.2, K, move_h=0.1,
+                                    blocked=("b: the move budget is spent (2 in 24 h)",)))
+    assert not d.move and d.reason.endswith("no move now (b: the move budget is spent (2 in 24 h))"), d.reason

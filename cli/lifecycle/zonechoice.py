@@ -65,8 +65,8 @@ def zone_stats(jobs: Iterable[Job], events_of: Mapping[str, list[Event]], machin
 def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]], now: datetime,
                 price_ratio: float = DEFAULT_PRICE_RATIO, in_place: Callable[[], Capacity] | None = None):
     """Where ``job`` should run next (a ``cli.policy.zones.ZoneDecision``), or None when it has no
-    choice (one zone, a move under way, ``moveOnCapacity: false``) or nothing is known of any zone. ``in_place()``: the job's
-    policy's capacity in its zone (on-demand: it would not wait out an outage there)."""
+    choice (one zone, a move under way, ``moveOnCapacity: false``) or nothing is known of any zone.
+    ``in_place()``: the job's policy's capacity in its zone (on-demand: it would not wait out an outage there)."""
     from cli.policy.failover import MOVE_BUDGET, MOVE_WINDOW_H, eligible_zones
     from cli.policy.zones import ZoneObservation, choose_zone
 
@@ -86,7 +86,7 @@ def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]]
             left[stay.zone] = min(left.get(stay.zone, math.inf), _hours(stay.move_began, now))
     _, blocked = eligible_zones(job.zone, zones, {}, left)
     first = not any(e.event == "started" for e in events)
-    moves = sum(h < MOVE_WINDOW_H for h in left.values())
+    moves = sum(_hours(s.move_began, now) < MOVE_WINDOW_H for s in job.zone_history if s.move_began is not None)
     if moves >= MOVE_BUDGET and not first:
         blocked = tuple(f"{z}: the move budget is spent ({moves} in {MOVE_WINDOW_H:g} h)" for z in zones if z != job.zone)
     return choose_zone(ZoneObservation(

@@ -243,10 +243,10 @@ def choose_zone(obs: ZoneObservation) -> ZoneDecision:
     if here is None:
         return ZoneDecision(best, True, f"first placement in {best}: {_why(stats[best], costs[best])}", costs)
     if best == here:
-        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, unreachable)}", costs)
+        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, unreachable, obs.blocked)}", costs)
     gain = costs.get(here, math.inf) - costs[best]
     if not (gain > MARGIN or (free and rank(best) < rank(here))):
-        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, unreachable)}", costs)
+        return ZoneDecision(here, False, f"stays in {here}: {_stay_why(stats[here], costs, unreachable, obs.blocked)}", costs)
     what = "free (the disk is empty)" if obs.first_launch else (
         "free" if free else f"{obs.move_h:.2f} h{f' and {obs.move_price:.2f} spot-hours' if obs.move_price else ''}")
     return ZoneDecision(best, True, f"moves to {best} (the move: {what}): {_why(stats[best], costs[best])}; "
@@ -267,9 +267,11 @@ def _why(z: ZoneStats, cost: float) -> str:
     return f"{_seen(z)}; expected {_cost(cost)} for the work left"
 
 
-def _stay_why(z: ZoneStats, costs: dict[str, float], unreachable: Sequence[str]) -> str:
+def _stay_why(z: ZoneStats, costs: dict[str, float], unreachable: Sequence[str], blocked: Sequence[str]) -> str:
     if unreachable and len(costs) == 1:
         return f"{_seen(z)}; a move would leave on-demand too little time before the deadline"
+    if blocked and len(costs) == 1:
+        return f"{_seen(z)}; no move now ({'; '.join(blocked)})"
     return f"{_seen(z)}; no other zone is expected to cost less once the move is paid"
 
 
