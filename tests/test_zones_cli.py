@@ -4,6 +4,7 @@ stack's zones, and why; the stack file is changed only by the resume itself (a m
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def test_resume_preview_names_the_zone_where_spot_is_up_and_the_move_command(tmp
     out = resume(stack, events)
     assert out["changed"] and out["fields"]["attempt"] == 2
     assert "zone: moves to us-east-1b (the move: 1.00 h)" in out["reason"], out["reason"]
-    assert "spot up for 6.00 h" in out["reason"]
+    assert re.search(r"spot up for 6\.\d\d h", out["reason"])  # (the clock runs on while the test does)
     assert "staying in us-east-1a is expected to cost" in out["reason"]
     assert "`spotctl move train --to-zone us-east-1b` moves it" in out["reason"]
     text = stack.read_text()
@@ -83,7 +84,7 @@ def test_resume_preview_names_the_zone_where_spot_is_up_and_the_move_command(tmp
 def test_resume_stays_when_nothing_says_spot_is_up_elsewhere(tmp_path):
     stack, events = write(tmp_path, neighbour_zone="us-east-1a")
     out = resume(stack, events)
-    assert "zone: stays in us-east-1a: spot down for 0.08 h" in out["reason"], out["reason"]
+    assert re.search(r"zone: stays in us-east-1a: spot down for 0\.\d\d h", out["reason"]), out["reason"]
     assert "spotctl move" not in out["reason"]
 
 
@@ -169,4 +170,4 @@ def test_a_file_spotctl_indexed_still_gives_every_job_events_to_the_zone_choice(
                                  "details": {"capacity": "spot"} if event == "started" else {}}) + "\n")
     again = resume(stack, events)
     assert again["fields"]["attempt"] == 3
-    assert "zone: moves to us-east-1b" in again["reason"] and "spot up for 6.0" in again["reason"], again["reason"]
+    assert "zone: moves to us-east-1b" in again["reason"] and re.search(r"spot up for 6\.\d\d h", again["reason"])
