@@ -78,6 +78,7 @@ def resume(
 ) -> None:
     from cli.commands import jobcode
     from cli.commands.costview import JobCost
+    from cli.commands.zonehint import zone_words
     from cli.lifecycle import capacity as capacity_choice
     from cli.lifecycle.states import decide_resume
 
@@ -104,9 +105,14 @@ def resume(
             events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
         choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
         code = jobcode.prepare(ref, cfg, job, events_bucket, session, applier, keep_code, repin=update_code)
+        zone = zone_words(ref, cfg, job, events, events_dir, bucket, where, choose)
 
         def decide(j):
             change = decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt)
+            if zone and not change.noop:  # where the zone choice would run it: said, not acted on (`spotctl move`)
+                from dataclasses import replace
+
+                change = replace(change, reason=f"{change.reason}; {zone}")
             if change.noop and not sourced:  # (nothing could say it stopped: say where its events are)
                 from dataclasses import replace
 

@@ -42,6 +42,10 @@ def simulate(
     inverted: Annotated[bool, typer.Option("--inverted", help="JSON values mean 1 = unavailable (ADRS copies).")] = False,
     json_out: JsonOpt = False,
     plot_path: Annotated[Optional[Path], typer.Option("--plot", metavar="PNG", help="Draw one run's timeline and a cost bar chart.")] = None,
+    zones: Annotated[bool, typer.Option("--zones", help="The traces are time-aligned zones: replay the zone choice "
+                                        "(moves between them) against staying in the first.")] = False,
+    move_hours: Annotated[float, typer.Option("--move-hours", min=0, help="With --zones: a move's time "
+                                              "(snapshot + restore).")] = 0.5,
 ) -> None:
     import json
     from dataclasses import asdict
@@ -70,6 +74,10 @@ def simulate(
             raise fail(f"{path}: not a trace file: expected a spot-traces JSON "
                        '({"metadata": {"gap_seconds": N}, "data": [0/1, ...]}) or a probe CSV (index,timestamp,fail)') from None
     job = sim.Job(job_hours, deadline_hours, changeover_hours, price_ratio or sim.PAPER_PRICE_RATIO)
+    if zones:
+        from cli.commands.zonesim import simulate_zones
+
+        return simulate_zones(traces, names, job, starts, seed, move_hours, json_out, plot_path)
     try:
         with progress(f"simulating {counted(len(names), 'policy', 'policies')} on {counted(len(traces), 'trace')} x {counted(starts, 'start')}", enabled=not json_out):
             rows = sim.evaluate(traces, names, job, starts, seed)

@@ -217,13 +217,17 @@ def stack_capacity(stack_path: Path, stack: str, cfg: StackConfig,
                    now: Callable[[], datetime] = lambda: datetime.now(UTC)):
     """The CapacityChooser of ``resume``: the job's policy with what the stack has learned, at the
     job's price ratio (``spotctl:prices`` or the shipped price table; ``DEFAULT_PRICE_RATIO`` where unknown)."""
+    return policy_capacity(now, learned=read_learned(learned_path(stack_path, stack)),
+                           price_ratio=lambda job: job_price_ratio(cfg, job))
+
+
+def job_price_ratio(cfg: StackConfig, job: Job) -> float:
+    """On-demand / spot for the job's machine type (``spotctl:prices`` or the shipped price table;
+    ``DEFAULT_PRICE_RATIO`` where unknown)."""
     from cli.cost.prices import price_ratio
 
-    def ratio(job: Job) -> float:
-        spot_over_od = price_ratio(cfg, job.machine_type or job.instance_type or "")
-        return 1 / spot_over_od if spot_over_od and 0 < spot_over_od < 1 else DEFAULT_PRICE_RATIO
-
-    return policy_capacity(now, learned=read_learned(learned_path(stack_path, stack)), price_ratio=ratio)
+    spot_over_od = price_ratio(cfg, job.machine_type or job.instance_type or "")
+    return 1 / spot_over_od if spot_over_od and 0 < spot_over_od < 1 else DEFAULT_PRICE_RATIO
 
 
 def read_learned(path: Path) -> Mapping[str, Any]:

@@ -123,17 +123,49 @@ class Run:
     progress: list[float] = field(default_factory=list)
 
 
+@dataclass
+class Meter:
+    """One job's running account in a simulation (integer units): where it runs, what it paid, how far it got."""
+
+    tl: Timeline
+    price_ratio: float
+    mode: Decision = IDLE
+    over: int = 0  # changeover left
+    progress: int = 0
+    cost_units: float = 0.0
+    spot_u: int = 0
+    od_u: int = 0
+    launches: int = 0
+
+    def step(self, decision: Decision) -> int | None:
+        """One tick of ``decision`` (a new mode is a launch); the units spent in this tick when the job finished in it."""
+        tl = self.tl
+        if decision == IDLE:
+            self.mode, self.over = IDLE, 0
+            return None
+        if decision != self.mode:
+            self.mode, self.over, self.launches = decision, tl.change, self.launches + 1
+        use = min(self.over, tl.tick)
+        gain = tl.tick - use
+        price = 1.0 if self.mode == SPOT else self.price_ratio
+        spent = use + (tl.work - self.progress) if self.progress + gain >= tl.work else None
+        self.cost_units += price * (tl.tick if spent is None else spent)
+        made = gain if spent is None else spent - use
+        if self.mode == SPOT:
+            self.spot_u += made
+        else:
+            self.od_u += made
+        self.progress += made
+        self.over -= use
+        return spent
+
+
 def simulate(policy: Policy, trace: Trace, start: int, job: Job, record: bool = False) -> Run:
     """Run one job from tick ``start`` of ``trace``. After the deadline a missed job finishes on
     on-demand (so its cost stays comparable) and is flagged."""
     tl = Timeline.of(trace, job)
-    k = job.price_ratio
-    mode: Decision = IDLE
-    over = 0
-    progress = 0
-    cost_units = 0.0
-    spot_u = od_u = 0
-    preemptions = launches = 0
+    m = Meter(tl, job.price_ratio)
+    preemptions = 0
     modes: list[str] = []
     prog: list[float] = []
     i = 0
@@ -141,52 +173,29 @@ def simulate(policy: Policy, trace: Trace, start: int, job: Job, record: bool = 
         t = i * tl.tick
         idx = start + i
         available = trace.available[idx] if idx < len(trace.available) else False
-        if mode == SPOT and not available:
-            mode, over, preemptions = IDLE, 0, preemptions + 1
+        if m.mode == SPOT and not available:
+            m.mode, m.over, preemptions = IDLE, 0, preemptions + 1
         if t >= tl.deadline:
             decision: Decision = ON_DEMAND  # missed: finish on on-demand
         else:
             obs = Observation(
-                elapsed_h=tl.h(t), progress_h=tl.h(progress), job_h=job.job_h, deadline_h=job.deadline_h,
-                changeover_h=job.changeover_h, price_ratio=k, current=mode, spot_available=available,
+                elapsed_h=tl.h(t), progress_h=tl.h(m.progress), job_h=job.job_h, deadline_h=job.deadline_h,
+                changeover_h=job.changeover_h, price_ratio=job.price_ratio, current=m.mode, spot_available=available,
                 preemptions=preemptions, tick_h=tl.h(tl.tick),
             )
             decision = policy.decide(obs)
             if decision == SPOT and not available:
                 decision = IDLE
-        if decision == IDLE:
-            mode, over = IDLE, 0
-        else:
-            if decision != mode:
-                mode, over, launches = decision, tl.change, launches + 1
-            use = min(over, tl.tick)
-            gain = tl.tick - use
-            price = 1.0 if mode == SPOT else k
-            if progress + gain >= tl.work:
-                spent = use + (tl.work - progress)
-                cost_units += price * spent
-                if mode == SPOT:
-                    spot_u += spent - use
-                else:
-                    od_u += spent - use
-                finish = t + spent
-                if record:
-                    modes.append(mode)
-                    prog.append(tl.h(tl.work))
-                return Run(
-                    cost=tl.h(cost_units), spot_h=tl.h(spot_u), od_h=tl.h(od_u), finish_h=tl.h(finish),
-                    missed=finish > tl.deadline, preemptions=preemptions, launches=launches, modes=modes, progress=prog,
-                )
-            cost_units += price * tl.tick
-            if mode == SPOT:
-                spot_u += gain
-            else:
-                od_u += gain
-            progress += gain
-            over -= use
+        spent = m.step(decision)
         if record:
-            modes.append(mode)
-            prog.append(tl.h(progress))
+            modes.append(m.mode)
+            prog.append(tl.h(m.progress))
+        if spent is not None:
+            finish = t + spent
+            return Run(
+                cost=tl.h(m.cost_units), spot_h=tl.h(m.spot_u), od_h=tl.h(m.od_u), finish_h=tl.h(finish),
+                missed=finish > tl.deadline, preemptions=preemptions, launches=m.launches, modes=modes, progress=prog,
+            )
         i += 1
 
 

@@ -32,6 +32,8 @@ ENDS = ("preempted", "stopped", "failed", "completed")
 
 # What a due retry after capacity refusals does: a ``cli.policy.failover.FailoverDecision`` (or None).
 Failover = Callable[["Job", list[Event], "JobMemory", datetime], Any]
+# Where a preempted job runs next: a ``cli.policy.zones.ZoneDecision`` (or None: no zone to choose).
+ZoneChoice = Callable[["Job", datetime], Any]
 
 BACKOFF_BASE_S = 30.0
 BACKOFF_CAP_S = 30 * 60.0
@@ -140,11 +142,12 @@ def failures(events: list[Seen]) -> int:
 
 
 def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str], now: datetime,
-               failover: Failover | None = None) -> tuple[Action | None, list[Note]]:
+               failover: Failover | None = None, zone_choice: ZoneChoice | None = None) -> tuple[Action | None, list[Note]]:
     """The one action for ``job`` (or none) and what was noted, from everything seen about it.
 
     ``failover(job, events, memory, now)`` decides what a due retry after capacity refusals does
     (wait, on-demand in place, or move to another zone); without it the policy is asked again in place.
+    ``zone_choice(job, now)`` decides where a preempted job runs next: a move when it says so, else a resume.
     """
     notes: list[Note] = []
     if memory.intent and memory.intent.get("attempt") == job.attempt and memory.intent.get("state") == job.state.value:
@@ -212,6 +215,10 @@ def decide_job(job: Job, events: list[Seen], memory: JobMemory, handled: set[str
 
     for kind in ("preempted", "stopped"):
         hit = first(kind)
+        where = zone_choice(job, now) if hit and kind == "preempted" and zone_choice and job.move is None else None
+        if where is not None and where.move:
+            return Action(job.id, "move", job.attempt, f"node {hit.event.node} of attempt {job.attempt} preempted "
+                          f"(seen in {hit.source}): {where.reason}", ids, zone=where.zone), notes
         if hit:  # one node is enough: the whole gang gets the new attempt
             return Action(job.id, "resume", job.attempt, f"node {hit.event.node} of attempt {job.attempt} {kind} "
                           f"(seen in {hit.source}){moving}", ids), notes
@@ -279,12 +286,12 @@ def _awaiting_start(job: Job, events: list[Event]) -> bool:
 
 
 def decide(jobs: list[Job], events: dict[str, list[Seen]], memory: dict[str, JobMemory], handled: set[str],
-           now: datetime, failover: Failover | None = None) -> Decisions:
+           now: datetime, failover: Failover | None = None, zone_choice: ZoneChoice | None = None) -> Decisions:
     """Every job's action (at most one each) and notes, in the stack's job order."""
     out = Decisions()
     for job in jobs:
         mine = job.mine(events.get(job.id, []), lambda s: s.event.attempt)  # an earlier job of this id's left out
-        action, notes = decide_job(job, mine, memory.get(job.id, JobMemory()), handled, now, failover)
+        action, notes = decide_job(job, mine, memory.get(job.id, JobMemory()), handled, now, failover, zone_choice)
         out.notes += notes
         if action:
             out.actions.append(action)

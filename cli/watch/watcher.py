@@ -170,9 +170,10 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
                      "reason": "an edit of the stack file awaits its question's answer: decided once it is answered"})
     decisions, ok = deciding.Decisions(), True
     failover, memory, handled = zone_failover(list(cfg.zones), choose), journal.memory(), set(journal.handled)
+    where = zone_choice(cfg, seen.events, choose)
     for job in jobs:
         try:
-            one = deciding.decide([job], seen.events, memory, handled, now, failover)
+            one = deciding.decide([job], seen.events, memory, handled, now, failover, where)
         except Exception as exc:  # noqa: BLE001 - one job's data must not stop the watcher for every job
             report.warn(f"job {job.id}: not decided this cycle ({_crash(exc)}); the other jobs go on")
             ok = False
@@ -236,6 +237,20 @@ def zone_failover(zones: list[str], choose) -> deciding.Failover:
             next_wait_h=deciding.mean_backoff(memory.tries + 1).total_seconds() / 3600, in_place=lambda: choose(job, events), now=now)
 
     return failover
+
+
+def zone_choice(cfg, seen: dict[str, list[deciding.Seen]], choose) -> deciding.ZoneChoice:
+    """The decide step's zone choice after a preemption: every job's events as this cycle saw them
+    (``cli.lifecycle.zonechoice.decide_zone``), the job's policy's choice in place."""
+    from cli.lifecycle.capacity import job_price_ratio
+    from cli.lifecycle.zonechoice import decide_zone
+
+    def where(job, now: datetime):
+        events = {j: [s.event for s in batch] for j, batch in seen.items()}
+        return decide_zone(cfg, job, events, now, job_price_ratio(cfg, job),
+                           in_place=lambda: choose(job, events.get(job.id, [])))
+
+    return where
 
 
 def _acknowledge(cloud, sources: observing.Sources, acks: list[observing.Ack], handled: set[str], warn) -> None:

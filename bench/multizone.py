@@ -1,0 +1,145 @@
+"""The zone choice (cli/policy/zones.py) on aligned multi-zone traces, against staying in one zone.
+
+Two sets (../shared/traces/README.md):
+
+- ``--set dev`` (the development set, tuned on): the time-aligned Oct-2022 us-west-2a/2b series of
+  one GPU type (skypilot-spot-traces aws-10-26-2022, 600 s ticks), random starts, C = 48 h,
+  R = 52 h, d = 0.2 h, the stack's recorded history = the week before each start.
+- ``--set adrs`` (HELD OUT: measured, never tuned on): the ADRS multi-region protocol
+  (UCB-ADRS/ADRS-Leaderboard problems/cant_be_late_multi/evaluator.py): the Feb-2023 windows of
+  ``cant_be_late_multi_real_traces.tar.gz`` (195 s ticks), its six scenarios (2 to 9 zones, 2 to
+  8 windows each), C = 48 h, R = 52 h, d = 0.2 h, p3.2xlarge prices ($3.06 on-demand, $0.9731
+  spot), start in the scenario's first zone, no history before the window. Score =
+  clip((OD - cost) / (OD - SPOT), 0, 1) x 100 with OD = 3.06 x 48 and SPOT = 0.9731 x 48, the
+  cost being the mean over scenarios of the mean over windows (the evaluator's).
+
+Every setting runs the job's policy (``--policy``) three ways: ``stay`` (placed in the first zone,
+never moves: the one-zone baseline), ``own`` (moves on what the job saw itself) and ``probe`` (sees
+every zone's availability, as the ADRS simulator lets a strategy do and as a stack with a pool in
+each zone does). ``--move-hours`` are the move costs: 0 is the ADRS protocol's "a move is a
+restart" (the launch's changeover only); minutes to an hour are a disk's snapshot and restore.
+
+Where our rules are stricter than the ADRS simulator's: a running spot VM never changes zone
+for free (there, switching region while on spot costs nothing), and the last partial tick is billed
+for the time used, not the whole tick (at most $0.17 per run).
+
+Run: uv run python bench/multizone.py --set dev [--starts 256] [--policy uniform-progress-nh]
+     uv run python bench/multizone.py --set adrs --move-hours 0,0.25,0.5,1
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cli.policy.multizone import KNOWLEDGE, Move, Zones, aligned, load_zones, simulate_zones  # noqa: E402
+from cli.policy.simulate import Job, Trace, starts_for  # noqa: E402
+
+SHARED = ROOT.parent.parent / "shared" / "traces"
+if not SHARED.exists():  # a worktree under /work/wt/NAME, or the main checkout next to shared/
+    SHARED = ROOT.parent / "shared" / "traces"
+DEV = SHARED / "skypilot-spot-traces" / "availability" / "1-node" / "aws-10-26-2022"
+HELD_OUT = SHARED / "adrs-leaderboard" / "cant_be_late_multi_real_traces.tar.gz"
+
+OD_PRICE, SPOT_PRICE = 3.06, 0.9731  # the ADRS simulator's sky_spot/utils.py COSTS (p3.2xlarge)
+ADRS_JOB = Job(48.0, 52.0, 0.2, OD_PRICE / SPOT_PRICE)
+OD_ANCHOR, SPOT_ANCHOR = OD_PRICE * 48, SPOT_PRICE * 48
+# problems/cant_be_late_multi/evaluator.py FULL_TEST_SCENARIOS: (name, zones, windows 0..n-1)
+SCENARIOS = [
+    ("2_zones_same_region", ["us-east-1a", "us-east-1c"], 8),
+    ("2_regions_east_west", ["us-east-2a", "us-west-2a"], 8),
+    ("3_regions_diverse", ["us-east-1a", "us-east-2b", "us-west-2c"], 6),
+    ("3_zones_same_region", ["us-east-1a", "us-east-1c", "us-east-1d"], 6),
+    ("5_regions_high_diversity", ["us-east-1a", "us-east-1f", "us-west-2a", "us-west-2b", "us-east-2b"], 4),
+    ("all_9_regions", ["us-east-2a", "us-west-2c", "us-east-1d", "us-east-2b", "us-west-2a", "us-east-1f",
+                       "us-east-1a", "us-west-2b", "us-east-1c"], 2),
+]
+
+
+def held_out_windows() -> dict[tuple[str, int], Trace]:
+    """Every (zone, window) of the held-out tarball, read in memory (its macOS ``._`` entries skipped)."""
+    out = {}
+    with tarfile.open(HELD_OUT) as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if not member.isfile() or len(parts) != 3 or parts[-1].startswith("._") or not parts[-1].endswith(".json"):
+                continue
+            doc = json.load(io.TextIOWrapper(tar.extractfile(member)))
+            zone = parts[1].removesuffix("_v100_1")
+            out[zone, int(Path(parts[2]).stem)] = Trace(zone, int(doc["metadata"]["gap_seconds"]),
+                                                         tuple(v == 0 for v in doc["data"]))  # inverted: 1 = unavailable
+    return out
+
+
+def adrs(policy: str, moves: list[float]) -> None:
+    windows = held_out_windows()
+    print(f"ADRS multi-region protocol (held out: Feb-2023 windows), policy {policy}; score (late runs)\n")
+    print(f"{'move h':>6}  " + "  ".join(f"{k:>14}" for k in KNOWLEDGE) + "   per scenario ($, probe)")
+    for move_h in moves:
+        began = time.time()
+        cells, per = [], []
+        for knowledge in KNOWLEDGE:
+            costs, late = [], 0
+            for name, zones, n in SCENARIOS:
+                runs = [simulate_zones(policy, aligned([windows[z, i] for z in zones]), 0, ADRS_JOB, Move(move_h),
+                                       knowledge) for i in range(n)]
+                costs.append(float(np.mean([r.cost for r in runs])) * SPOT_PRICE)
+                late += sum(r.missed for r in runs)
+                if knowledge == "probe":
+                    per.append(f"{name.split('_')[0]}:{costs[-1]:.0f}")
+            cost = float(np.mean(costs))
+            score = max(0.0, min(1.0, (OD_ANCHOR - cost) / (OD_ANCHOR - SPOT_ANCHOR))) * 100
+            cells.append(f"{score:>6.1f} ({late}) ${cost:>4.0f}")
+        print(f"{move_h:>6g}  " + "  ".join(cells) + "   " + " ".join(per) + f"  ({time.time() - began:.0f} s)", flush=True)
+    print("\nscore: clip((OD - cost)/(OD - SPOT)) x 100, OD = $146.88, SPOT = $46.71; cost: mean over the 6 scenarios")
+
+
+def dev(policy: str, moves: list[float], starts: int, gpu: str, seed: int) -> None:
+    zones: Zones = load_zones([DEV / f"us-west-2a_{gpu}.json", DEV / f"us-west-2b_{gpu}.json"])
+    job = Job(48.0, 52.0, 0.2)
+    first = starts_for(zones.traces[0], job, starts, seed)
+    base = (job.job_h + job.changeover_h) * job.price_ratio
+    print(f"development: Oct-2022 us-west-2a/2b {gpu}, {starts} starts, C=48 R=52 d=0.2, policy {policy}, "
+          "history: the week before\n")
+    print(f"{'move h':>6}  " + "  ".join(f"{k:>22}" for k in KNOWLEDGE) + "   (cost / all on-demand, misses, moves)")
+    for move_h in moves:
+        cells = []
+        for knowledge in KNOWLEDGE:
+            runs = [simulate_zones(policy, zones, s, job, Move(move_h), knowledge, history_ticks=7 * 144) for s in first]
+            cost = float(np.mean([r.cost for r in runs])) / base
+            cells.append(f"{cost:>8.3f} {sum(r.missed for r in runs):>3} {np.mean([r.moves for r in runs]):>5.2f} mv")
+        print(f"{move_h:>6g}  " + "  ".join(cells), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--set", choices=("dev", "adrs"), default="dev")
+    parser.add_argument("--policy", default="uniform-progress-nh", help="the job's spot/on-demand policy in each zone")
+    parser.add_argument("--move-hours", default="0,0.25,0.5,1", help="move costs (hours), comma-separated")
+    parser.add_argument("--starts", type=int, default=256)
+    parser.add_argument("--gpu", default="v100_1")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    moves = [float(x) for x in args.move_hours.split(",") if x]
+    if args.set == "adrs":
+        if not HELD_OUT.exists():
+            sys.exit(f"held-out traces not found: {HELD_OUT}")
+        adrs(args.policy, moves)
+    else:
+        if not DEV.exists():
+            sys.exit(f"development traces not found under {DEV}")
+        dev(args.policy, moves, args.starts, args.gpu, args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""``resume``'s words about the zone: where the zone choice (``cli.lifecycle.zonechoice``) would run
+the job next, from every job's events, and why."""
+
+from __future__ import annotations
+
+
+def zone_words(ref, cfg, job_id: str, events: list, events_dir, bucket, where: str, choose) -> str:
+    """The zone line of ``resume``'s preview ("" when the job has no zone to choose)."""
+    from datetime import UTC, datetime
+
+    from cli.commands import read_jobs_events, warn
+    from cli.commands.hints import Unread
+    from cli.lifecycle.capacity import job_price_ratio
+    from cli.lifecycle.zonechoice import decide_zone, preview
+
+    job = cfg.job(job_id)
+    if len({job.zone, *(job.disk_replica_zones or cfg.zones)}) < 2 or not (events_dir is not None or bucket or where):
+        return ""  # one zone, or no events to tell zones apart
+    if [j.id for j in cfg.jobs] == [job_id]:  # (a file spotctl indexed: only this job's lines were read)
+        from cli.lifecycle import stackfile
+
+        cfg = stackfile.load(ref)  # every job's zone history: where their windows were seen
+    try:
+        everyone = read_jobs_events(ref, cfg, cfg.jobs, events_dir, bucket, where)
+    except Unread as exc:
+        warn(f"{exc}: the zone choice sees job {job_id}'s events only")
+        everyone = {}
+    everyone[job_id] = events  # (with what --observe added)
+    return preview(job, decide_zone(cfg, job, everyone, datetime.now(UTC), job_price_ratio(cfg, job),
+                                       in_place=lambda: choose(job, events)))
