@@ -77,9 +77,13 @@ def resume(
 
     forced = capacity
     with pull_first(stack, stack_file, job, events_bucket, no_apply) as session:  # the shared copy's news first
-        ref, cfg, _ = stack_jobs(stack, stack_file, job)
+        ref, cfg, (found,) = stack_jobs(stack, stack_file, job)
         if not (preview_only and no_apply):
             confirmer(yes, preview_only, no_apply)  # (a refusal comes before pulumi is asked anything)
+        from infra.codespec import uncoded_warning
+
+        if uncoded_warning(found):  # (as validate warns: the command would run in the empty job disk)
+            warn(f"{ref.path}: {uncoded_warning(found)}")
         applier = applier_for(ref, no_apply)  # (asked for the eventBucket output only when nothing else knows it)
         bucket, where = events_source(ref, cfg, events_dir, events_bucket, session, applier)
         sourced = events_dir is not None or bool(bucket)

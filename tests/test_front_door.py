@@ -1,0 +1,74 @@
+"""A newcomer's first commands on the shipped example stacks, on real temp files: a job without code
+whose command names a relative file is warned of at launch and resume; the launch preview's total is
+the whole stack's (as `plan` says); the AWS example is priced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli.app import app
+
+UNCODED = "has no code: the command runs in the empty job disk"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_launch_and_resume_warn_of_a_relative_command_without_code(project, runner):
+    job = write(project / "my-job.yaml", "id: my-first-job\nmachineType: g2-standard-8\n"
+                "accelerator: {type: nvidia-l4, count: 1}\ncommand: python examples/reentrant_train.py\n")
+    launched = runner.invoke(app, ["launch", str(job), "--stack", "example-gcp", "--no-apply"])
+    assert launched.exit_code == 0, launched.output
+    assert f"job my-first-job runs 'examples/reentrant_train.py', a relative file, but {UNCODED}" in launched.stderr
+    resumed = runner.invoke(app, ["resume", "my-first-job", "--stack", "example-gcp", "--no-apply"])
+    assert resumed.exit_code == 0, resumed.output
+    assert UNCODED in resumed.stderr
+    assert "state: running" in (project / "stacks" / "Pulumi.example-gcp.yaml").read_text().split("my-first-job")[1]
+
+
+def test_the_readme_job_ships_its_code_and_is_not_warned(project, runner):
+    job = write(project / "my-job.yaml", "id: my-first-job\nmachineType: g2-standard-8\n"
+                "accelerator: {type: nvidia-l4, count: 1}\ncode: ./examples/quickstart\ncommand: python3 train.py --steps 600\n")
+    launched = runner.invoke(app, ["launch", str(job), "--stack", "example-gcp", "--no-apply"])
+    assert launched.exit_code == 0, launched.output
+    assert UNCODED not in launched.stderr
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "code: ./examples/quickstart" in readme and "command: python examples/" not in readme
+
+
+def test_launch_total_is_the_whole_stack_as_plan_says(project, runner):
+    job = ["launch", "--id", "extra", "--machine", "g2-standard-8", "--gpus", "nvidia-l4:1", "--command", "python3 -V",
+           "--stack", "example-gcp", "--no-apply"]
+    launched = runner.invoke(app, [*job, "--json"])
+    assert launched.exit_code == 0, launched.output
+    cost = json.loads(launched.stdout)["cost"]
+    plan = json.loads(runner.invoke(app, ["plan", "--stack", "example-gcp", "--json"]).stdout)["cost"]
+    assert cost["total_per_h"] == plan["total_per_h"] > 100  # llm-pretrain's two a3 VMs are in both
+    assert cost["other_jobs"]["jobs"] == ["llm-pretrain", "vit-finetune"]
+    assert cost["other_jobs"]["per_h"] == round(101.2191 + 3.6734, 4)  # spot a3 x2, on-demand a2 (test_estimate)
+    (project / "stacks" / "Pulumi.example-gcp.yaml").write_text(
+        (project / "stacks" / "Pulumi.example-gcp.yaml").read_text().split("    - id: extra")[0])
+    text = runner.invoke(app, job, env={"COLUMNS": "80"}).stdout
+    assert "other jobs (llm-pretrain, vit-finetune): $104.89/h" in text
+    assert f"total now: ${plan['total_per_h']:,.2f}/h (the whole stack)" in text
+
+
+def test_the_aws_example_is_priced_and_an_unpriced_part_still_totals_the_known(project, runner):
+    plan = runner.invoke(app, ["plan", "--stack", "example-aws", "--json"])
+    cost = json.loads(plan.stdout)["cost"]
+    assert cost["unpriced"] == [] and cost["total_per_h"] is not None
+    llm = next(r for r in cost["jobs"] if r["part"] == "job llm-pretrain")
+    # prices.json aws/us-east-1/p5.48xlarge: skypilot-catalog vms.csv @27f67dd4, on-demand 98.32, spot the mean of
+    # the six zones' 30.6846, 28.2404, 23.1583, 28.9688, 25.9977, 25.5192 = 27.09483; two nodes
+    assert (llm["spot"], llm["on_demand"]) == (54.1897, 196.64) and "27f67dd4" in llm["source"]
+    path = project / "stacks" / "Pulumi.example-aws.yaml"
+    text = path.read_text().replace("instanceType: p4d.24xlarge", "instanceType: p4de.24xlarge")
+    path.write_text(text.replace("      state: preempted\n", "      state: running\n"))  # diffusion now runs, unpriced
+    plain = runner.invoke(app, ["plan", "--stack", "example-aws"], env={"COLUMNS": "80"}).stdout.replace("\n    ", " ")
+    known = json.loads(runner.invoke(app, ["plan", "--stack", "example-aws", "--json"]).stdout)["cost"]
+    assert known["total_per_h"] is None and known["total_known_per_h"] == cost["total_per_h"]  # the rest still counted
+    assert (f"total now: at least ${cost['total_per_h']:,.2f}/h (unpriced: p4de.24xlarge; add them to "
+            "spotctl:prices)") in plain
