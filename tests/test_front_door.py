@@ -72,3 +72,41 @@ def test_the_aws_example_is_priced_and_an_unpriced_part_still_totals_the_known(p
     assert known["total_per_h"] is None and known["total_known_per_h"] == cost["total_per_h"]  # the rest still counted
     assert (f"total now: at least ${cost['total_per_h']:,.2f}/h (unpriced: p4de.24xlarge; add them to "
             "spotctl:prices)") in plain
+
+
+LAUNCH = ["launch", "--id", "c1", "--machine", "g2-standard-8", "--command", "python3 train.py", "--stack", "example-gcp",
+          "--no-apply"]
+
+
+def sparse(path: Path, mib: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.truncate(mib * 1024 * 1024)  # (no disk used: the limit counts file sizes)
+
+
+def test_launch_code_flag_is_checked_and_written_relative_to_the_project_root(project, runner, tmp_path, monkeypatch):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    missing = runner.invoke(app, [*LAUNCH, "--code", "nowhere"])
+    assert missing.exit_code == 1 and f"error: --code: nowhere: {project / 'nowhere'} does not exist" in missing.output
+    sparse(project / "big" / "blob.bin", 600)
+    big = runner.invoke(app, [*LAUNCH, "--code", "big"])
+    assert big.exit_code == 1 and "job c1: code (./big): 600.0 MiB of files, more than the 512.0 MiB" in big.output
+    outside = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    outside.mkdir()
+    away = runner.invoke(app, [*LAUNCH, "--code", str(outside)])
+    assert away.exit_code == 1 and f"is outside the project root {project}" in away.output
+    assert path.read_text() == before  # nothing written by any of them
+    monkeypatch.chdir(project / "examples")  # a directory as the shell means it, written as the project root reads it
+    ok = runner.invoke(app, [*LAUNCH, "--code", "quickstart"])
+    assert ok.exit_code == 0, ok.output
+    assert path.read_text() == before + ("    - id: c1\n      machineType: g2-standard-8\n      zone: us-central1-a\n"
+                                         "      code: ./examples/quickstart\n      command: python3 train.py\n")
+
+
+def test_oversized_code_names_no_event_bucket(project, runner):
+    sparse(project / "examples" / "quickstart" / "data.bin", 600)
+    result = runner.invoke(app, ["resume", "vit-finetune", "--stack", "example-gcp", "--no-apply", "--force"])
+    assert result.exit_code == 1
+    assert "more than the 512.0 MiB a code archive may hold" in result.output
+    assert "events-bucket" not in result.output and "spotctl sync" not in result.output

@@ -74,12 +74,22 @@ def launch(
             ref = stackfile.resolve(stack, stack_file)
             current = stackfile.load(ref)
             given = launching.read_job_file(job_file) if job_file is not None else {}
+            if code is not None:
+                flags["code"] = launching.code_flag(code, stackfile.project_root(ref.path.parent), Path.cwd())
             entry = launching.entry(current.cloud, list(current.zones), given, flags)
             source = str(job_file) if job_file is not None else f"launch of job {entry.get('id')}"
             cfg = launching.check_new(ref, entry, source)
         except (ConfigError, LifecycleError) as exc:
             raise fail(str(exc)) from None
         job = cfg.job(entry["id"])
+        if no_apply and job.code is not None and job.code.dir is not None:  # (applying packs it below, as resume does)
+            from cli.code import CodeError
+            from cli.code.prepare import code_dir, pack_directory
+
+            try:
+                pack_directory(code_dir(job, stackfile.project_root(ref.path.parent)), f"job {job.id}: code ({job.code.dir})")
+            except CodeError as exc:
+                raise fail(str(exc)) from None
         if not no_apply:  # packed and uploaded now, its digest in the entry; --no-apply leaves that to `resume`
             from cli.commands import jobcode
 

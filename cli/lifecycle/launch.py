@@ -49,6 +49,27 @@ def parse_gpus(text: str) -> dict[str, Any]:
     return {"type": kind, "count": int(count or 1)}
 
 
+def code_flag(text: str, root: Path, cwd: Path) -> str:
+    """``--code DIR`` as the entry's ``code``: a directory as the shell means it (relative to ``cwd``),
+    written relative to the project root ``root`` (as ``code:`` is read, on every machine that launches
+    or resumes the job). Raises ConfigError for no such directory or one outside the project root."""
+    import re
+
+    if re.match(r"[a-z+]+://|git@", text):
+        return text  # (the entry's own check says how a repository is written)
+    full = (cwd / Path(text).expanduser()).resolve()
+    if not full.is_dir():
+        raise ConfigError("--code", [f"{text}: {full} {'is not a directory' if full.exists() else 'does not exist'}"])
+    try:
+        inside = full.relative_to(root)
+    except ValueError:
+        raise ConfigError("--code", [f"{text}: {full} is outside the project root {root} (the directory holding "
+                                     "Pulumi.yaml): the stack file names code relative to it, for every machine that "
+                                     "launches or resumes the job. Move the code under it, or give a job file with "
+                                     "code: {git: URL, ref: REF}"]) from None
+    return "./" + inside.as_posix() if inside.parts else "./"
+
+
 def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping[str, Any]) -> dict[str, Any]:
     """The job's entry: the job file's keys (``given``), overridden by the flags that were given; the
     machine flag becomes ``machineType`` (GCP) or ``instanceType`` (AWS); the zone defaults to the
@@ -103,8 +124,16 @@ def block(path: Path, new: Mapping[str, Any]) -> str:
     if dash is None:
         return ""
     indent = " " * (len(dash) - len(dash.lstrip()))
-    text = yaml.safe_dump([dict(new)], sort_keys=False, default_flow_style=None, width=10**6, allow_unicode=True)
-    return "".join(f"{indent}{line}\n" for line in text.splitlines())
+    # One key a line, as the file's jobs are written (a small mapping such as the accelerator stays
+    # `{type: ..., count: 1}`): PyYAML would write an entry of plain values as one `{...}` line.
+    def one(key: str, value: Any) -> list[str]:
+        if not isinstance(value, (dict, list)):
+            return yaml.safe_dump({key: value}, default_flow_style=False, width=10**6, allow_unicode=True).splitlines()
+        return yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=None, width=10**6,
+                              allow_unicode=True).splitlines()
+
+    lines = [line for k, v in new.items() for line in one(k, v)]
+    return "".join(f"{indent}{'- ' if n == 0 else '  '}{line}\n" for n, line in enumerate(lines))
 
 
 def add(ref: stackfile.StackRef, new: Mapping[str, Any]) -> None:
