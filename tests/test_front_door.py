@@ -110,3 +110,59 @@ def test_oversized_code_names_no_event_bucket(project, runner):
     assert result.exit_code == 1
     assert "more than the 512.0 MiB a code archive may hold" in result.output
     assert "events-bucket" not in result.output and "spotctl sync" not in result.output
+
+
+def test_a_machine_type_of_the_other_cloud_is_refused(project, runner):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["launch", "--id", "x", "--machine", "g5.2xlarge", "--command", "python3 -V",
+                                 "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 1
+    assert ("--machine: unknown machine type 'g5.2xlarge': an EC2 instance type (AWS); a GCP stack names a Compute "
+            "Engine machine type, e.g. 'g2-standard-8'") in result.output
+    assert path.read_text() == before
+    path.write_text(before.replace("machineType: g2-standard-8", "machineType: g5.2xlarge", 1))
+    assert runner.invoke(app, ["validate", "--stack", "example-gcp"]).exit_code == 1
+
+
+def gpus_of(runner, project, *flags: str, stack: str = "example-gcp") -> dict:
+    result = runner.invoke(app, ["launch", "--id", "g", "--command", "python3 -V", *flags, "--stack", stack, "--no-apply",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    path = project / "stacks" / f"Pulumi.{stack}.yaml"
+    path.write_text(path.read_text().split("    - id: g\n")[0])
+    return json.loads(result.stdout)["entry"]["accelerator"]
+
+
+def test_gpus_flag_takes_a_count_or_a_short_name(project, runner):
+    assert gpus_of(runner, project, "--machine", "g2-standard-8", "--gpus", "1") == {"type": "nvidia-l4", "count": 1}
+    assert gpus_of(runner, project, "--machine", "g2-standard-8", "--gpus", "l4:1") == {"type": "nvidia-l4", "count": 1}
+    assert gpus_of(runner, project, "--machine", "a2-highgpu-1g", "--gpus", "a100") == {"type": "nvidia-tesla-a100", "count": 1}
+    assert gpus_of(runner, project, "--machine", "g5.2xlarge", "--gpus", "1", stack="example-aws") == \
+        {"type": "nvidia-a10g", "count": 1}
+
+
+def test_flag_users_read_flags_in_errors(project, runner):
+    def error(*flags: str) -> str:
+        result = runner.invoke(app, ["launch", "--id", "d1", *flags, "--stack", "example-gcp", "--no-apply"])
+        assert result.exit_code == 1
+        return result.output
+
+    assert error() == "error: launch of job d1: --command: required\n"
+    assert error("--command", "x") == "error: launch of job d1: --machine: required (the GCP machine type)\n"
+    assert error("--command", "x", "--machine", "g2-standard-8", "--gpus", "2").startswith(
+        "error: launch of job d1: --gpus: g2-standard-8 comes with 1 x nvidia-l4, not 2:")
+    wrong = error("--command", "x", "--machine", "g2-standard-8", "--gpus", "a100")
+    assert wrong.endswith("leave --gpus out or give --gpus nvidia-l4:1\n") and "job d1: job d1" not in wrong
+    job = write(project / "j.yaml", "id: d1\nmachineType: g2-standard-8\ncommand: x\nzone: nowhere\n")
+    assert "j.yaml: zone: expected a zone name" in runner.invoke(app, ["launch", str(job), "--stack", "example-gcp",
+                                                                        "--no-apply"]).output  # (its keys, not flags)
+
+
+def test_one_vm_is_not_vms(project, runner):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    text = path.read_text().replace("state: running", "state: preempted")
+    path.write_text(text.replace("onDemand: 1", "onDemand: 0"))
+    cost = json.loads(runner.invoke(app, ["launch", "--id", "one", "--machine", "g2-standard-8", "--command", "python3 -V",
+                                          "--stack", "example-gcp", "--no-apply", "--json"]).stdout)["cost"]
+    assert next(r for r in cost["always_on"] if r["part"] == "Cloud NAT")["detail"] == "1 VM"

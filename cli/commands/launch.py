@@ -78,7 +78,10 @@ def launch(
                 flags["code"] = launching.code_flag(code, stackfile.project_root(ref.path.parent), Path.cwd())
             entry = launching.entry(current.cloud, list(current.zones), given, flags)
             source = str(job_file) if job_file is not None else f"launch of job {entry.get('id')}"
-            cfg = launching.check_new(ref, entry, source)
+            # (the keys a flag gave, and every key a flag could give when there is no job file)
+            named = {{"machine": "machineType", "gpus": "accelerator"}.get(f, f) for f, v in flags.items() if v is not None}
+            flagged = {k for k in launching.FLAG_OF if job_file is None or k in named or (k == "instanceType" and "machineType" in named)}
+            cfg = launching.check_new(ref, entry, source, flagged)
         except (ConfigError, LifecycleError) as exc:
             raise fail(str(exc)) from None
         job = cfg.job(entry["id"])

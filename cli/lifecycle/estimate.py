@@ -112,7 +112,7 @@ def always_on(cfg: StackConfig) -> list[Rate]:
         nat = table["cloudNat"]
         vms = sum(j.nodes for j in cfg.jobs if j.active) + sum(p.on_demand for p in cfg.pools)
         per_h = round(min(nat["perVmHour"] * vms, nat["maxPerHour"]), 4)
-        out.append(Rate("Cloud NAT", f"{vms} VMs", None, per_h, "on-demand", _source(nat, cfg.region)))
+        out.append(Rate("Cloud NAT", f"{vms} VM{'' if vms == 1 else 's'}", None, per_h, "on-demand", _source(nat, cfg.region)))
     if cfg.watcher is not None:
         machine = cfg.watcher.machine(cfg.cloud)
         price = offline_price(cfg, machine)

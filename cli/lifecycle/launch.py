@@ -8,6 +8,7 @@ applied by ``pipeline.change_job`` as every job change is: preview, question, ta
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,21 @@ def read_job_file(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in doc.items()}
 
 
-def parse_gpus(text: str) -> dict[str, Any]:
-    """``--gpus TYPE:COUNT`` (or ``TYPE`` for one) as the entry's ``accelerator``."""
+def parse_gpus(text: str, cloud: str = "gcp", machine: str | None = None) -> dict[str, Any]:
+    """``--gpus TYPE:COUNT``, ``TYPE`` (one) or ``COUNT`` (of the machine's own GPU, from the catalog) as
+    the entry's ``accelerator``; a short TYPE as the catalog does (``l4:1`` -> nvidia-l4)."""
+    from infra import catalog
+
     kind, _, count = text.partition(":")
-    if not kind or (count and not count.isdigit()) or count == "0":
-        raise ConfigError("--gpus", [f"expected TYPE:COUNT (e.g. nvidia-l4:1), got {text!r}"])
-    return {"type": kind, "count": int(count or 1)}
+    if kind.isdigit() and not count:
+        own = catalog.machine_gpu(cloud, machine) if machine else None
+        if own is None:
+            raise ConfigError("--gpus", [f"{text!r}: a count alone needs a --machine whose GPU the catalog knows; "
+                                         "give --gpus TYPE:COUNT (e.g. nvidia-l4:1)"])
+        kind, count = own[0], kind
+    if not kind or (count and not count.isdigit()) or count == "0" or kind == "0":
+        raise ConfigError("--gpus", [f"expected TYPE:COUNT (e.g. nvidia-l4:1), COUNT or TYPE, got {text!r}"])
+    return {"type": catalog.gpu_type(cloud, machine, kind), "count": int(count or 1)}
 
 
 def code_flag(text: str, root: Path, cwd: Path) -> str:
@@ -81,7 +91,8 @@ def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping
         if key == "machine":
             out["machineType" if cloud == "gcp" else "instanceType"] = value
         elif key == "gpus":
-            out["accelerator"] = parse_gpus(value)
+            machine = flags.get("machine") or given.get("machineType") or given.get("instanceType")
+            out["accelerator"] = parse_gpus(value, cloud, machine if isinstance(machine, str) else None)
         else:
             out[key] = int(value) if isinstance(value, float) and value.is_integer() else value  # (12, not 12.0)
     if "zone" not in out and zones:
@@ -89,7 +100,25 @@ def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping
     return {k: out[k] for k in sorted(out, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), 0))}
 
 
-def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str):
+# The flags of the entry's keys: a flag user reads errors in the words they typed.
+FLAG_OF = {"id": "--id", "machineType": "--machine", "instanceType": "--machine", "accelerator": "--gpus", "nodes": "--nodes",
+           "zone": "--zone", "command": "--command", "code": "--code", "deadlineHours": "--deadline-hours", "jobHours": "--job-hours"}
+
+
+def in_flags(problem: str, keys: set[str]) -> str:
+    """``problem`` (``KEY: message``) in flag words when ``KEY`` came from a flag (or is missing with no job file)."""
+    key, sep, message = problem.partition(": ")
+    top = key.split(".")[0].split("[")[0]
+    if not sep or top not in keys or top not in FLAG_OF:
+        return problem
+    message = message.replace("required key is missing", "required").replace("required on GCP", "required (the GCP "
+                              "machine type)").replace("required on AWS", "required (the EC2 instance type)")
+    message = re.sub(r"set (?:accelerator )?\{type: ([\w.-]+), count: (\d+)\}", r"give --gpus \1:\2", message)
+    message = message.replace("leave accelerator out", "leave --gpus out").replace("set accelerator count ", "give --gpus ")
+    return f"{FLAG_OF[top]}: {message}"
+
+
+def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str, flagged: set[str] = frozenset()):
     """The stack's config with the new job (validated whole, as the stack file will be). Raises
     LifecycleError for an id the stack has (naming its state), ConfigError naming the job's keys."""
     raw = stackfile.read_config(ref.path)
@@ -107,7 +136,10 @@ def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str):
         cfg = stackfile.validate(stackfile.namespaced(raw, str(ref.path)), str(ref.path))
     except ConfigError as exc:  # the new entry's keys by the job's name, not by an index the user never wrote
         at = f"{stackfile.key('jobs')}[{len(jobs)}]"
-        raise ConfigError(source, [p.replace(f"{at}.", "").replace(at, f"job {job_id}") for p in exc.problems]) from None
+        problems = [p.replace(f"{at}.", "").replace(at, f"job {job_id}") for p in exc.problems]
+        problems = [in_flags(p.removeprefix(f"job {job_id}: ") if source.endswith(f"job {job_id}") else p, set(flagged))
+                    for p in problems]
+        raise ConfigError(source, problems) from None
     return cfg
 
 
