@@ -166,3 +166,39 @@ def test_one_vm_is_not_vms(project, runner):
     cost = json.loads(runner.invoke(app, ["launch", "--id", "one", "--machine", "g2-standard-8", "--command", "python3 -V",
                                           "--stack", "example-gcp", "--no-apply", "--json"]).stdout)["cost"]
     assert next(r for r in cost["always_on"] if r["part"] == "Cloud NAT")["detail"] == "1 VM"
+
+
+def widest(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+def test_plan_simulate_cleanup_and_status_fit_80_columns(project, runner, tmp_path):
+    narrow = {"COLUMNS": "80"}
+    plan = runner.invoke(app, ["plan", "--stack", "example-gcp"], env=narrow)
+    assert plan.exit_code == 0 and widest(plan.stdout) <= 80 and "\nType " in plan.stdout
+    for name in ("us-west-2a_v100_1", "us-west-2b_v100_1"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ([1] * 18 + [0] * 6) * 20}))
+    sim = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "us-west-2a_v100_1.json"), "--trace",
+                              str(tmp_path / "us-west-2b_v100_1.json"), "--job-hours", "4", "--deadline-hours", "8",
+                              "--starts", "2"], env=narrow)
+    assert sim.exit_code == 0, sim.output
+    assert widest(sim.stdout) <= 80 and "\nus-west-2b_v100_1:\ndefault " in sim.stdout and "\n(all):\n" in sim.stdout
+    cleanup = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--no-apply"], env=narrow)
+    assert cleanup.exit_code == 0 and widest(cleanup.stdout) <= 80
+    assert "  - delete gcp:compute:Disk job-bert-eval-n0-disk\n" in cleanup.stdout
+    status = runner.invoke(app, ["status", "--stack", "example-gcp"], env=narrow)
+    assert status.exit_code == 0 and widest(status.stdout) <= 80 and widest(status.stderr) <= 80
+    assert "warning: no events source:" in status.stderr
+    scripted = runner.invoke(app, ["status", "--stack", "example-gcp", "--json"], env=narrow)
+    assert len(scripted.stderr.splitlines()) == 1  # (one line for a script)
+
+
+def test_cleanup_without_pulumi_hints_what_edits_the_file(project, runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPOTCTL_PULUMI_ROOT", str(tmp_path / "no-pulumi"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--yes"])
+    assert result.exit_code == 1 and "re-run with --no-apply --yes to only drop the job from the stack file" in result.output
+    edited = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--no-apply", "--yes"])
+    assert edited.exit_code == 0, edited.output
+    assert "id: bert-eval" not in path.read_text()

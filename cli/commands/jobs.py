@@ -32,6 +32,7 @@ from cli.commands import (
     warn,
 )
 from cli.commands.hints import Unread, events_source
+from cli.commands.textfit import say_warning, urn_line, wrapped
 from cli.lifecycle import glossary
 from infra.basics import Capacity, ConfigError, counted
 
@@ -195,7 +196,7 @@ def status(
         session = shared_copy(ref, cfg, events_bucket)
         behind = session.behind() if session else None  # (first: it tells whether the bucket answers at all)
         for line in (behind or "").splitlines():
-            warn(line)
+            say_warning(line, json_out)
     bucket, where = events_source(ref, cfg, events_dir, events_bucket, session)
     sourced, unread = events_dir is not None or bool(bucket), ""
     if where and session is not None and session.offline:  # (not waiting on a bucket that did not answer)
@@ -212,7 +213,8 @@ def status(
 
         # (after the rows: a command that fails, e.g. on the cloud, says only why) what the file says
         # stands; what only events say is unknown, not 0
-        warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {unread}{NO_EVENTS}")
+        say_warning(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {unread}{NO_EVENTS}",
+                    json_out)
     from cli.watch.journal import watcher_view
 
     seen_by_watcher = watcher_view(ref.path, selected)
@@ -232,7 +234,7 @@ def status(
 
         line = watcher_line(ref.path, datetime.now(UTC), session if session and not session.offline else None)
         if line:
-            typer.echo(line)
+            typer.echo(wrapped(line))
 
 
 def synced(path) -> bool:
@@ -416,18 +418,22 @@ def cleanup(
             with progress(f"job {job}: planning what its cleanup deletes"):
                 result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
             if ask is not None:
-                typer.echo(f"job {job}: a targeted update would delete {counted(len(result.disks), 'disk')} (protection lifted first) "
-                           f"and {counted(len(result.urns) - len(result.disks), 'other resource')}, and drop the job from {ref.path}:")
+                typer.echo(wrapped(f"job {job}: a targeted update would delete {counted(len(result.disks), 'disk')} (protection "
+                                    f"lifted first) and {counted(len(result.urns) - len(result.disks), 'other resource')}, and "
+                                    f"drop the job from {ref.path}:"))
                 for urn in result.urns:
                     left = " (in Pulumi's state: the job's completion was never applied)" if urn in result.leftovers else ""
-                    typer.echo(f"  - delete {urn}{left}")
+                    typer.echo(urn_line(urn, left))
                 if not ask(f"Delete job {job}'s disks and resources?"):
                     typer.echo(_declined("nothing changed", preview_only))
                     return
             with progress(f"job {job}: deleting its disks and resources") as spinner:
                 result = cleanups.cleanup_job(ref, job, force=force, yes=True, applier=applier_for(ref, no_apply, spinner.step),
                                               inventory=inventory, out=spinner.echo)
-        except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
+        except ApplyError as exc:  # (cleanup edits the stack file with --no-apply only when --yes says so too)
+            raise fail(str(exc).replace("pass --no-apply to only edit the stack file", "re-run with --no-apply --yes to only "
+                                        "drop the job from the stack file (its disks stay, protected)")) from None
+        except (ConfigError, LifecycleError, CloudError) as exc:
             raise fail(str(exc)) from None
         except pipeline.Interrupted as exc:
             raise interrupted(exc) from None
@@ -477,3 +483,4 @@ def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: st
 
 def _declined(what: str, preview_only: bool) -> str:
     return f"{what} (not confirmed)" if interactive() and not preview_only else f"dry run: {what} (re-run with --yes)"
+
