@@ -202,3 +202,16 @@ def test_cleanup_without_pulumi_hints_what_edits_the_file(project, runner, tmp_p
     edited = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp", "--no-apply", "--yes"])
     assert edited.exit_code == 0, edited.output
     assert "id: bert-eval" not in path.read_text()
+
+
+def test_stack_takes_a_stack_files_path_and_outside_the_project_names_minus_c(project, runner, tmp_path, monkeypatch):
+    result = runner.invoke(app, ["validate", "--stack", "stacks/Pulumi.example-gcp.yaml"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("stacks/Pulumi.example-gcp.yaml: ok (gcp")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"  # (the project fixture is tmp_path itself)
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    lost = runner.invoke(app, ["status", "--stack", "example-gcp"])
+    assert lost.exit_code == 1 and "no Pulumi.yaml is at or above it" in lost.output and "`spotctl -C DIR`" in lost.output
+    found = runner.invoke(app, ["-C", str(project), "validate", "--stack", "example-gcp"])
+    assert found.exit_code == 0, found.output
