@@ -215,3 +215,14 @@ def test_stack_takes_a_stack_files_path_and_outside_the_project_names_minus_c(pr
     assert lost.exit_code == 1 and "no Pulumi.yaml is at or above it" in lost.output and "`spotctl -C DIR`" in lost.output
     found = runner.invoke(app, ["-C", str(project), "validate", "--stack", "example-gcp"])
     assert found.exit_code == 0, found.output
+
+
+def test_cost_of_jobs_that_ran_without_events_is_unknown_not_zero(project, runner):
+    (project / "events").mkdir()
+    result = runner.invoke(app, ["cost", "--stack", "example-gcp", "--events-dir", "events"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if "llm-pretrain" in line)
+    assert "$0.00" not in row and row.count("?") >= 5
+    assert "?: no event of llm-pretrain, vit-finetune, bert-eval was read" in " ".join(result.stdout.split())
+    doc = json.loads(runner.invoke(app, ["cost", "--stack", "example-gcp", "--events-dir", "events", "--json"]).stdout)
+    assert all(j["no_events"] for j in doc["jobs"])
