@@ -69,7 +69,7 @@ def test_expected_cost_is_what_simulate_says_on_the_same_trace(project, runner, 
     result = runner.invoke(app, ["launch", str(job_file), "--stack", "example-gcp", "--no-apply", "--json"])
     assert result.exit_code == 0, result.output
     (exp,) = json.loads(result.stdout)["cost"]["expected"]
-    assert exp["basis"].startswith("the shipped trace us-west-2a_v100_1.json")
+    assert exp["basis"].startswith(f"the development trace us-west-2a_v100_1.json found at {trace}")
     # g2-standard-8: spot 0.479872 -> 0.4799, onDemand 0.853624 -> 0.8536 (rounded to 1/100 cent per hour)
     assert exp["spot_per_h"] == 0.4799 and exp["price_ratio"] == 0.8536 / 0.4799
     sim = runner.invoke(app, ["simulate", "--trace", str(trace), "--policy", "uniform-progress", "--job-hours", "6",

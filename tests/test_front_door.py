@@ -226,3 +226,11 @@ def test_cost_of_jobs_that_ran_without_events_is_unknown_not_zero(project, runne
     assert "?: no event of llm-pretrain, vit-finetune, bert-eval was read" in " ".join(result.stdout.split())
     doc = json.loads(runner.invoke(app, ["cost", "--stack", "example-gcp", "--events-dir", "events", "--json"]).stdout)
     assert all(j["no_events"] for j in doc["jobs"])
+
+
+def test_the_tours_plan_sample_is_what_plan_prints(project, runner):
+    tour = (Path(__file__).resolve().parent.parent / "docs" / "getting-started" / "tour.md").read_text()
+    sample = tour.split("It prints the resource tree that `pulumi preview` would show:")[1].split("```")[1]
+    printed = runner.invoke(app, ["plan", "--stack", "example-gcp"], env={"COLUMNS": "100"}).stdout
+    for line in sample.strip("\n").splitlines():
+        assert line.rstrip() in printed, line

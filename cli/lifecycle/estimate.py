@@ -6,7 +6,8 @@ Prices are offline only: ``spotctl:prices``, else the shipped table (``cli/cost/
 named), else "unpriced"; the network parts from ``cli/cost/always_on.json`` (its sources there).
 The expected cost replays the job's policy with the ``simulate`` machinery (``cli.policy.simulate``) on
 a trace: one sampled from the zone's fitted history (``spotctl policy fit``) when there is one, else
-the shipped traces (``SPOTCTL_TRACES`` / ``../shared/traces``), else one sampled from the shipped regimes.
+the development trace where it is found (``SPOTCTL_TRACES`` or ``../shared/traces``: third-party data, not shipped
+with spotctl), else one sampled from the shipped regimes.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def _trace(job: Job, pool: dict[str, Any], deadline_h: float, find_trace: Callab
     if path is not None:
         trace = sim.load_trace(path)
         if trace.hours > deadline_h + trace.gap_s / 3600:
-            return trace, f"the shipped trace {DEFAULT_TRACE.name} (no history recorded in {job.zone})"
+            return trace, f"the development trace {DEFAULT_TRACE.name} found at {path} (no history recorded in {job.zone})"
     return sample_trace(pooled_regime(), deadline_h), "a trace sampled from the shipped regimes (no history, no trace found)"
 
 
