@@ -234,3 +234,21 @@ def test_the_tours_plan_sample_is_what_plan_prints(project, runner):
     printed = runner.invoke(app, ["plan", "--stack", "example-gcp"], env={"COLUMNS": "100"}).stdout
     for line in sample.strip("\n").splitlines():
         assert line.rstrip() in printed, line
+
+
+def test_a_launch_no_apply_is_undone_offline_and_the_exists_hint_says_how(project, runner):
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    new = ["launch", "--id", "u1", "--machine", "g2-standard-8", "--command", "python3 -V", "--stack", "example-gcp", "--no-apply"]
+    assert runner.invoke(app, new).exit_code == 0
+    again = runner.invoke(app, new)
+    assert again.exit_code == 1 and "`spotctl cleanup u1 --no-apply --yes` (never applied: only its entry goes)" in again.output
+    undone = runner.invoke(app, ["cleanup", "u1", "--stack", "example-gcp", "--no-apply", "--yes"])
+    assert undone.exit_code == 0, undone.output
+    assert undone.stdout == "job u1: never applied: removed from stacks/Pulumi.example-gcp.yaml\n"
+    assert path.read_text() == before  # byte for byte, comments kept
+    running = runner.invoke(app, ["cleanup", "vit-finetune", "--stack", "example-gcp", "--no-apply", "--yes"])
+    assert running.exit_code == 1 and "its disks are kept because its job is running" in running.output
+    assert "already exists" in runner.invoke(app, ["launch", "--id", "vit-finetune", "--machine", "a2-highgpu-1g", "--command",
+                                                   "x", "--stack", "example-gcp", "--no-apply"]).output
+    assert path.read_text() == before

@@ -356,7 +356,8 @@ def events(
     "state and recorded a `completed` event (--events-dir/--events-bucket). --snapshots lists the snapshots "
     "`spotctl move` left; one is deleted once it is older than spotctl:eventRetentionDays, carries this stack's "
     "ownership labels and its job is not moving. Lists what would go, then asks; "
-    "--yes deletes without asking; --preview-only (or no terminal) only lists.\n\n"
+    "--yes deletes without asking; --preview-only (or no terminal) only lists. A job `launch --no-apply` wrote and "
+    "nothing applied goes with --no-apply --yes: only its entry is removed.\n\n"
     "Example: spotctl cleanup --orphans --stack example-gcp --events-dir ./events",
 )
 def cleanup(
@@ -414,6 +415,12 @@ def cleanup(
                 _list_then_delete(orphan_run, lambda disk: f"{disk.id} ({disk.zone})", ask, preview_only,
                                   f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
                                   f"orphaned disks of stack {ref.name}")
+                return
+            if no_apply and yes and _never_applied(ref, job):  # (undoes `launch --no-apply`: nothing was created)
+                from cli.lifecycle import launch as launching
+
+                launching.forget(ref, job)
+                typer.echo(f"job {job}: never applied: removed from {ref.path}")
                 return
             with progress(f"job {job}: planning what its cleanup deletes"):
                 result = cleanups.cleanup_job(ref, job, force=force, yes=False, applier=applier_for(ref, no_apply))
@@ -484,3 +491,11 @@ def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: st
 def _declined(what: str, preview_only: bool) -> str:
     return f"{what} (not confirmed)" if interactive() and not preview_only else f"dry run: {what} (re-run with --yes)"
 
+
+def _never_applied(ref, job_id: str) -> bool:
+    from cli.lifecycle import launch as launching
+    from cli.lifecycle import stackfile
+
+    entry = next((e for e in stackfile.read_config(ref.path).get(stackfile.key("jobs")) or []
+                  if isinstance(e, dict) and e.get("id") == job_id), None)
+    return entry is not None and launching.never_applied(entry)

@@ -129,8 +129,10 @@ def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str, flag
     for old in jobs:
         if isinstance(old, dict) and old.get("id") == job_id:
             state = old.get("state", "pending")
+            undo = f", or `spotctl cleanup {job_id} --no-apply --yes` (never applied: only its entry goes)" \
+                if never_applied(old) else ""
             raise LifecycleError(f"job {job_id} already exists in {ref.path} (state {state}, attempt {old.get('attempt', 1)}): "
-                                 f"pick another id, or `spotctl resume {job_id}` / `spotctl status {job_id}`")
+                                 f"pick another id, or `spotctl resume {job_id}` / `spotctl status {job_id}`{undo}")
     raw[stackfile.key("jobs")] = [*jobs, dict(new)]
     try:
         cfg = stackfile.validate(stackfile.namespaced(raw, str(ref.path)), str(ref.path))
@@ -181,6 +183,27 @@ def add(ref: stackfile.StackRef, new: Mapping[str, Any]) -> None:
 def remove(ref: stackfile.StackRef, job_id: str) -> None:
     """Take the new job out again (its first update was declined or could not start)."""
     with contextlib.suppress(KeyError):
+        stackfile.take_job(ref.path, job_id)
+
+
+def never_applied(entry: Mapping[str, Any]) -> bool:
+    """A job entry no spotctl command ever applied: pending, no attempt recorded, no update under way
+    (what ``launch --no-apply`` writes)."""
+    return entry.get("state", "pending") == "pending" and "attempt" not in entry and "applying" not in entry
+
+
+def forget(ref: stackfile.StackRef, job_id: str) -> None:
+    """Take a never-applied job out of the stack file (decided and cut under one hold of the lock);
+    any other job is refused: it may have disks, and ``cleanup`` decides on those."""
+    with stackfile.locked(ref.path):
+        raw = stackfile.read_config(ref.path)
+        entry = next((e for e in raw.get(stackfile.key("jobs")) or [] if isinstance(e, dict) and e.get("id") == job_id), None)
+        if entry is None:
+            raise LifecycleError(f"job {job_id} is not in {ref.path}")
+        if not never_applied(entry):
+            raise LifecycleError(f"job {job_id} was applied (state {entry.get('state', 'pending')}, attempt "
+                                 f"{entry.get('attempt', 1)}): its entry goes with its disks, by `spotctl cleanup {job_id}` "
+                                 "once it completed")
         stackfile.take_job(ref.path, job_id)
 
 
