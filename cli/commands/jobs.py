@@ -416,9 +416,9 @@ def cleanup(
                                   f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
                                   f"orphaned disks of stack {ref.name}")
                 return
-            if no_apply and yes and _never_applied(ref, job):  # (undoes `launch --no-apply`: nothing was created)
-                from cli.lifecycle import launch as launching
+            from cli.lifecycle import launch as launching
 
+            if no_apply and yes and launching.listed_never_applied(ref, job):  # (undoes `launch --no-apply`)
                 launching.forget(ref, job)
                 typer.echo(f"job {job}: never applied: removed from {ref.path}")
                 return
@@ -491,11 +491,3 @@ def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: st
 def _declined(what: str, preview_only: bool) -> str:
     return f"{what} (not confirmed)" if interactive() and not preview_only else f"dry run: {what} (re-run with --yes)"
 
-
-def _never_applied(ref, job_id: str) -> bool:
-    from cli.lifecycle import launch as launching
-    from cli.lifecycle import stackfile
-
-    entry = next((e for e in stackfile.read_config(ref.path).get(stackfile.key("jobs")) or []
-                  if isinstance(e, dict) and e.get("id") == job_id), None)
-    return entry is not None and launching.never_applied(entry)

@@ -192,6 +192,13 @@ def never_applied(entry: Mapping[str, Any]) -> bool:
     return entry.get("state", "pending") == "pending" and "attempt" not in entry and "applying" not in entry
 
 
+def listed_never_applied(ref: stackfile.StackRef, job_id: str) -> bool:
+    """Whether the stack file has ``job_id`` as a never-applied entry (``forget`` decides again under the lock)."""
+    entry = next((e for e in stackfile.read_config(ref.path).get(stackfile.key("jobs")) or []
+                  if isinstance(e, dict) and e.get("id") == job_id), None)
+    return entry is not None and never_applied(entry)
+
+
 def forget(ref: stackfile.StackRef, job_id: str) -> None:
     """Take a never-applied job out of the stack file (decided and cut under one hold of the lock);
     any other job is refused: it may have disks, and ``cleanup`` decides on those."""
