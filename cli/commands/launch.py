@@ -76,6 +76,9 @@ def launch(
             given = launching.read_job_file(job_file) if job_file is not None else {}
             if code is not None:
                 flags["code"] = launching.code_flag(code, stackfile.project_root(ref.path.parent), Path.cwd())
+            if gpus is not None:
+                named = machine or given.get("machineType") or given.get("instanceType")
+                flags["gpus"] = parse_gpus(gpus, current.cloud, named if isinstance(named, str) else None)
             entry = launching.entry(current.cloud, list(current.zones), given, flags)
             source = str(job_file) if job_file is not None else f"launch of job {entry.get('id')}"
             # (the keys a flag gave, and every key a flag could give when there is no job file)
@@ -160,3 +163,20 @@ def stop(
 
     with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
         run_change(stack, stack_file, job, decide_stop, no_apply, json_out, yes, preview_only)
+
+
+def parse_gpus(text: str, cloud: str, machine: Optional[str]) -> dict:
+    """``--gpus TYPE:COUNT``, ``TYPE`` (one) or ``COUNT`` (of the machine's own GPU, from the catalog) as
+    the entry's ``accelerator``; a short TYPE as the catalog does (``l4:1`` -> nvidia-l4)."""
+    from infra import catalog
+
+    kind, _, count = text.partition(":")
+    if kind.isdigit() and not count:
+        own = catalog.machine_gpu(cloud, machine) if machine else None
+        if own is None:
+            raise ConfigError("--gpus", [f"{text!r}: a count alone needs a --machine whose GPU the catalog knows; "
+                                         "give --gpus TYPE:COUNT (e.g. nvidia-l4:1)"])
+        kind, count = own[0], kind
+    if not kind or (count and not count.isdigit()) or count == "0" or kind == "0":
+        raise ConfigError("--gpus", [f"expected TYPE:COUNT (e.g. nvidia-l4:1), COUNT or TYPE, got {text!r}"])
+    return {"type": catalog.gpu_type(cloud, machine, kind), "count": int(count or 1)}

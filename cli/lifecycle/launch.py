@@ -42,23 +42,6 @@ def read_job_file(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in doc.items()}
 
 
-def parse_gpus(text: str, cloud: str = "gcp", machine: str | None = None) -> dict[str, Any]:
-    """``--gpus TYPE:COUNT``, ``TYPE`` (one) or ``COUNT`` (of the machine's own GPU, from the catalog) as
-    the entry's ``accelerator``; a short TYPE as the catalog does (``l4:1`` -> nvidia-l4)."""
-    from infra import catalog
-
-    kind, _, count = text.partition(":")
-    if kind.isdigit() and not count:
-        own = catalog.machine_gpu(cloud, machine) if machine else None
-        if own is None:
-            raise ConfigError("--gpus", [f"{text!r}: a count alone needs a --machine whose GPU the catalog knows; "
-                                         "give --gpus TYPE:COUNT (e.g. nvidia-l4:1)"])
-        kind, count = own[0], kind
-    if not kind or (count and not count.isdigit()) or count == "0" or kind == "0":
-        raise ConfigError("--gpus", [f"expected TYPE:COUNT (e.g. nvidia-l4:1), COUNT or TYPE, got {text!r}"])
-    return {"type": catalog.gpu_type(cloud, machine, kind), "count": int(count or 1)}
-
-
 def code_flag(text: str, root: Path, cwd: Path) -> str:
     """``--code DIR`` as the entry's ``code``: a directory as the shell means it (relative to ``cwd``),
     written relative to the project root ``root`` (as ``code:`` is read, on every machine that launches
@@ -90,9 +73,8 @@ def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping
             continue
         if key == "machine":
             out["machineType" if cloud == "gcp" else "instanceType"] = value
-        elif key == "gpus":
-            machine = flags.get("machine") or given.get("machineType") or given.get("instanceType")
-            out["accelerator"] = parse_gpus(value, cloud, machine if isinstance(machine, str) else None)
+        elif key == "gpus":  # (``--gpus`` as the catalog resolves it: cli.commands.launch.parse_gpus)
+            out["accelerator"] = value
         else:
             out[key] = int(value) if isinstance(value, float) and value.is_integer() else value  # (12, not 12.0)
     if "zone" not in out and zones:

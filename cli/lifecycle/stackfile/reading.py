@@ -98,9 +98,8 @@ def _stacks_there(folder: Path) -> str:
     where = folder if str(folder) not in ("", ".") else Path(".")
     if names:
         return f"the stacks in {where}/ are: {', '.join(names)}"
-    from cli.lifecycle.stackfile.refs import project_root
-
-    outside = not (project_root(folder if folder.is_dir() else Path.cwd()) / "Pulumi.yaml").is_file()
+    here = (folder if folder.is_dir() else Path.cwd()).resolve()
+    outside = not any((d / "Pulumi.yaml").is_file() for d in (here, *here.parents))  # (refs.project_root's search)
     return f"{where}/ has no Pulumi.<stack>.yaml" + (" and no Pulumi.yaml is at or above it: run spotctl in the "
                                                       "project, or give `spotctl -C DIR` (the directory holding Pulumi.yaml)" if outside else "")
 
