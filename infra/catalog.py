@@ -69,7 +69,13 @@ def unknown_type(cloud: str, machine: str) -> str | None:
         return None
     fam = family(cloud, machine)
     families = _families(cloud)
-    malformed = cloud == "aws" and "." not in machine
+    # EC2 names are FAMILY.SIZE; Compute Engine's are lowercase words joined by '-', never a '.' (every
+    # name in the catalog's exports, tools/refresh_catalog.py): either cloud's shape on the other is a mistake.
+    malformed = "." not in machine if cloud == "aws" else "." in machine
+    if cloud == "gcp" and malformed:
+        other = "an EC2 instance type (AWS)" if machine in _types("aws") else "not a Compute Engine name (they have no '.')"
+        return (f"unknown machine type {machine!r}: {other}; a GCP stack names a Compute Engine machine type, e.g. "
+                "'g2-standard-8' (1 x L4); `spotctl catalog --cloud gcp` lists the GPU types")
     if fam not in families and not malformed:
         return None
     close = close_names(cloud, machine)
@@ -251,3 +257,30 @@ def offers(cloud: str | None = None, gpu: str | None = None, region: str | None 
                              f"gpuMemory{unit}": g.get(f"memory{unit}"), "vcpus": e.get("vcpus"),
                              f"memory{unit}": e.get(f"memory{unit}"), "region": r, "zones": zones})
     return sorted(rows, key=lambda x: (x["cloud"], x["gpu"] or "", str(x["count"]), x["type"], x["region"]))
+
+
+def machine_gpu(cloud: str, machine: str) -> tuple[str, int] | None:
+    """The accelerator type and count ``machine`` comes with as a stack names it (GCP: the catalog's type;
+    AWS: nvidia-NAME of EC2's GPU name), or None (no GPUs, unknown, or a part of one GPU)."""
+    entry = (load().get(cloud, {}).get("gpu") or {}).get(machine)
+    g = (entry or {}).get("gpu")
+    if not g or not isinstance(g.get("count"), int) or g["count"] < 1:
+        return None
+    return (g["type"], g["count"]) if cloud == "gcp" else (f"nvidia-{_gpu_key(g['name'])[0]}", g["count"])
+
+
+def gpu_type(cloud: str, machine: str | None, name: str) -> str:
+    """A GPU as ``--gpus`` gives it, as a stack names it: 'l4' -> 'nvidia-l4', 'a100' on a2-highgpu-1g ->
+    'nvidia-tesla-a100' (the machine's own GPU when the short name matches it, else the catalog's
+    accelerator types); a name it cannot place is returned as given (validate then says what is wrong)."""
+    if machine and (own := machine_gpu(cloud, machine)) and gpu_matches(name, own[0]):
+        return own[0]
+    part = load().get(cloud, {})
+    known = {g["gpu"]["type"] for g in (part.get("gpu") or {}).values() if g.get("gpu") and g["gpu"].get("type")}
+    known |= set(part.get("attachable") or {})
+    if name in known:
+        return name
+    want = _gpu_key(name)
+    exact = sorted(t for t in known if _gpu_key(t) == want or _gpu_key(t)[0] == want[0] and want[1] is None
+                   and _gpu_key(t)[1] is None)
+    return exact[0] if len(exact) == 1 else name

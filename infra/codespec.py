@@ -127,16 +127,23 @@ def relative_file(command: str) -> str:
     return ""
 
 
+def uncoded_warning(job: Any) -> str:
+    """Why a job without code whose command names a relative file will not find it ("" otherwise)."""
+    script = relative_file(job.command)
+    if job.code is not None or not script:
+        return ""
+    return (f"job {job.id} runs {script!r}, a relative file, but has no code: the command runs in the empty job "
+            f"disk. Add code: ./ (or {{dir: PATH}}, {{git: URL, ref: REF}}); docs/guides/code.md")
+
+
 def code_warnings(cfg: Any) -> list[str]:
     """What ``spotctl validate`` warns of a stack's code keys (valid config, so warnings, never errors)."""
     out = []
     for i, job in enumerate(cfg.jobs):
         key = f"spotctl:jobs[{i}]"
-        script = relative_file(job.command)
-        if job.code is None and script:
-            out.append(f"{key}.command: job {job.id} runs {script!r}, a relative file, but has no code: the command "
-                       f"runs in the empty job disk. Add code: ./ (or {{dir: PATH}}, {{git: URL, ref: REF}}); "
-                       "docs/guides/code.md")
+        uncoded = uncoded_warning(job)
+        if uncoded:
+            out.append(f"{key}.command: {uncoded}")
         if job.container is not None:
             why = _container_host(cfg.cloud, job.image)
             if why:

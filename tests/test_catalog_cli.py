@@ -47,3 +47,26 @@ def test_nothing_found_is_one_error_line(runner):
     assert result.exit_code == 1
     assert result.output == ("error: the catalog lists no GPU machine type for GPU h100, region af-south-1 "
                              "(`spotctl catalog` lists them all)\n")
+
+
+def test_the_whole_listing_keeps_every_price_at_80_and_uses_a_wider_terminal(runner):
+    narrow = runner.invoke(app, ["catalog"], env={"COLUMNS": "80"}).output.splitlines()
+    assert max(map(len, narrow)) <= 80
+    assert narrow[0].split() == ["type", "GPUs", "region", "zones", "spot", "$/h", "od", "$/h"]  # vCPU gave way
+    # (a row is never cut: the on-demand price column is there in full, right-aligned to the header's end)
+    end = len(narrow[0])
+    assert all(line[end - 1] != " " for line in narrow[1:] if line and not line.startswith(" ") and ":" not in line)
+    a3 = next(line for line in narrow if line.startswith("a3-highgpu-8g ") and " us-central1 " in line)
+    assert a3.split()[-2:] == ["50.61", "88.49"]  # prices.json gcp/us-central1
+    wide = runner.invoke(app, ["catalog", "--cloud", "aws", "--region", "us-east-1"], env={"COLUMNS": "200"}).output.splitlines()
+    assert wide[0].split()[:3] == ["type", "GPUs", "vCPU"] and wide[0].endswith("od $/h") and 80 < len(wide[0]) <= 200
+    assert next(line for line in wide if line.startswith("g5.2xlarge ")).split()[-2:] == ["0.52", "1.21"]
+
+
+def test_a_fractional_gpu_shows_its_part_from_the_gpu_memory_ec2_reports(runner):
+    lines = runner.invoke(app, ["catalog", "--cloud", "aws", "--region", "us-east-1", "--gpu", "l4"],
+                          env={"COLUMNS": "120"}).output.splitlines()
+    # EC2 DescribeInstanceTypes: g6f.large GpuInfo Count 0 with 2.79 GiB, a whole L4 (g6.xlarge) 22.35 GiB
+    assert next(line for line in lines if line.startswith("g6f.large ")).split()[1:5] == ["1/8", "x", "L4", "22GiB"]
+    assert next(line for line in lines if line.startswith("g6f.4xlarge ")).split()[1:3] == ["1/2", "x"]
+    assert not any(" 0 x " in line for line in lines)

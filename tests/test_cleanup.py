@@ -61,7 +61,7 @@ def test_a_dry_run_without_pulumi_lists_what_the_plan_names(project, runner, tmp
     monkeypatch.setenv("SPOTCTL_PULUMI_ROOT", str(tmp_path / "no-pulumi"))
     result = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"])
     assert result.exit_code == 0, result.output
-    assert "  - delete urn:pulumi:example-gcp::spotctl::spotctl:gcp:TrainingJob$gcp:compute/disk:Disk::job-bert-eval-n0-disk" in result.output
+    assert "  - delete gcp:compute:Disk job-bert-eval-n0-disk\n" in result.output
 
 
 def test_cleanup_unprotects_removes_and_deletes_exactly_the_jobs_resources(project, runner, fake_pulumi, pulumi_state, gce):
@@ -177,7 +177,7 @@ def test_cleanup_of_a_completion_never_applied_deletes_its_vms_in_the_same_updat
     complete_without_apply(runner, "llm-pretrain")
     dry = runner.invoke(app, ["cleanup", "llm-pretrain", "--stack", "example-gcp"])
     assert dry.exit_code == 0, dry.output
-    assert "job-llm-pretrain-n0-vm (in Pulumi's state: the job's completion was never applied)" in dry.output
+    assert "job-llm-pretrain-n0-vm (in Pulumi's state: the job's completion was never applied)" in " ".join(dry.output.split())
     result = runner.invoke(app, ["cleanup", "llm-pretrain", "--stack", "example-gcp", "--yes"])
     assert result.exit_code == 0, result.output
     assert "job-llm-pretrain-n0-vm, job-llm-pretrain-n1-vm" in result.output and "deleted by the same update" in result.output

@@ -134,7 +134,7 @@ def test_cleanup_lists_asks_and_deletes_on_yes(project, runner, fake_pulumi, pul
     before = path.read_text()
     no = runner.invoke(app, ["cleanup", "bert-eval", "--stack", "example-gcp"], input="n\n")
     assert no.exit_code == 0, no.output
-    assert "  - delete urn:pulumi:example-gcp::spotctl::" in no.output
+    assert "  - delete gcp:compute:Disk job-bert-eval-n0-disk\n" in no.output
     assert "Delete job bert-eval's disks and resources? [y/N]: " in no.output
     assert no.stdout.endswith("nothing changed (not confirmed)\n")
     # The listing reads Pulumi's state (what a completion never applied is listed too); nothing changed it.

@@ -369,7 +369,7 @@ def test_stack_prices_win_over_the_table_and_ratio():
 def test_shipped_table_entries_have_source_and_date():
     table = shipped_table()
     entries = [e for cloud in ("aws", "gcp") for by_type in table[cloud].values() for e in by_type.values()]
-    assert len(entries) == 13
+    assert len(entries) == 15  # (p5.48xlarge and p4d.24xlarge in us-east-1: the AWS example)
     for e in entries:
         assert e["source"] and datetime.fromisoformat(e["date"]) and 0 < e["spot"] < e["onDemand"]
     snapshots = [e for regions in table["snapshotStorage"].values() for e in regions.values()]
@@ -400,6 +400,9 @@ def test_refresh_tool_reproduces_the_shipped_table(tmp_path):
                  "--types", "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g6.2xlarge",
                  "--regions", "us-east-1", "us-east-2", "us-west-2", "--out", str(out),
                  "--gcp-pricing", str(FIXTURES / "gcp-pricing-excerpt.yml"), "--gcp-commit", "fd66b26"]) == 0
+    # The AWS example's p5/p4d: us-east-1 rows of the catalog at a later commit (GpuInfo column left empty)
+    assert main(["--catalog", str(FIXTURES / "skypilot-aws-vms-p-excerpt.csv"), "--commit", "27f67dd4", "--date", "2026-11-28",
+                 "--types", "p4d.24xlarge", "p5.48xlarge", "--regions", "us-east-1", "--out", str(out)]) == 0
     assert json.loads(out.read_text()) == shipped_table()
     assert table_price("aws", "us-west-2", "g6.2xlarge").spot == 0.4541  # the zone without a spot price is skipped
 

@@ -40,30 +40,76 @@ def catalog(cloud: CloudOpt = None, gpu: GpuOpt = None, region: RegionOpt = None
     _print(rows, cat.load().get("sources", {}))
 
 
-def _print(rows: list[dict], sources: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+COLUMNS = (("type", "left"), ("GPUs", "left"), ("vCPU", "right"), ("region", "left"), ("zones", "left"),
+           ("spot $/h", "right"), ("od $/h", "right"))
 
-    console = Console(width=80, highlight=False, soft_wrap=False)
-    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
-    for name, justify in (("type", "left"), ("GPUs", "left"), ("vCPU", "right"), ("region", "left"), ("zones", "left"),
-                          ("spot $/h", "right"), ("od $/h", "right")):
-        table.add_column(name, justify=justify, overflow="fold", no_wrap=name in ("type", "region"),
-                         min_width=18 if name == "GPUs" else None)
+
+def _print(rows: list[dict], sources: dict) -> None:
+    import shutil
+
+    # 80 columns by design (vCPU goes first, then the GPUs and zones wrap); wider when the terminal is.
+    width = max(80, shutil.get_terminal_size((80, 24)).columns)
+    full = _whole_gpu_memory(rows)
+    cells = []
     for r in rows:
         unit = "GiB" if r["cloud"] == "aws" else "GB"
         memory = r.get(f"gpuMemory{unit}")
-        table_gpus = "?" if r["count"] is None else f"{_count(r['count'])} x {_gpu_name(r['gpu'], memory, unit)}"
+        whole = full.get((r["cloud"], r["gpu"])) if r["count"] == 0 else None
+        count = _count(r["count"] if whole is None or not memory else memory / whole)
+        gpus = "?" if r["count"] is None else f"{count} x {_gpu_name(r['gpu'], whole or memory, unit)}"
         zones = "?" if r["zones"] == "unknown" else " ".join(z.removeprefix(r["region"]).lstrip("-") for z in r["zones"])
-        table.add_row(r["type"], table_gpus, str(r["vcpus"] or ""), r["region"], zones, _money(r["spot"]), _money(r["onDemand"]))
-    console.print(table)
+        cells.append((r["type"], gpus, str(r["vcpus"] or ""), r["region"], zones, _money(r["spot"]), _money(r["onDemand"])))
+    for line in table_lines(cells, width):
+        typer.echo(line)
     for cloud in sorted({r["cloud"] for r in rows}):
         src = sources.get(cloud, {})
-        console.print(f"{cloud}: catalog of {src.get('date')}, read {src.get('read')} (its sources: --json)")
+        typer.echo(f"{cloud}: catalog of {src.get('date')}, read {src.get('read')} (its sources: --json)")
+
+
+def table_lines(cells: list[tuple[str, ...]], width: int) -> list[str]:
+    """The rows under COLUMNS in at most ``width`` columns: vCPU dropped when all do not fit, then the GPUs
+    and zones cells wrap (at least 14 and 5 wide); a type, region or price is never cut."""
+    import textwrap
+
+    shown = list(range(len(COLUMNS)))
+    natural = [max(len(COLUMNS[i][0]), *(len(c[i]) for c in cells)) for i in shown]
+    if sum(natural) + 2 * (len(shown) - 1) > width:
+        shown.remove(2)  # vCPU: the type names it; money and places are what the list is for
+    widths = {i: natural[i] for i in shown}
+    gap = 2
+    for i, least in ((1, 14), (4, 5)):  # the GPUs give way first, then the zones
+        over = sum(widths.values()) + gap * (len(shown) - 1) - width
+        if over > 0:
+            widths[i] = max(min(least, natural[i]), widths[i] - over)
+    if sum(widths.values()) + gap * (len(shown) - 1) > width:
+        gap = 1
+        over = sum(widths.values()) + gap * (len(shown) - 1) - width
+        widths[1] = max(min(8, natural[1]), widths[1] - max(over, 0))  # ("8 x A100" above "40GiB")
+    out = []
+    for row in [tuple(name for name, _ in COLUMNS), *cells]:
+        parts = {i: textwrap.wrap(row[i], widths[i], break_on_hyphens=False) or [""] if i in (1, 4) else [row[i]] for i in shown}
+        for n in range(max(len(p) for p in parts.values())):
+            line = [(parts[i][n] if n < len(parts[i]) else "") for i in shown]
+            out.append((" " * gap).join(v.rjust(widths[i]) if COLUMNS[i][1] == "right" else v.ljust(widths[i])
+                                        for i, v in zip(shown, line, strict=True)).rstrip())
+    return out
+
+
+def _whole_gpu_memory(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """Per (cloud, GPU): the memory of one whole GPU, from the types with whole GPUs. EC2 reports a part of a
+    GPU (g6f: "fractional GPU" L4) as count 0 with the part's memory (DescribeInstanceTypes GpuInfo), so
+    that memory over a whole one's is the part (2.79 / 22.35 GiB: 1/8)."""
+    out: dict[tuple[str, str], float] = {}
+    for r in rows:
+        unit = "GiB" if r["cloud"] == "aws" else "GB"
+        memory = r.get(f"gpuMemory{unit}")
+        if isinstance(r["count"], int) and r["count"] >= 1 and memory:
+            out[(r["cloud"], r["gpu"])] = max(out.get((r["cloud"], r["gpu"]), 0.0), memory)
+    return out
 
 
 def _count(count) -> str:
-    """8, "1/2/4" (N1's choices), or "1/8" for a part of one GPU (G4's small types)."""
+    """8, "1/2/4" (N1's choices), or "1/8" for a part of one GPU (G4's and g6f's small types)."""
     return f"1/{round(1 / count)}" if isinstance(count, float) and count < 1 else str(count)
 
 

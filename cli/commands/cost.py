@@ -130,11 +130,16 @@ def _print(data: dict, plot: Optional[Path]) -> None:
     for j in data["jobs"]:
         saved = "-" if j["savings"] is None else f"{_usd(j['savings'])}" + (f" ({j['savings_pct']:.1f} %)" if j["savings_pct"] is not None else "")
         lost = "-" if j["work_lost_hours"] is None else f"{j['work_lost_hours']:.2f}"
-        rows.append([j["id"], j["state"] + (" (so far)" if j["running"] else ""), f"{j['spot_hours']:.2f}",
-                     f"{j['on_demand_hours']:.2f}", f"{j['changeover_hours']:.2f}", str(j["preemptions"]), lost,
-                     str(len(j["moves"])), _usd(j["cost"]), _usd(j["on_demand_cost"]), saved])
+        row = [j["id"], j["state"] + (" (so far)" if j["running"] else ""), f"{j['spot_hours']:.2f}",
+               f"{j['on_demand_hours']:.2f}", f"{j['changeover_hours']:.2f}", str(j["preemptions"]), lost,
+               str(len(j["moves"])), _usd(j["cost"]), _usd(j["on_demand_cost"]), saved]
+        if j.get("no_events"):  # (it ran, and no event of it was read: unknown, not 0)
+            row = row[:2] + ["?"] * (len(row) - 2)
+        rows.append(row)
     rows.append(["total", "", f"{t['spot_hours']:.2f}", f"{t['on_demand_hours']:.2f}", f"{t['changeover_hours']:.2f}",
                  str(t["preemptions"]), "", str(t["moves"]), _usd(t["cost"]), _usd(t["on_demand_cost"]), f"{_usd(t['savings'])}{pct}"])
+    if data["jobs"] and all(j.get("no_events") for j in data["jobs"]):
+        rows[-1] = rows[-1][:2] + ["?"] * (len(rows[-1]) - 2)  # (nothing read: the total is unknown too)
     kept, dropped = _fitting(rows, console.width)
     if _width(rows, kept) > console.width:  # too narrow for even the money columns whole: one line per row
         for row in rows:
@@ -168,6 +173,10 @@ def _print(data: dict, plot: Optional[Path]) -> None:
     for mt, source in sorted(sources):
         price = next(j["prices"][mt] for j in data["jobs"] if j["prices"].get(mt))
         console.print(f"price {mt}: spot ${price['spot']:.4f}/h, on-demand ${price['on_demand']:.4f}/h — {source}", highlight=False)
+    unseen = [j["id"] for j in data["jobs"] if j.get("no_events")]
+    if unseen:
+        console.print(f"?: no event of {', '.join(unseen)} was read: {'its' if len(unseen) == 1 else 'their'} figures are "
+                      "unknown and not in the total (is the events source the right one?)", highlight=False)
     for note in data["notes"]:
         console.print(f"note: {note}", highlight=False)
     if plot is not None:

@@ -33,7 +33,7 @@ def prepare(ref, cfg, job_id: str, bucket: str | None = None, session=None, appl
     try:
         return prepare_code(job, ctx, repin=repin)
     except CodeError as exc:
-        hint = f" ({bucket_hint(ref, bucket_option)})" if "bucket" in str(exc) and not bucket else ""
+        hint = f" ({bucket_hint(ref, bucket_option)})" if "event bucket" in str(exc) and not bucket else ""
         raise fail(f"{exc}{hint}") from None
 
 

@@ -32,6 +32,7 @@ from cli.commands import (
     warn,
 )
 from cli.commands.hints import Unread, events_source
+from cli.commands.textfit import say_warning, urn_line, wrapped
 from cli.lifecycle import glossary
 from infra.basics import Capacity, ConfigError, counted
 
@@ -84,9 +85,13 @@ def resume(
 
     forced = capacity
     with pull_first(stack, stack_file, job, events_bucket, no_apply) as session:  # the shared copy's news first
-        ref, cfg, _ = stack_jobs(stack, stack_file, job)
+        ref, cfg, (found,) = stack_jobs(stack, stack_file, job)
         if not (preview_only and no_apply):
             confirmer(yes, preview_only, no_apply)  # (a refusal comes before pulumi is asked anything)
+        from infra.codespec import uncoded_warning
+
+        if uncoded_warning(found):  # (as validate warns: the command would run in the empty job disk)
+            warn(f"{ref.path}: {uncoded_warning(found)}")
         applier = applier_for(ref, no_apply)  # (asked for the eventBucket output only when nothing else knows it)
         bucket, where = events_source(ref, cfg, events_dir, events_bucket, session, applier)
         sourced = events_dir is not None or bool(bucket)
@@ -204,7 +209,7 @@ def status(
         session = shared_copy(ref, cfg, events_bucket)
         behind = session.behind() if session else None  # (first: it tells whether the bucket answers at all)
         for line in (behind or "").splitlines():
-            warn(line)
+            say_warning(line, json_out)
     bucket, where = events_source(ref, cfg, events_dir, events_bucket, session)
     sourced, unread = events_dir is not None or bool(bucket), ""
     if where and session is not None and session.offline:  # (not waiting on a bucket that did not answer)
@@ -221,7 +226,8 @@ def status(
 
         # (after the rows: a command that fails, e.g. on the cloud, says only why) what the file says
         # stands; what only events say is unknown, not 0
-        warn(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {unread}{NO_EVENTS}")
+        say_warning(f"no events source: preemptions, hours, VM-hours and last event are unknown (shown as ?); {unread}{NO_EVENTS}",
+                    json_out)
     from cli.watch.journal import watcher_view
 
     seen_by_watcher = watcher_view(ref.path, selected)
@@ -241,7 +247,7 @@ def status(
 
         line = watcher_line(ref.path, datetime.now(UTC), session if session and not session.offline else None)
         if line:
-            typer.echo(line)
+            typer.echo(wrapped(line))
 
 
 def synced(path) -> bool:
@@ -365,7 +371,8 @@ def events(
     "state and recorded a `completed` event (--events-dir/--events-bucket). --snapshots lists the snapshots "
     "`spotctl move` left; one is deleted once it is older than spotctl:eventRetentionDays, carries this stack's "
     "ownership labels and its job is not moving. Lists what would go, then asks; "
-    "--yes deletes without asking; --preview-only (or no terminal) only lists.\n\n"
+    "--yes deletes without asking; --preview-only (or no terminal) only lists. A job `launch --no-apply` wrote and "
+    "nothing applied goes with --no-apply --yes: only its entry is removed.\n\n"
     "Example: spotctl cleanup --orphans --stack example-gcp --events-dir ./events",
 )
 def cleanup(
@@ -424,14 +431,20 @@ def cleanup(
                                   f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
                                   f"orphaned disks of stack {ref.name}")
                 return
+            from cli.lifecycle import launch as launching
+
+            if no_apply and yes and launching.listed_never_applied(ref, job):  # (undoes `launch --no-apply`)
+                launching.forget(ref, job)
+                typer.echo(f"job {job}: never applied: removed from {ref.path}")
+                return
 
             def show(listed) -> None:  # what the targeted update deletes, before the question
-                typer.echo(f"job {job}: a targeted update would delete {counted(len(listed.disks), 'disk')} (protection lifted "
-                           f"first) and {counted(len(listed.urns) - len(listed.disks), 'other resource')}, and drop the job "
-                           f"from {ref.path}:")
+                typer.echo(wrapped(f"job {job}: a targeted update would delete {counted(len(listed.disks), 'disk')} (protection "
+                                   f"lifted first) and {counted(len(listed.urns) - len(listed.disks), 'other resource')}, and "
+                                   f"drop the job from {ref.path}:"))
                 for urn in listed.urns:
                     left = " (in Pulumi's state: the job's completion was never applied)" if urn in listed.leftovers else ""
-                    typer.echo(f"  - delete {urn}{left}")
+                    typer.echo(urn_line(urn, left))
 
             with progress(f"job {job}: deciding what its cleanup deletes") as spinner:
                 result = pipeline.remove_job(ref, job, force=force, applier=applier_for(ref, no_apply, spinner.step),
@@ -440,7 +453,10 @@ def cleanup(
             if result.declined:
                 typer.echo(_declined("nothing changed", preview_only))
                 return
-        except (ConfigError, LifecycleError, ApplyError, CloudError) as exc:
+        except ApplyError as exc:  # (cleanup edits the stack file with --no-apply only when --yes says so too)
+            raise fail(str(exc).replace("pass --no-apply to only edit the stack file", "re-run with --no-apply --yes to only "
+                                        "drop the job from the stack file (its disks stay, protected)")) from None
+        except (ConfigError, LifecycleError, CloudError) as exc:
             raise fail(str(exc)) from None
         except pipeline.Interrupted as exc:
             raise interrupted(exc) from None
@@ -490,3 +506,4 @@ def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: st
 
 def _declined(what: str, preview_only: bool) -> str:
     return f"{what} (not confirmed)" if interactive() and not preview_only else f"dry run: {what} (re-run with --yes)"
+

@@ -43,11 +43,11 @@ def launch(
     stack_file: StackFileOpt = None,
     job_id: Annotated[Optional[str], typer.Option("--id", metavar="NAME", help="The job id.")] = None,
     machine: Annotated[Optional[str], typer.Option("--machine", metavar="TYPE", help="machineType (GCP) or instanceType (AWS).")] = None,
-    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="TYPE:COUNT", help="The accelerator, e.g. nvidia-l4:1.")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="TYPE:COUNT", help="The accelerator: nvidia-l4:1, l4:1 (short names as `spotctl catalog` takes), or a count of the machine's own GPU (1).")] = None,
     nodes: Annotated[Optional[int], typer.Option("--nodes", metavar="N", min=1, help="Nodes of a multi-node job.")] = None,
     zone: Annotated[Optional[str], typer.Option("--zone", metavar="ZONE", help="Default: the stack's first zone.")] = None,
     command: Annotated[Optional[str], typer.Option("--command", metavar="CMD", help="What every node runs.")] = None,
-    code: Annotated[Optional[str], typer.Option("--code", metavar="DIR", help="The job's code (its `code:` key).")] = None,
+    code: Annotated[Optional[str], typer.Option("--code", metavar="DIR", help="The job's code directory (its `code:` key): checked, and written relative to the project root.")] = None,
     deadline_hours: Annotated[Optional[float], typer.Option("--deadline-hours", metavar="H", help="Hours until the deadline.")] = None,
     job_hours: Annotated[Optional[float], typer.Option("--job-hours", metavar="H", help="Compute hours the job needs.")] = None,
     no_apply: NoApplyOpt = False,
@@ -74,27 +74,45 @@ def launch(
             ref = stackfile.resolve(stack, stack_file)
             current = stackfile.load(ref)
             given = launching.read_job_file(job_file) if job_file is not None else {}
-            # A relative code directory is the job file's (--code: the working directory's); the entry
-            # records it relative to the project root, where every later command reads it.
+            # A relative code directory is the job file's (--code: the working directory's, checked to
+            # exist inside the project root); the entry records it relative to the project root, where
+            # every later command reads it.
             root = stackfile.project_root(ref.path.parent)
             if code is not None:
-                flags["code"] = launching.rebased_code(code, Path.cwd(), root)
+                flags["code"] = launching.code_flag(code, root, Path.cwd())
             elif "code" in given:
                 given["code"] = launching.rebased_code(given["code"], job_file.parent, root)
+            if gpus is not None:
+                named = machine or given.get("machineType") or given.get("instanceType")
+                flags["gpus"] = parse_gpus(gpus, current.cloud, named if isinstance(named, str) else None)
             entry = launching.entry(current.cloud, list(current.zones), given, flags)
             source = str(job_file) if job_file is not None else f"launch of job {entry.get('id')}"
-            cfg = launching.check_new(ref, entry, source)
+            # (the keys a flag gave, and every key a flag could give when there is no job file)
+            named = {{"machine": "machineType", "gpus": "accelerator"}.get(f, f) for f, v in flags.items() if v is not None}
+            flagged = {k for k in launching.FLAG_OF if job_file is None or k in named or (k == "instanceType" and "machineType" in named)}
+            cfg = launching.check_new(ref, entry, source, flagged)
         except (ConfigError, LifecycleError) as exc:
             raise fail(str(exc)) from None
         job = cfg.job(entry["id"])
+        if no_apply and job.code is not None and job.code.dir is not None:  # (applying packs it below, as resume does)
+            from cli.code import CodeError
+            from cli.code.prepare import code_dir, pack_directory
+
+            try:
+                pack_directory(code_dir(job, stackfile.project_root(ref.path.parent)), f"job {job.id}: code ({job.code.dir})")
+            except CodeError as exc:
+                raise fail(str(exc)) from None
         if not no_apply:  # packed and uploaded now, its digest in the entry; --no-apply leaves that to `resume`
             from cli.commands import jobcode
 
             code_ref = jobcode.prepare(ref, cfg, job.id, applier=applier_for(ref, False), bucket_option=False)
             if code_ref is not None:
                 entry = {**entry, **code_ref.fields()}
+        from infra.codespec import uncoded_warning
         from infra.tokens import token_warnings
 
+        if uncoded_warning(job):
+            warn(f"{ref.path}: {uncoded_warning(job)}")
         for line in token_warnings(cfg):  # (the new job is the last one)
             if line.startswith(f"spotctl:jobs[{len(cfg.jobs) - 1}]."):
                 warn(f"{ref.path}: {line}")
@@ -147,3 +165,20 @@ def stop(
 
     with pull_first(stack, stack_file, job, None, no_apply, bucket_option=False):
         run_change(stack, stack_file, job, decide_stop, no_apply, json_out, yes, preview_only)
+
+
+def parse_gpus(text: str, cloud: str, machine: Optional[str]) -> dict:
+    """``--gpus TYPE:COUNT``, ``TYPE`` (one) or ``COUNT`` (of the machine's own GPU, from the catalog) as
+    the entry's ``accelerator``; a short TYPE as the catalog does (``l4:1`` -> nvidia-l4)."""
+    from infra import catalog
+
+    kind, _, count = text.partition(":")
+    if kind.isdigit() and not count:
+        own = catalog.machine_gpu(cloud, machine) if machine else None
+        if own is None:
+            raise ConfigError("--gpus", [f"{text!r}: a count alone needs a --machine whose GPU the catalog knows; "
+                                         "give --gpus TYPE:COUNT (e.g. nvidia-l4:1)"])
+        kind, count = own[0], kind
+    if not kind or (count and not count.isdigit()) or count == "0" or kind == "0":
+        raise ConfigError("--gpus", [f"expected TYPE:COUNT (e.g. nvidia-l4:1), COUNT or TYPE, got {text!r}"])
+    return {"type": catalog.gpu_type(cloud, machine, kind), "count": int(count or 1)}

@@ -28,6 +28,8 @@ from infra.basics import counted
     help="For each trace and random start, run every policy and the omniscient optimum (an exact DP over the trace) "
     "and report mean cost normalised to all-on-demand, p25/p75, misses, spot/on-demand hours and the gap to the "
     "optimum.\n\n"
+    "The traces are third-party data (github.com/skypilot-org/spot-traces), not shipped with spotctl: the example "
+    "needs them under SPOTCTL_TRACES or ../shared/traces (see --trace).\n\n"
     "Example: spotctl simulate --trace availability/1-node/aws-10-26-2022/us-west-2b_v100_1.json --job-hours 48 --deadline-hours 60 --changeover-hours 0.2 --plot run.png",
 )
 def simulate(

@@ -357,6 +357,8 @@ def job_json(c: Costed) -> dict[str, Any]:
         "prices": {t: ({"spot": p.spot, "on_demand": p.on_demand, "source": p.source} if p else None)
                    for t, p in c.prices.items()},
         "attempts": [_attempt_json(a, cost) for a, cost in zip(led.attempts, c.attempt_costs, strict=True)],
+        # A job that ran (any state but pending) with no event read: its figures are unknown, not 0.
+        "no_events": not led.attempts and led.state != "pending",
         **moves_json(c),
     }
 

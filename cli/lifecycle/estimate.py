@@ -6,7 +6,8 @@ Prices are offline only: ``spotctl:prices``, else the shipped table (``cli/cost/
 named), else "unpriced"; the network parts from ``cli/cost/always_on.json`` (its sources there).
 The expected cost replays the job's policy with the ``simulate`` machinery (``cli.policy.simulate``) on
 a trace: one sampled from the zone's fitted history (``spotctl policy fit``) when there is one, else
-the shipped traces (``SPOTCTL_TRACES`` / ``../shared/traces``), else one sampled from the shipped regimes.
+the development trace where it is found (``SPOTCTL_TRACES`` or ``../shared/traces``: third-party data, not shipped
+with spotctl), else one sampled from the shipped regimes.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def always_on(cfg: StackConfig) -> list[Rate]:
         nat = table["cloudNat"]
         vms = sum(j.nodes for j in cfg.jobs if j.active) + sum(p.on_demand for p in cfg.pools)
         per_h = round(min(nat["perVmHour"] * vms, nat["maxPerHour"]), 4)
-        out.append(Rate("Cloud NAT", f"{vms} VMs", None, per_h, "on-demand", _source(nat, cfg.region)))
+        out.append(Rate("Cloud NAT", f"{vms} VM{'' if vms == 1 else 's'}", None, per_h, "on-demand", _source(nat, cfg.region)))
     if cfg.watcher is not None:
         machine = cfg.watcher.machine(cfg.cloud)
         price = offline_price(cfg, machine)
@@ -171,7 +172,7 @@ def _trace(job: Job, pool: dict[str, Any], deadline_h: float, find_trace: Callab
     if path is not None:
         trace = sim.load_trace(path)
         if trace.hours > deadline_h + trace.gap_s / 3600:
-            return trace, f"the shipped trace {DEFAULT_TRACE.name} (no history recorded in {job.zone})"
+            return trace, f"the development trace {DEFAULT_TRACE.name} found at {path} (no history recorded in {job.zone})"
     return sample_trace(pooled_regime(), deadline_h), "a trace sampled from the shipped regimes (no history, no trace found)"
 
 
@@ -196,21 +197,29 @@ def sample_trace(regime, deadline_h: float, seed: int = SEED):
 
 
 def preview(cfg: StackConfig, jobs: list[Job], expected: list[Expected] | None = None) -> dict[str, Any]:
-    """The numbers (``--json``): each job's rate, the always-on parts, the hourly total at the jobs'
-    capacities (None when anything counted is unpriced) and the expected costs."""
+    """The numbers (``--json``): each of ``jobs``' rate, the stack's other jobs that have VMs (one sum:
+    the total is always the whole stack's, as ``plan`` shows it), the always-on parts, the hourly total
+    at the jobs' capacities (None when anything counted is unpriced; ``total_known_per_h`` the priced
+    part) and the expected costs."""
     rates = [job_rate(cfg, j) for j in jobs]
     runs = [j.active for j in jobs]  # (pending or running: it has VMs, so it counts in the total)
+    shown_ids = {j.id for j in jobs}
+    others = [job_rate(cfg, j) for j in cfg.jobs if j.active and j.id not in shown_ids]
     fixed = always_on(cfg)
-    counted = [r for r, active in zip(rates, runs, strict=True) if active] + fixed
-    total = None if any(r.per_h is None for r in counted) else round(sum(r.per_h or 0.0 for r in counted), 4)
+    counted = [r for r, active in zip(rates, runs, strict=True) if active] + others + fixed
+    known = round(sum(r.per_h or 0.0 for r in counted), 4)
     from cli.cost.prices import shipped_table
 
     return {
         "currency": "USD",
         "jobs": [asdict(r) | {"per_h": r.per_h, "runs": active} for r, active in zip(rates, runs, strict=True)],
+        "other_jobs": {"jobs": [r.part.removeprefix("job ") for r in others],
+                       "per_h": None if any(r.per_h is None for r in others) else round(sum(r.per_h or 0.0 for r in others), 4),
+                       "known_per_h": round(sum(r.per_h or 0.0 for r in others), 4)},
         "always_on": [asdict(r) | {"per_h": r.per_h} for r in fixed],
-        "total_per_h": total,
-        "unpriced": sorted({r.detail for r in rates + fixed if r.per_h is None}),
+        "total_per_h": None if any(r.per_h is None for r in counted) else known,
+        "total_known_per_h": known,
+        "unpriced": sorted({r.detail for r in rates + others + fixed if r.per_h is None}),
         "price_table_date": max((e["date"] for e in shipped_table().get(cfg.cloud, {}).get(cfg.region, {}).values()), default=None),
         "expected": [asdict(e) for e in expected or []],
     }
@@ -238,9 +247,16 @@ def render(doc: dict[str, Any], width: int = 80) -> list[str]:
         return "  ".join(cells).rstrip()
 
     out = [line(header), *(line(r) for r in rows)]
+    others = doc.get("other_jobs") or {}
+    if others.get("jobs"):
+        sum_ = money(others["per_h"]) if others["per_h"] is not None else f"at least {money(others['known_per_h'])}"
+        out.append(f"other jobs ({', '.join(others['jobs'])}): {sum_}/h")
     total = doc["total_per_h"]
-    out.append(f"total now: {money(total)}/h" if total is not None
-               else f"total now: unknown (unpriced: {', '.join(doc['unpriced'])}; add them to spotctl:prices)")
+    notes = ["the whole stack"] if others.get("jobs") else []
+    if total is None:
+        notes.append(f"unpriced: {', '.join(doc['unpriced'])}; add them to spotctl:prices")
+    figure = money(total) if total is not None else f"at least {money(doc.get('total_known_per_h', 0.0))}"
+    out.append(f"total now: {figure}/h" + (f" ({'; '.join(notes)})" if notes else ""))
     if doc.get("price_table_date"):
         out.append(f"prices: shipped table of {doc['price_table_date']} (spotctl:prices in the stack file wins)")
     for e in doc["expected"]:

@@ -8,6 +8,7 @@ every job change is: preview, question, targeted update, undo (the entry goes).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,12 +58,25 @@ def rebased_code(code: Any, base: Path, root: Path) -> Any:
     return new if isinstance(code, str) else {**code, "dir": new}
 
 
-def parse_gpus(text: str) -> dict[str, Any]:
-    """``--gpus TYPE:COUNT`` (or ``TYPE`` for one) as the entry's ``accelerator``."""
-    kind, _, count = text.partition(":")
-    if not kind or (count and not count.isdigit()) or count == "0":
-        raise ConfigError("--gpus", [f"expected TYPE:COUNT (e.g. nvidia-l4:1), got {text!r}"])
-    return {"type": kind, "count": int(count or 1)}
+def code_flag(text: str, root: Path, cwd: Path) -> str:
+    """``--code DIR`` as the entry's ``code``: a directory as the shell means it (relative to ``cwd``),
+    written relative to the project root ``root`` (as ``code:`` is read, on every machine that launches
+    or resumes the job). Raises ConfigError for no such directory or one outside the project root."""
+    import re
+
+    if re.match(r"[a-z+]+://|git@", text):
+        return text  # (the entry's own check says how a repository is written)
+    full = (cwd / Path(text).expanduser()).resolve()
+    if not full.is_dir():
+        raise ConfigError("--code", [f"{text}: {full} {'is not a directory' if full.exists() else 'does not exist'}"])
+    try:
+        inside = full.relative_to(root)
+    except ValueError:
+        raise ConfigError("--code", [f"{text}: {full} is outside the project root {root} (the directory holding "
+                                     "Pulumi.yaml): the stack file names code relative to it, for every machine that "
+                                     "launches or resumes the job. Move the code under it, or give a job file with "
+                                     "code: {git: URL, ref: REF}"]) from None
+    return "./" + inside.as_posix() if inside.parts else "./"
 
 
 def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,8 +89,8 @@ def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping
             continue
         if key == "machine":
             out["machineType" if cloud == "gcp" else "instanceType"] = value
-        elif key == "gpus":
-            out["accelerator"] = parse_gpus(value)
+        elif key == "gpus":  # (``--gpus`` as the catalog resolves it: cli.commands.launch.parse_gpus)
+            out["accelerator"] = value
         else:
             out[key] = int(value) if isinstance(value, float) and value.is_integer() else value  # (12, not 12.0)
     if "zone" not in out and zones:
@@ -84,16 +98,36 @@ def entry(cloud: str, zones: list[str], given: Mapping[str, Any], flags: Mapping
     return {k: out[k] for k in sorted(out, key=lambda k: (KEY_ORDER.index(k) if k in KEY_ORDER else len(KEY_ORDER), 0))}
 
 
+# The flags of the entry's keys: a flag user reads errors in the words they typed.
+FLAG_OF = {"id": "--id", "machineType": "--machine", "instanceType": "--machine", "accelerator": "--gpus", "nodes": "--nodes",
+           "zone": "--zone", "command": "--command", "code": "--code", "deadlineHours": "--deadline-hours", "jobHours": "--job-hours"}
+
+
+def in_flags(problem: str, keys: set[str]) -> str:
+    """``problem`` (``KEY: message``) in flag words when ``KEY`` came from a flag (or is missing with no job file)."""
+    key, sep, message = problem.partition(": ")
+    top = key.split(".")[0].split("[")[0]
+    if not sep or top not in keys or top not in FLAG_OF:
+        return problem
+    message = message.replace("required key is missing", "required").replace("required on GCP", "required (the GCP "
+                              "machine type)").replace("required on AWS", "required (the EC2 instance type)")
+    message = re.sub(r"set (?:accelerator )?\{type: ([\w.-]+), count: (\d+)\}", r"give --gpus \1:\2", message)
+    message = message.replace("leave accelerator out", "leave --gpus out").replace("set accelerator count ", "give --gpus ")
+    return f"{FLAG_OF[top]}: {message}"
+
+
 def refuse_taken(ref: stackfile.StackRef, jobs: list, job_id: str) -> None:
     """Raises LifecycleError, naming the job's state, when the stack has a job of this id."""
     for old in jobs:
         if isinstance(old, dict) and old.get("id") == job_id:
             state = old.get("state", "pending")
+            undo = f", or `spotctl cleanup {job_id} --no-apply --yes` (never applied: only its entry goes)" \
+                if never_applied(old) else ""
             raise LifecycleError(f"job {job_id} already exists in {ref.path} (state {state}, attempt {old.get('attempt', 1)}): "
-                                 f"pick another id, or `spotctl resume {job_id}` / `spotctl status {job_id}`")
+                                 f"pick another id, or `spotctl resume {job_id}` / `spotctl status {job_id}`{undo}")
 
 
-def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str):
+def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str, flagged: set[str] = frozenset()):
     """The stack's config with the new job (validated whole, as the stack file will be), before its
     code is packed and its cost shown. Raises LifecycleError for an id the stack has now (the
     pipeline's ``decide`` refuses it again under the lock), ConfigError naming the job's keys."""
@@ -108,7 +142,10 @@ def check_new(ref: stackfile.StackRef, new: Mapping[str, Any], source: str):
         cfg = stackfile.validate(stackfile.namespaced(raw, str(ref.path)), str(ref.path))
     except ConfigError as exc:  # the new entry's keys by the job's name, not by an index the user never wrote
         at = f"{stackfile.key('jobs')}[{len(jobs)}]"
-        raise ConfigError(source, [p.replace(f"{at}.", "").replace(at, f"job {job_id}") for p in exc.problems]) from None
+        problems = [p.replace(f"{at}.", "").replace(at, f"job {job_id}") for p in exc.problems]
+        problems = [in_flags(p.removeprefix(f"job {job_id}: ") if source.endswith(f"job {job_id}") else p, set(flagged))
+                    for p in problems]
+        raise ConfigError(source, problems) from None
     return cfg
 
 
@@ -125,8 +162,44 @@ def block(path: Path, new: Mapping[str, Any]) -> str:
     if dash is None:
         return ""
     indent = " " * (len(dash) - len(dash.lstrip()))
-    text = yaml.safe_dump([dict(new)], sort_keys=False, default_flow_style=None, width=10**6, allow_unicode=True)
-    return "".join(f"{indent}{line}\n" for line in text.splitlines())
+    # One key a line, as the file's jobs are written (a small mapping such as the accelerator stays
+    # `{type: ..., count: 1}`): PyYAML would write an entry of plain values as one `{...}` line.
+    def one(key: str, value: Any) -> list[str]:
+        if not isinstance(value, (dict, list)):
+            return yaml.safe_dump({key: value}, default_flow_style=False, width=10**6, allow_unicode=True).splitlines()
+        return yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=None, width=10**6,
+                              allow_unicode=True).splitlines()
+
+    lines = [line for k, v in new.items() for line in one(k, v)]
+    return "".join(f"{indent}{'- ' if n == 0 else '  '}{line}\n" for n, line in enumerate(lines))
+
+
+def never_applied(entry: Mapping[str, Any]) -> bool:
+    """A job entry no spotctl command ever applied: pending, no attempt recorded, no update under way
+    (what ``launch --no-apply`` writes)."""
+    return entry.get("state", "pending") == "pending" and "attempt" not in entry and "applying" not in entry
+
+
+def listed_never_applied(ref: stackfile.StackRef, job_id: str) -> bool:
+    """Whether the stack file has ``job_id`` as a never-applied entry (``forget`` decides again under the lock)."""
+    entry = next((e for e in stackfile.read_config(ref.path).get(stackfile.key("jobs")) or []
+                  if isinstance(e, dict) and e.get("id") == job_id), None)
+    return entry is not None and never_applied(entry)
+
+
+def forget(ref: stackfile.StackRef, job_id: str) -> None:
+    """Take a never-applied job out of the stack file (decided and cut under one hold of the lock);
+    any other job is refused: it may have disks, and ``cleanup`` decides on those."""
+    with stackfile.locked(ref.path):
+        raw = stackfile.read_config(ref.path)
+        entry = next((e for e in raw.get(stackfile.key("jobs")) or [] if isinstance(e, dict) and e.get("id") == job_id), None)
+        if entry is None:
+            raise LifecycleError(f"job {job_id} is not in {ref.path}")
+        if not never_applied(entry):
+            raise LifecycleError(f"job {job_id} was applied (state {entry.get('state', 'pending')}, attempt "
+                                 f"{entry.get('attempt', 1)}): its entry goes with its disks, by `spotctl cleanup {job_id}` "
+                                 "once it completed")
+        stackfile.take_job(ref.path, job_id)
 
 
 def first_attempt(job) -> Change:

@@ -171,7 +171,10 @@ def render(plan: Plan, width: int = 100) -> str:
     name_w = max(len(n) for _, n, _, _ in rows)
     aligned = type_w + 2 + name_w <= width  # else: name right after the type, or on a line of its own
     head = f"stack {plan.stack}: {counted(len(plan.resources), 'resource')} ({counted(sum(r.custom for r in plan.resources), 'cloud resource')}), under mocks"
-    lines = [_clip(head, width), "", f"{'Type':<{type_w}}  {'Name':<{name_w}}  Info" if aligned else "Type  Name  Info"]
+    header = f"{'Type':<{type_w}}  {'Name':<{name_w}}  Info" if aligned else "Type  Name  Info"
+    if len(header) > width:  # (the info words follow each name, wrapped below it: their header can go)
+        header = f"{'Type':<{type_w}}  Name"
+    lines = [_clip(head, width), "", header]
     for typ, name, info, cont in rows:
         if aligned:
             lines += _fit(f"{typ:<{type_w}}  {name:<{name_w}}".rstrip(), info, width, cont[: width // 2])

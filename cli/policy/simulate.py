@@ -313,14 +313,20 @@ def evaluate(traces: Sequence[Trace], policies: Sequence[str], job: Job, n_start
 
 
 def render_table(rows: Sequence[Summary]) -> str:
-    header = f"{'trace':<22} {'policy':<20} {'runs':>4} {'cost':>6} {'p25':>6} {'p75':>6} {'miss':>4} {'spot h':>7} {'od h':>6} {'gap':>7}"
+    """One block per trace (its name a line of its own), a row per policy: within 80 columns."""
+    width = max([len("policy"), *(len(r.policy) for r in rows)])
+    header = f"{'policy':<{width}} {'runs':>4} {'cost':>6} {'p25':>6} {'p75':>6} {'miss':>4} {'spot h':>7} {'od h':>6} {'gap':>7}"
     lines = [header, "-" * len(header)]
+    trace = None
     for r in rows:
+        if r.trace != trace:
+            trace = r.trace
+            lines.append(f"{trace}:")
         gap = "" if r.gap_to_opt is None else f"{100 * r.gap_to_opt:+.1f}%"
         spot = "" if math.isnan(r.spot_h) else f"{r.spot_h:.1f}"
         od = "" if math.isnan(r.od_h) else f"{r.od_h:.1f}"
-        lines.append(f"{r.trace:<22} {r.policy:<20} {r.runs:>4} {r.mean_norm_cost:>6.3f} {r.p25:>6.3f} {r.p75:>6.3f} "
-                     f"{r.misses:>4} {spot:>7} {od:>6} {gap:>7}")
+        lines.append(f"{r.policy:<{width}} {r.runs:>4} {r.mean_norm_cost:>6.3f} {r.p25:>6.3f} {r.p75:>6.3f} "
+                     f"{r.misses:>4} {spot:>7} {od:>6} {gap:>7}".rstrip())
     lines.append("cost: mean cost / all-on-demand cost; gap: mean cost vs the omniscient optimum")
     return "\n".join(lines) + "\n"
 

@@ -96,7 +96,12 @@ def _stacks_there(folder: Path) -> str:
     except OSError:
         names = []
     where = folder if str(folder) not in ("", ".") else Path(".")
-    return f"the stacks in {where}/ are: {', '.join(names)}" if names else f"{where}/ has no Pulumi.<stack>.yaml"
+    if names:
+        return f"the stacks in {where}/ are: {', '.join(names)}"
+    here = (folder if folder.is_dir() else Path.cwd()).resolve()
+    outside = not any((d / "Pulumi.yaml").is_file() for d in (here, *here.parents))  # (refs.project_root's search)
+    return f"{where}/ has no Pulumi.<stack>.yaml" + (" and no Pulumi.yaml is at or above it: run spotctl in the "
+                                                      "project, or give `spotctl -C DIR` (the directory holding Pulumi.yaml)" if outside else "")
 
 
 _LAST_READ: list[tuple[str, bytes, str]] = []  # the last text read, its bytes and the file's state after the read

@@ -68,6 +68,8 @@ def resolve(stack: str | None, stack_file: Path | None) -> StackRef:
     if stack is None:
         raise ConfigError("spotctl", ["no stack: give --stack NAME (or --stack-file PATH), set PULUMI_STACK, "
                                       "or select one with `pulumi stack select NAME`"])
+    if source == "--stack" and re.search(r"\.ya?ml$", stack) and STACK_FILE_RE.fullmatch(Path(stack).name):
+        return resolve(None, Path(stack))  # a stack file's path given as --stack: what --stack-file PATH takes
     m = STACK_NAME_RE.fullmatch(stack)
     if not m:
         raise ConfigError("spotctl", [f"{source} {stack!r}: expected NAME or org/project/NAME "
