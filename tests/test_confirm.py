@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import cli.commands as commands
+import cli.commands.cleanup as cleanup_commands
 import cli.commands.jobs as jobs_commands
 from cli.app import app
 from cli.lifecycle import pipeline, stackfile
@@ -24,6 +25,7 @@ def tty(monkeypatch):
     """Answer questions as if a person sat at a terminal (CliRunner's stdin is not one)."""
     monkeypatch.setattr(commands, "interactive", lambda: True)
     monkeypatch.setattr(jobs_commands, "interactive", lambda: True)
+    monkeypatch.setattr(cleanup_commands, "interactive", lambda: True)
 
 
 def verbs(log: Path) -> list[str]:

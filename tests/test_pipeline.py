@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import cli.commands as commands
+import cli.commands.cleanup as cleanup_commands
 import cli.commands.jobs as jobs_commands
 from cli.app import app
 from cli.lifecycle import pipeline
@@ -28,6 +29,7 @@ def steps(monkeypatch) -> list[str]:
 def tty(monkeypatch):
     monkeypatch.setattr(commands, "interactive", lambda: True)
     monkeypatch.setattr(jobs_commands, "interactive", lambda: True)
+    monkeypatch.setattr(cleanup_commands, "interactive", lambda: True)
 
 
 @pytest.mark.parametrize("args", [

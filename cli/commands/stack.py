@@ -37,7 +37,6 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
     if cloud and cfg.cloud == "aws":
         from cli.cloud import CloudError
         from cli.cloud.deployments import aws_boundary, clash
-
         from cli.commands.hints import known_bucket
 
         # This deployment's event bucket: given, or the one this stack file was synced with.

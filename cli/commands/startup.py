@@ -10,10 +10,10 @@ GROUP_VALUE_OPTIONS = ("--cwd", "-C")  # the group's options that take a value
 # The module of cli.commands that registers each command (and group): `spotctl CMD` imports only
 # that one (tests/test_startup.py checks this table against what cli.app registers).
 # Every module of cli.commands that registers commands, in the order of `spotctl --help`.
-COMMAND_MODULES = ("stack", "drill", "policy", "launch", "jobs", "move", "logs", "pool", "cost", "catalog", "watch", "check")
+COMMAND_MODULES = ("stack", "drill", "policy", "launch", "jobs", "cleanup", "move", "logs", "pool", "cost", "catalog", "watch", "check")
 COMMAND_MODULE = {
     "validate": "stack", "plan": "stack", "sync": "stack", "drill": "drill", "simulate": "policy", "policy": "policy",
-    "resume": "jobs", "failover": "jobs", "complete": "jobs", "status": "jobs", "events": "jobs", "cleanup": "jobs",
+    "resume": "jobs", "failover": "jobs", "complete": "jobs", "status": "jobs", "events": "jobs", "cleanup": "cleanup",
     "move": "move", "logs": "logs", "pool": "pool", "cost": "cost", "watch": "watch",
     "catalog": "catalog", "show-gpus": "catalog", "launch": "launch", "stop": "launch", "check": "check",
 }
