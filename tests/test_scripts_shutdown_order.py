@@ -1,13 +1,12 @@
-"""What systemd does at a stop that the local runs (no systemd) do not, kept in the scripts:
-the job disk stays mounted until every unit that records on it has stopped, the job unit ends only
-after its progress follower has recorded the trainer's last checkpoint, and one preemption is one
-`preempted` whichever paths see it. The boot tier (tests/boot/) runs the same under real systemd."""
+"""What systemd does at a stop that the local runs (no systemd) do not, kept in the agent: the job
+unit ends only after the trainer's last checkpoint is recorded, and one preemption is one `preempted`
+whichever paths see it. The units' order against the job disk's mount is in tests/test_agent_systemd.py
+and tests/test_agent_boot_fixes.py; the boot tier (tests/boot/) runs the same under real systemd."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
-from infra.render import ScriptContext, scripts_for
+from infra.render import ScriptContext
 
 TRAINER = Path(__file__).parent / "fixtures" / "trainer.py"
 
@@ -91,37 +90,3 @@ def test_the_job_unit_ends_only_after_its_follower_recorded_the_last_checkpoint(
     steps = [e["details"].get("step") for e in vm.events() if e["event"] == "checkpoint"]
     assert "completed" in names(vm)
     assert steps == ["1", "2"], (steps, vm.debug_log())
-
-
-@pytest.mark.parametrize("cloud", ["gcp", "aws"])
-def test_every_unit_that_records_on_the_job_disk_is_ordered_after_its_mount(cloud, tmp_path):
-    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b",
-                        region="us-east-1", disk_device="/dev/disk/by-id/x", systemd_dir=str(tmp_path))
-    script = scripts_for(ctx).startup
-    units = script.split('spotctl_write_unit "$SPOTCTL_UNIT" "[Unit]', 1)[1].split("local units=(")[0]
-    # The job, the watcher and (AWS) the stop hook: each stops before the disk is unmounted.
-    assert units.count("RequiresMountsFor=$SPOTCTL_MOUNT") == (3 if cloud == "aws" else 2)
-    if cloud == "aws":
-        return
-    if shutil.which("systemd-escape") is None:
-        pytest.skip("systemd-escape not installed")
-    # GCP: the guest agent's unit whose stop runs the shutdown script, ordered after the mount by a drop-in.
-    body = script[: script.index('case "${1:-')] + "spotctl_order_shutdown_scripts\n"
-    (tmp_path / "s.sh").write_text(body)
-    done = subprocess.run(["bash", str(tmp_path / "s.sh")], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    dropin = tmp_path / "google-shutdown-scripts.service.d" / "spotctl.conf"
-    assert dropin.read_text() == "[Unit]\nAfter=mnt-spotctl.mount\n"
-
-
-@pytest.mark.parametrize(("cloud", "budget", "last"), [("gcp", None, 2), ("aws", None, 10), ("aws", 115, 2), ("gcp", 5, 10)])
-def test_the_last_preempted_record_gets_what_the_notice_leaves(cloud, budget, last):
-    """After the trainer's budget, tee and the flush (4 s): the `preempted` record's retries, and 4 s
-    to power off, within the cloud's notice; at least one 2 s try, at most 10 s."""
-    from infra.render import NOTICE_S, TRAINER_STOP_BUDGET_S
-
-    ctx = ScriptContext(cloud=cloud, stack="s", kind="job", name="j", command="true", event_bucket="b",
-                        region="r", stop_budget_s=budget)
-    assert f"\nSPOTCTL_LAST_RECORD_S={last}\n" in scripts_for(ctx).startup
-    spent = (budget if budget is not None else TRAINER_STOP_BUDGET_S[cloud]) + 4 + last + 4
-    assert spent <= NOTICE_S[cloud] or last == 2
