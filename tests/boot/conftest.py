@@ -112,6 +112,7 @@ class Story:
         e.state.attributes = dict(plan.metadata)
         e.user_data, e.region, e.instance_type = plan.user_data, plan.region, plan.instance_type
         e.reset(preempted=False, instance_action=None)
+        e.serve_agent(plan.bucket)
         self.guest = Guest(self.image, self.workdir / name, self.ns, self.cloud, self.disk,
                            volume_serial=plan.volume_serial)
         self.guest.start()
@@ -155,8 +156,11 @@ class Story:
         if predicate():
             return
         tail = self.guest.console_text()[-4000:] if self.guest else ""
-        raise AssertionError(f"{self.cloud}: timed out waiting for {what}; events {[e['event'] for e in self.emu.events()]}\n"
-                             f"console tail:\n{tail}")
+        events = [(e["event"], e.get("details")) for e in self.emu.events()]
+        chunks = self.emu.state.log_chunks
+        log = b"".join(chunks[n] for n in sorted(chunks)).decode(errors="replace")[-3000:]
+        raise AssertionError(f"{self.cloud}: timed out waiting for {what}; events {events}\n"
+                             f"trainer log (as uploaded):\n{log}\nconsole tail:\n{tail}")
 
 
 def _story(cloud: str, image: image_mod.Image, workdir: Path, job: str, env: dict[str, str]) -> Iterator[Story]:
