@@ -118,6 +118,20 @@ def pytest_configure(config: pytest.Config) -> None:
             continue
 
 
+BOOT_DIR = Path(__file__).resolve().parent / "boot"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The boot tier (tests/boot/) is collected only when named (`pytest tests/boot`): the README's
+    test command runs it after the unit suite, not beside it, since its guests' clocks are real time
+    and the suite's load beside them broke their timings."""
+    if collection_path.resolve() != BOOT_DIR:
+        return None
+    here = config.invocation_params.dir
+    named = [(here / arg.split("::", 1)[0]).resolve() for arg in config.args]
+    return None if any(p == BOOT_DIR or BOOT_DIR in p.parents for p in named) else True
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """An xdist worker that has run its last test exits without a full garbage collection of its heap

@@ -92,8 +92,10 @@ def test_gcp_preemption_checkpoints_and_records_preempted(make_vm, emu):
     flipped = emu.preempt_gcp()
     done, seconds = vm.shutdown()
     assert done.returncode == 0, done.stderr
-    assert names(vm.events()) == ["started", "preempted"]
-    assert uploaded(emu) == ["started", "preempted"]
+    # The shutdown script takes the notice path the watcher takes: `preemption-notice` (what `status` and
+    # `resume` read as "checkpointing now"), the trainer's budget, then one `preempted`.
+    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
+    assert sorted(uploaded(emu)) == ["preempted", "preemption-notice", "started"]  # the notice goes up in the background
     ev = vm.events()[-1]
     assert set(ev) == EVENT_KEYS
     assert ev["details"] == {"source": "shutdown-script", "preempted": "TRUE"}

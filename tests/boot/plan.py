@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cli.lifecycle.stackfile import namespaced, read_config, validate
 from cli.plan import mocks as planner
+from infra.render import bootstrap_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = {"gcp": "example-gcp", "aws": "example-aws"}
@@ -29,7 +30,7 @@ class VmPlan:
     attempt: int
     metadata: dict[str, str]  # GCE: the instance's metadata (startup-script, shutdown-script, ...)
     user_data: bytes  # EC2: what IMDS serves as user-data (the gzip the plan base64-encodes)
-    script: str  # the startup script (GCE) or the user data's script (EC2)
+    script: str  # the startup bootstrap (GCE) or the user data's bootstrap (EC2)
     volume_serial: str  # EC2: the job volume's id without its dash (its NVMe serial)
     bucket: str
     region: str
@@ -43,6 +44,10 @@ def _config(cloud: str, job_id: str, env: dict[str, str], attempt: int) -> dict:
     job = copy.deepcopy(next(j for j in jobs if j["id"] == EXAMPLE_JOB[cloud]))
     job.update({"id": job_id, "command": TRAINER, "env": env, "attempt": attempt, "capacity": "spot",
                 "state": "running"})
+    # The tier's trainer is in the image: no code archive to fetch (code delivery and its setup are
+    # tests/test_agent_code.py's and the drill's; the bucket here holds no archive).
+    for key in ("code", "setup", "codeDigest", "workdir"):
+        job.pop(key, None)
     if cloud == "gcp":
         # No GPU in the guest: a CPU machine type, so the plan asks for no NVIDIA driver install
         # (the startup script would wait 20 minutes for nvidia-smi).
@@ -67,7 +72,8 @@ def plan_vm(cloud: str, job_id: str, env: dict[str, str], attempt: int = 1) -> V
         metadata = {}
         user_data = base64.b64decode(vm.inputs["userDataBase64"])
         script = gzip.decompress(user_data).decode()
-        serial = re.search(r"Amazon_Elastic_Block_Store_(\S+?)'?\n", script)[1]
+        serial = re.fullmatch(r"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_(\S+)",
+                              str(bootstrap_config(script)["disk_device"]))[1]
         zone, instance_type = vm.inputs["availabilityZone"], vm.inputs["instanceType"]
-    bucket = re.search(r"^SPOTCTL_BUCKET='?([^'\n]+)'?$", script, re.M)[1]
+    bucket = str(bootstrap_config(script)["event_bucket"])
     return VmPlan(cloud, stack, job_id, attempt, metadata, user_data, script, serial, bucket, cfg.region, zone, instance_type)

@@ -144,12 +144,15 @@ def completion(story: Story, record: Record) -> None:
     story.wait(lambda: story.events("completed"), BOOT_S + 60, "the completed event")
     record[f"{story.cloud} completion: boot to completed (s)"] = time.monotonic() - start
     assert guest.probe.first("done")[1] == "done 30"
-    self_stops = "poweroff" in story.plan.script
-    if self_stops:
-        assert guest.wait_off(120), "the VM stopped itself after the job completed"
-    else:
-        guest.power_button()
-        assert guest.wait_off(90)
+    # The agent powers its VM off once `completed` and the log are uploaded (agent/run.py power_off:
+    # `shutdown -h now` under systemd): nobody presses the power button here.
+    assert guest.wait_off(120), "the VM powered itself off after the job completed"
+    assert guest.exited_at is not None
+    completed_at = min(u.received for u in story.emu.uploads()
+                       if u.body.get("job") == story.plan.job and u.body["event"] == "completed")
+    assert completed_at <= guest.exited_at, "the VM powered off only after `completed` was in the bucket"
+    record[f"{story.cloud} completion: completed to self power-off (s)"] = guest.exited_at - completed_at
+    assert "the job's work on this VM is over: powering off" in (guest.read_file("/var/lib/spotctl/spotctl.log") or "")
     assert story.checkpoint_on_disk() == 30
     assert (story.disk_events() and read_completed(story)) == story.plan.attempt
     names = _names(story.events())
