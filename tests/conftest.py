@@ -313,6 +313,13 @@ def pulumi_calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+def gce_watcher_looked(emu) -> bool:
+    """A GCP watcher's first look for a notice is over (it asks for the maintenance event once
+    `preempted` was answered). With an hour's poll, a preemption flipped after it is seen by the
+    shutdown script alone, however late a loaded machine started the watcher."""
+    return any(path.endswith("/instance/maintenance-event") for _, path in list(emu.state.requests))
+
+
 def data_labels(stack: str, job: str, cloud: str = "gcp", node: int = 0) -> dict[str, str]:
     """What the components put on a job's data disk (gcp labels / aws tags)."""
     from infra.naming import aws_tags, gcp_labels

@@ -4,9 +4,12 @@ disk's mount without requiring it; the last `preempted` record gets what the not
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
 import types
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +109,35 @@ def test_the_trainers_exit_tries_the_log_once_more_and_says_when_its_end_was_not
     assert rec.budgets == budgets and rec.events == ["completed"]
     debug = (tmp_path / "state" / "spotctl.log")
     assert (debug.exists() and "not uploaded" in debug.read_text()) == said
+
+
+def test_unpacked_code_reaches_the_disk_before_its_rename_makes_it_the_code(tmp_path, monkeypatch):
+    """Code found in place is never fetched again: its files are synced before the rename, and the
+    rename after it (a reset within ~30 s of the write left new files empty)."""
+    from agent import code
+    from tests.test_agent_code import archive
+
+    data = archive({"train.py": "print(1)\n"})
+    cfg = config("gcp", tmp_path, mount_point=str(tmp_path / "disk"), code_uri="gs://b/k",
+                 code_sha256=hashlib.sha256(data).hexdigest())
+    calls: list[str] = []
+    rename = os.rename
+    monkeypatch.setattr(code.os, "sync", lambda: calls.append("sync"))
+    monkeypatch.setattr(code.os, "rename", lambda a, b: calls.append("rename") or rename(a, b))
+    final = code.unpack(cfg, data)
+    assert calls == ["sync", "rename", "sync"]
+    assert Path(final, "train.py").read_text() == "print(1)\n"
+
+
+def test_setups_work_reaches_the_disk_before_its_marker_and_the_marker_before_the_command(tmp_path, monkeypatch):
+    from agent import code
+
+    cfg = config("gcp", tmp_path, mount_point=str(tmp_path / "disk"), code_uri="gs://b/k", code_sha256="a" * 64,
+                 setup="installs")
+    (tmp_path / "disk" / ".spotctl").mkdir(parents=True)
+    out, marker = tmp_path / "installed", code.setup_marker(cfg)
+    seen: list[tuple[bool, bool]] = []
+    monkeypatch.setattr(code.os, "sync", lambda: seen.append((out.exists(), os.path.exists(marker))))
+    rc = code.run_setup(cfg, ["sh", "-c", f"echo done > '{out}'"], dict(os.environ), str(tmp_path), str(tmp_path / "log"),
+                        lambda: False, lambda pid: None)
+    assert rc is None and seen == [(True, False), (True, True)]

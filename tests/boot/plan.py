@@ -36,6 +36,7 @@ class VmPlan:
     region: str
     zone: str
     instance_type: str
+    stop_budget_s: float  # what the agent gives the trainer between its SIGTERM and the stop's record
 
 
 def _config(cloud: str, job_id: str, env: dict[str, str], attempt: int) -> dict:
@@ -75,5 +76,6 @@ def plan_vm(cloud: str, job_id: str, env: dict[str, str], attempt: int = 1) -> V
         serial = re.fullmatch(r"/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_(\S+)",
                               str(bootstrap_config(script)["disk_device"]))[1]
         zone, instance_type = vm.inputs["availabilityZone"], vm.inputs["instanceType"]
-    bucket = str(bootstrap_config(script)["event_bucket"])
-    return VmPlan(cloud, stack, job_id, attempt, metadata, user_data, script, serial, bucket, cfg.region, zone, instance_type)
+    agent = bootstrap_config(script)
+    return VmPlan(cloud, stack, job_id, attempt, metadata, user_data, script, serial, str(agent["event_bucket"]), cfg.region,
+                  zone, instance_type, float(agent["stop_budget_s"]))

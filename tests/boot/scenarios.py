@@ -1,7 +1,7 @@
-"""The boot tier's scenarios, one function each, for either cloud (test_gcp.py, test_aws.py run
-them in order on one job's VMs). Each asserts the events on the job disk and in the bucket; times
+"""The boot tier's scenarios, one function each, for either cloud (test_boot.py runs them in order on
+one job's VMs per cloud). Each asserts the events on the job disk and in the bucket; times
 are measured (host clock: the notice, the trainer's SIGTERM as it tells the second serial port, the
-VM's exit) and recorded, never asserted."""
+VM's exit), recorded, and held to the clouds' own budgets (never to a test's guess)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,12 @@ def _stop(story: Story, record: Record, kind: str, notice) -> tuple[float, int]:
     record[f"{story.cloud} {kind}: notice to power-off (s)"] = (guest.exited_at or time.monotonic()) - at
     assert term is not None, "the trainer got SIGTERM"
     assert saved is not None, "the trainer saved its checkpoint before the power-off"
+    # The clouds' budgets, not a test's slack: the trainer is promised its whole stop budget before the
+    # hard stop (GCE preemption: SIGTERM within 10 s of the notice), and the VM, having recorded the
+    # stop, powers off by itself before it.
+    assert term[0] - at <= hard - story.plan.stop_budget_s, \
+        f"SIGTERM {term[0] - at:.1f} s after the notice: the trainer's {story.plan.stop_budget_s:.0f} s end after the hard stop at {hard:.0f} s"
+    assert off, f"the VM was still on at the cloud's hard stop, {hard:.0f} s after the notice"
     step = int(saved[1].split()[1])
     assert story.checkpoint_on_disk() == step
     return at, step
