@@ -433,10 +433,13 @@ TIMED_GROUPS = {"test_scripts_run.py": "timed-scripts",
 # test_scripts_run.py's budget tests (~100 s of its ~3 min, waiting out real budgets) are a unit of their own.
 TIMED_BUDGETS = ("test_shutdown_path_finishes_in_budget_under_faults", "test_gcp_worst_case_at_real_budgets_fits_the_30s_notice",
                  "test_a_stop_waits_for_the_trainers_group_not_its_leader")
-# The boot tier (tests/boot/: Debian guests under QEMU, one story of VMs per cloud, ~15-25 min) is
-# one unit: its module-scoped guests and its one image build stay on one worker, in file order.
+# The boot tier (tests/boot/: Debian guests under QEMU, one story of VMs per cloud) runs when named,
+# after the unit suite (pytest_ignore_collect); under xdist it is one unit: its module-scoped guests
+# and its one image build stay on one worker, in file order.
 BOOT_UNIT = "boot-tier"
-TIMED_UNITS = len(set(TIMED_GROUPS.values())) + 2  # + the budget tests' own unit + the boot tier
+# + the budget tests' own unit + one (the boot tier's when named; otherwise one more worker for the
+# CPU-bound rest, as the suite's wall time was measured with).
+TIMED_UNITS = len(set(TIMED_GROUPS.values())) + 2
 
 
 def timed_unit(nodeid: str) -> str | None:

@@ -72,6 +72,12 @@ class GuestCloud(Emulator):
         agent = artifact()
         self.put_object(bucket, agent.object_name, agent.data)
 
+    def serve_code(self, uri: str, data: bytes) -> None:
+        """The job's code archive at the object the plan names (``gs://`` or ``s3://``), as
+        ``spotctl launch`` uploads it."""
+        bucket, key = uri.split("://", 1)[1].split("/", 1)
+        self.put_object(bucket, key, data)
+
     def stop(self) -> None:
         for server in self._servers:
             server.shutdown()

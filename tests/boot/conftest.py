@@ -38,12 +38,17 @@ def _cannot_boot() -> str:
         return f"the boot tier needs Linux on x86_64 (this is {platform.system()} {platform.machine()})"
     if os.environ.get("SPOTCTL_BOOT") == "0":
         return "SPOTCTL_BOOT=0 in the environment"
+    if image_mod.missing_tools():  # first: the namespace probe itself needs iproute2
+        if shutil.which("apt-get") is None:
+            return f"missing {', '.join(image_mod.missing_tools())} and no apt-get to install them"
+        try:
+            image_mod.install_host_tools()
+        except RuntimeError as exc:
+            return str(exc)
     reason = can_make_namespaces()
     if reason:
         return reason
     remove_stale()
-    if shutil.which("apt-get") is None and image_mod.missing_tools():
-        return f"missing {', '.join(image_mod.missing_tools())} and no apt-get to install them"
     return ""
 
 
@@ -71,10 +76,6 @@ def boot_image(boot_record: Record, tmp_path_factory: pytest.TempPathFactory) ->
     reason = _cannot_boot()
     if reason:
         pytest.skip(f"boot tier skipped: {reason}")
-    try:
-        image_mod.install_host_tools()
-    except RuntimeError as exc:
-        pytest.skip(f"boot tier skipped: {exc}")
     times = image_mod.BuildTimes()
     start = time.monotonic()
     built = image_mod.build(times=times)
@@ -111,6 +112,7 @@ class Story:
         e.user_data, e.region, e.instance_type = plan.user_data, plan.region, plan.instance_type
         e.reset(preempted=False, instance_action=None)
         e.serve_agent(plan.bucket)
+        e.serve_code(plan.code_uri, plan.code)
         self.guest = Guest(self.image, self.workdir / name, self.ns, self.cloud, self.disk,
                            volume_serial=plan.volume_serial)
         self.guest.start()

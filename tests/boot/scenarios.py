@@ -10,7 +10,7 @@ import time
 
 from tests.boot.conftest import BOOT_S, Record, Story
 from tests.boot.plan import plan_vm
-from tests.boot.vm import filesystem_id
+from tests.boot.vm import filesystem_id, read_disk_file
 
 # What each cloud gives a VM between the stop signal and the hard power-off: GCE's preemption and
 # a stop both send the ACPI power button and power off 30 s later if the guest has not ("Compute
@@ -32,6 +32,11 @@ def first_boot(story: Story, record: Record) -> None:
     story.wait(lambda: guest.probe.first("start"), BOOT_S, "the trainer to start")
     record[f"{story.cloud} boot to trainer start (s)"] = guest.probe.first("start")[0] - start
     assert guest.probe.first("start")[1] == "start 0 resume=0"
+    # The code fetched from the bucket, checked and unpacked on the job disk; its setup, then the
+    # command (tests/boot/code/train.sh fails without setup's file beside it), both in the code.
+    setup = guest.probe.first("setup")
+    assert setup is not None and setup[0] <= guest.probe.first("start")[0], "setup ran before the command"
+    assert setup[1] == f"setup {story.plan.mount_point}/{story.plan.code_dir}", setup
     # (`started` and `progress` are asserted on the job disk at the next stop: their uploads, at the
     # trainer's start, have real-time budgets an emulated CPU on a loaded machine was seen to miss
     # (2 boots of ~10); the scripts keep such an event in the job disk's log.)
@@ -53,6 +58,7 @@ def reboot(story: Story, record: Record) -> None:
     record[f"{story.cloud} reset to trainer start (s)"] = when - at
     step = int(re.match(r"start (\d+) resume=(\d)", line)[1])
     assert line.endswith("resume=1") and step > 0, f"resumed from the checkpoint: {line}"
+    assert guest.probe.first("setup", after=at) is None, "setup ran again after the reset"
     assert filesystem_id(story.disk) == story.filesystem, "the job disk was not formatted again"
     story.done.add("reboot")
 
@@ -125,6 +131,8 @@ def preemption(story: Story, record: Record) -> None:
             return story.emu.notice_aws("terminate", lead_s=120)
     _, step = _stop(story, record, "preempt", notice)
     _assert_stop_recorded(story, "preempted", step)
+    assert read_disk_file(story.disk, f"/{story.plan.code_dir}/setup-runs") == "ran\n", \
+        "setup ran once on the job disk across the reboot"
     assert not any(e["event"] == "stopped" for e in story.events() if e["attempt"] == story.plan.attempt)
     story.done.add("preemption")
 
@@ -139,6 +147,7 @@ def normal_stop(story: Story, record: Record) -> None:
     record[f"{story.cloud} attempt 2 boot to trainer start (s)"] = guest.probe.first("start")[0] - start
     assert re.fullmatch(r"start [1-9]\d* resume=1", guest.probe.first("start")[1])
     assert filesystem_id(story.disk) == story.filesystem, "the job disk was not formatted again"
+    assert guest.probe.first("setup") is None, "the next attempt ran setup again on the same job disk and code"
     _, step = _stop(story, record, "stop", guest.power_button)
     _assert_stop_recorded(story, "stopped", step)
     story.done.add("normal stop")
@@ -166,7 +175,5 @@ def completion(story: Story, record: Record) -> None:
 
 
 def read_completed(story: Story) -> int | None:
-    from tests.boot.vm import read_disk_file
-
     text = read_disk_file(story.disk, "/.spotctl/completed")
     return int(text) if text else None
