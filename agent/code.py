@@ -79,8 +79,18 @@ def unpack(cfg: Config, data: bytes) -> str:
     finally:
         if os.path.exists(archive):
             os.remove(archive)
-    os.rename(tmp, final)
+    durable_rename(tmp, final)
     return final
+
+
+def durable_rename(tmp: str, final: str) -> None:
+    """``tmp`` becomes ``final`` on the disk, its files' contents first: ext4 allocates a new file's
+    blocks up to 30 s after the write (delayed allocation), and a reset in between left the files the
+    agent had just written empty under their final name (the units and fstab line, found by tests/boot/);
+    code found in place is never fetched again."""
+    os.sync()
+    os.rename(tmp, final)
+    os.sync()
 
 
 def fetch_archive(cfg: Config, cloud: Cloud, wait_s: float = 120) -> str:
@@ -130,7 +140,7 @@ def clone(cfg: Config, token: str, out) -> str:
             shutil.rmtree(tmp, ignore_errors=True)
             raise CodeError("job %s: code git %s at %s: `%s` failed (exit %d)"
                             % (cfg.name, cfg.code_git_url, cfg.code_git_commit, " ".join(args[:4]), done.returncode))
-    os.rename(tmp, final)
+    durable_rename(tmp, final)
     return final
 
 
@@ -166,7 +176,11 @@ def run_setup(cfg: Config, argv: list[str], env: dict[str, str], cwd: str, log_p
         started(proc.pid)
         rc = proc.wait()
     if rc == 0 and not stopping():
+        # What setup wrote reaches the disk before the marker says it ran, and the marker before the
+        # command starts: a reset soon after must neither skip an unfinished setup nor run it twice.
+        os.sync()
         with open(marker, "w") as fh:
             fh.write(cfg.code_key())
+        os.sync()
         return None
     return rc

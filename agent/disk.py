@@ -117,3 +117,5 @@ def add_to_fstab(cfg: Config, device: str) -> None:
         return
     with open(cfg.fstab, "a", encoding="utf-8") as fh:
         fh.write(fstab_line(uuid, cfg.mount_point))
+    # On the disk before a reset can come (ext4's delayed allocation, as for the units).
+    os.sync()

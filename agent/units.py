@@ -57,8 +57,32 @@ def unit_files(cfg: Config, python: str, agent: str) -> dict[str, str]:
             "[Install]\nWantedBy=multi-user.target\n"
         ) % (cfg.unit, cfg.mount_point, env, _exec(python, agent, "shutdown"), cfg.notice_s)
     else:
-        files[GCE_SHUTDOWN_UNIT + ".d/spotctl.conf"] = f"[Unit]\nRequiresMountsFor={cfg.mount_point}\n"
+        # Ordering only, no RequiresMountsFor= (which adds Requires=): on a boot without the job disk
+        # the guest agent's unit must still start and run the shutdown script, not fail with the
+        # mount (systemd.unit(5): RequiresMountsFor= "adds dependencies of type Requires= and After=",
+        # https://www.freedesktop.org/software/systemd/man/latest/systemd.unit.html#RequiresMountsFor=).
+        files[GCE_SHUTDOWN_UNIT + ".d/spotctl.conf"] = "[Unit]\nAfter=%s\n" % mount_unit(cfg.mount_point)
     return files
+
+
+def mount_unit(path: str) -> str:
+    """The mount unit's name for ``path``, as ``systemd-escape --path --suffix=mount`` makes it: the
+    path without its outer slashes, "/" as "-", every byte not in [A-Za-z0-9:_.] (and a leading ".")
+    as ``\\xNN`` (systemd.unit(5) "String Escaping for Inclusion in Unit Names",
+    https://www.freedesktop.org/software/systemd/man/latest/systemd.unit.html#String%20Escaping%20for%20Inclusion%20in%20Unit%20Names)."""
+    parts = [p for p in path.split("/") if p]
+    if not parts:
+        return "-.mount"
+    out = []
+    for i, byte in enumerate("/".join(parts).encode()):
+        ch = chr(byte)
+        if ch == "/":
+            out.append("-")
+        elif (ch.isascii() and (ch.isalnum() or ch in ":_.")) and not (i == 0 and ch == "."):
+            out.append(ch)
+        else:
+            out.append("\\x%02x" % byte)
+    return "".join(out) + ".mount"
 
 
 def unit_names(cfg: Config) -> list[str]:
@@ -82,6 +106,10 @@ def start_systemd(cfg: Config, python: str, agent: str) -> None:
         # Not enabled: GCE runs the startup script at every boot, after the guest agent; enabled units
         # would run the previous boot's agent before this one's is in place.
         subprocess.run(["systemctl", "disable", *units], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    # To the disk now (units, drop-in, enable links): ext4 allocates a new file's blocks up to 30 s
+    # after the write (delayed allocation); a reset before that left the units just written empty,
+    # and on AWS (user data runs once) the job never came back (found by tests/boot/).
+    os.sync()
     subprocess.run(["systemctl", "start", "--no-block", *units], check=False)
 
 

@@ -13,7 +13,7 @@ from agent.config import Config
 from agent.events import Recorder
 from agent.imds import Metadata
 from agent.maintenance import Plan, aws_notice, gcp_notice
-from agent.stop import claim_notice, finished, notice, notice_details, preempted_once, signal_trainer, stop, wait_trainer
+from agent.stop import finished, notice, notice_details, preempted_once, signal_trainer, stop, wait_trainer
 from agent.util import exists, locked, log, read, touch, write_atomic
 
 # How often EC2's scheduled events are asked for: they are announced days ahead.
@@ -113,17 +113,12 @@ def shutdown(cfg: Config, meta: Metadata, rec: Recorder) -> None:
     if cfg.cloud == "gcp":
         value = (meta.get("instance/preempted") or "unknown").strip()
         if value == "TRUE":
-            details = ["source=shutdown-script", "preempted=TRUE"]
-            if claim_notice(cfg, details):
-                touch(cfg.state("stopping"))
-                signal_trainer(cfg)
-                if not wait_trainer(cfg, cfg.stop_budget_s):
-                    rec.record("checkpoint-timeout", {"budget_s": str(cfg.stop_budget_s)}, 2, background=True)
-            else:
+            # Through the watcher's notice path (one claim): `preemption-notice`, the trainer's
+            # budget, then `preempted` once, whichever path claimed the notice.
+            notice(cfg, rec, ["source=shutdown-script", "preempted=TRUE"])
+            if not exists(cfg.state("preempted-recorded")):  # the watcher claimed it first: wait for its record
                 wait_trainer(cfg, cfg.stop_budget_s)
-                details = notice_details(cfg)
-            preempted_once(cfg, rec, details)
-            rec.wait()
+                preempted_once(cfg, rec, notice_details(cfg))
         elif exists(cfg.state("maintenance")):
             _maintenance_stop(cfg, rec, {"preempted": value})
         else:

@@ -20,7 +20,7 @@ from cli.lifecycle.apply import ApplyError
 from cli.lifecycle.states import LifecycleError, decide_complete, decide_failover, decide_resume
 from infra.config import ConfigError
 from infra.naming import disk_name, gcp_labels, stack_slug
-from tests.conftest import STACKS_ONLY
+from tests.conftest import STACKS_ONLY, gce_watcher_looked
 
 STACK = "example-gcp"
 
@@ -237,16 +237,15 @@ def test_5_forged_env_changes_nothing_the_runner_does(tmp_path):
     with Emulator() as emu:
         ctx = ScriptContext(cloud="gcp", stack="team-a", kind="job", name="train", event_bucket="b", region="us-central1",
                             command=f"{sys.executable} {trainer}", env=forged, poll_interval_s=3600)
-        # (No watcher poll after the first: only the shutdown script sees the preemption, so the events
-        # are exactly started + preempted however slow a loaded machine is.)
         with LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm") as vm:
             assert vm.boot().returncode == 0
-            assert vm.wait_for(lambda: vm.alive("trainer.pid"), 30), vm.debug_log()
-            assert vm.wait_for(lambda: "start step" in vm.debug_log(), 30), vm.debug_log()
+            assert vm.wait_for(lambda: vm.alive("trainer.pid"), 60), vm.debug_log()
+            assert vm.wait_for(lambda: "start step" in vm.debug_log(), 60), vm.debug_log()
+            assert vm.wait_for(lambda: gce_watcher_looked(emu), 60)  # only the shutdown script sees the flip
             emu.preempt_gcp()
-            vm.shutdown()
+            assert vm.shutdown()[0].returncode == 0
             events = vm.events()
-    assert [e["event"] for e in events] == ["started", "preempted"], events
+    assert [e["event"] for e in events] == ["started", "preemption-notice", "preempted"], events
     assert {(e["job"], e["attempt"], e["node"]) for e in events} == {("train", 1, 0)}
     assert not list(tmp_path.glob("pwned*"))
     import json

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import gen_docs  # noqa: E402
 
 FRESH_MACHINE = ["uv run spotctl drill --preempt-every 1 --verify -- python examples/reentrant_train.py",
-                 "uv run pytest -n auto --dist loadgroup"]
+                 "uv run pytest -n auto --dist loadgroup && uv run pytest tests/boot"]
 
 
 def test_the_site_builds_strict(tmp_path):

@@ -215,6 +215,22 @@ def test_app_holds_no_domain_logic():
     assert defs == ["main"]
 
 
+def test_the_boot_tier_is_collected_only_when_named():
+    """The README's command runs the unit suite, then `pytest tests/boot`: never the tier beside it."""
+    from types import SimpleNamespace
+
+    from tests.conftest import BOOT_DIR, pytest_ignore_collect
+
+    def named(*args: str) -> SimpleNamespace:
+        return SimpleNamespace(args=list(args), invocation_params=SimpleNamespace(dir=ROOT))
+
+    assert pytest_ignore_collect(BOOT_DIR, named("tests")) is True  # also `pytest` alone (testpaths)
+    assert pytest_ignore_collect(BOOT_DIR, named("tests/test_layout.py", "tests/")) is True
+    for args in (["tests/boot"], ["tests/boot/test_boot.py::test_x[gcp]"], ["tests", str(BOOT_DIR)]):
+        assert pytest_ignore_collect(BOOT_DIR, named(*args)) is None, args
+    assert pytest_ignore_collect(ROOT / "tests" / "fixtures", named("tests")) is None
+
+
 def test_the_timed_units_are_as_many_as_the_extra_workers_and_name_real_tests():
     from tests.conftest import BOOT_UNIT, TIMED_BUDGETS, TIMED_GROUPS, TIMED_UNITS, timed_unit
 

@@ -249,9 +249,9 @@ def test_only_aws_enables_the_units(cloud, tmp_path, monkeypatch):
         "spotctl-watch.service spotctl-job.service"
     assert made == ["daemon-reload", f"{'enable' if cloud == 'aws' else 'disable'} {units}", f"start --no-block {units}"]
     assert (tmp_path / "systemd" / "spotctl-job.service").exists()
-    if cloud == "gcp":  # the shutdown script's unit holds the job disk too
+    if cloud == "gcp":  # the shutdown script's unit is ordered after the job disk's mount (not requiring it)
         assert (tmp_path / "systemd" / "google-shutdown-scripts.service.d" / "spotctl.conf").read_text() == \
-            "[Unit]\nRequiresMountsFor=/mnt/spotctl\n"
+            "[Unit]\nAfter=mnt-spotctl.mount\n"
 
 
 @pytest.mark.parametrize("cloud", ["gcp", "aws"])

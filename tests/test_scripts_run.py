@@ -25,6 +25,7 @@ from cli.lifecycle.events import Event
 from cli.lifecycle.states import attempt_outcome
 from infra.basics import JobState
 from infra.render import NOTICE_S, TRAINER_STOP_BUDGET_S, ScriptContext
+from tests.conftest import gce_watcher_looked
 
 TRAINER = Path(__file__).parent / "fixtures" / "trainer.py"
 EVENT_KEYS = {"stack", "kind", "job", "attempt", "node", "event", "time", "instance", "zone", "details"}
@@ -99,13 +100,16 @@ def closed_port_url() -> str:
 
 
 def test_gcp_preemption_checkpoints_and_records_preempted(make_vm, emu):
-    vm = make_vm("gcp", poll_s=3600)  # the watcher polls once: the shutdown script sees the preemption, however slow the machine
+    vm = make_vm("gcp", poll_s=3600)  # the watcher looks once, before the flip: the shutdown script sees the preemption
     boot_and_train(vm)
+    assert vm.wait_for(lambda: gce_watcher_looked(emu), 60)
     flipped = emu.preempt_gcp()
     done, seconds = vm.shutdown()
     assert done.returncode == 0, done.stderr
-    assert names(vm.events()) == ["started", "preempted"]
-    assert uploaded(emu) == ["started", "preempted"]
+    # The shutdown script takes the notice path the watcher takes: `preemption-notice` (what `status` and
+    # `resume` read as "checkpointing now"), the trainer's budget, then one `preempted`.
+    assert names(vm.events()) == ["started", "preemption-notice", "preempted"]
+    assert sorted(uploaded(emu)) == ["preempted", "preemption-notice", "started"]  # the notice goes up in the background
     ev = vm.events()[-1]
     assert set(ev) == EVENT_KEYS
     assert ev["details"] == {"source": "shutdown-script", "preempted": "TRUE"}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.drill.emulator import GCE_PREFIX, ROLE, Emulator, _make_handler, _Server
+from infra.agent_artifact import artifact
 from tests.boot.netns import GATEWAY, METADATA_IP, Namespace, in_namespace
 
 PROJECT_NUMBER = 123456789
@@ -64,6 +65,18 @@ class GuestCloud(Emulator):
         for server in self._servers:
             threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True, name="guest-cloud").start()
         return self
+
+    def serve_agent(self, bucket: str) -> None:
+        """The agent object the bootstrap fetches (GCS download or signed S3 GET, each at the path
+        the plan rendered), as ``spotctl up`` uploads it to the stack's bucket."""
+        agent = artifact()
+        self.put_object(bucket, agent.object_name, agent.data)
+
+    def serve_code(self, uri: str, data: bytes) -> None:
+        """The job's code archive at the object the plan names (``gs://`` or ``s3://``), as
+        ``spotctl launch`` uploads it."""
+        bucket, key = uri.split("://", 1)[1].split("/", 1)
+        self.put_object(bucket, key, data)
 
     def stop(self) -> None:
         for server in self._servers:

@@ -36,16 +36,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _cannot_boot() -> str:
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"the boot tier needs Linux on x86_64 (this is {platform.system()} {platform.machine()})"
-    if os.environ.get("SPOTCTL_BOOT") != "1":
-        # Opt-in until the tier has passed against the Python agent (it was proven on the bash scripts
-        # the agent replaced): the README's command with SPOTCTL_BOOT=1 runs it.
-        return "the boot tier is opt-in for now: SPOTCTL_BOOT=1 runs it (tests/boot, about 17 min from nothing)"
+    if os.environ.get("SPOTCTL_BOOT") == "0":
+        return "SPOTCTL_BOOT=0 in the environment"
+    if image_mod.missing_tools():  # first: the namespace probe itself needs iproute2
+        if shutil.which("apt-get") is None:
+            return f"missing {', '.join(image_mod.missing_tools())} and no apt-get to install them"
+        try:
+            image_mod.install_host_tools()
+        except RuntimeError as exc:
+            return str(exc)
     reason = can_make_namespaces()
     if reason:
         return reason
     remove_stale()
-    if shutil.which("apt-get") is None and image_mod.missing_tools():
-        return f"missing {', '.join(image_mod.missing_tools())} and no apt-get to install them"
     return ""
 
 
@@ -73,10 +76,6 @@ def boot_image(boot_record: Record, tmp_path_factory: pytest.TempPathFactory) ->
     reason = _cannot_boot()
     if reason:
         pytest.skip(f"boot tier skipped: {reason}")
-    try:
-        image_mod.install_host_tools()
-    except RuntimeError as exc:
-        pytest.skip(f"boot tier skipped: {exc}")
     times = image_mod.BuildTimes()
     start = time.monotonic()
     built = image_mod.build(times=times)
@@ -112,6 +111,8 @@ class Story:
         e.state.attributes = dict(plan.metadata)
         e.user_data, e.region, e.instance_type = plan.user_data, plan.region, plan.instance_type
         e.reset(preempted=False, instance_action=None)
+        e.serve_agent(plan.bucket)
+        e.serve_code(plan.code_uri, plan.code)
         self.guest = Guest(self.image, self.workdir / name, self.ns, self.cloud, self.disk,
                            volume_serial=plan.volume_serial)
         self.guest.start()
@@ -155,8 +156,11 @@ class Story:
         if predicate():
             return
         tail = self.guest.console_text()[-4000:] if self.guest else ""
-        raise AssertionError(f"{self.cloud}: timed out waiting for {what}; events {[e['event'] for e in self.emu.events()]}\n"
-                             f"console tail:\n{tail}")
+        events = [(e["event"], e.get("details")) for e in self.emu.events()]
+        chunks = self.emu.state.log_chunks
+        log = b"".join(chunks[n] for n in sorted(chunks)).decode(errors="replace")[-3000:]
+        raise AssertionError(f"{self.cloud}: timed out waiting for {what}; events {events}\n"
+                             f"trainer log (as uploaded):\n{log}\nconsole tail:\n{tail}")
 
 
 def _story(cloud: str, image: image_mod.Image, workdir: Path, job: str, env: dict[str, str]) -> Iterator[Story]:

@@ -29,6 +29,13 @@ def save(step: int) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(CKPT + ".tmp", CKPT)
+    # The rename on the disk too (a careful trainer's checkpoint): ext4 commits it up to 5 s later,
+    # and the reset scenario comes as soon as the first checkpoint's event is in the bucket.
+    fd = os.open(CKPT_DIR, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     print(f"SPOTCTL_CHECKPOINT {step}", flush=True)
 
 
