@@ -13,7 +13,7 @@ from agent.config import Config
 from agent.events import Recorder
 from agent.imds import Metadata
 from agent.maintenance import Plan, aws_notice, gcp_notice
-from agent.stop import finished, notice, notice_details, preempted_once, signal_trainer, stop, wait_trainer
+from agent.stop import finished, notice, notice_details, preempted_once, stop, wait_trainer
 from agent.util import exists, locked, log, read, touch, write_atomic
 
 # How often EC2's scheduled events are asked for: they are announced days ahead.
