@@ -75,6 +75,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from cli.policy.fitcheck import FitCheck
+from cli.policy.reserve import short_windows, single_zone_rule
 from cli.policy.grid import MAX_STATES, Units
 from cli.policy.planning import (
     IDLE_M,
@@ -239,9 +240,7 @@ class UniformProgress(Policy):
             ahead = obs.progress_h >= obs.job_h * (obs.elapsed_h + 2 * d) / obs.deadline_h
             if self.hysteresis and not ahead:
                 return ON_DEMAND
-            if obs.spot_available:
-                return SPOT
-            return ON_DEMAND if obs.progress_h < ep else IDLE
+            return SPOT if obs.spot_available else ON_DEMAND  # the paper keeps the on-demand VM
         if obs.spot_available:
             return SPOT
         return ON_DEMAND if obs.progress_h < ep else IDLE
@@ -278,7 +277,7 @@ class Default(Policy):
                  windows: Sequence[float] = (), censored: Sequence[float] = (), online: bool = True,
                  max_plans: int = 3, one_layer: bool = False, budget: int = MAX_STATES,
                  fit_z: float | None = FIT_Z, fallback_hysteresis: bool | None = None, online_prior_h: float = 1.0,
-                 hysteresis: bool = True):
+                 hysteresis: bool = True, plan: bool = True):
         fixed = tuple(regimes) if regimes is not None else shipped_regimes()
         if not fixed:
             raise ValueError("default policy: no availability regimes")
@@ -288,6 +287,7 @@ class Default(Policy):
         self.temperature, self.max_plans, self.one_layer, self.budget = temperature, max_plans, one_layer, budget
         self.fit = FitCheck(len(self.regimes) + (self.online is not None))
         self.fit_z, self.fallback_hysteresis, self.hysteresis = fit_z, fallback_hysteresis, hysteresis
+        self.plan = plan
         self.fallback: UniformProgress | None = None
         self.reason = ""
         self.fallback_ticks = 0
@@ -340,6 +340,9 @@ class Default(Policy):
                 hysteresis = obs.job_h < FALLBACK_HYSTERESIS_BELOW * obs.deadline_h
             self.fallback = UniformProgress(hysteresis=hysteresis)
         shadow = self.fallback.decide(obs) if self.fallback is not None else None  # fed every tick: its state is current
+        ruled = self._rule(obs, tick_h)
+        if ruled is not None:
+            return ruled
         misfit = self.misfit()
         if shadow is not None and misfit:
             self.fallback_ticks += 1
@@ -367,12 +370,21 @@ class Default(Policy):
             f"{r.name} {w:.2f}" for r, w in planned)
         choice = next((c for c in ((mode,) if mode != IDLE_M else ()) + (SPOT_M, mode) if c in near),
                       min(q, key=q.__getitem__))
-        young_h = self.age_ticks * tick_h
-        if self.hysteresis and choice == SPOT_M and mode == OD_M and young_h < obs.changeover_h - SLACK_EPS_H:
-            self.reason = (f"hysteresis: spot is back but its window ({young_h:.2f} h) is younger than a "
-                           f"changeover ({obs.changeover_h:g} h): staying on on-demand")
-            return ON_DEMAND
         return _DECISION[choice]
+
+    def _rule(self, obs: Observation, tick_h: float) -> Decision | None:
+        """The single-zone rules (``reserve``) before any plan: None leaves the choice to the plan."""
+        short = short_windows(self.windows, obs.changeover_h, obs.price_ratio, self.prior)
+        age_h = self.age_ticks * tick_h if obs.spot_available else 0.0
+        ruled = single_zone_rule(obs.current, obs.spot_available, obs.slack_h, obs.work_left_h,
+                                 obs.changeover_h, tick_h, age_h, short, self.hysteresis)
+        if ruled is None and not self.plan:
+            ruled = (IDLE, "waiting: slack above the reserve") if IDLE not in unsafe_moves(obs) else (
+                ON_DEMAND, "too little slack to wait a tick")
+        if ruled is None:
+            return None
+        self.reason = ruled[1]
+        return ruled[0]
 
     def misfit(self) -> str:
         """Why no fixed regime (shipped or learned) fits what this job has seen, or "" if one does.
