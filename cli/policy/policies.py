@@ -8,7 +8,9 @@ The model is the one of "Can't Be Late" (NSDI'24): a job needs ``job_h`` hours o
 ``deadline_h``; spot costs 1/h, on-demand ``price_ratio``/h; every launch costs ``changeover_h``
 hours, billed, without progress; spot may vanish (a preemption), on-demand never does.
 
-``default`` — ours: plan, don't follow a rule. UP keeps progress on a straight line whatever the
+``default`` — ours: a few rules first (cli/policy/reserve.py: a slack reserve never spent waiting, spot
+at every return while a launch leaves the way back, on-demand kept while spot is down, off spot within
+three preemptions of short windows), then, above the reserve with spot down, plan, don't follow a rule. UP keeps progress on a straight line whatever the
 trace does; the omniscient optimum waits through short outages, covers long ones with on-demand
 and keeps just enough slack to use spot to the end. ``default`` approximates that online:
 
@@ -42,7 +44,7 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    ``-FIT_Z`` (after ``FIT_MIN_FLIPS`` run ends), it acts as Uniform Progress — with hysteresis
    for loose deadlines (C/R < 0.7), without for tight ones: the better variant on the development
    traces in every setting of bench/policy.py — and ``reason`` says so. Every decision leaves its reason in ``Default.reason``.
-7. Hysteresis, which the plan lacks: from on-demand it takes spot only once the window has
+7. Hysteresis (in the rules): from on-demand it takes spot only once the window has
    outlasted a changeover (UP's rule 3 in spirit). The plan's hazards of young windows are the
    regimes', fitted on 600 s probes that never see a window shorter than a tick; where windows
    flicker more than that (finer ticks, a zone outside the prior), a window that ends before its
@@ -54,7 +56,7 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    seen: each launch pays the changeover again) with on-demand's, and leaves on-demand only after a
    quiet spell of spot (``QUIET_H``), so a zone of short windows cannot make it loop.
 
-Weakest out of sample (bench/policy.py, 16 starts): long changeovers (d = 0.2 h) with C/R = 0.92,
+Before the rules (not re-measured since), weakest out of sample (bench/policy.py, 16 starts): long changeovers (d = 0.2 h) with C/R = 0.92,
 where it closes 0.38 (LOO) / 0.41 (cross-family) of UP's gap to the optimum, and C/R = 0.8
 cross-family (0.38); it never costs more than the better UP. Planning on each zone's own hazards
 closes 0.39 / 0.43 and 0.47 there (bench/policy_ceiling.py): below 0.5 even with the zone known, so
