@@ -72,9 +72,9 @@ def test_off_spot_within_three_preemptions_of_short_windows():
     assert run.preemptions <= 3 and not run.missed
     last_spot = max(i for i, m in enumerate(run.modes) if m == SPOT)
     assert last_spot < 60  # off spot for good within the first hour
-    assert short_windows([8 / 60, 8 / 60], 0.1, 3.14, quick_default().prior)
-    assert not short_windows([8 / 60], 0.1, 3.14, quick_default().prior)  # one window is not a zone
-    assert not short_windows([2.0, 8 / 60, 8 / 60], 1 / 60, 3.14, quick_default().prior)  # worth it with 1-minute changeovers
+    assert short_windows([8 / 60, 8 / 60], 0.1, 3.14)
+    assert not short_windows([8 / 60], 0.1, 3.14)  # one window is not a zone
+    assert not short_windows([2.0, 8 / 60, 8 / 60], 1 / 60, 3.14)  # worth it with 1-minute changeovers
 
 
 def test_short_windows_are_left_behind_when_a_long_one_comes():

@@ -376,7 +376,7 @@ class Default(Policy):
 
     def _rule(self, obs: Observation, tick_h: float) -> Decision | None:
         """The single-zone rules (``reserve``) before any plan: None leaves the choice to the plan."""
-        short = short_windows(self.windows, obs.changeover_h, obs.price_ratio, self.prior)
+        short = short_windows(self.windows, obs.changeover_h, obs.price_ratio)
         age_h = self.age_ticks * tick_h if obs.spot_available else 0.0
         ruled = single_zone_rule(obs.current, obs.spot_available, obs.slack_h, obs.work_left_h,
                                  obs.changeover_h, tick_h, age_h, short, self.hysteresis)

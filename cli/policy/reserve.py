@@ -12,7 +12,7 @@ window after another. The rules, decided before any plan is consulted:
 3. On on-demand while spot is down: stay (the paper's Uniform Progress keeps the VM; dropping to idle
    costs a changeover to come back).
 4. Short windows: once the recent windows (at least two, the last ``RECENT_WINDOWS``) make spot cost more
-   per hour of progress than on-demand, changeovers included (``planning.spot_cost_per_progress``), the
+   per hour of progress than on-demand, changeovers included, the
    job stays off spot (off within the second or third preemption) until a window outlasts
    ``RETURN_AFTER_CHANGEOVERS`` changeovers (and at least a tick): that window then counts as evidence.
 
@@ -22,8 +22,6 @@ Above the reserve with spot down, the plan (or, without one, waiting) decides.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from cli.policy.planning import Regime, spot_cost_per_progress
 
 RESERVE_PER_WORK_H = 0.15  # slack hours kept per hour of work left; bench/adrs.py: 0.1-0.3 within 0.5 points
 RECENT_WINDOWS = 3  # the windows short-window detection judges (the newest)
@@ -46,12 +44,17 @@ def launch_leaves_room(slack_h: float, changeover_h: float, tick_h: float) -> bo
     return slack_h - 2 * changeover_h > 2 * tick_h + EPS_H
 
 
-def short_windows(windows_h: Sequence[float], changeover_h: float, price_ratio: float, prior: Regime) -> bool:
-    """The recent spot windows cost more per hour of progress than on-demand (changeovers included)."""
+def short_windows(windows_h: Sequence[float], changeover_h: float, price_ratio: float) -> bool:
+    """The recent spot windows cost more per hour of progress than on-demand (changeovers included).
+
+    As ``planning.spot_cost_per_progress`` without a prior (a launch bills at least its changeover),
+    computed here because it is asked every tick and the prior's expectation is the costly part."""
     recent = list(windows_h)[-RECENT_WINDOWS:]
     if len(recent) < MIN_WINDOWS:
         return False
-    return spot_cost_per_progress(recent, [], changeover_h, prior, prior_windows=0.0) > price_ratio
+    billed = sum(max(w, changeover_h) for w in recent)
+    progress = sum(max(0.0, w - changeover_h) for w in recent)
+    return progress <= 1e-9 or billed / progress > price_ratio
 
 
 def single_zone_rule(current: str, available: bool, slack_h: float, work_left_h: float, changeover_h: float,
