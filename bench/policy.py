@@ -14,7 +14,11 @@ variant (with or without hysteresis), the share of that UP's gap to the optimum 
 with its standard error (bootstrap over the starts, resampled within each trace), and its misses.
 `default` learns online in both (its own prequentially scored regime joins the mix).
 
-Run: uv run python bench/policy.py [--starts N] [--workers N] [--settings 0.05:0.6,0.2:0.8]
+``--held-out``: instead, the held-out Feb-2023 zones (aws-02-15-2023, nine p3.2xlarge zones, 195 s
+ticks; ../shared/traces/README.md keeps them for independent evaluation: never tune on them), `default`
+as shipped (its regimes fitted on the development traces), against both UP variants and the optimum.
+
+Run: uv run python bench/policy.py [--starts N] [--workers N] [--settings 0.05:0.6,0.2:0.8] [--held-out]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ TRACES = ROOT.parent.parent / "shared" / "traces" / "skypilot-spot-traces"
 if not TRACES.exists():  # a worktree under /work/wt/NAME, or the main checkout next to shared/
     TRACES = ROOT.parent / "shared" / "traces" / "skypilot-spot-traces"
 DEV = TRACES / "availability" / "1-node" / "aws-10-26-2022"
+HELD_OUT = TRACES / "availability" / "1-node" / "aws-02-15-2023"
 PREEMPTION = [TRACES / "preemption" / "1-node" / "aws-04-22-2023", TRACES / "preemption" / "1-node" / "aws-04-19-2023"]
 UP = ("uniform-progress", "uniform-progress-nh")
 SETTINGS = [(d, r) for d in (0.05, 0.2) for r in (0.6, 0.8, 0.92)]
@@ -98,12 +103,38 @@ def arguments(starts: int) -> tuple[argparse.Namespace, list[tuple[float, float]
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--workers", type=int, default=1, help="processes (the runs are independent)")
     parser.add_argument("--settings", default="", help="d:C/R pairs, comma-separated (default: all six)")
+    parser.add_argument("--held-out", action="store_true", help="the held-out Feb-2023 zones (final evaluation only)")
     args = parser.parse_args()
     return args, [tuple(map(float, s.split(":"))) for s in args.settings.split(",") if s] or SETTINGS
 
 
+def held_out(args: argparse.Namespace, settings: list[tuple[float, float]]) -> None:
+    """`default` as shipped on the Feb-2023 zones: cost against the better UP, misses."""
+    traces = [load_trace(p) for p in sorted(HELD_OUT.glob("*.json"))]
+    if not traces:
+        sys.exit(f"held-out traces not found under {HELD_OUT}")
+    print(f"held out: {len(traces)} Feb-2023 zones, {args.starts} starts each; default as shipped\n")
+    print("setting             opt/UP  default/UP  UP/UP-nh  gap closed (se)  misses")
+    with ProcessPoolExecutor(args.workers) as pool:
+        for d, ratio in settings:
+            job = Job(48.0, round(48.0 / ratio, 4), d)
+            tasks = [(t, s, job, {}) for t in traces for s in starts_for(t, job, args.starts, args.seed)]
+            rows = np.array(list(pool.map(_costs, tasks)), dtype=float)
+            opt, ours, closed = closed_share(rows)
+            up, nh = rows[:, 1].mean(), rows[:, 2].mean()
+            rng = np.random.default_rng(args.seed)
+            per = rows.reshape(len(traces), args.starts, -1)
+            se = float(np.std([closed_share(np.concatenate([p[rng.integers(0, args.starts, args.starts)] for p in per]))[2]
+                               for _ in range(BOOTSTRAP)]))
+            print(f"d={d:<5} C/R={ratio:<5} {opt:>7.3f} {ours:>11.3f} {up / nh:>9.3f} {closed:>11.2f} ({se:.2f}) "
+                  f"{int(rows[:, 4].sum()):>7}", flush=True)
+
+
 def main() -> None:
     args, settings = arguments(16)
+    if args.held_out:
+        held_out(args, settings)
+        return
     dev = [load_trace(p) for p in sorted(DEV.glob("*.json"))]
     other = [coarsen(load_trace(p), 10) for folder in PREEMPTION for p in sorted(folder.glob("*.json"))]
     if not dev or not other:

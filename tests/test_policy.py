@@ -118,9 +118,12 @@ def test_invariants_on_the_development_traces():
                 assert not run.missed, (trace.name, start, name)
 
 
-def test_uniform_progress_reproduces_table_3():
-    """The paper (C=48, R=60, d=0.2, first 1,781 ticks): UP used 25.1 h on-demand and 22.9 h spot.
-    On us-west-2b_v100_1 (the p3.2xlarge trace) over every 4th start we get 24.4 / 23.6: within 1.5 h."""
+def test_uniform_progress_keeps_the_on_demand_vm_as_the_authors_simulator_does():
+    """C=48, R=60, d=0.2, the first 1,781 ticks of us-west-2b_v100_1 (the p3.2xlarge trace), every 4th start.
+    The paper's Table 3 says 25.1 h on-demand / 22.9 h spot; a UP that dropped from on-demand to idle got
+    24.4 / 23.6 here. The authors' own simulator (sky_spot rc_cr_threshold, ported in bench/adrs.py)
+    keeps the on-demand VM while spot is down, and so does ours now: 22.0 / 26.0 here, and in the ADRS
+    harness both bill 23.0-23.1 h on on-demand (changeovers included) on these starts."""
     dev_traces()
     full = load_trace(OCT22 / "us-west-2b_v100_1.json")
     trace = Trace(full.name, full.gap_s, full.available[:1781])
@@ -128,8 +131,9 @@ def test_uniform_progress_reproduces_table_3():
     runs = [simulate(make_policy("uniform-progress"), trace, s, job) for s in range(0, 1781 - 361, 4)]
     od = sum(r.od_h for r in runs) / len(runs)
     spot = sum(r.spot_h for r in runs) / len(runs)
-    assert od == pytest.approx(25.1, abs=1.5) and spot == pytest.approx(22.9, abs=1.5)
+    assert od == pytest.approx(22.0, abs=0.5) and spot == pytest.approx(26.0, abs=0.5)
     assert od + spot == pytest.approx(48)
+    assert not any(r.missed for r in runs)
 
 
 # ---- the command ---------------------------------------------------------------------------------------

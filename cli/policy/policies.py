@@ -8,7 +8,9 @@ The model is the one of "Can't Be Late" (NSDI'24): a job needs ``job_h`` hours o
 ``deadline_h``; spot costs 1/h, on-demand ``price_ratio``/h; every launch costs ``changeover_h``
 hours, billed, without progress; spot may vanish (a preemption), on-demand never does.
 
-``default`` — ours: plan, don't follow a rule. UP keeps progress on a straight line whatever the
+``default`` — ours: a few rules first (cli/policy/reserve.py: a slack reserve never spent waiting, spot
+at every return while a launch leaves the way back, on-demand kept while spot is down, off spot within
+three preemptions of short windows), then, above the reserve with spot down, plan, don't follow a rule. UP keeps progress on a straight line whatever the
 trace does; the omniscient optimum waits through short outages, covers long ones with on-demand
 and keeps just enough slack to use spot to the end. ``default`` approximates that online:
 
@@ -42,7 +44,7 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    ``-FIT_Z`` (after ``FIT_MIN_FLIPS`` run ends), it acts as Uniform Progress — with hysteresis
    for loose deadlines (C/R < 0.7), without for tight ones: the better variant on the development
    traces in every setting of bench/policy.py — and ``reason`` says so. Every decision leaves its reason in ``Default.reason``.
-7. Hysteresis, which the plan lacks: from on-demand it takes spot only once the window has
+7. Hysteresis (in the rules): from on-demand it takes spot only once the window has
    outlasted a changeover (UP's rule 3 in spirit). The plan's hazards of young windows are the
    regimes', fitted on 600 s probes that never see a window shorter than a tick; where windows
    flicker more than that (finer ticks, a zone outside the prior), a window that ends before its
@@ -54,7 +56,7 @@ and keeps just enough slack to use spot to the end. ``default`` approximates tha
    seen: each launch pays the changeover again) with on-demand's, and leaves on-demand only after a
    quiet spell of spot (``QUIET_H``), so a zone of short windows cannot make it loop.
 
-Weakest out of sample (bench/policy.py, 16 starts): long changeovers (d = 0.2 h) with C/R = 0.92,
+Before the rules (not re-measured since), weakest out of sample (bench/policy.py, 16 starts): long changeovers (d = 0.2 h) with C/R = 0.92,
 where it closes 0.38 (LOO) / 0.41 (cross-family) of UP's gap to the optimum, and C/R = 0.8
 cross-family (0.38); it never costs more than the better UP. Planning on each zone's own hazards
 closes 0.39 / 0.43 and 0.47 there (bench/policy_ceiling.py): below 0.5 even with the zone known, so
@@ -75,6 +77,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from cli.policy.fitcheck import FitCheck
+from cli.policy.reserve import short_windows, single_zone_rule
 from cli.policy.grid import MAX_STATES, Units
 from cli.policy.planning import (
     IDLE_M,
@@ -239,9 +242,7 @@ class UniformProgress(Policy):
             ahead = obs.progress_h >= obs.job_h * (obs.elapsed_h + 2 * d) / obs.deadline_h
             if self.hysteresis and not ahead:
                 return ON_DEMAND
-            if obs.spot_available:
-                return SPOT
-            return ON_DEMAND if obs.progress_h < ep else IDLE
+            return SPOT if obs.spot_available else ON_DEMAND  # the paper keeps the on-demand VM
         if obs.spot_available:
             return SPOT
         return ON_DEMAND if obs.progress_h < ep else IDLE
@@ -278,7 +279,7 @@ class Default(Policy):
                  windows: Sequence[float] = (), censored: Sequence[float] = (), online: bool = True,
                  max_plans: int = 3, one_layer: bool = False, budget: int = MAX_STATES,
                  fit_z: float | None = FIT_Z, fallback_hysteresis: bool | None = None, online_prior_h: float = 1.0,
-                 hysteresis: bool = True):
+                 hysteresis: bool = True, plan: bool = True):
         fixed = tuple(regimes) if regimes is not None else shipped_regimes()
         if not fixed:
             raise ValueError("default policy: no availability regimes")
@@ -288,6 +289,7 @@ class Default(Policy):
         self.temperature, self.max_plans, self.one_layer, self.budget = temperature, max_plans, one_layer, budget
         self.fit = FitCheck(len(self.regimes) + (self.online is not None))
         self.fit_z, self.fallback_hysteresis, self.hysteresis = fit_z, fallback_hysteresis, hysteresis
+        self.plan = plan
         self.fallback: UniformProgress | None = None
         self.reason = ""
         self.fallback_ticks = 0
@@ -340,6 +342,9 @@ class Default(Policy):
                 hysteresis = obs.job_h < FALLBACK_HYSTERESIS_BELOW * obs.deadline_h
             self.fallback = UniformProgress(hysteresis=hysteresis)
         shadow = self.fallback.decide(obs) if self.fallback is not None else None  # fed every tick: its state is current
+        ruled = self._rule(obs, tick_h)
+        if ruled is not None:
+            return ruled
         misfit = self.misfit()
         if shadow is not None and misfit:
             self.fallback_ticks += 1
@@ -367,12 +372,21 @@ class Default(Policy):
             f"{r.name} {w:.2f}" for r, w in planned)
         choice = next((c for c in ((mode,) if mode != IDLE_M else ()) + (SPOT_M, mode) if c in near),
                       min(q, key=q.__getitem__))
-        young_h = self.age_ticks * tick_h
-        if self.hysteresis and choice == SPOT_M and mode == OD_M and young_h < obs.changeover_h - SLACK_EPS_H:
-            self.reason = (f"hysteresis: spot is back but its window ({young_h:.2f} h) is younger than a "
-                           f"changeover ({obs.changeover_h:g} h): staying on on-demand")
-            return ON_DEMAND
         return _DECISION[choice]
+
+    def _rule(self, obs: Observation, tick_h: float) -> Decision | None:
+        """The single-zone rules (``reserve``) before any plan: None leaves the choice to the plan."""
+        short = short_windows(self.windows, obs.changeover_h, obs.price_ratio)
+        age_h = self.age_ticks * tick_h if obs.spot_available else 0.0
+        ruled = single_zone_rule(obs.current, obs.spot_available, obs.slack_h, obs.work_left_h,
+                                 obs.changeover_h, tick_h, age_h, short, self.hysteresis)
+        if ruled is None and not self.plan:
+            ruled = (IDLE, "waiting: slack above the reserve") if IDLE not in unsafe_moves(obs) else (
+                ON_DEMAND, "too little slack to wait a tick")
+        if ruled is None:
+            return None
+        self.reason = ruled[1]
+        return ruled[0]
 
     def misfit(self) -> str:
         """Why no fixed regime (shipped or learned) fits what this job has seen, or "" if one does.
