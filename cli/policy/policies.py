@@ -77,7 +77,6 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from cli.policy.fitcheck import FitCheck
-from cli.policy.reserve import short_windows, single_zone_rule
 from cli.policy.grid import MAX_STATES, Units
 from cli.policy.planning import (
     IDLE_M,
@@ -91,6 +90,7 @@ from cli.policy.planning import (
     shipped_regimes,
     spot_cost_per_progress,
 )
+from cli.policy.reserve import short_windows, single_zone_rule
 
 Decision = Literal["spot", "on-demand", "idle"]
 SPOT: Decision = "spot"
