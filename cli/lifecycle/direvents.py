@@ -47,6 +47,7 @@ class DirEvents:
                  clock_ns: Callable[[], int] = time.time_ns):
         self.root, self.stack, self.clock_ns = Path(root), stack, clock_ns
         self.single = False
+        self.fresh: set[str] = set()  # the files parsed by the last read
         self.store = EventStore(f"dir:{stack or ''}:{os.path.abspath(root)}", store_path)
 
     def close(self) -> None:
@@ -109,6 +110,7 @@ class DirEvents:
             return self._read(single, whole=True)  # every file's vouching changes with it
         parsed = {p: self._parse(p, folder, state, copy, now) for p, (folder, state) in changed.items()}
         store.put_dir(folders, gone_folders, parsed, gone, {_COPY: str(int(copy))}, whole=whole)
+        self.fresh = set(parsed)
 
     def _list(self, folder: str) -> tuple[list[str], dict[str, str]]:
         """(subfolders, {file: state}) of a folder, as ``Path.rglob`` walks it (a linked folder is not
@@ -167,8 +169,9 @@ class DirEvents:
     # ---- what was read ------------------------------------------------------------------------------
     def events(self, job_ids: Iterable[str], now: datetime | None, warn: Callable[[str], None] | None = None,
                attempts: dict[str, int] | None = None, older: Iterable[str] = ()) -> list[Event]:
-        """The events of ``job_ids``, sorted by time (of each job's attempts before ``attempts[job]`` only
-        the kinds in ``older``), with the warnings a full read gives."""
+        """The events of ``job_ids``, sorted by time, with the warnings a full read gives; with ``attempts``,
+        of each job's attempts before ``attempts[job]`` only the kinds in ``older`` and what the last read
+        parsed (a straggler of an ended attempt is seen once)."""
         ids = set(job_ids)
         said: dict[str, list] = {}
         for phase, job, text, path in sorted(self.store.warnings(), key=lambda w: (w[0], w[3].split("/"))):
@@ -177,7 +180,11 @@ class DirEvents:
             elif job is None or job in ids:
                 said.setdefault(path, []).append(text)
         rows: dict[str, list] = {}
-        for key, why, event in self.store.rows(ids, attempts, older=older):
+        found = self.store.rows(ids, attempts, older=older)
+        if attempts:
+            found += [r for r in self.store.rows_in((p + "\0", p + "\1") for p in sorted(self.fresh))
+                      if r[2].job in ids and r[2].attempt < attempts.get(r[2].job, 0) and r[2].event not in older]
+        for key, why, event in found:
             path, _, line = key.partition("\0")
             rows.setdefault(path, []).append((int(line), why, event))
         keyed = []
@@ -200,7 +207,7 @@ def dir_events(root: Path | None, job_ids: Iterable[str], stack: str | None, war
     last read on this machine."""
     if root is None:
         return []
-    reader = DirEvents(root, stack)
+    reader = DirEvents(root, stack)  # (the cache's file: SPOTCTL_EVENT_CACHE or the user's cache dir)
     try:
         reader.read()
         return reader.events(job_ids, now, warn, attempts, older)

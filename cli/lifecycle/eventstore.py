@@ -151,6 +151,17 @@ class EventStore:
             return out
         return self._run(query)
 
+    def rows_in(self, ranges: Iterable[tuple[str, str]]) -> list[tuple[str, str, Event]]:
+        """``(key, generation, event)`` of the events whose keys are in any ``[low, high)`` range."""
+        def query(db):
+            out = []
+            for low, high in ranges:
+                rows = db.execute(f"SELECT {_FIELDS} FROM objects WHERE source = ? AND key >= ? AND key < ? "
+                                  "AND job IS NOT NULL", (self.source, low, high))
+                out += [(k, g, _event(*rest)) for k, g, *rest in rows]
+            return out
+        return self._run(query)
+
     # ---- writes (each one transaction) -----------------------------------------------------------
     def put(self, rows: Iterable[tuple[str, str, Event | None]], cursors: dict[str, str] | None = None) -> None:
         """Record ``(key, generation, event or None)`` rows and move cursors, atomically."""

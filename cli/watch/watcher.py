@@ -169,7 +169,12 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         report.emit({"job": job or "*", "action": "record", "kind": "held", "attempt": None, "time": now.isoformat(),
                      "reason": "an edit of the stack file awaits its question's answer: decided once it is answered"})
     decisions, ok = deciding.Decisions(), True
-    failover, memory, handled = zone_failover(list(cfg.zones), choose), journal.memory(), set(journal.handled)
+    memory, handled = journal.memory(), set(journal.handled)
+    in_zone = zone_failover(list(cfg.zones), choose)
+
+    def failover(job, _events, memo, at):  # the capacity is chosen on the job's whole history, as `resume` does
+        return in_zone(job, seen.history(job.id), memo, at)
+
     for job in jobs:
         try:
             one = deciding.decide([job], seen.events, memory, handled, now, failover)
@@ -193,7 +198,7 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         decisions.actions.clear()
         ok = False
     for action in decisions.actions:
-        events: list[Event] = [s.event for s in seen.events.get(action.job, [])]
+        events: list[Event] = seen.history(action.job)
         if fence is not None:
             fence.check()
         try:
