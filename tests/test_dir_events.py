@@ -143,3 +143,43 @@ def test_an_unchanged_folder_is_not_listed_again(tmp_path, monkeypatch):
     got, _ = incremental(root, ["train"], cache, lambda: 2_000_000_000 * 10**9)
     assert listed == ["team/train/attempt-3/node-0/"]
     assert [e.event for e in got] == ["started", "started", "started", "preempted"]
+
+
+WRITER = """
+import json, sys
+from pathlib import Path
+from cli.lifecycle.direvents import DirEvents
+cache, root = Path(sys.argv[1]), Path(sys.argv[2])
+folder = root / "team" / "train" / "attempt-1" / "node-0"
+folder.mkdir(parents=True, exist_ok=True)
+print("ready", flush=True)
+i = len(list(folder.iterdir()))
+while True:
+    (folder / f"{i:06d}.json").write_text(json.dumps({"job": "train", "attempt": 1, "node": 0, "event": "checkpoint",
+                                                      "time": f"2026-10-01T00:{i // 60 % 60:02d}:{i % 60:02d}+00:00"}))
+    i += 1
+    reader = DirEvents(root, "team", cache)
+    reader.read()
+    reader.close()
+"""
+
+
+def test_a_reader_killed_at_any_point_leaves_a_cache_that_reads_as_the_dir(tmp_path):
+    """SIGKILL anywhere in a read (parsing, the one transaction, opening the cache): the next read
+    still gives what a full read gives."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root, cache = tmp_path / "events", tmp_path / "events.sqlite"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    for n, delay in enumerate([0.0, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.13, 0.21] * 2):
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(cache), str(root)], stdout=subprocess.PIPE, env=env)
+        if n % 2:
+            assert writer.stdout.readline() == b"ready\n"
+        time.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        writer.stdout.close()
+        assert incremental(root, ["train"], cache, time.time_ns) == full(root, ["train"])
