@@ -95,7 +95,7 @@ def cycle(bucket: str, attempts: dict[str, int]) -> tuple[float, int, int, int, 
     return cpu, counts["list"], counts["get"], peak, len(got)
 
 
-def bucket_part(small: int, big: int, jobs: int) -> None:
+def bucket_part(small: int, big: int, jobs: int, worst: bool) -> None:
     import logging
 
     from moto.server import ThreadedMotoServer
@@ -107,7 +107,7 @@ def bucket_part(small: int, big: int, jobs: int) -> None:
     os.environ.update({"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
                        "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"})
     try:
-        for in_current in (False, True):
+        for in_current in (False, True) if worst else (False,):
             got = {}
             for n in (small, big):
                 name = f"b{n}-{int(in_current)}"
@@ -233,6 +233,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--jobs", type=int, default=10)
     parser.add_argument("--parts", default="dir,commands,bucket")
+    parser.add_argument("--worst", action="store_true", help="the bucket part also with all history in the current attempt")
     args = parser.parse_args()
     os.environ["SPOTCTL_EVENT_CACHE"] = str(Path(tempfile.mkdtemp()) / "events.sqlite")
     parts = args.parts.split(",")
@@ -241,7 +242,7 @@ def main() -> None:
     if "commands" in parts:
         commands_part()
     if "bucket" in parts:
-        bucket_part(args.small, args.big, args.jobs)
+        bucket_part(args.small, args.big, args.jobs, args.worst)
 
 
 if __name__ == "__main__":

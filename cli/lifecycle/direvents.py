@@ -93,7 +93,7 @@ class DirEvents:
                     folders[folder] = ("" if now - st.st_mtime_ns < RACY_NS else stamp, subs)
                 pending += [f"{folder}{sub}/" for sub in subs]
             # appended in place: a .jsonl file in a folder whose names did not change
-            for path, old_state in ({} if whole else store.files(suffix=".jsonl")).items():
+            for path, old_state in ({} if whole else store.files()).items():
                 folder = path[:path.rfind("/") + 1]
                 if folder in visited and folder not in folders:
                     state = self._stat(path)
@@ -106,10 +106,11 @@ class DirEvents:
             gone += [p for p in store.files(folder) if p not in gone]
         copy = any(JOB_COPY_FILE.fullmatch(p) for p in changed) or (not whole and any(
             p not in set(gone) for p in store.copies(len(gone) + 1)))
-        if not whole and (store.cursor(_COPY) or "0") != str(int(copy)):
+        was = store.cursor(_COPY)
+        if not whole and (was or "0") != str(int(copy)):
             return self._read(single, whole=True)  # every file's vouching changes with it
         parsed = {p: self._parse(p, folder, state, copy, now) for p, (folder, state) in changed.items()}
-        store.put_dir(folders, gone_folders, parsed, gone, {_COPY: str(int(copy))}, whole=whole)
+        store.put_dir(folders, gone_folders, parsed, gone, {_COPY: str(int(copy))} if was != str(int(copy)) else None, whole=whole)
         self.fresh = set(parsed)
 
     def _list(self, folder: str) -> tuple[list[str], dict[str, str]]:
