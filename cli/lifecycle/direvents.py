@@ -103,9 +103,10 @@ class DirEvents:
                         changed[path] = (folder, state)
         gone_folders = [f for f in known if f not in visited]
         for folder in gone_folders:
-            gone += [p for p in store.files(folder) if p not in gone]
+            gone += store.files(folder)  # (a gone folder was never listed above: no file twice)
+        gone_set = set(gone)
         copy = any(JOB_COPY_FILE.fullmatch(p) for p in changed) or (not whole and any(
-            p not in set(gone) for p in store.copies(len(gone) + 1)))
+            p not in gone_set for p in store.copies(len(gone) + 1)))
         was = store.cursor(_COPY)
         if not whole and (was or "0") != str(int(copy)):
             return self._read(single, whole=True)  # every file's vouching changes with it
