@@ -223,11 +223,16 @@ def commands_part() -> None:
             cpu = min(child_cpu(argv, ROOT) for _ in range(3))
             print(f"{cmd} of 200 jobs at 10k event files: {cpu:.2f} s CPU (goal <= 2 s; the first run, filling the "
                   f"cache: {first:.2f} s)")
-        one = {}
-        for jobs in (10, 5000):
-            stack = write_stack(root / f"p{jobs}", jobs)
-            one[jobs] = min(child_cpu(spotctl + ["status", "job-0001", "--stack-file", str(stack)], ROOT) for _ in range(3))
-        print(f"status JOB: 10 jobs {one[10]:.2f} s, 5000 jobs {one[5000]:.2f} s CPU: ratio {one[5000] / one[10]:.2f} (goal <= 1.2)")
+        stacks = {jobs: write_stack(root / f"p{jobs}", jobs) for jobs in (10, 5000)}
+        for stack in stacks.values():  # the first status validates the file and writes its cache, once
+            child_cpu(spotctl + ["status", "--stack-file", str(stack)], ROOT)
+        one: dict[int, list[float]] = {10: [], 5000: []}
+        for _ in range(7):  # the sizes in turn, so a change in the host's load hits both
+            for jobs, stack in stacks.items():
+                one[jobs].append(child_cpu(spotctl + ["status", "job-0001", "--stack-file", str(stack)], ROOT))
+        (a, b) = (sorted(one[10]), sorted(one[5000]))
+        print(f"status JOB: 10 jobs {a[0]:.3f} s, 5000 jobs {b[0]:.3f} s CPU (min of 7): ratio {b[0] / a[0]:.2f}, "
+              f"of the medians {b[3] / a[3]:.2f} (goal <= 1.2)")
 
 
 def main() -> None:
