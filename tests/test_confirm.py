@@ -11,7 +11,6 @@ import pytest
 
 import cli.commands as commands
 import cli.commands.cleanup as cleanup_commands
-import cli.commands.jobs as jobs_commands
 from cli.app import app
 from cli.lifecycle import pipeline, stackfile
 from cli.lifecycle.states import decide_failover
@@ -24,7 +23,6 @@ QUESTION = "Do you want to perform this update of job diffusion?"
 def tty(monkeypatch):
     """Answer questions as if a person sat at a terminal (CliRunner's stdin is not one)."""
     monkeypatch.setattr(commands, "interactive", lambda: True)
-    monkeypatch.setattr(jobs_commands, "interactive", lambda: True)
     monkeypatch.setattr(cleanup_commands, "interactive", lambda: True)
 
 

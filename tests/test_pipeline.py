@@ -8,7 +8,6 @@ import pytest
 
 import cli.commands as commands
 import cli.commands.cleanup as cleanup_commands
-import cli.commands.jobs as jobs_commands
 from cli.app import app
 from cli.lifecycle import pipeline
 from cli.lifecycle.apply import Applier, ApplyError
@@ -28,7 +27,6 @@ def steps(monkeypatch) -> list[str]:
 @pytest.fixture
 def tty(monkeypatch):
     monkeypatch.setattr(commands, "interactive", lambda: True)
-    monkeypatch.setattr(jobs_commands, "interactive", lambda: True)
     monkeypatch.setattr(cleanup_commands, "interactive", lambda: True)
 
 

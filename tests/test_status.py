@@ -153,7 +153,7 @@ def test_a_file_validated_before_is_shown_without_validating_it_and_any_change_i
     # an edit by spotctl (the index follows it): only the changed job is validated again
     assert runner.invoke(app, ["resume", "vit-finetune", "--stack", "example-gcp", "--no-apply", "--force"]).exit_code == 0
     resumed, _ = status_run(project, "--stack", "example-gcp", "--json")
-    for cache in (project / "stacks" / ".spotctl").glob("*.status.json"):
+    for cache in (project / "stacks" / ".spotctl").glob("*.status/*.json"):
         cache.unlink()
     assert json.loads(resumed) == json.loads(status_run(project, "--stack", "example-gcp", "--json")[0])
 
@@ -166,20 +166,48 @@ def test_a_damaged_or_foreign_status_cache_only_means_the_file_is_read(project, 
     from cli.lifecycle import cachefile
     from cli.lifecycle.stackfile import CACHE_LIMIT
 
-    cache = status_cache_path(path)
-    good = json.loads(cachefile.read(cache, CACHE_LIMIT))
-    wrong = {**good, "jobs": {k: [d, {**facts, "attempt": 99}] for k, (d, facts) in good["jobs"].items()}}
-    broken = {**good, "jobs": {k: [d, {"id": k}] for k, (d, _) in good["jobs"].items()}}
-    for damage in ("{not json", json.dumps({**wrong, "fingerprint": "another spotctl"}), json.dumps(broken),
-                   json.dumps({**good, "jobs": []}), "[" * 100_000):
-        cachefile.write(cache, damage.encode())  # (sealed: as a bug of ours would write it)
-        assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
-    # a cached job whose lines differ (same id) is never taken for it
-    cachefile.write(cache, json.dumps({**wrong, "jobs": {k: ["0" * 64, f] for k, (_, f) in wrong["jobs"].items()}}).encode())
-    assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
+    entries = sorted(status_cache_path(path).iterdir())
+    assert len(entries) == 3  # one entry per job
+    good = {e: json.loads(cachefile.read(e, CACHE_LIMIT)) for e in entries}
+    for damage in ("{not json", "[" * 100_000, "another spotctl", "broken", "other job"):
+        for entry, doc in good.items():
+            if damage == "another spotctl":
+                text = json.dumps({**doc, "fingerprint": "another spotctl", "facts": {"model": {"id": "x"}}})
+            elif damage == "broken":
+                text = json.dumps({**doc, "facts": {"id": doc["job"]}})
+            elif damage == "other job":  # an entry copied under another job's name
+                text = json.dumps(good[entries[0] if entry != entries[0] else entries[1]])
+            else:
+                text = damage
+            cachefile.write(entry, text.encode())  # (sealed: as a bug of ours would write it)
+        assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected, damage
     # nor a cache this user's spotctl did not seal (a commit carried it, someone else wrote it), however right it looks
-    cache.write_text(json.dumps(wrong))
+    for entry, doc in good.items():
+        entry.write_text(json.dumps({**doc, "facts": {"model": {**doc["facts"]["model"], "attempt": 99}}}))
     assert status_run(project, "--stack", "example-gcp", "--json")[0] == expected
+
+
+def test_status_of_one_job_reads_only_that_jobs_entry(project, runner, monkeypatch):
+    """``status JOB`` opens one entry of the per-job cache, whatever the stack's size; an edit of one job
+    replaces its entry alone."""
+    from cli.lifecycle import cachefile
+    from cli.lifecycle.status import status_cache_path
+
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    assert runner.invoke(app, ["status", "--stack", "example-gcp"]).exit_code == 0
+    before = sorted(p.name for p in status_cache_path(path).iterdir())
+    opened: list[str] = []
+    real = cachefile.read
+    monkeypatch.setattr(cachefile, "read", lambda target, limit: opened.append(target.name) or real(target, limit))
+    result = runner.invoke(app, ["status", "vit-finetune", "--stack", "example-gcp", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [n for n in opened if ".status" in str(n) or n.startswith("vit-finetune.")] == \
+        [n for n in before if n.startswith("vit-finetune.")]
+    assert runner.invoke(app, ["resume", "vit-finetune", "--stack", "example-gcp", "--no-apply", "--force"]).exit_code == 0
+    assert runner.invoke(app, ["status", "--stack", "example-gcp"]).exit_code == 0
+    after = sorted(p.name for p in status_cache_path(path).iterdir())
+    assert len(after) == 3 and [a for a in after if a not in before][0].startswith("vit-finetune.")
+    assert [b for b in before if b not in after][0].startswith("vit-finetune.")
 
 
 def test_the_cached_view_of_a_job_reads_as_the_validated_job():

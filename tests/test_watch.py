@@ -370,6 +370,31 @@ def test_preemption_via_the_event_bucket(aws_stack, runner, fake_pulumi, moto_se
     assert the_job().attempt == 4
 
 
+@pytest.mark.parametrize("source", ["bucket", "events-dir"])
+def test_max_failures_counts_the_failures_of_earlier_attempts_whatever_the_source(aws_stack, runner, moto_server, tmp_path, source):
+    """A cycle reads a job's current attempt and, of its earlier ones, what decides its future: the
+    earlier attempt's failure counts against maxFailures (read from the bucket's cursors or the dir's cache)."""
+    aws_stack.write_text(AWS_STACK.replace("      attempt: 3\n", "      attempt: 4\n      maxFailures: 1\n"))
+    docs = [("train", 3, 0, "started", 0), ("train", 3, 0, "checkpoint", 5), ("train", 3, 0, "failed", 20),
+            ("train", 4, 0, "started", 30), ("train", 4, 0, "failed", 40)]
+    root = tmp_path / "events"
+    if source == "bucket":
+        aws("s3").create_bucket(Bucket="team-events")
+    for job_id, attempt, node, event, minute in docs:
+        key = f"team/{job_id}/attempt-{attempt}/node-{node}/{minute:04d}-{event}.json"
+        body = json.dumps({"job": job_id, "attempt": attempt, "node": node, "event": event, "stack": "team",
+                           "time": (T0 + timedelta(minutes=minute)).isoformat()})
+        if source == "bucket":
+            aws("s3").put_object(Bucket="team-events", Key=key, Body=body)
+        else:
+            (root / key).parent.mkdir(parents=True, exist_ok=True)
+            (root / key).write_text(body)
+    where = ["--events-bucket", "team-events"] if source == "bucket" else ["--events-dir", str(root)]
+    result, lines = watch(runner, "--no-poll", "--no-apply", *where)
+    assert result.exit_code == 0, result.output
+    assert [(x["action"], x["fields"]) for x in lines if x["action"] != "record"] == [("mark-failed", {"state": "failed"})]
+
+
 def interruption(instance: str, kind: str = "EC2 Spot Instance Interruption Warning", minute: float = 0) -> str:
     """An EventBridge event as the rule delivers it to SQS (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html)."""
     return json.dumps({"version": "0", "id": f"evt-{instance}-{kind[:8]}", "detail-type": kind, "source": "aws.ec2",

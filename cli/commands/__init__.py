@@ -122,12 +122,12 @@ def guard(fn):
 
 
 def recorded_events(ref, cfg, job_id: str, events_dir, bucket):
-    from cli.lifecycle import bucketevents, events
+    from cli.lifecycle import bucketevents, direvents
 
     if events_dir is not None and not events_dir.exists():
         raise fail(f"--events-dir {events_dir}: no such file or directory")
     if not bucket:  # what events.recorded reads without a bucket; no cloud object (status: cfg may be None)
-        return events.load_events(events_dir, job_id, ref.name, warn)
+        return direvents.dir_events(events_dir, {job_id}, ref.name, warn)
 
     return guard(lambda: bucketevents.recorded(cloud_for(cfg, ref), job_id, events_dir, bucket, warn))
 

@@ -12,11 +12,12 @@ downloaded again. The folders are listed with the ``/`` delimiter, so the traine
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from cli.lifecycle.events import EVENT_OBJECT_LIMIT, Event, _AnyJob, keyed_events, load_events, plausible, read_dir, vouched
+from cli.lifecycle.direvents import dir_events
+from cli.lifecycle.events import EVENT_OBJECT_LIMIT, Event, _AnyJob, plausible, vouched
 from cli.lifecycle.eventstore import EventStore
 
 WINDOW = timedelta(minutes=10)
@@ -44,6 +45,7 @@ class BucketEvents:
         self.stores: dict[str, EventStore] = {}
         self.told: set[str] = set()  # keys warned of (too large, an implausible time): once each per process
         self.requests = 0  # listings made (what the bench and the tests count)
+        self.fresh: set[str] = set()  # keys parsed by this reader (a straggler of an ended attempt is seen once)
 
     def store(self, bucket: str) -> EventStore:
         if bucket not in self.stores:
@@ -89,17 +91,24 @@ class BucketEvents:
                 if warn is not None:
                     warn(f"event {o.key}: skipped unread: {o.size} bytes, over the {EVENT_OBJECT_LIMIT >> 20} MiB "
                          "an event object may be (the scripts write a few hundred)")
+        self.fresh.update(k for k, _, e in rows if e is not None)
         newest = max([o.key for o in listed] + ([cursor] if cursor else []), default=None)
         store.put(rows, {folder: newest} if newest and newest != cursor else None)
 
     def events(self, job_ids: Container[str], now: datetime | None, warn: Callable[[str], None] | None = None,
-               prefix: str = "", bucket: str | None = None, attempts: Mapping[str, int] | None = None) -> list[Event]:
+               prefix: str = "", bucket: str | None = None, attempts: Mapping[str, int] | None = None,
+               older: Iterable[str] = ()) -> list[Event]:
         """The events of ``job_ids`` (an iterable of ids) read under ``prefix``, sorted by time, each with
-        a time that can be true (:func:`plausible`); with ``attempts``, only from each job's current attempt."""
+        a time that can be true (:func:`plausible`); with ``attempts``, only from each job's current attempt
+        (and of its earlier ones the kinds in ``older``)."""
         pairs = []
         for name, store in self.stores.items():
             if bucket is None or name == bucket:
-                pairs += store.events(job_ids, dict(attempts) if attempts else None, prefix)
+                pairs += store.events(job_ids, dict(attempts) if attempts else None, prefix, older)
+                if attempts:
+                    pairs += [(k, e) for k, _, e in store.rows_in((k, k + "\0") for k in sorted(self.fresh) if k.startswith(prefix))
+                              if e.job in job_ids and e.attempt < attempts.get(e.job, 0) and e.event not in older]
+        self.fresh.clear()  # (a long-running watcher's reader: each once)
         return plausible(pairs, now, warn, self.told)
 
 
@@ -109,7 +118,7 @@ def recorded(cloud, job_id: str, events_dir: Path | None, bucket: str | None,
     sorted by time, each only if its key vouches for it and its time can be true (:func:`keyed_events`,
     :class:`cli.lifecycle.bucketevents.BucketEvents`; ``warn`` hears of the others). ``cloud`` is the stack's ``cli.cloud.Cloud``;
     its failures raise CloudError."""
-    found = load_events(events_dir, job_id, cloud.stack, warn, now)
+    found = dir_events(events_dir, {job_id}, cloud.stack, warn, now)
     if bucket:
         parsed = BucketEvents(cloud.stack)
         parsed.read(cloud, bucket, f"{cloud.stack}/{job_id}/", warn)
@@ -122,9 +131,8 @@ def recorded_jobs(cloud, stack: str, attempts: Mapping[str, int], events_dir: Pa
     """:func:`recorded` of every job of ``attempts`` (job -> current attempt) at once: the directory
     read and the bucket listed once for all of them, not once per job."""
     found: dict[str, list[Event]] = {j: [] for j in attempts}
-    if events_dir is not None:
-        for e in keyed_events(read_dir(events_dir, warn), set(attempts), stack, warn, now=now):
-            found[e.job].append(e)
+    for e in dir_events(events_dir, set(attempts), stack, warn, now):
+        found[e.job].append(e)
     if bucket:
         parsed = BucketEvents(stack)
         parsed.read(cloud, bucket, f"{stack}/", warn, attempts=attempts)

@@ -231,33 +231,49 @@ def vouched(objects: Mapping[str, Any], job_ids: Container[str], stack: str | No
     out = []
     job_copy = not bucket and is_job_copy(objects)
     for key, raw in objects.items():
-        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        for doc in _documents(text, key, warn, single=bucket):
-            try:
-                # a local directory may hold several stacks; under this stack's bucket prefix, another
-                # stack's claim is a forgery (warned of below)
-                if not (isinstance(doc, dict) and doc.get("job") in job_ids and (bucket or of_stack(doc, stack))):
-                    continue
-                event = Event.parse(doc)
-            except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        for event, refusal in claims(key, raw, stack, warn, bucket=bucket, job_copy=job_copy):
+            if event.job not in job_ids:
                 continue
-            if trusted(key, doc, event, stack) if bucket else vouched_locally(key, doc, event, stack, job_copy=job_copy):
+            if refusal is None:
                 out.append((key, event))
                 continue
             if warn is not None:
-                warn(f"event {key}: skipped: its body claims job {event.job!r} attempt {event.attempt} node "
-                     f"{event.node}{' of stack ' + repr(doc.get('stack')) if 'stack' in doc else ''}, "
-                     f"which its {'key' if bucket else 'path'} does not grant"
-                     + (" (a copy of one job's prefix: sync the bucket or a stack's prefix)" if job_copy else ""))
+                warn(refusal)
             break  # one warning per object
     return out
 
 
+def claims(key: str, raw: Any, stack: str | None, warn: Callable[[str], None] | None = None, *,
+           bucket: bool = False, job_copy: bool = False) -> list[tuple[Event, str | None]]:
+    """Each event document of one object or file, in order: ``(event, None)`` when its key vouches for
+    it, else ``(event, why not)`` (:func:`vouched` keeps a job's events up to its first refused one)."""
+    out: list[tuple[Event, str | None]] = []
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    for doc in _documents(text, key, warn, single=bucket):
+        try:
+            # a local directory may hold several stacks; under this stack's bucket prefix, another
+            # stack's claim is a forgery (refused below)
+            if not (isinstance(doc, dict) and isinstance(doc.get("job"), str) and (bucket or of_stack(doc, stack))):
+                continue
+            event = Event.parse(doc)
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+            continue
+        if trusted(key, doc, event, stack) if bucket else vouched_locally(key, doc, event, stack, job_copy=job_copy):
+            out.append((event, None))
+        else:
+            out.append((event, f"event {key}: skipped: its body claims job {event.job!r} attempt {event.attempt} node "
+                               f"{event.node}{' of stack ' + repr(doc.get('stack')) if 'stack' in doc else ''}, "
+                               f"which its {'key' if bucket else 'path'} does not grant"
+                               + (" (a copy of one job's prefix: sync the bucket or a stack's prefix)" if job_copy else "")))
+    return out
+
+
 class _AnyJob:
-    """Every job id (a parsed object's events are kept for whichever job reads them later)."""
+    """Every job id (a parsed object's events are kept for whichever job reads them later): any
+    string, as a set of ids holds (a body's ``"job": 7`` is no job's)."""
 
     def __contains__(self, item: object) -> bool:
-        return True
+        return isinstance(item, str)
 
 
 @dataclass(frozen=True)

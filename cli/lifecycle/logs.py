@@ -23,7 +23,8 @@ from typing import Any, Protocol
 
 from agent.schema import CHUNK_RE, DISK_LOG_RE
 from cli.lifecycle.bucketevents import BucketEvents
-from cli.lifecycle.events import Event, load_events
+from cli.lifecycle.direvents import dir_events
+from cli.lifecycle.events import Event
 
 
 class LogError(Exception):
@@ -212,7 +213,7 @@ class DirLogs:
         return [(offset, data) for offset, path in sorted(listed) if (data := _read(path)) is not None]
 
     def events(self, key: LogKey) -> list[Event]:
-        return load_events(self.root, self.job_id, self.stack)
+        return dir_events(self.root, {self.job_id}, self.stack)
 
 
 def _read(path: Path) -> bytes | None:

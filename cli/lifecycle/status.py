@@ -108,7 +108,20 @@ def job_view(facts: Any, top: bool = True) -> Any:
 
 
 def status_cache_path(path: Path) -> Path:
-    return path.parent / ".spotctl" / f"{path.name}.status.json"
+    """The folder of status's per-job cache of the stack file ``path``: one sealed entry per job and
+    version of its lines, so ``status JOB`` reads that job's entry alone, whatever the stack's size."""
+    return path.parent / ".spotctl" / f"{path.name}.status"
+
+
+def _entry_name(job_id: str, digest: str) -> str:
+    """A job's entry for these lines under this code (job ids hold no dot: infra.config NAME_RULE)."""
+    return f"{job_id}.{digest[:32]}.{_fingerprint_tag()}.json"
+
+
+def _fingerprint_tag() -> str:
+    from _blake2 import blake2b
+
+    return blake2b(_fingerprint().encode(), digest_size=6).hexdigest()
 
 
 def _fingerprint() -> str:
@@ -121,19 +134,21 @@ def _fingerprint() -> str:
     return _FINGERPRINT[0]
 
 
-def _read_cache(path: Path) -> dict[str, list[Any]]:
-    """The per-job cache when this user's spotctl sealed it (``cli.lifecycle.cachefile``), else empty."""
+def _read_cache(path: Path, wanted: list[tuple[str, str]]) -> dict[str, Any]:
+    """{job: cached facts} of the ``(job, digest)`` entries this user's spotctl sealed (``cli.lifecycle.cachefile``)."""
     from cli.lifecycle import cachefile
     from cli.lifecycle.stackfile import CACHE_LIMIT
 
-    try:
-        data = cachefile.read(status_cache_path(path), CACHE_LIMIT)
-        cache = json.loads(data) if data is not None else None
-        if cache is not None and cache["fingerprint"] == _fingerprint() and isinstance(cache["jobs"], dict):
-            return cache["jobs"]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        pass
-    return {}
+    folder, out = status_cache_path(path), {}
+    for job_id, digest in wanted:
+        try:
+            data = cachefile.read(folder / _entry_name(job_id, digest), CACHE_LIMIT)
+            entry = json.loads(data) if data is not None else None
+            if isinstance(entry, dict) and entry.get("fingerprint") == _fingerprint() and entry.get("job") == job_id:
+                out[job_id] = entry["facts"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            pass
+    return out
 
 
 # At most this many jobs whose lines changed are validated one by one; more: the whole file once.
@@ -152,36 +167,56 @@ def status_jobs(ref: StackRef, job_id: str | None = None, whole: bool = False) -
 
     text = stackfile.read_text(ref.path)  # every step below reads this one text
     whole = whole or stackfile.sync_record_path(ref.path).exists()  # a shared file: status asks about its shared copy
-    digests = None if whole else stackfile.job_digests(ref, text)
-    if digests is not None and (job_id is None or any(i == job_id for i, _ in digests)):
-        cache = _read_cache(ref.path)
-        wanted = [(i, d) for i, d in digests if job_id in (None, i)]
-        changed = [i for i, d in wanted if not (isinstance(cache.get(i), list) and cache[i][0] == d)]
+    digests = None if whole else stackfile.job_digests(ref, text, only=job_id)
+    if digests:  # (none: not indexed, or no such job: the whole file below names the error)
+        cache = _read_cache(ref.path, digests)
+        changed = [i for i, _ in digests if i not in cache]
         if len(changed) <= ALONE_MAX:
             fresh = {i: job_facts(stackfile.load_job(ref, i, text).job(i)) for i in changed}
             try:
-                views = [job_view(fresh[i] if i in fresh else cache[i][1]) for i, _ in wanted]
+                views = [job_view(fresh[i] if i in fresh else cache[i]) for i, _ in digests]
             except (ValueError, KeyError, TypeError, IndexError, AttributeError):
                 views = None  # a damaged cache entry: the whole file below
             if views is not None:
-                if fresh:
-                    _write_cache(ref.path, digests, {**cache, **{i: [d, fresh[i]] for i, d in wanted if i in fresh}})
+                _write_cache(ref.path, [(i, d, fresh[i]) for i, d in digests if i in fresh])
                 return None, views
     cfg = stackfile.load(ref, text)
     jobs = [cfg.job(job_id)] if job_id else list(cfg.jobs)
     digests = stackfile.job_digests(ref, text)  # load indexed it (when the index handles the file)
     if digests is not None:
         known = {j.id: j for j in cfg.jobs}
-        _write_cache(ref.path, digests, {i: [d, job_facts(known[i])] for i, d in digests if i in known})
+        _write_cache(ref.path, [(i, d, known[i]) for i, d in digests if i in known], every=True)
     return cfg, jobs
 
 
-def _write_cache(path: Path, digests: list[tuple[str, str]], jobs: dict[str, list[Any]]) -> None:
-    from cli.lifecycle.stackfile import write_cache
+def _write_cache(path: Path, entries: list[tuple[str, str, Any]], every: bool = False) -> None:
+    """Write the entries ``(job, digest, facts or the validated job)`` not on disk yet and drop the
+    entries they replace (``every``: these are all the stack's jobs, and any other entry goes too)."""
+    import contextlib
+    import os
 
-    current = {i for i, _ in digests}
-    write_cache(status_cache_path(path), {"fingerprint": _fingerprint(),
-                                          "jobs": {i: v for i, v in jobs.items() if i in current}})
+    from cli.lifecycle import cachefile
+
+    folder = status_cache_path(path)
+    if not entries and not every:
+        return
+    try:
+        if not folder.parent.is_symlink():
+            folder.parent.mkdir(exist_ok=True)
+        present = set(os.listdir(folder)) if folder.is_dir() and not folder.is_symlink() else set()
+    except OSError:
+        return
+    names = {_entry_name(i, d): (i, facts) for i, d, facts in entries}
+    jobs = {i for i, _, _ in entries}
+    for name in present - set(names):
+        if every or name.split(".", 1)[0] in jobs:
+            with contextlib.suppress(OSError):
+                os.unlink(folder / name)
+    for name, (job_id, facts) in names.items():
+        if name not in present or not every:
+            facts = facts if isinstance(facts, dict) else job_facts(facts)
+            cachefile.write(folder / name, json.dumps({"fingerprint": _fingerprint(), "job": job_id, "facts": facts},
+                                                      separators=(",", ":")).encode())
 
 
 def job_status(job: Job, events: list[Event], now: datetime | None = None) -> dict[str, Any]:

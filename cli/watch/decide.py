@@ -134,6 +134,12 @@ class Decisions:
     notes: list[Note] = field(default_factory=list)
 
 
+# What of a job's earlier attempts decides its future, read each cycle beside its current attempt's
+# events (the rest of its history only when an action chooses a capacity): its failures
+# (``maxFailures``) and the host maintenance that excuses a gang's (``states.maintained``).
+PAST_FACTS = ("failed", "maintenance-notice", "stopped")
+
+
 def failures(events: list[Seen]) -> int:
     """Attempts that ended in ``failed`` (each counted once); not one host maintenance ended
     (``states.maintained``: its gang's failures are the maintenance's)."""

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from cli.cloud import CloudError, Message
 from cli.lifecycle.bucketevents import BucketEvents
-from cli.lifecycle.events import CLOCK_SKEW, Event, cloud_events, keyed_events, read_dir
-from cli.watch.decide import FACTS, Seen, merge, seen
+from cli.lifecycle.direvents import dir_events
+from cli.lifecycle.events import CLOCK_SKEW, Event, cloud_events
+from cli.watch.decide import FACTS, PAST_FACTS, Seen, merge, seen
 from infra.basics import loads_bounded
 from infra.config import JobState, StackConfig
 from infra.naming import stack_slug
@@ -56,6 +57,13 @@ class Observed:
     events: dict[str, list[Seen]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
+    # a job's whole recorded history (every attempt) from the sources' caches: what an action's
+    # capacity choice reads, as `resume` does; a cycle itself reads only what decides (PAST_FACTS)
+    recorded: Callable[[str], list[Event]] = lambda job: []
+
+    def history(self, job: str) -> list[Event]:
+        """Every event of ``job`` known: its recorded history and this cycle's, each fact once."""
+        return [s.event for s in merge(self.events.get(job, []), [seen(e, "history") for e in self.recorded(job)]).get(job, [])]
 
 
 # A queue or subscription message is parsed within bounds (``infra.basics.loads_bounded``): SQS
@@ -144,19 +152,25 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
         except (CloudError, OSError) as exc:
             warn(f"{name}: {exc}")
 
+    current = {j.id: j.attempt for j in cfg.jobs}
+    # what is new since the caches' last reads: the current attempts' events, of the older ones what decides
     if sources.events_dir is not None:
         attempt(f"events dir {sources.events_dir}", lambda: batches.append(
-            [seen(e, "events-dir") for e in keyed_events(read_dir(sources.events_dir, warn), ids, stack, warn, now=now)]))
-    if sources.bucket:
-        cache = BucketEvents(stack) if bucket_cache is None else bucket_cache
-
+            [seen(e, "events-dir") for e in dir_events(sources.events_dir, ids, stack, warn, now, current, PAST_FACTS)]))
+    cache = (BucketEvents(stack) if bucket_cache is None else bucket_cache) if sources.bucket else None
+    if cache is not None:
         def bucket() -> None:
-            # what is new since the cache's cursors, of the current attempts (older ones are stale)
-            current = {j.id: j.attempt for j in cfg.jobs}
             cache.read(cloud, sources.bucket, f"{stack}/", warn, attempts=current)  # each new object warned of once
-            batches.append([seen(e, "bucket") for e in cache.events(ids, now, warn, bucket=sources.bucket, attempts=current)])
+            batches.append([seen(e, "bucket") for e in cache.events(ids, now, warn, bucket=sources.bucket, attempts=current,
+                                                                   older=PAST_FACTS)])
 
         attempt(f"event bucket {sources.bucket}", bucket)
+
+    def recorded(job: str) -> list[Event]:
+        found = dir_events(sources.events_dir, {job}, stack, None, now) if sources.events_dir is not None else []
+        return found + (cache.events({job}, now, None, bucket=sources.bucket) if cache is not None else [])
+
+    out.recorded = recorded
     if sources.subscription:
         slug = stack_slug(stack)
 

@@ -169,8 +169,13 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         report.emit({"job": job or "*", "action": "record", "kind": "held", "attempt": None, "time": now.isoformat(),
                      "reason": "an edit of the stack file awaits its question's answer: decided once it is answered"})
     decisions, ok = deciding.Decisions(), True
-    failover, memory, handled = zone_failover(list(cfg.zones), choose), journal.memory(), set(journal.handled)
-    where = zone_choice(cfg, seen.events, choose)
+    memory, handled = journal.memory(), set(journal.handled)
+    in_zone = zone_failover(list(cfg.zones), choose)
+
+    def failover(job, _events, memo, at):  # the capacity is chosen on the job's whole history, as `resume` does
+        return in_zone(job, seen.history(job.id), memo, at)
+
+    where = zone_choice(cfg, seen, choose)
     for job in jobs:
         try:
             one = deciding.decide([job], seen.events, memory, handled, now, failover, where)
@@ -194,7 +199,7 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
         decisions.actions.clear()
         ok = False
     for action in decisions.actions:
-        events: list[Event] = [s.event for s in seen.events.get(action.job, [])]
+        events: list[Event] = seen.history(action.job)
         if fence is not None:
             fence.check()
         try:
@@ -239,14 +244,15 @@ def zone_failover(zones: list[str], choose) -> deciding.Failover:
     return failover
 
 
-def zone_choice(cfg, seen: dict[str, list[deciding.Seen]], choose) -> deciding.ZoneChoice:
-    """The decide step's zone choice after a preemption: every job's events as this cycle saw them
-    (``cli.lifecycle.zonechoice.decide_zone``), the job's policy's choice in place."""
+def zone_choice(cfg, seen, choose) -> deciding.ZoneChoice:
+    """The decide step's zone choice after a preemption: every job's whole history, as ``resume``
+    reads it (``cli.lifecycle.zonechoice.decide_zone``; a cycle itself reads only current attempts),
+    the job's policy's choice in place."""
     from cli.lifecycle.capacity import job_price_ratio
     from cli.lifecycle.zonechoice import decide_zone
 
     def where(job, now: datetime):
-        events = {j: [s.event for s in batch] for j, batch in seen.items()}
+        events = {j.id: seen.history(j.id) for j in cfg.jobs}
         return decide_zone(cfg, job, events, now, job_price_ratio(cfg, job),
                            in_place=lambda: choose(job, events.get(job.id, [])))
 

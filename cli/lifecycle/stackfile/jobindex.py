@@ -234,12 +234,18 @@ def _stored_index(path: Path) -> _Index | None:
     return _Index.from_bytes(data) if data is not None else None
 
 
-def job_digests(ref: StackRef, text: str) -> list[tuple[str, str]] | None:
-    """``(id, reading.sha256 of its lines)`` of every job in file order when ``text`` (the file's) is exactly
-    one spotctl validated whole under these rules (its index matches), else None. What a reader
-    derived from one job's validated config stays true while that job's lines do, so it can be kept
-    per job and used without parsing or validating anything (``status``)."""
+def job_digests(ref: StackRef, text: str, only: str | None = None) -> list[tuple[str, str]] | None:
+    """``(id, reading.sha256 of its lines)`` of every job in file order (``only``: of that job alone, []
+    when the file has none) when ``text`` (the file's) is exactly one spotctl validated whole under these
+    rules (its index matches), else None. What a reader derived from one job's validated config stays
+    true while that job's lines do, so it can be kept per job and used without parsing or validating
+    anything (``status``)."""
     index = _read_index(ref.path, text)
     if index is None:
         return None
-    return [(ident, reading.sha256(text[start:end].encode("utf-8", "surrogatepass")).hexdigest()) for ident, start, end in index.spans()]
+    if only is not None:
+        at = index.find(only)
+        spans = [] if at is None else [(only, *index.span(at))]
+    else:
+        spans = index.spans()
+    return [(ident, reading.sha256(text[start:end].encode("utf-8", "surrogatepass")).hexdigest()) for ident, start, end in spans]
