@@ -21,7 +21,8 @@ def zone_words(ref, cfg, job_id: str, events: list, events_dir, bucket, where: s
 
         cfg = stackfile.load(ref)  # every job's zone history: where their windows were seen
     try:
-        everyone = read_jobs_events(ref, cfg, cfg.jobs, events_dir, bucket, where)
+        # (the other jobs only: this job's events were read, and warned of, once already)
+        everyone = read_jobs_events(ref, cfg, [j for j in cfg.jobs if j.id != job_id], events_dir, bucket, where)
     except Unread as exc:
         warn(f"{exc}: the zone choice sees job {job_id}'s events only")
         everyone = {}
