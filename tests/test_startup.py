@@ -174,4 +174,4 @@ def test_spotctl_status_imports_only_its_commands_module(project):
     out = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT), "COLUMNS": "100", "PATH": "/usr/bin:/bin"})
     assert "llm-pretrain" in out.stdout, out.stderr
-    assert out.stdout.splitlines()[-1] == "MODULES cli.commands.hints cli.commands.jobs cli.commands.startup cli.commands.usage"  # (helpers, no commands)
+    assert out.stdout.splitlines()[-1] == "MODULES cli.commands.hints cli.commands.jobs cli.commands.startup cli.commands.textfit cli.commands.usage"  # (helpers, no commands)
