@@ -84,6 +84,7 @@ def drill(
     env: dict[str, str] = {}
     secret_keys: tuple[str, ...] = ()
     job_id, cloud, drill_code = "drill", cloud.value, None
+    here: Path | None = None  # the directory the drill runs a copy of, when no code was given
     if (setup is not None or workdir is not None) and code is None:
         raise fail("--setup and --workdir go with --code DIR")
     if stack is not None or stack_file is not None or job is not None:
@@ -106,8 +107,6 @@ def drill(
             here = Path.cwd()
             drill_code = _code(lambda: _packed(here, "the current directory (a drill runs in a copy of it; "
                                                      "--code DIR picks another)"))
-            typer.echo(f"drill: running in a copy of {here} on a scratch disk, removed afterwards "
-                       "(this directory is not touched)", err=True)
     else:
         raise fail("nothing to drill: give a command after `--` (or --job ID of a stack)")
     trace = None if trace is None else find_trace(trace)  # as simulate finds it
@@ -124,6 +123,9 @@ def drill(
             sys.stderr.write("\r\033[K" + line)
             sys.stderr.flush()
 
+    if here is not None:
+        typer.echo(f"drill: running in a copy of {here} on a scratch disk, removed afterwards "
+                   "(this directory is not touched)", err=True)
     try:
         report = drills.run_drill(spec, status)
     except KeyboardInterrupt:
