@@ -47,7 +47,7 @@ def _job_code(ref, job):
 
 @app.command(
     short_help="Preempt a training script locally and judge if it resumes.  Example: spotctl drill -- python train.py",
-    help="Run COMMAND under the same scripts a cloud VM runs, preempt it the way GCP or AWS would, resume it on "
+    help="Run COMMAND under the same scripts a cloud VM runs, in a copy of the current directory (or of --code DIR), preempt it the way GCP or AWS would, resume it on "
     "the same (temporary) disk, and judge whether training survives: reentrant, not-exercised (no preemption "
     "came before the command finished), restarts-from-scratch, lost-work or did-not-finish. Exits non-zero unless "
     "reentrant. The script may print `SPOTCTL_PROGRESS step/total` and "
@@ -84,6 +84,7 @@ def drill(
     env: dict[str, str] = {}
     secret_keys: tuple[str, ...] = ()
     job_id, cloud, drill_code = "drill", cloud.value, None
+    here: Path | None = None  # the directory the drill runs a copy of, when no code was given
     if (setup is not None or workdir is not None) and code is None:
         raise fail("--setup and --workdir go with --code DIR")
     if stack is not None or stack_file is not None or job is not None:
@@ -99,6 +100,13 @@ def drill(
         command_text = drills.command_string(command)
         if code is not None:
             drill_code = _code(lambda: _packed(code.resolve(), f"--code {code}", setup=setup or "", workdir=workdir or ""))
+        else:
+            # As SkyPilot and dstack run a task in a copy of its workdir: the command runs in a fresh copy
+            # of this directory on the drill's scratch disk, so its files never land in the user's
+            # checkout, a second drill starts from nothing, and --verify finds what it wrote.
+            here = Path.cwd()
+            drill_code = _code(lambda: _packed(here, "the current directory (a drill runs in a copy of it; "
+                                                     "--code DIR picks another)"))
     else:
         raise fail("nothing to drill: give a command after `--` (or --job ID of a stack)")
     trace = None if trace is None else find_trace(trace)  # as simulate finds it
@@ -115,6 +123,9 @@ def drill(
             sys.stderr.write("\r\033[K" + line)
             sys.stderr.flush()
 
+    if here is not None:
+        typer.echo(f"drill: running in a copy of {here} on a scratch disk, removed afterwards "
+                   "(this directory is not touched)", err=True)
     try:
         report = drills.run_drill(spec, status)
     except KeyboardInterrupt:

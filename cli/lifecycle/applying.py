@@ -60,6 +60,11 @@ def record_applied(path: Path, job_id: str, cfg: StackConfig, pending: str | Non
         # The mark's line goes (a ``null`` left behind is noise in the file and sent later edits of it
         # through the slower round trip).
         out: dict[str, Any] = {"applying": MISSING} if pending is not None and written.get("applying") == pending else {}
+        # Likewise the ``stoppedBy: null`` a resume wrote: it goes only now, once the update is done,
+        # so an undo before it (in process, or from a dead command's proposal record) still finds the
+        # ``null`` it wrote and puts ``stoppedBy: user`` back where it was.
+        if "stoppedBy" in written and written["stoppedBy"] is None:
+            out["stoppedBy"] = MISSING
         if cfg.cloud == "gcp" and job.disk_kind is None and job.state.value != "pending":
             out["diskKind"] = "regional" if job.disk_replica_zones else "zonal"
         return out
