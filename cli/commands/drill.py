@@ -105,6 +105,11 @@ def drill(
             # of this directory on the drill's scratch disk, so its files never land in the user's
             # checkout, a second drill starts from nothing, and --verify finds what it wrote.
             here = Path.cwd()
+            if trace is not None:  # a bad trace is the error to show, before the directory is packed
+                try:
+                    drills.make_spec(command=command_text, cloud=cloud, trace=find_trace(trace), time_scale=time_scale)
+                except ValueError as exc:
+                    raise fail(str(exc)) from None
             drill_code = _code(lambda: _packed(here, "the current directory (a drill runs in a copy of it; "
                                                      "--code DIR picks another)"))
     else:
