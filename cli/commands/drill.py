@@ -104,14 +104,7 @@ def drill(
             # As SkyPilot and dstack run a task in a copy of its workdir: the command runs in a fresh copy
             # of this directory on the drill's scratch disk, so its files never land in the user's
             # checkout, a second drill starts from nothing, and --verify finds what it wrote.
-            here = Path.cwd()
-            if trace is not None:  # a bad trace is the error to show, before the directory is packed
-                try:
-                    drills.make_spec(command=command_text, cloud=cloud, trace=find_trace(trace), time_scale=time_scale)
-                except ValueError as exc:
-                    raise fail(str(exc)) from None
-            drill_code = _code(lambda: _packed(here, "the current directory (a drill runs in a copy of it; "
-                                                     "--code DIR picks another)"))
+            here = Path.cwd()  # (packed once the spec is made: a bad trace is the error to show first)
     else:
         raise fail("nothing to drill: give a command after `--` (or --job ID of a stack)")
     trace = None if trace is None else find_trace(trace)  # as simulate finds it
@@ -121,6 +114,11 @@ def drill(
                                 trace=trace, time_scale=time_scale, max_attempts=max_attempts, verify=verify)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if here is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, code=_code(lambda: _packed(
+            here, "the current directory (a drill runs in a copy of it; --code DIR picks another)")))
     live = sys.stderr.isatty()
 
     def status(line: str) -> None:
