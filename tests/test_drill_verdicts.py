@@ -5,6 +5,7 @@ tail of a failed attempt's log."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,8 +29,13 @@ def test_two_restarts_from_zero_end_the_drill_early(runner):
     report = json.loads(result.stdout)
     assert result.exit_code == 1
     assert report["verdict"] == "restarts-from-scratch"
-    assert len(report["attempts"]) == 3  # attempts 2 and 3 started from zero: no 4th
-    assert "attempts 2, 3 started from zero (no checkpoints seen" in report["reason"]
+    # Attempt 1 may be preempted before its first step on a loaded host (then it proves nothing and
+    # attempts 3 and 4 are the restarts); either way the drill stops at the second restart from zero.
+    found = re.search(r"attempts (\d+), (\d+) started from zero \(no checkpoints seen", report["reason"])
+    assert found, report["reason"]
+    first, second = int(found[1]), int(found[2])
+    assert second == first + 1 and len(report["attempts"]) == second  # no attempt after the second restart
+    assert all(a["end_progress"] for a in report["attempts"][first - 2:second - 1])  # each followed real progress
 
 
 def test_trace_without_time_scale_puts_a_preemption_inside_the_run(runner, tmp_path):
