@@ -21,16 +21,18 @@ from typing import Any, Literal
 from cli.drill.code import SETUP_MARKERS, DrillCode, outputs, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
+from cli.drill.preempt import notice_ahead, preempt
 from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
 from infra.basics import counted, loads_bounded, read_regular
 from infra.config import SECRET_PLACEHOLDER
-from infra.render import NOTICE_S, ScriptContext, secret_payload
+from infra.render import ScriptContext, secret_payload
 
 PROGRESS_RE = re.compile(r"^SPOTCTL_PROGRESS\s+(\d+)(?:\s*/\s*(\d+))?\s*$")
 CHECKPOINT_RE = re.compile(r"^SPOTCTL_CHECKPOINT\s+(\d+)\s*$")
 
 Verdict = Literal["reentrant", "not-exercised", "restarts-from-scratch", "lost-work", "did-not-finish"]
 FIRST_PREEMPTION_S = 2.0  # where --trace without --time-scale puts the trace's first preemption
+VM_POLL_S = 1  # how often a drill's watcher asks the metadata server for a notice
 LOG_TAIL_LINES = 15
 
 
@@ -241,7 +243,7 @@ class Drill:
     def _context(self, emu: Emulator, attempt: int, disk: Path, state: Path) -> ScriptContext:
         ctx = ScriptContext(
             cloud=self.spec.cloud, stack="drill", kind="job", name=self.spec.job_id, command=self.spec.command,
-            event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=1, cwd=self.spec.cwd,
+            event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=VM_POLL_S, cwd=self.spec.cwd,
             secret_keys=self.spec.secret_keys, secret_ref=self.spec.secret_ref,
         )
         return staged(local_context(ctx, emu, disk, state), self.spec.code, emu.put_object)
@@ -275,6 +277,8 @@ class Drill:
             # command, which the drill is judging, never run).
             booted = time.monotonic()
             setting_up = preempt and self._setup_pending(disk)
+            # AWS's notice goes out a watcher's poll ahead, so the trainer is signaled by the deadline.
+            ahead = notice_ahead(self.spec.cloud, VM_POLL_S) if preempt else 0.0
             deadline = None if setting_up else booted + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
             while True:
                 self._observe(rec, disk)
@@ -290,13 +294,13 @@ class Drill:
                         continue
                     rec.setup_s = round(now - booted, 3)
                     deadline = now + self._preempt_after(index)
-                if now >= deadline:
+                if now >= deadline - ahead:
                     rec.outcome = "preempted" if preempt else "timeout"
                     if preempt:
                         self.status(f"attempt {number}: preempting ({self.spec.cloud})")
                         self._preempt(emu, vm)
                     break
-                self.status(_status_line(rec, deadline - now if preempt else None))
+                self.status(_status_line(rec, deadline - ahead - now if preempt else None))
                 time.sleep(0.1)
             vm.kill_all()
             self._observe(rec, disk)
@@ -323,16 +327,7 @@ class Drill:
         rec.checkpoints = checkpoints
 
     def _preempt(self, emu: Emulator, vm: LocalVM) -> None:
-        if self.spec.cloud == "gcp":
-            emu.preempt_gcp()
-            vm.shutdown(timeout=NOTICE_S["gcp"] + 5)  # GCE runs the shutdown script, then powers off
-        else:
-            lead = NOTICE_S["aws"] / self.spec.time_scale
-            emu.notice_aws(lead_s=lead)
-            # The watcher sees the notice within its poll; the instance is terminated at the notice time.
-            # This attempt's: the job disk's event log holds every earlier attempt's `preempted` too.
-            vm.wait_for(lambda: any(e["event"] == "preempted" and e["attempt"] == vm.ctx.attempt for e in vm.events()), lead)
-            vm.shutdown(timeout=NOTICE_S["aws"] + 5)
+        preempt(emu, vm, self.spec.time_scale)
 
     def run(self) -> Report:
         started = time.monotonic()

@@ -1,0 +1,60 @@
+"""A drill's AWS preemption when the command completes as the notice comes: the watcher records no
+`preempted` ("notice after the job completed"), and the drill must not sit out the notice's whole
+lead (120 s) waiting for one. The clock of the drill's wait is injected: nothing here depends on how
+fast the machine is."""
+
+from __future__ import annotations
+
+from agent import schema
+from cli.drill.emulator import Emulator, Fault
+from cli.drill.localvm import LocalVM, local_context
+from cli.drill.preempt import notice_ahead, preempt, settled
+from infra.render import NOTICE_S, ScriptContext
+
+
+class FakeClock:
+    """Time that passes only when the code under test sleeps; each sleep first lets ``until`` come
+    true in real time (bounded), as the VM's processes get on with it."""
+
+    def __init__(self, until=lambda: True) -> None:
+        self.now, self.until = 0.0, until
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.until()
+        self.now += seconds
+
+
+def test_a_notice_is_settled_by_this_attempts_preempted_completed_or_failed():
+    earlier = [{"attempt": 1, "event": "preempted"}, {"attempt": 2, "event": "started"}]
+    assert settled(earlier, 2) is None  # an earlier attempt's `preempted` is not this one's
+    assert settled(earlier + [{"attempt": 2, "event": "preemption-notice"}], 2) is None
+    for ending in ("preempted", "completed", "failed"):
+        assert settled(earlier + [{"attempt": 2, "event": ending}], 2) == ending
+
+
+def test_the_aws_notice_goes_out_one_watcher_poll_ahead_and_gcps_at_the_time():
+    assert notice_ahead("aws", 1) == 1.0 and notice_ahead("aws", 5) == 5.0
+    assert notice_ahead("gcp", 1) == 0.0
+
+
+def test_a_command_that_completes_as_the_aws_notice_comes_ends_the_wait_without_a_preempted(tmp_path):
+    """The command exits 0 and its `completed` is held back by a slow bucket (the run process uploads
+    the log first); the drill posts the notice in between. The wait ends at `completed`, long before
+    the notice's lead; the VM records no `preempted`."""
+    with Emulator() as emu:
+        emu.state.sink_fault = Fault(delay_s=3.0)
+        ctx = ScriptContext(cloud="aws", stack="drill", kind="job", name="sweep", event_bucket="drill-events",
+                            region="local", command="echo SPOTCTL_PROGRESS 1/1", poll_interval_s=1, cwd=str(tmp_path))
+        with LocalVM(local_context(ctx, emu, tmp_path / "disk", tmp_path / "state"), tmp_path / "vm") as vm:
+            assert vm.boot().returncode == 0, vm.debug_log()
+            assert vm.wait_for(lambda: (tmp_path / "disk" / schema.COMPLETED_MARKER).exists(), 60), vm.debug_log()
+            completed = lambda: any(e["event"] == "completed" for e in vm.events())  # noqa: E731
+            clock = FakeClock(until=lambda: vm.wait_for(completed, 60))
+            ended = preempt(emu, vm, clock=clock, sleep=clock.sleep)
+            events = [e["event"] for e in vm.events()]
+    assert ended == "completed", vm.debug_log()
+    assert clock.now < NOTICE_S["aws"] / 10, clock.now  # (it sat out all 120 s of the lead)
+    assert "preempted" not in events and events[-1] == "completed", events
