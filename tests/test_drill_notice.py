@@ -8,7 +8,8 @@ from __future__ import annotations
 from agent import schema
 from cli.drill.emulator import Emulator, Fault
 from cli.drill.localvm import LocalVM, local_context
-from cli.drill.preempt import notice_ahead, preempt, settled
+from cli.drill import runner as drills
+from cli.drill.preempt import capacity_note, notice_ahead, preempt, settled
 from infra.render import NOTICE_S, ScriptContext
 
 
@@ -58,3 +59,15 @@ def test_a_command_that_completes_as_the_aws_notice_comes_ends_the_wait_without_
     assert ended == "completed", vm.debug_log()
     assert clock.now < NOTICE_S["aws"] / 10, clock.now  # (it sat out all 120 s of the lead)
     assert "preempted" not in events and events[-1] == "completed", events
+
+
+def test_an_on_demand_job_is_drilled_all_the_same_and_the_report_says_why():
+    assert capacity_note("aws", "spot") == "" and capacity_note("gcp", "") == ""
+    note = capacity_note("aws", "on-demand")
+    assert note.startswith("capacity on-demand: AWS never preempts it;") and "2-minute spot interruption notice" in note
+    assert "a Spot preemption" in capacity_note("gcp", "on-demand")
+    report = drills.Report(verdict="reentrant", cloud="aws", command="train", attempts=[drills.Attempt(1, outcome="completed")],
+                           preemptions=0, checkpoint_interval=None, total_s=1.0, capacity="on-demand")
+    assert drills.render_report(report).split("\n")[2] == note
+    report.capacity = "spot"
+    assert "never preempts" not in drills.render_report(report)

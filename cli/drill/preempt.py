@@ -58,3 +58,19 @@ def preempt(emu: Emulator, vm: LocalVM, time_scale: float = 1.0,
         sleep(POLL_S)
     vm.shutdown(timeout=NOTICE_S["aws"] + 5)
     return ended or settled(vm.events(), attempt)
+
+
+def capacity_note(cloud: str, capacity: str) -> str:
+    """What the drill's preemption stands for when the job does not run on spot capacity ("" on spot).
+    The cloud never preempts it: EC2's interruption notice is a Spot Instance's
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html), and
+    Compute Engine reclaims capacity by preempting Spot VMs
+    (https://cloud.google.com/compute/docs/instances/create-use-spot). It is still stopped: a host
+    maintenance (infra/gcp_common.py: on-demand GPU VMs TERMINATE; EC2's scheduled events), `spotctl
+    stop`, a move. Each takes the path the drill plays: one SIGTERM, the trainer's budget, a resume
+    on the same disk."""
+    if capacity in ("", "spot"):
+        return ""
+    notice = "a 2-minute spot interruption notice" if cloud == "aws" else "a Spot preemption"
+    return (f"capacity {capacity}: {cloud.upper()} never preempts it; the drill played {notice} anyway, the "
+            "same stop-and-resume a host maintenance, `spotctl stop` or a move to spot puts the job through")

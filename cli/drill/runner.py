@@ -21,7 +21,7 @@ from typing import Any, Literal
 from cli.drill.code import SETUP_MARKERS, DrillCode, outputs, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
-from cli.drill.preempt import notice_ahead, preempt
+from cli.drill.preempt import capacity_note, notice_ahead, preempt
 from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
 from infra.basics import counted, loads_bounded, read_regular
 from infra.config import SECRET_PLACEHOLDER
@@ -69,6 +69,7 @@ class Report:
     time_scale: float | None = None  # with --trace: the scale used (picked when not given)
     # The job's secret env keys: the drill decrypts nothing; each gets SECRET_PLACEHOLDER.
     secret_env: dict[str, str] = field(default_factory=dict)
+    capacity: str = "spot"  # the job's: on-demand is preempted all the same, and the report says why
 
     @property
     def ok(self) -> bool:
@@ -206,6 +207,7 @@ class DrillSpec:
     command: str
     cloud: Literal["gcp", "aws"] = "gcp"
     job_id: str = "drill"
+    capacity: str = "spot"
     env: dict[str, str] = field(default_factory=dict)
     preempt_every: float | None = 2.0
     preempt_after: list[float] | None = None  # from a trace, already scaled
@@ -244,7 +246,7 @@ class Drill:
         ctx = ScriptContext(
             cloud=self.spec.cloud, stack="drill", kind="job", name=self.spec.job_id, command=self.spec.command,
             event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=VM_POLL_S, cwd=self.spec.cwd,
-            secret_keys=self.spec.secret_keys, secret_ref=self.spec.secret_ref,
+            secret_keys=self.spec.secret_keys, secret_ref=self.spec.secret_ref, capacity=self.spec.capacity,
         )
         return staged(local_context(ctx, emu, disk, state), self.spec.code, emu.put_object)
 
@@ -358,7 +360,7 @@ class Drill:
             total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, outputs_found=found,
             reason=reason,
             time_scale=self.spec.time_scale if self.spec.preempt_after is not None else None,
-            secret_env=placeholders,
+            secret_env=placeholders, capacity=self.spec.capacity,
         )
 
     def stop(self) -> None:
@@ -382,7 +384,7 @@ def _status_line(rec: Attempt, preempt_in: float | None) -> str:
     return f"attempt {rec.attempt}: {progress}{when}"
 
 
-def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str, str] | None = None,
+def make_spec(*, command: str, cloud: str, job_id: str = "drill", capacity: str = "spot", env: dict[str, str] | None = None,
               secret_keys: tuple[str, ...] = (), code: DrillCode | None = None,
               preempt_every: float | None = None, trace: Path | None = None, time_scale: float | None = None,
               max_attempts: int = 10, verify: bool = False) -> DrillSpec:
@@ -404,7 +406,7 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
         preempt_after = [u / time_scale for u in preemptions]
     time_scale = 1.0 if time_scale is None else time_scale
     return DrillSpec(
-        command=command, cloud=cloud, job_id=job_id, env=dict(env or {}), secret_keys=tuple(secret_keys),
+        command=command, cloud=cloud, job_id=job_id, capacity=capacity, env=dict(env or {}), secret_keys=tuple(secret_keys),
         preempt_every=preempt_every if preempt_every is not None else (None if trace else 2.0),
         preempt_after=preempt_after, time_scale=time_scale, max_attempts=max_attempts, verify=verify, code=code,
     )
@@ -455,6 +457,7 @@ def render_report(report: Report) -> str:
     lines = [
         f"verdict: {report.verdict}  ({report.reason})",
         f"cloud {report.cloud}, {counted(len(report.attempts), 'attempt')}, {counted(report.preemptions, 'preemption')}, {checkpoints}{scale}",
+        *filter(None, [capacity_note(report.cloud, report.capacity)]),
         "",
         f"{'attempt':>7}  {'start':>7}  {'end':>7}  {'outcome':<10} {'lost':>6}  {'seconds':>8}",
     ]
