@@ -5,10 +5,13 @@ fast the machine is."""
 
 from __future__ import annotations
 
+import os
+
 from agent import schema
+from cli.drill import runner as drills
+from cli.drill.code import setup_ended_ago
 from cli.drill.emulator import Emulator, Fault
 from cli.drill.localvm import LocalVM, local_context
-from cli.drill import runner as drills
 from cli.drill.preempt import capacity_note, notice_ahead, preempt, settled
 from infra.render import NOTICE_S, ScriptContext
 
@@ -71,3 +74,13 @@ def test_an_on_demand_job_is_drilled_all_the_same_and_the_report_says_why():
     assert drills.render_report(report).split("\n")[2] == note
     report.capacity = "spot"
     assert "never preempts" not in drills.render_report(report)
+
+
+def test_the_preemption_clock_starts_when_the_vm_wrote_its_setup_marker_not_when_the_drill_looked(tmp_path):
+    assert setup_ended_ago(tmp_path, now=1000.0) is None
+    marker = tmp_path / ".spotctl" / "setup-abc.done"
+    marker.parent.mkdir()
+    marker.write_text("")
+    os.utime(marker, (1000.0, 1000.0))
+    assert setup_ended_ago(tmp_path, now=1003.5) == 3.5
+    assert setup_ended_ago(tmp_path, now=999.0) == 0.0  # (a clock step back never moves it ahead)

@@ -6,6 +6,7 @@ run are its outputs, for ``--verify``."""
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,6 +49,15 @@ def staged(ctx: ScriptContext, code: DrillCode | None, put) -> ScriptContext:
     else:
         fields |= {"code_git_url": code.git_url, "code_git_commit": code.git_commit}
     return replace(ctx, **fields)
+
+
+def setup_ended_ago(disk: Path, now: float | None = None) -> float | None:
+    """Seconds since the VM wrote its setup's marker (None: no marker yet), by the marker's time on
+    the disk: the command starts then, not when the drill's loop next looks."""
+    marks = [p.stat().st_mtime for p in disk.glob(SETUP_MARKERS)]
+    if not marks:
+        return None
+    return max(0.0, (time.time() if now is None else now) - max(marks))
 
 
 def workdir_on(disk: Path, code: DrillCode) -> Path:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cli.drill.code import SETUP_MARKERS, DrillCode, outputs, staged
+from cli.drill.code import SETUP_MARKERS, DrillCode, outputs, setup_ended_ago, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
 from cli.drill.preempt import capacity_note, notice_ahead, preempt
@@ -294,8 +294,10 @@ class Drill:
                         self.status(f"attempt {number}: running the job's setup (the drill does not preempt it)")
                         time.sleep(0.1)
                         continue
-                    rec.setup_s = round(now - booted, 3)
-                    deadline = now + self._preempt_after(index)
+                    # From when the VM wrote the marker: this loop may have looked a while later.
+                    ended = max(booted, now - (setup_ended_ago(disk) or 0.0))
+                    rec.setup_s = round(ended - booted, 3)
+                    deadline = ended + self._preempt_after(index)
                 if now >= deadline - ahead:
                     rec.outcome = "preempted" if preempt else "timeout"
                     if preempt:
