@@ -71,6 +71,5 @@ def capacity_note(cloud: str, capacity: str) -> str:
     on the same disk."""
     if capacity in ("", "spot"):
         return ""
-    notice = "a 2-minute spot interruption notice" if cloud == "aws" else "a Spot preemption"
-    return (f"capacity {capacity}: {cloud.upper()} never preempts it; the drill played {notice} anyway, the "
-            "same stop-and-resume a host maintenance, `spotctl stop` or a move to spot puts the job through")
+    return (f"capacity {capacity}: {cloud.upper()} never preempts it; the drill preempted it all the same,\n"
+            "as a host maintenance, `spotctl stop` or a move to spot stops it (one SIGTERM)")
