@@ -9,7 +9,7 @@ import os
 
 from agent import schema
 from cli.drill import runner as drills
-from cli.drill.code import setup_ended_ago
+from cli.drill.code import command_began_ago, setup_ended_ago
 from cli.drill.emulator import Emulator, Fault
 from cli.drill.localvm import LocalVM, local_context
 from cli.drill.preempt import capacity_note, notice_ahead, preempt, settled
@@ -40,8 +40,10 @@ def test_a_notice_is_settled_by_this_attempts_preempted_completed_or_failed():
 
 
 def test_the_aws_notice_goes_out_one_watcher_poll_ahead_and_gcps_at_the_time():
-    assert notice_ahead("aws", 1) == 1.0 and notice_ahead("aws", 5) == 5.0
-    assert notice_ahead("gcp", 1) == 0.0
+    assert notice_ahead("aws", 1, 2.0) == 1.0 and notice_ahead("aws", 5, 60.0) == 5.0
+    assert notice_ahead("aws", 1, 0.8) == 0.4  # (never before the command has had half its interval)
+    assert notice_ahead("aws", 1, float("inf")) == 1.0
+    assert notice_ahead("gcp", 1, 2.0) == 0.0
 
 
 def test_a_command_that_completes_as_the_aws_notice_comes_ends_the_wait_without_a_preempted(tmp_path):
@@ -85,3 +87,18 @@ def test_the_preemption_clock_starts_when_the_vm_wrote_its_setup_marker_not_when
     os.utime(marker, (1000.0, 1000.0))
     assert setup_ended_ago(tmp_path, now=1003.5) == 3.5
     assert setup_ended_ago(tmp_path, now=999.0) == 0.0  # (a clock step back never moves it ahead)
+
+
+def test_the_clock_starts_at_the_commands_trainer_pid_not_at_setups_own(tmp_path):
+    disk, state = tmp_path / "disk", tmp_path / "state"
+    (disk / ".spotctl").mkdir(parents=True)
+    state.mkdir()
+    assert command_began_ago(disk, state, now=1000.0) is None  # the run unit has not started it yet
+    (state / "trainer.pid").write_text("41")  # setup's process, before its marker
+    os.utime(state / "trainer.pid", (990.0, 990.0))
+    assert command_began_ago(disk, state, now=1000.0) == 10.0  # (a job without setup: the command's)
+    (disk / ".spotctl" / "setup-abc.done").write_text("")
+    os.utime(disk / ".spotctl" / "setup-abc.done", (995.0, 995.0))
+    assert command_began_ago(disk, state, now=1000.0) is None  # setup's, older than its marker
+    os.utime(state / "trainer.pid", (996.5, 996.5))  # the command's, written after the marker
+    assert command_began_ago(disk, state, now=1000.0) == 3.5

@@ -29,12 +29,13 @@ def settled(events: Iterable[Mapping[str, Any]], attempt: int) -> str | None:
     return None
 
 
-def notice_ahead(cloud: str, poll_interval_s: float) -> float:
+def notice_ahead(cloud: str, poll_interval_s: float, interval: float) -> float:
     """How long before the preemption time the drill posts the cloud's notice. AWS's watcher looks
     for it once per poll: posted one poll ahead, the trainer is signaled by that time, as GCE's
-    shutdown script signals it at once. (Posted at the time itself it came up to a poll late, and a
-    command that ended within that poll was never preempted.)"""
-    return float(poll_interval_s) if cloud == "aws" else 0.0
+    shutdown script signals it at once (posted at the time itself it came up to a poll late, and a
+    command that ended within that poll was never preempted). At most half the interval: the
+    command gets to run before its notice."""
+    return min(float(poll_interval_s), interval / 2) if cloud == "aws" else 0.0
 
 
 def preempt(emu: Emulator, vm: LocalVM, time_scale: float = 1.0,

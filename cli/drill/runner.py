@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cli.drill.code import SETUP_MARKERS, DrillCode, outputs, setup_ended_ago, staged
+from cli.drill.code import SETUP_MARKERS, DrillCode, command_began_ago, outputs, setup_ended_ago, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
 from cli.drill.preempt import capacity_note, notice_ahead, preempt
@@ -272,16 +272,15 @@ class Drill:
                 rec.log_tail = [f"startup script exited {boot.returncode}:",
                                 *(boot.stderr or boot.stdout).splitlines()[-LOG_TAIL_LINES:]]
                 break
-            # Counted from the end of the boot (the command runs from there): on a loaded machine the
-            # startup script alone can outlast a sub-second interval, and the attempt would run nothing.
-            # The job's setup runs first, once per disk and code: the preemption clock starts after it
-            # (a setup longer than the interval would otherwise be cut short at every attempt, and the
-            # command, which the drill is judging, never run).
+            # The preemption clock starts when the command does (its trainer.pid's time on the disk),
+            # not when the startup script returned: on a loaded machine the run unit's own start can
+            # outlast a sub-second interval, and the attempt would run nothing. The job's setup runs
+            # first, once per disk and code, and is never preempted (a setup longer than the interval
+            # would otherwise be cut short at every attempt, and the command never run).
             booted = time.monotonic()
             setting_up = preempt and self._setup_pending(disk)
-            # AWS's notice goes out a watcher's poll ahead, so the trainer is signaled by the deadline.
-            ahead = notice_ahead(self.spec.cloud, VM_POLL_S) if preempt else 0.0
-            deadline = None if setting_up else booted + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
+            deadline = None if preempt else booted + self.spec.attempt_timeout_s
+            ahead = 0.0
             while True:
                 self._observe(rec, disk)
                 ended = _terminal(vm, number)
@@ -290,14 +289,17 @@ class Drill:
                     break
                 now = time.monotonic()
                 if deadline is None:
-                    if self._setup_pending(disk) and now - booted < self.spec.attempt_timeout_s:
-                        self.status(f"attempt {number}: running the job's setup (the drill does not preempt it)")
+                    began = None if self._setup_pending(disk) else command_began_ago(disk, vm.state)
+                    if began is None and now - booted < self.spec.attempt_timeout_s:
+                        self.status(f"attempt {number}: " + ("running the job's setup (the drill does not preempt it)"
+                                                              if self._setup_pending(disk) else "starting the command"))
                         time.sleep(0.1)
                         continue
-                    # From when the VM wrote the marker: this loop may have looked a while later.
-                    ended = max(booted, now - (setup_ended_ago(disk) or 0.0))
-                    rec.setup_s = round(ended - booted, 3)
-                    deadline = ended + self._preempt_after(index)
+                    if setting_up:
+                        rec.setup_s = round(max(booted, now - (setup_ended_ago(disk) or 0.0)) - booted, 3)
+                    start = max(booted, now - (began or 0.0))
+                    deadline = start + self._preempt_after(index)
+                    ahead = notice_ahead(self.spec.cloud, VM_POLL_S, deadline - start)
                 if now >= deadline - ahead:
                     rec.outcome = "preempted" if preempt else "timeout"
                     if preempt:
