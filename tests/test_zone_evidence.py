@@ -51,3 +51,11 @@ def test_an_event_zone_and_instance_survive_the_bucket_cache_and_old_rows_still_
     parsed = Event.parse({"job": "gpus", "attempt": 1, "event": "preempted", "time": "2026-11-28T11:00:00Z",
                           "zone": "us-east-1b", "instance": "i-1"})
     assert parsed.zone == "us-east-1b" and parsed == Event("gpus", 1, 0, "preempted", parsed.time, {})
+
+
+def test_a_capacity_refusal_says_spot_is_down_in_its_zone_for_a_while():
+    refused = [("p3.2xlarge", "us-east-1b", NOW - timedelta(minutes=20)), ("p3.2xlarge", "us-east-1a", NOW - timedelta(hours=3)),
+               ("g5.xlarge", "us-east-1a", NOW - timedelta(minutes=5))]
+    a, b = zone_stats([], {}, "p3.2xlarge", ZONES, NOW, refused=refused)
+    assert b.now is False and round(b.age_h, 3) == 0.333
+    assert a.now is None  # an old refusal, and another machine type's, say nothing of now

@@ -9,7 +9,9 @@ there *now* while a spot attempt runs there, and down for ``FRESH_H`` after a pr
 with no spot start since. The stack's pools are evidence too (``pool_evidence``): a pool VM of the
 job's machine type preempted in a zone (its events carry the zone its VM ran in) was a spot VM
 there, up from its first event to its preemption, and spot is down there for ``FRESH_H`` after.
-(A pool VM still running says nothing: its part may be the on-demand base.) The recorded history
+(A pool VM still running says nothing: its part may be the on-demand base.) A launch the cloud
+refused for capacity in a zone (``watch``'s journal: any job of the machine type) says spot is down
+there for ``FRESH_H`` too. The recorded history
 (``spotctl policy fit``'s learned file, ``capacity.learned_path``) adds the windows of jobs whose
 events are no longer read (a job since removed from the stack file). Outages are not measured
 (nothing probes a zone whose VM is gone): the prior's stand.
@@ -36,9 +38,11 @@ FRESH_H = 1.0  # a preemption says "down now" for this long: the development ser
 
 
 def zone_stats(jobs: Iterable[Job], events_of: Mapping[str, list[Event]], machine: str, zones: Iterable[str],
-               now: datetime, pools: Iterable[Pool] = (), learned: Mapping[str, Any] | None = None):
+               now: datetime, pools: Iterable[Pool] = (), learned: Mapping[str, Any] | None = None,
+               refused: Iterable[tuple[str, str, datetime]] = ()):
     """What every job's and pool's events (and the learned file's jobs not among ``jobs``) say of spot
-    in each of ``zones`` for ``machine`` (``ZoneStats``, in order)."""
+    in each of ``zones`` for ``machine`` (``ZoneStats``, in order). ``refused``: (machine, zone, when)
+    of launches refused for capacity."""
     from cli.policy.zones import ZoneStats
 
     jobs = list(jobs)
@@ -50,6 +54,10 @@ def zone_stats(jobs: Iterable[Job], events_of: Mapping[str, list[Event]], machin
     for pool in pools:
         if machine in pool_types(pool):
             pool_evidence(events_of.get(pool.name, []), now, windows, latest)
+    for kind, zone, when in refused:
+        age = _hours(when, now)
+        if kind == machine and zone in windows and 0 <= age < FRESH_H and (zone not in latest or when > latest[zone][0]):
+            latest[zone] = (when, False, age)
     for job in jobs:
         events = job.mine(list(events_of.get(job.id, [])))
         by_zone: dict[str, set[int]] = {}
@@ -113,11 +121,11 @@ def _learned(doc: Mapping[str, Any], machine: str, read: set[str], windows: dict
 
 def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]], now: datetime,
                 price_ratio: float = DEFAULT_PRICE_RATIO, in_place: Callable[[], Capacity] | None = None,
-                learned: Mapping[str, Any] | None = None):
+                learned: Mapping[str, Any] | None = None, refused: Iterable[tuple[str, str, datetime]] = ()):
     """Where ``job`` should run next (a ``cli.policy.zones.ZoneDecision``), or None when it has no
     choice (one zone, a move under way, ``moveOnCapacity: false``) or nothing is known of any zone.
     ``in_place()``: the job's policy's capacity in its zone (on-demand: it would not wait out an outage there);
-    ``learned``: the learned file (``capacity.read_learned``)."""
+    ``learned``: the learned file (``capacity.read_learned``); ``refused``: (machine, zone, when) of capacity refusals."""
     from cli.policy.failover import MOVE_BUDGET, MOVE_WINDOW_H, eligible_zones
     from cli.policy.zones import ZoneObservation, choose_zone
 
@@ -125,7 +133,7 @@ def decide_zone(cfg: StackConfig, job: Job, events_of: Mapping[str, list[Event]]
     if len(zones) < 2 or job.move is not None or not job.move_on_capacity or job.boot_disk == "keep":
         return None
     machine = job.machine_type or job.instance_type or "?"
-    stats = zone_stats(cfg.jobs, events_of, machine, zones, now, cfg.pools, learned)
+    stats = zone_stats(cfg.jobs, events_of, machine, zones, now, cfg.pools, learned, refused)
     if not any(z.now is not None or z.up_h or z.open_up_h for z in stats):
         return None  # nothing known of any zone: the prior alone never tells them apart
     events = job.mine(list(events_of.get(job.id, [])))
