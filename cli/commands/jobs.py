@@ -113,7 +113,6 @@ def resume(
 
             events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
         choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
-        code = jobcode.prepare(ref, cfg, job, events_bucket, session, applier, keep_code, repin=update_code)
         where_to = zone_decision(ref, cfg, job, events, events_dir, bucket, where, choose)
         stay = "--no-move" if no_move else ("--capacity" if forced is not None else "")
         moves = where_to is not None and where_to.move and not stay
@@ -121,9 +120,10 @@ def resume(
             from cli.commands.resumemove import resume_by_move
 
             return resume_by_move(ref, cfg, found, events, where_to, events_dir=events_dir, bucket=bucket,
-                                  no_apply=no_apply, yes=yes, preview_only=preview_only, json_out=json_out,
+                                  applier=applier, no_apply=no_apply, yes=yes, preview_only=preview_only, json_out=json_out,
                                   costs=JobCost(stack, stack_file, job))
         zone = "" if moves else preview(found, where_to, f"{stay} keeps it here")
+        code = jobcode.prepare(ref, cfg, job, events_bucket, session, applier, keep_code, repin=update_code)
 
         def decide(j):
             change = decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt)

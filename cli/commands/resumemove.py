@@ -59,12 +59,13 @@ def line(job_id: str, f: dict) -> str:
             f"move included, against {money(f['expected_staying_usd'], f['expected_staying_spot_hours'])} staying{prices}")
 
 
-def resume_by_move(ref, cfg, job, events_of, decision, *, events_dir, bucket, no_apply: bool, yes: bool,
+def resume_by_move(ref, cfg, job, events_of, decision, *, events_dir, bucket, applier, no_apply: bool, yes: bool,
                    preview_only: bool, json_out: bool, costs) -> None:
-    """The move to ``decision.zone`` as the job's resume: every step the situation allows now."""
+    """The move to ``decision.zone`` as the job's resume: every step the situation allows now
+    (``applier``: the one the command already used, its stack selected once; None: --no-apply)."""
     import json
 
-    from cli.commands import applier_for, cloud_for, confirmer, fail, interrupted, progress, recorded_events
+    from cli.commands import cloud_for, confirmer, fail, interrupted, progress, recorded_events
     from cli.lifecycle import pipeline
     from cli.lifecycle.apply import ApplyError
     from cli.lifecycle.mover import move_job
@@ -81,10 +82,12 @@ def resume_by_move(ref, cfg, job, events_of, decision, *, events_dir, bucket, no
         typer.echo(line(job.id, f))
     try:
         with progress(f"job {job.id}: resuming in {decision.zone}", enabled=not json_out) as spinner:
+            if applier is not None:
+                applier.step = spinner.step
             result = move_job(
                 ref, job.id, decision.zone,
                 events=lambda: recorded_events(ref, cfg, job.id, events_dir, bucket) if (events_dir or bucket) else events_of,
-                applier=applier_for(ref, no_apply, spinner.step), out=spinner.echo,
+                applier=applier, out=spinner.echo,
                 confirm=spinner.paused(confirm) if confirm else None,
                 inventory=lambda c: cloud_for(c, ref).inventory(),
                 capacity=Capacity.SPOT,  # (a paid move goes only where spot is seen up now: cli/policy/zones.py)
