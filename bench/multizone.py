@@ -35,6 +35,7 @@ for the time used, not the whole tick (at most $0.17 per run).
 
 Run: uv run python bench/multizone.py --set dev [--starts 256] [--policy uniform-progress-nh]
      uv run python bench/multizone.py --set adrs --policy default --move-hours 0,0.25,0.5,1 [--extras own,stay]
+     uv run python bench/multizone.py --set latency   (the first zone decision's time and memory)
 """
 
 from __future__ import annotations
@@ -152,9 +153,50 @@ def dev(policy: str, moves: list[float], starts: int, gpu: str, seed: int) -> No
         print(f"{move_h:>6g}  " + "  ".join(cells), flush=True)
 
 
+def latency(jobs: int, attempts: int, pool_vms: int) -> None:
+    """The first zone decision of a resume (``cli.lifecycle.zonechoice.decide_zone``) on a stack of
+    ``jobs`` jobs of ``attempts`` spot attempts each and a pool of ``pool_vms`` preempted VMs: wall
+    and CPU time, and the decision's peak allocation (tracemalloc), after the imports."""
+    import tracemalloc
+    from datetime import UTC, datetime, timedelta
+
+    from cli.lifecycle.events import Event
+    from cli.lifecycle.zonechoice import decide_zone
+    from infra.config import validate
+
+    now = datetime(2026, 11, 28, tzinfo=UTC)
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    spec = [{"id": f"j{i}", "instanceType": "p3.2xlarge", "zone": zones[i % 3], "command": "x", "capacity": "spot",
+             "attempt": attempts, "state": "preempted" if i == 0 else "running", "jobHours": 400, "deadlineHours": 600}
+            for i in range(jobs)]
+    cfg = validate({"cloud": "aws", "region": "us-east-1", "zones": zones, "jobs": spec,
+                    "pools": [{"name": "gpus", "instanceTypes": ["p3.2xlarge"], "spotMax": 8}]}, "bench")
+    events = {}
+    for i in range(jobs):
+        evs = []
+        for a in range(1, attempts + 1):
+            begun = now - timedelta(hours=3 * (attempts - a) + 3)
+            evs += [Event(f"j{i}", a, 0, "started", begun, {"capacity": "spot"}),
+                    Event(f"j{i}", a, 0, "preempted", begun + timedelta(hours=2.5), {})]
+        events[f"j{i}"] = evs[:-1] if i else evs
+    events["gpus"] = [Event("gpus", 1, 0, kind, now - timedelta(hours=h), {}, zones[v % 3], f"i-{v}")
+                      for v in range(pool_vms) for kind, h in (("busy", 5 + v % 7), ("preempted", 1 + v % 5))]
+    job = cfg.job("j0")
+    tracemalloc.start()
+    wall, cpu = time.perf_counter(), time.process_time()
+    decision = decide_zone(cfg, job, events, now)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    n = sum(len(v) for v in events.values())
+    print(f"first zone decision: {jobs} jobs x {attempts} attempts + {pool_vms} pool VMs ({n} events): wall {wall * 1000:.1f} ms, "
+          f"CPU {cpu * 1000:.1f} ms, peak {peak / 2**20:.2f} MB (goal <= 100 ms, <= 2 MB); "
+          f"{'moves to ' + decision.zone if decision and decision.move else 'stays'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--set", choices=("dev", "adrs"), default="dev")
+    parser.add_argument("--set", choices=("dev", "adrs", "latency"), default="dev")
     parser.add_argument("--policy", default="uniform-progress-nh", help="the job's spot/on-demand policy in each zone")
     parser.add_argument("--move-hours", default="0,0.25,0.5,1", help="move costs (hours), comma-separated")
     parser.add_argument("--starts", type=int, default=256)
@@ -163,7 +205,10 @@ def main() -> None:
     parser.add_argument("--extras", default="", help="adrs: also own,stay (labeled, not the protocol's rule)")
     args = parser.parse_args()
     moves = [float(x) for x in args.move_hours.split(",") if x]
-    if args.set == "adrs":
+    if args.set == "latency":
+        for jobs, attempts, vms in ((2, 5, 0), (20, 20, 100), (50, 50, 500)):
+            latency(jobs, attempts, vms)
+    elif args.set == "adrs":
         if not HELD_OUT.exists():
             sys.exit(f"held-out traces not found: {HELD_OUT}")
         extras = [x for x in args.extras.split(",") if x]
