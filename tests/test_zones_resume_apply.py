@@ -26,7 +26,9 @@ def at(minutes_ago: float) -> str:
     return (datetime.now(UTC) - timedelta(minutes=minutes_ago)).isoformat().replace("+00:00", "Z")
 
 
-def test_resume_yes_applies_the_move_steps_to_the_zone_where_spot_is_up(project, runner, fake_pulumi, pulumi_state, gce):
+def setup(project, pulumi_state):
+    """example-gcp with an H100 spot VM up for 6 h in us-central1-b and llm-pretrain preempted in
+    us-central1-a 5 minutes ago, with little slack; returns the events dir."""
     pulumi_state.seed("example-gcp")
     path = project / "stacks" / "Pulumi.example-gcp.yaml"
     text = path.read_text().replace("  spotctl:jobs:\n", "  spotctl:jobs:\n" + NEIGHBOUR, 1)
@@ -37,6 +39,11 @@ def test_resume_yes_applies_the_move_steps_to_the_zone_where_spot_is_up(project,
             for r in (0, 1) for e, m in (("started", 185), ("preempted", 5))]
     docs.append({"job": "h100-probe", "attempt": 1, "node": 0, "event": "started", "time": at(360), "details": {"capacity": "spot"}})
     (events / "all.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return events
+
+
+def test_resume_yes_applies_the_move_steps_to_the_zone_where_spot_is_up(project, runner, fake_pulumi, pulumi_state, gce):
+    events = setup(project, pulumi_state)
     result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--events-dir", str(events), "--yes",
                                  "--json"])
     assert result.exit_code == 0, result.output
@@ -50,3 +57,16 @@ def test_resume_yes_applies_the_move_steps_to_the_zone_where_spot_is_up(project,
     job = stackfile.load(stackfile.resolve("example-gcp", None)).job("llm-pretrain")
     assert (job.zone, job.attempt, job.state.value, job.capacity.value, job.move.step) == (
         "us-central1-b", 2, "running", "spot", "start")
+
+
+def test_resume_preview_only_shows_the_move_and_changes_nothing(project, runner, fake_pulumi, pulumi_state, gce):
+    events = setup(project, pulumi_state)
+    path = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = path.read_text()
+    result = runner.invoke(app, ["resume", "llm-pretrain", "--stack", "example-gcp", "--events-dir", str(events),
+                                 "--preview-only"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())
+    assert "job llm-pretrain: zone us-central1-a -> us-central1-b (snapshot and restore of its disks)" in out
+    assert "spot $101.22/h, on-demand $176.98/h" in out and "not confirmed: the move stops here" in out
+    assert path.read_text() == before

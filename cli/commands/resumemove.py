@@ -100,13 +100,9 @@ def resume_by_move(ref, cfg, job, events_of, decision, *, events_dir, bucket, ap
         typer.echo(json.dumps({"job": job.id, "changed": bool(result.steps) and not result.declined, "zone": f,
                                "steps": [{"fields": c.fields, "reason": c.reason} for c in result.steps],
                                "applied": result.applied, "declined": result.declined, "finished": result.finished,
-                               "waiting": result.waiting}, sort_keys=True))
+                               "waiting": result.waiting, "snapshots": result.snapshots}, sort_keys=True))
         return
-    for change, applied in zip(result.steps, result.applied_steps, strict=True):
-        done = " — applied" if applied else (" — not confirmed: undone" if result.declined and change is result.steps[-1]
-                                             else f" — written to {ref.path}")
-        typer.echo(change.describe() + done)
-    if result.declined:
-        typer.echo(f"job {job.id}: not confirmed: nothing moved (`spotctl resume {job.id} --no-move` resumes it in place)")
-    elif result.waiting:
-        typer.echo(f"job {job.id}: {result.waiting}")
+    from cli.commands.move import echo_outcome
+
+    echo_outcome(ref, job.id, result, f"`spotctl move {job.id} --to-zone {decision.zone}` continues it; "
+                 f"`spotctl resume {job.id} --no-move` before its first step resumes in place")
