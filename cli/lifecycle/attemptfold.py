@@ -70,10 +70,11 @@ def fold(events: Iterable[Event], now: datetime) -> list[Run]:
 
 
 def capacity_of_runs(runs: list[Run]) -> dict[datetime, str]:
-    """Each run's start -> the capacity ``measure`` counts it at: it finds a run's attempt by its start
-    time, so of attempts started at the same instant the one whose start was recorded last."""
-    out: dict[datetime, tuple[int, str]] = {}
+    """The start -> capacity ``measure`` counts a run not preempted at: it finds a run's attempt by its
+    start time, so of attempts started at the same instant the one whose start was recorded last."""
+    wanted = {r.begun for r in runs if r.how != "preempted"}
+    out: dict[datetime, Run] = {}
     for r in runs:
-        if r.begun not in out or r.order > out[r.begun][0]:
-            out[r.begun] = (r.order, r.capacity)
-    return {t: cap for t, (_, cap) in out.items()}
+        if r.begun in wanted and (r.begun not in out or r.order > out[r.begun].order):
+            out[r.begun] = r
+    return {t: r.capacity for t, r in out.items()}

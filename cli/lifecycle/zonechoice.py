@@ -80,17 +80,21 @@ def job_evidence(job: Job, events: list[Event], machine: str, now: datetime, win
             runs.setdefault(zone, []).append(run)
     for zone, theirs in runs.items():
         capacity = capacity_of_runs(theirs)
+        got, cut = windows[zone], censored[zone]
         for r in theirs:
             if r.how == "preempted":
-                windows[zone].append(_hours(r.begun, r.ended))
+                got.append(_hours(r.begun, r.ended))
             elif capacity[r.begun] == "spot":  # still running, or ended by us: the window lasted at least this
-                censored[zone].append(_hours(r.begun, r.ended))
-            if not r.spot:
+                cut.append(_hours(r.begun, r.ended))
+            if not r.spot or r.how not in ("running", "preempted"):
                 continue
-            seen = (r.begun, True, _hours(r.begun, now)) if r.how == "running" else (
-                (r.ended, False, _hours(r.ended, now)) if r.how == "preempted" and _hours(r.ended, now) < FRESH_H else None)
-            if seen is not None and (zone not in latest or seen[0] > latest[zone][0]):
-                latest[zone] = seen
+            # (the freshest news wins: its age is worked out only for news fresher than what is known)
+            when = r.begun if r.how == "running" else r.ended
+            if zone in latest and when <= latest[zone][0]:
+                continue
+            age = _hours(when, now)
+            if r.how == "running" or age < FRESH_H:
+                latest[zone] = (when, r.how == "running", age)
 
 
 def pool_types(pool: Pool) -> set[str]:
