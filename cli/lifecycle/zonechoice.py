@@ -10,8 +10,8 @@ with no spot start since. The stack's pools are evidence too (``pool_evidence``)
 job's machine type preempted in a zone (its events carry the zone its VM ran in) was a spot VM
 there, up from its first event to its preemption, and spot is down there for ``FRESH_H`` after.
 (A pool VM still running says nothing: its part may be the on-demand base.) A launch the cloud
-refused for capacity in a zone (``watch``'s journal: any job of the machine type) says spot is down
-there for ``FRESH_H`` too. The recorded history
+refused for capacity in a zone (``watch``'s journal, which ``resume`` reads too: any job of the
+machine type) says spot is down there for ``FRESH_H`` too. The recorded history
 (``spotctl policy fit``'s learned file, ``capacity.learned_path``) adds the windows of jobs whose
 events are no longer read (a job since removed from the stack file). Outages are not measured
 (nothing probes a zone whose VM is gone): the prior's stand.
