@@ -81,7 +81,7 @@ def launch(
             if code is not None:
                 flags["code"] = launching.code_flag(code, root, Path.cwd())
             elif "code" in given:
-                given["code"] = launching.rebased_code(given["code"], job_file.parent, root)
+                given["code"] = launching.rebased_code(given["code"], job_file.parent, root, str(job_file))
             if gpus is not None:
                 named = machine or given.get("machineType") or given.get("instanceType")
                 flags["gpus"] = parse_gpus(gpus, current.cloud, named if isinstance(named, str) else None)
