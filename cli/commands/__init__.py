@@ -390,7 +390,8 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
     elif outcome.declined:
         typer.echo(change.describe() + (" — preview only: nothing changed" if preview_only else " — not confirmed: nothing changed"))
     else:
-        typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else f" — written to {ref.path}")))
+        typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else
+                                                           f" — written to {ref.path}; nothing applied (pulumi was not run)")))
 
 
 class Spinner:
