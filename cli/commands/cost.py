@@ -119,11 +119,11 @@ def _print(data: dict, plot: Optional[Path]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: not squeezed into 80 columns unless COLUMNS says so
-        import os
+    from cli.commands.textfit import columns
 
-        console = Console(width=int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 150)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: 80 columns unless COLUMNS says otherwise (as `status`)
+        console = Console(width=columns())
     t = data["total"]
     pct = f" ({t['savings_pct']:.1f} %)" if t["savings_pct"] is not None else ""
     rows = []

@@ -104,13 +104,13 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
 
         typer.echo(json.dumps(result.as_json() | {"cost": cost}, indent=2, sort_keys=True))
         return
-    import shutil
     import textwrap
 
+    from cli.commands.textfit import columns as fitting
     from cli.lifecycle.estimate import render as render_cost
     from cli.plan.tree import render
 
-    columns = shutil.get_terminal_size((100, 24)).columns
+    columns = fitting()
     typer.echo(render(result, columns), nl=False)
     for note in result.notes:  # rules on what only the cloud answers: the real engine checks them
         typer.echo(textwrap.fill(f"note: {note}", width=max(columns, 40), subsequent_indent="  "), err=True)

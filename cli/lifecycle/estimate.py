@@ -260,4 +260,5 @@ def render(doc: dict[str, Any], width: int = 80) -> list[str]:
 def _fit(text: str, width: int) -> str:
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False)) if len(text) > width else text
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False,
+                                   break_long_words=False))  # (a path or a name stays whole, copyable) if len(text) > width else text
