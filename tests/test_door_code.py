@@ -50,3 +50,27 @@ def test_an_absolute_code_inside_the_project_is_written_relative(project, runner
     assert stack.read_text() == before + ("    - id: c1\n      machineType: g2-standard-8\n"
                                           "      accelerator: {type: nvidia-l4, count: 1}\n      zone: us-central1-a\n"
                                           "      code: ./examples/quickstart\n      command: python3 train.py\n")
+
+
+def test_with_dash_c_the_job_file_and_code_are_paths_as_the_shell_means_them(project, runner, tmp_path, monkeypatch):
+    stack = project / "stacks" / "Pulumi.example-gcp.yaml"
+    before = stack.read_text()
+    shell = tmp_path.parent / f"{tmp_path.name}-shell"
+    shell.mkdir()
+    (shell / "job.yaml").write_text(JOB)
+    monkeypatch.chdir(shell)
+    result = runner.invoke(app, ["-C", str(project), "launch", "job.yaml", "--stack", "example-gcp", "--no-apply"])
+    assert result.exit_code == 0, result.output
+    assert stack.read_text() == before + ("    - id: c1\n      machineType: g2-standard-8\n"
+                                          "      accelerator: {type: nvidia-l4, count: 1}\n      zone: us-central1-a\n"
+                                          "      command: python3 train.py\n")
+    stack.write_text(before)
+    monkeypatch.chdir(project / "examples")  # --code too: the shell's quickstart, inside the project
+    flags = ["-C", "..", "launch", "--id", "c2", "--machine", "g2-standard-8", "--command", "python3 train.py",
+             "--code", "quickstart", "--stack", "example-gcp", "--no-apply"]
+    result = runner.invoke(app, flags)
+    assert result.exit_code == 0, result.output
+    assert "      code: ./examples/quickstart\n" in stack.read_text()
+    monkeypatch.chdir(project / "examples")  # (-C moved this process: a shell would still be here)
+    missing = runner.invoke(app, ["-C", str(project), "launch", "nope.yaml", "--stack", "example-gcp", "--no-apply"])
+    assert missing.exit_code == 1 and str(project / "examples" / "nope.yaml") in missing.output
