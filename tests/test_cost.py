@@ -733,3 +733,17 @@ def test_prices_are_bounded(price):
     with pytest.raises(ConfigError, match=r"spotctl:prices"):
         validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"], "jobs": [],
                   "prices": {"g5.2xlarge": {"spot": price, "onDemand": 1.0}}}, "f.yaml")
+
+
+def test_cost_and_status_fold_a_jobs_state_alike(team, runner):
+    """llm's file says running; its events say attempt 3 was preempted at 15:00: both commands say
+    needs-resume after it, and running before it (--as-of)."""
+    now = runner.invoke(app, ["cost", "llm", "--stack", "team-a", "--events-dir", "events", "--json"])
+    assert now.exit_code == 0, now.output
+    (llm,) = json.loads(now.stdout)["jobs"]
+    (status,) = json.loads(runner.invoke(app, ["status", "llm", "--stack", "team-a", "--events-dir", "events", "--json"]).stdout)
+    assert llm["state"] == status["status"] == "needs-resume" and llm["fileState"] == "running"
+    text = runner.invoke(app, ["cost", "llm", "--stack", "team-a", "--events-dir", "events"], env={"COLUMNS": "150"}).stdout
+    assert "needs-resume" in text and "│ running" not in text
+    (before,) = cost_json(runner, "llm")["jobs"]
+    assert before["state"] == "running"

@@ -71,10 +71,24 @@ def cost(
 
         plot = draw(rep.costed, plot, rep.now, f"spotctl cost {ref.name}")
     data = rep.json()
+    _fold_states(data, selected, events, now)
     if json_out:
         typer.echo(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
         return
     _print(data, plot)
+
+
+def _fold_states(data: dict, jobs: list, events: dict[str, list], now) -> None:
+    """Each job's state as `spotctl status` folds it from the file and the events (``needs-resume`` for a
+    job the file says is running whose attempt the events say was preempted), as of ``now``; the file's
+    own word stays in ``fileState``."""
+    from cli.lifecycle.status import job_report
+
+    by_id = {j.id: j for j in jobs}
+    for row in data["jobs"]:
+        if (job := by_id.get(row["id"])) is not None:
+            seen = [e for e in events.get(job.id, []) if e.time <= now]
+            row["fileState"], row["state"] = row["state"], job_report(job, seen, now=now)["status"]
 
 
 def _usd(x) -> str:
