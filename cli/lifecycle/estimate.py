@@ -211,6 +211,7 @@ def preview(cfg: StackConfig, jobs: list[Job], expected: list[Expected] | None =
         "total_per_h": None if any(r.per_h is None for r in counted) else known,
         "total_known_per_h": known,
         "unpriced": sorted({r.detail for r in rates + others + fixed if r.per_h is None}),
+        "region": cfg.region,
         "price_table_date": max((e["date"] for e in shipped_table().get(cfg.cloud, {}).get(cfg.region, {}).values()), default=None),
         "expected": [asdict(e) for e in expected or []],
     }
@@ -245,7 +246,9 @@ def render(doc: dict[str, Any], width: int = 80) -> list[str]:
     total = doc["total_per_h"]
     notes = ["the whole stack"] if others.get("jobs") else []
     if total is None:
-        notes.append(f"unpriced: {', '.join(doc['unpriced'])}; add them to spotctl:prices")
+        notes.append(f"unpriced: {', '.join(doc['unpriced'])}: neither spotctl:prices nor spotctl's shipped price table "
+                     f"has {'it' if len(doc['unpriced']) == 1 else 'them'} in {doc.get('region', 'this region')}; add "
+                     f"{'it' if len(doc['unpriced']) == 1 else 'them'} to spotctl:prices")
     figure = money(total) if total is not None else f"at least {money(doc.get('total_known_per_h', 0.0))}"
     out.append(f"total now: {figure}/h" + (f" ({'; '.join(notes)})" if notes else ""))
     if doc.get("price_table_date"):
