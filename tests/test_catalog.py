@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from infra import catalog
-from infra.contract import gcp_zones
 from infra.config import ConfigError, validate
+from infra.contract import gcp_zones
 from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
 
 SRC = "stacks/Pulumi.t.yaml"
