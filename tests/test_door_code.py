@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cli.app import app
 
 JOB = "id: c1\nmachineType: g2-standard-8\naccelerator: {type: nvidia-l4, count: 1}\ncommand: python3 train.py\n"
@@ -74,3 +76,28 @@ def test_with_dash_c_the_job_file_and_code_are_paths_as_the_shell_means_them(pro
     monkeypatch.chdir(project / "examples")  # (-C moved this process: a shell would still be here)
     missing = runner.invoke(app, ["-C", str(project), "launch", "nope.yaml", "--stack", "example-gcp", "--no-apply"])
     assert missing.exit_code == 1 and str(project / "examples" / "nope.yaml") in missing.output
+
+
+def test_a_stack_file_code_outside_the_project_is_refused_by_validate_and_resume(project, runner, tmp_path):
+    outside = tmp_path.parent / f"{tmp_path.name}-away"
+    outside.mkdir()
+    (outside / "train.py").write_text("print('hi')\n")
+    job = project / "job.yaml"
+    job.write_text(JOB + "code: ./examples/quickstart\n")
+    assert launch(runner, job).exit_code == 0
+    stack = project / "stacks" / "Pulumi.example-gcp.yaml"
+    head, _, entry = stack.read_text().rpartition("- id: c1\n")
+    stack.write_text(head + "- id: c1\n" + entry.replace("code: ./examples/quickstart", f"code: {outside}"))
+    before = stack.read_bytes()
+    why = f"job c1's code {outside} is outside the project root {project}"
+    checked = runner.invoke(app, ["validate", "--stack", "example-gcp"])
+    assert checked.exit_code == 1 and checked.output.count("error:") == 1, checked.output
+    assert checked.output.startswith("error: stacks/Pulumi.example-gcp.yaml: spotctl:jobs[") and why in checked.output
+    assert stack.read_bytes() == before
+    from cli.code import CodeError
+    from cli.code.prepare import StackContext, prepare_code
+    from cli.lifecycle import stackfile
+
+    job = stackfile.load(stackfile.resolve("example-gcp", None)).job("c1")
+    with pytest.raises(CodeError, match="outside the project root"):  # resume and failover pack through it
+        prepare_code(job, StackContext("example-gcp", project), upload=False)

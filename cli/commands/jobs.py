@@ -60,7 +60,6 @@ FromAttemptOpt = Annotated[
     "written). Running it twice makes one new attempt. When the stack has several zones and a move to another pays "
     "(the zone choice: every job's and pool's events), the new attempt starts there, its disks moved as by `spotctl "
     "move`, after a preview of the move's time and price; --no-move resumes in place.\n\n"
-    "Example: spotctl launch my-job.yaml --no-apply && spotctl resume my-first-job\n\n"
     "Example: spotctl resume llm-pretrain --stack example-gcp --events-dir ./events",
 )
 def resume(

@@ -39,6 +39,10 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
         cfg = stackfile.load(ref)
         if problems := stack_problems(cfg, ref.name):  # limits that need the stack's name or its scripts
             raise ConfigError(str(ref.path), problems)
+        from cli.code.prepare import dir_problems
+
+        if problems := dir_problems(cfg, stackfile.project_root(ref.path.parent)):
+            raise ConfigError(str(ref.path), problems)
     except ConfigError as exc:
         raise refuse(exc.source, exc.problems) from None
     if cloud and cfg.cloud == "aws":
