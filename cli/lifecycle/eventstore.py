@@ -89,8 +89,8 @@ class EventStore:
                 db.execute("PRAGMA busy_timeout = 30000")
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: consistent after a crash, may lose the last commit
-                if not _has_schema(db):
-                    db.executescript(_SCHEMA_SQL)  # (IF NOT EXISTS: two processes may both run it)
+                if not _has_schema(db):  # one transaction: a kill leaves every table or none (IF NOT EXISTS: two
+                    db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA_SQL} COMMIT;")  # processes may both run it)
                 found = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
                 if found is not None and found[0] != str(SCHEMA):
                     raise sqlite3.DatabaseError(f"schema {found[0]}")
