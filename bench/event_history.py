@@ -37,7 +37,7 @@ PER_ATTEMPT = 50
 
 
 def key_of(job: str, attempt: int, i: int) -> tuple[str, bytes]:
-    t = T0 + timedelta(seconds=i)
+    t = T0 + timedelta(minutes=i)  # (a checkpoint a minute: the cache folds what is older than the listing window)
     key = f"team/{job}/attempt-{attempt}/node-0/{t.strftime('%Y-%m-%dT%H:%M:%S.000Z')}-checkpoint.json"
     return key, json.dumps({"job": job, "attempt": attempt, "node": 0, "event": "checkpoint",
                             "time": t.isoformat(), "stack": "team"}).encode()
@@ -139,6 +139,16 @@ def first_read(bucket: str, attempts: dict[str, int]) -> None:
         aws._s3_fetcher = plain
 
 
+def cached(bucket: str) -> int:
+    from cli.lifecycle.eventstore import EventStore
+
+    store = EventStore(f"bucket:{bucket}")
+    try:
+        return store.count()
+    finally:
+        store.close()
+
+
 def long_running(bucket: str, attempts: dict[str, int], counted: Counted, cycles: int = 3) -> list[tuple[int, int]]:
     """LIST+GET of each cycle of a long-running watcher's reader (one ``BucketEvents`` kept across cycles,
     as ``cli.watch.watcher.run`` keeps it), nothing new."""
@@ -185,17 +195,19 @@ def bucket_part(small: int, big: int, jobs: int) -> None:
                     cpu, rss = child(watch, ROOT)
                     runs.append((cpu, rss, *counted.take()))
                 cpu, rss, lists, gets = min(runs)
-                got[n] = (cpu, rss, lists, gets, first, long_running(bucket, attempts, counted))
+                got[n] = (cpu, rss, lists, gets, first, long_running(bucket, attempts, counted), cached(bucket))
                 print(f"  ({n} events: filled and first read in {time.time() - t:.0f} s)", file=sys.stderr)
     finally:
         server.stop()
-    (c1, r1, l1, g1, f1, k1), (c2, r2, l2, g2, f2, k2) = got[small], got[big]
+    (c1, r1, l1, g1, f1, k1, n1), (c2, r2, l2, g2, f2, k2, n2) = got[small], got[big]
     print(f"watch --once, nothing new, S3 (moto server): {small} events {c1:.2f} s CPU {r1 >> 10} MB RSS {l1} LIST + {g1} GET; "
           f"{big} events {c2:.2f} s {r2 >> 10} MB {l2} LIST + {g2} GET: ratio CPU {c2 / c1:.2f} (goal <= 1.3) requests "
           f"{(l2 + g2) / max(1, l1 + g1):.2f} (goal <= 1.3) memory {r2 / r1:.2f} (goal <= 1.2)")
     print(f"  the first process after the first read: {small} events {f1[0]} LIST + {f1[1]} GET, {big} events "
           f"{f2[0]} LIST + {f2[1]} GET")
     print(f"  a long-running watcher's cycles (LIST, GET): {small} events {k1}, {big} events {k2}")
+    print(f"  the cache's rows of the bucket: {small} events {n1}, {big} events {n2} (node folders {small // PER_ATTEMPT}, "
+          f"{big // PER_ATTEMPT}: {n1 / (small // PER_ATTEMPT):.1f} and {n2 / (big // PER_ATTEMPT):.1f} a folder)")
 
 
 # ``python -m cli`` that writes its peak RSS (VmHWM) at exit: a child's ru_maxrss also counts the pages of

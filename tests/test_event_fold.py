@@ -144,6 +144,17 @@ def test_a_fold_keeps_the_listing_window(tmp_path):
     store.close()
 
 
+def test_a_cursor_never_goes_back(tmp_path):
+    """Two processes read one folder at once: the one whose listing began first writes last; the
+    cursor stays at the later key (going back, the next listing would download what was folded)."""
+    store = EventStore("bucket:team-ev", tmp_path / "c.sqlite")
+    folder = "team/train/attempt-1/node-0/"
+    store.put([], {folder: folder + "2026-11-02T00:00:00.000Z-checkpoint.json"})
+    store.put([], {folder: folder + "2026-11-01T00:00:00.000Z-checkpoint.json"})
+    assert store.cursor(folder) == folder + "2026-11-02T00:00:00.000Z-checkpoint.json"
+    store.close()
+
+
 ATTEMPT = st.tuples(st.integers(0, 90), st.integers(1, 600), st.booleans(), st.sampled_from(["spot", "on-demand"]),
                     st.integers(1, 7200))
 

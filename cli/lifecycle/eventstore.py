@@ -190,7 +190,7 @@ class EventStore:
     # ---- writes (each one transaction) -----------------------------------------------------------
     def put(self, rows: Iterable[tuple[str, str, Event | None]], cursors: dict[str, str] | None = None,
             fold: dict[str, str] | None = None) -> None:
-        """Record ``(key, generation, event or None)`` rows and move cursors, atomically; ``fold``
+        """Record ``(key, generation, event or None)`` rows and move cursors forward, atomically; ``fold``
         ({folder: key}): the folder's keys before that key are never listed again (:func:`_fold`)."""
         rows = list(rows)
 
@@ -198,7 +198,10 @@ class EventStore:
             with _tx(db):
                 db.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                [(self.source, k, g, *(_columns(e))) for k, g, e in rows])
-                db.executemany("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)",
+                # a cursor never goes back: a process whose listing began before another's wrote a later one
+                # would otherwise list (and download) again what that one folded
+                db.executemany("INSERT INTO cursors VALUES (?, ?, ?) ON CONFLICT (source, prefix) DO UPDATE "
+                               "SET after = max(after, excluded.after)",
                                [(self.source, p, a) for p, a in (cursors or {}).items()])
                 for folder, before in (fold or {}).items():
                     _fold(db, self.source, folder, before)
