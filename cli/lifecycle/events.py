@@ -49,6 +49,21 @@ def printable(text: str) -> str:
     return CONTROL.sub(" ", text)
 
 
+# A trainer's log is text for a terminal: colours (SGR, ``ESC [ ... m``), ``\r`` of progress bars, tabs
+# and newlines are kept; every other escape sequence (cursor moves, titles, OSC 52's clipboard writes,
+# ...) and control character goes. ECMA-48 5.4: CSI ``ESC [`` params, intermediates, a final byte;
+# OSC ``ESC ]`` text ended by BEL or ST (``ESC \``); their 8-bit forms (CSI 0x9b, OSC 0x9d, ST 0x9c); any
+# other ``ESC`` with its intermediates and final byte (``ESC c`` resets the terminal).
+_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+                      r"|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as a terminal may show it: its colours and line breaks, nothing that drives the terminal."""
+    return _ESCAPES.sub(lambda m: m[0] if _SGR.fullmatch(m[0]) else "", text)
+
+
 def _aware(t: datetime) -> datetime:
     """Times without a zone are UTC (the scripts always write UTC), so every event sorts with every other."""
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
