@@ -2,9 +2,11 @@
 
 1. The event bucket (moto S3 in server mode, run in this process; objects put through moto's backend):
    ``spotctl watch --once`` with nothing new, a whole process talking to the server over HTTP, at SMALL
-   and at BIG events (10 jobs, history in older attempts, log chunks beside the events): CPU and peak RSS
-   of the child, LIST+GET counted at the server; and a long-running watcher's cycles (LIST, GET each).
-   The first read, which fills the cache, is spotctl's reader with each GET taken from moto's backend.
+   and at BIG events (10 jobs, 50 checkpoints a minute apart per attempt, history in older attempts, log
+   chunks beside the events): CPU and peak RSS (VmHWM) of the child, LIST+GET counted at the server; a
+   long-running watcher's cycles (LIST, GET each); the cache's rows of the bucket. The first read, which
+   fills the cache, is spotctl's reader with each GET taken from moto's backend (100k GETs over HTTP
+   took more than 25 min on this host).
 2. An ``--events-dir`` (a bucket's copy, 10 jobs, 50 events per attempt, history in older attempts):
    ``spotctl watch --once`` with nothing new, a whole process (CPU and peak RSS of the child), and the
    watcher's read alone (``dir_events`` as a cycle calls it: CPU, Python memory held), at SMALL and BIG.
