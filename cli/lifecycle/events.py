@@ -25,6 +25,10 @@ class Event:
     event: str
     time: datetime
     details: Mapping[str, str] = field(default_factory=dict)
+    # Where the VM that wrote it ran, as its metadata server said ("" when not written): a pool's VMs
+    # share one attempt and node, so their zone and instance are the only things telling them apart.
+    zone: str = field(default="", compare=False)
+    instance: str = field(default="", compare=False)
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any]) -> Event:
@@ -36,6 +40,8 @@ class Event:
             event=printable(str(doc["event"])),
             time=_aware(datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00"))),
             details={printable(str(k)): printable(str(v)) for k, v in dict(doc.get("details") or {}).items()},
+            zone=printable(str(doc.get("zone") or "")),
+            instance=printable(str(doc.get("instance") or "")),
         )
 
 
