@@ -1,11 +1,12 @@
 """Event history at scale: what a read costs as the history grows (ratios measured in one run).
 
-1. The event bucket (moto S3 in server mode, objects put through moto's backend to save time): the
-   watcher's read (``BucketEvents`` over the durable cache, as ``watch --once`` does it) with nothing
-   new, in a fresh process-like reader, at SMALL and at BIG events: the reader thread's CPU, LIST+GET
-   requests and the Python memory the reader holds after its cycle (tracemalloc, moto's frames left out:
-   the server runs in this process). History lies in older attempts (a long-lived job) or all in the
-   current attempt (the worst case: the cycle still folds that attempt's events).
+1. The event bucket (moto S3 in server mode, run in this process; objects put through moto's backend):
+   ``spotctl watch --once`` with nothing new, a whole process talking to the server over HTTP, at SMALL
+   and at BIG events (10 jobs, 50 checkpoints a minute apart per attempt, history in older attempts, log
+   chunks beside the events): CPU and peak RSS (VmHWM) of the child, LIST+GET counted at the server; a
+   long-running watcher's cycles (LIST, GET each); the cache's rows of the bucket. The first read, which
+   fills the cache, is spotctl's reader with each GET taken from moto's backend (100k GETs over HTTP
+   took more than 25 min on this host).
 2. An ``--events-dir`` (a bucket's copy, 10 jobs, 50 events per attempt, history in older attempts):
    ``spotctl watch --once`` with nothing new, a whole process (CPU and peak RSS of the child), and the
    watcher's read alone (``dir_events`` as a cycle calls it: CPU, Python memory held), at SMALL and BIG.
@@ -38,99 +39,201 @@ PER_ATTEMPT = 50
 
 
 def key_of(job: str, attempt: int, i: int) -> tuple[str, bytes]:
-    t = T0 + timedelta(seconds=i)
+    t = T0 + timedelta(minutes=i)  # (a checkpoint a minute: the cache folds what is older than the listing window)
     key = f"team/{job}/attempt-{attempt}/node-0/{t.strftime('%Y-%m-%dT%H:%M:%S.000Z')}-checkpoint.json"
     return key, json.dumps({"job": job, "attempt": attempt, "node": 0, "event": "checkpoint",
                             "time": t.isoformat(), "stack": "team"}).encode()
 
 
-def fill_bucket(bucket: str, events: int, jobs: int, in_current: bool) -> dict[str, int]:
-    """``events`` event objects over ``jobs`` jobs; -> {job: current attempt}."""
+def fill_bucket(bucket: str, events: int, jobs: int) -> dict[str, int]:
+    """``events`` event objects over ``jobs`` jobs, ``PER_ATTEMPT`` per attempt (a long-lived job: the current
+    attempt the same size at any history), and a trainer log chunk per ten events (``node-0/logs/``), put
+    through moto's backend; -> {job: current attempt}."""
     import boto3
     from moto.s3.models import s3_backends
 
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
     backend = s3_backends["123456789012"]["aws"]
     per_job = events // jobs
-    attempts = 1 if in_current else max(1, per_job // PER_ATTEMPT)  # the current attempt: the same size at any history
+    attempts = max(1, per_job // PER_ATTEMPT)
     for j in range(jobs):
         for i in range(per_job):
-            attempt = 1 if in_current else 1 + i * attempts // per_job
+            attempt = 1 + i * attempts // per_job
             key, body = key_of(f"job{j}", attempt, i)
             backend.put_object(bucket, key, body)
+            if i % 10 == 0:
+                backend.put_object(bucket, f"team/job{j}/attempt-{attempt}/node-0/logs/{i:012d}.log", b"step\n" * 100)
     return {f"job{j}": attempts for j in range(jobs)}
 
 
-def cycle(bucket: str, attempts: dict[str, int]) -> tuple[float, int, int, int, int]:
-    """(CPU s, LIST, GET, bytes held, events) of one watcher read by a new reader over the shared cache."""
-    import boto3
+class Counted:
+    """The requests moto's server answers, by kind (LIST: ListObjectsV2; GET: an object; other), counted at
+    the server, so a child process's requests count too."""
+
+    def __init__(self):
+        self.n = {"list": 0, "get": 0, "other": 0}
+
+    def wrap(self, app):
+        def counted(environ, start_response):
+            query = environ.get("QUERY_STRING", "")
+            kind = "other" if environ["REQUEST_METHOD"] != "GET" else "list" if "list-type=2" in query else "get"
+            self.n[kind] += 1
+            return app(environ, start_response)
+        return counted
+
+    def take(self) -> tuple[int, int]:
+        got = (self.n["list"], self.n["get"])
+        self.n = {k: 0 for k in self.n}
+        return got
+
+
+def serve(counted: Counted):
+    """moto's S3 in server mode in this process (its backend filled in-process), every request counted."""
+    import logging
+
+    from moto.moto_server import threaded_moto_server
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    plain = threaded_moto_server.DomainDispatcherApplication
+    threaded_moto_server.DomainDispatcherApplication = lambda *a, **k: counted.wrap(plain(*a, **k))
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    threaded_moto_server.DomainDispatcherApplication = plain
+    host, port = server.get_host_and_port()
+    return server, f"http://{host}:{port}"
+
+
+def aws_stack(directory: Path, attempts: dict[str, int]) -> Path:
+    """stacks/Pulumi.team.yaml: an AWS stack whose jobs run at ``attempts``."""
+    (directory / "stacks").mkdir(parents=True, exist_ok=True)
+    (directory / "Pulumi.yaml").write_text("name: spotctl\nruntime: python\nmain: infra/\nstackConfigDir: stacks\n")
+    jobs = "".join(f"    - id: {job}\n      instanceType: g5.xlarge\n      zone: us-east-1a\n      command: python train.py\n"
+                   f"      attempt: {a}\n      state: running\n" for job, a in attempts.items())
+    path = directory / "stacks" / "Pulumi.team.yaml"
+    path.write_text("config:\n  aws:region: us-east-1\n  spotctl:cloud: aws\n  spotctl:region: us-east-1\n"
+                    "  spotctl:zones: [us-east-1a]\n  spotctl:jobs:\n" + jobs)
+    return path
+
+
+def first_read(bucket: str, attempts: dict[str, int]) -> None:
+    """The first read, which fills the cache, by spotctl's reader: LISTs through moto's server, each object's
+    GET taken from moto's backend in this process (100k GETs over HTTP took more than 25 min here)."""
+    from types import SimpleNamespace
+
+    from moto.s3.models import s3_backends
 
     from cli.cloud import Cloud, aws
     from cli.lifecycle.bucketevents import BucketEvents
 
-    counts = {"list": 0, "get": 0}
+    backend = s3_backends["123456789012"]["aws"]
 
-    def client(region):
-        s3 = boto3.client("s3", region_name=region)
-        s3.meta.events.register("before-send.s3", lambda request, **_: counts.__setitem__(
-            "list" if "list-type=2" in request.url else "get", counts["list" if "list-type=2" in request.url else "get"] + 1))
-        return s3
+    def direct(s3, name, limit):
+        return lambda key, generation: (backend.get_object(name, key).value[:limit + 1], generation)
 
-    aws._s3 = client
+    plain, aws._s3_fetcher = aws._s3_fetcher, direct
+    try:
+        parsed = BucketEvents("team")
+        parsed.read(Cloud(SimpleNamespace(cloud="aws", region="us-east-1"), "team"), bucket, "team/", attempts=attempts)
+        for store in parsed.stores.values():
+            store.close()
+    finally:
+        aws._s3_fetcher = plain
+
+
+def cached(bucket: str) -> int:
+    from cli.lifecycle.eventstore import EventStore
+
+    store = EventStore(f"bucket:{bucket}")
+    try:
+        return store.count()
+    finally:
+        store.close()
+
+
+def long_running(bucket: str, attempts: dict[str, int], counted: Counted, cycles: int = 3) -> list[tuple[int, int]]:
+    """LIST+GET of each cycle of a long-running watcher's reader (one ``BucketEvents`` kept across cycles,
+    as ``cli.watch.watcher.run`` keeps it), nothing new."""
     from types import SimpleNamespace
 
+    from cli.cloud import Cloud
+    from cli.lifecycle.bucketevents import BucketEvents
+    from cli.watch.decide import PAST_FACTS
+
     cloud = Cloud(SimpleNamespace(cloud="aws", region="us-east-1"), "team")
-    tracemalloc.start()
-    t = time.thread_time()  # this thread's: moto's server threads run in this process
-    parsed = BucketEvents("team")
-    parsed.read(cloud, bucket, "team/", attempts=attempts)
-    got = parsed.events(set(attempts), None, bucket=bucket, attempts=attempts)
-    cpu = time.thread_time() - t
-    # what the reader holds at the end of its cycle (moto's and werkzeug's allocations left out)
-    kept = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, "*moto*"), tracemalloc.Filter(False, "*werkzeug*")])
-    peak = sum(stat.size for stat in kept.statistics("filename"))
-    tracemalloc.stop()
-    for store in parsed.stores.values():
+    reader, out = BucketEvents("team"), []
+    counted.take()
+    for _ in range(cycles):
+        reader.read(cloud, bucket, "team/", attempts=attempts)
+        reader.events(set(attempts), None, bucket=bucket, attempts=attempts, older=PAST_FACTS)
+        out.append(counted.take())
+    for store in reader.stores.values():
         store.close()
-    return cpu, counts["list"], counts["get"], peak, len(got)
+    return out
 
 
-def bucket_part(small: int, big: int, jobs: int, worst: bool) -> None:
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update({"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "x",
-                       "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"})
+def bucket_part(small: int, big: int, jobs: int) -> None:
+    counted = Counted()
+    server, url = serve(counted)
+    os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+                       "AWS_DEFAULT_REGION": "us-east-1"})
+    spotctl = SPOTCTL
+    got = {}
     try:
-        for in_current in (False, True) if worst else (False,):
-            got = {}
+        with tempfile.TemporaryDirectory() as tmp:
             for n in (small, big):
-                name = f"b{n}-{int(in_current)}"
-                attempts = fill_bucket(name, n, jobs, in_current)
-                cycle(name, attempts)  # the first read fills the cache
-                got[n] = min((cycle(name, attempts) for _ in range(3)), key=lambda r: r[0])
-            (c1, l1, g1, m1, _), (c2, l2, g2, m2, _) = got[small], got[big]
-            where = "all in the current attempt" if in_current else "in older attempts"
-            print(f"watch read, nothing new, history {where}: {small} events {c1:.3f} s CPU {l1} LIST + {g1} GET "
-                  f"{m1 >> 10} KiB; {big} events {c2:.3f} s {l2} LIST + {g2} GET {m2 >> 10} KiB; "
-                  f"ratio CPU {c2 / c1:.2f} requests {(l2 + g2) / max(1, l1 + g1):.2f} memory {m2 / m1:.2f}")
+                bucket = f"team-events-{n}"
+                t = time.time()
+                attempts = fill_bucket(bucket, n, jobs)
+                first_read(bucket, attempts)
+                stack = aws_stack(Path(tmp) / f"p{n}", attempts)
+                watch = spotctl + ["watch", "--once", "--no-poll", "--no-apply", "--json", "--stack-file", str(stack),
+                                   "--events-bucket", bucket]
+                counted.take()
+                child(watch, ROOT)  # (the first process: what the first read left, checked)
+                first = counted.take()
+                runs = []
+                for _ in range(3):
+                    cpu, rss = child(watch, ROOT)
+                    runs.append((cpu, rss, *counted.take()))
+                cpu, rss, lists, gets = min(runs)
+                got[n] = (cpu, rss, lists, gets, first, long_running(bucket, attempts, counted), cached(bucket))
+                print(f"  ({n} events: filled and first read in {time.time() - t:.0f} s)", file=sys.stderr)
     finally:
         server.stop()
+    (c1, r1, l1, g1, f1, k1, n1), (c2, r2, l2, g2, f2, k2, n2) = got[small], got[big]
+    print(f"watch --once, nothing new, S3 (moto server): {small} events {c1:.2f} s CPU {r1 >> 10} MB RSS {l1} LIST + {g1} GET; "
+          f"{big} events {c2:.2f} s {r2 >> 10} MB {l2} LIST + {g2} GET: ratio CPU {c2 / c1:.2f} (goal <= 1.3) requests "
+          f"{(l2 + g2) / max(1, l1 + g1):.2f} (goal <= 1.3) memory {r2 / r1:.2f} (goal <= 1.2)")
+    print(f"  the first process after the first read: {small} events {f1[0]} LIST + {f1[1]} GET, {big} events "
+          f"{f2[0]} LIST + {f2[1]} GET")
+    print(f"  a long-running watcher's cycles (LIST, GET): {small} events {k1}, {big} events {k2}")
+    print(f"  the cache's rows of the bucket: {small} events {n1}, {big} events {n2} (node folders {small // PER_ATTEMPT}, "
+          f"{big // PER_ATTEMPT}: {n1 / (small // PER_ATTEMPT):.1f} and {n2 / (big // PER_ATTEMPT):.1f} a folder)")
+
+
+# ``python -m cli`` that writes its peak RSS (VmHWM) at exit: a child's ru_maxrss also counts the pages of
+# this process it was forked from (and this one holds moto's objects).
+SPOTCTL = [sys.executable, "-c", """import atexit, os, runpy, sys
+def peak():
+    with open('/proc/self/status') as fh, open(os.environ['BENCH_PEAK'], 'w') as out:
+        out.write(next(line.split()[1] for line in fh if line.startswith('VmHWM:')))
+atexit.register(peak)
+sys.argv = ['spotctl', *sys.argv[1:]]
+runpy.run_module('cli', run_name='__main__')
+"""]
 
 
 def child(argv: list[str], cwd: Path) -> tuple[float, int]:
     """(CPU s, peak RSS in KiB) of one child process."""
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0, 1):  # (1: watch --once says a cycle had a warning)
-        raise SystemExit(f"{argv}: exit {proc.returncode}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+    with tempfile.NamedTemporaryFile() as peak:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "BENCH_PEAK": peak.name})
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode not in (0, 1):  # (1: watch --once says a cycle had a warning)
+            raise SystemExit(f"{argv}: exit {proc.returncode}")
+        return usage.ru_utime + usage.ru_stime, int(Path(peak.name).read_text() or 0)
 
 
 def child_cpu(argv: list[str], cwd: Path) -> float:
@@ -162,7 +265,7 @@ def dir_part(small: int, big: int, jobs: int) -> None:
     from cli.lifecycle.direvents import dir_events
     from cli.watch.decide import PAST_FACTS
 
-    spotctl = [sys.executable, "-m", "cli"]
+    spotctl = SPOTCTL
     got = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, big):
@@ -212,7 +315,7 @@ def events_dir(root: Path, jobs: int, events: int) -> Path:
 
 
 def commands_part() -> None:
-    spotctl = [sys.executable, "-m", "cli"]
+    spotctl = SPOTCTL
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         stack = write_stack(root / "p", 200)
@@ -241,7 +344,6 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--jobs", type=int, default=10)
     parser.add_argument("--parts", default="dir,commands,bucket")
-    parser.add_argument("--worst", action="store_true", help="the bucket part also with all history in the current attempt")
     args = parser.parse_args()
     os.environ["SPOTCTL_EVENT_CACHE"] = str(Path(tempfile.mkdtemp()) / "events.sqlite")
     parts = args.parts.split(",")
@@ -250,7 +352,7 @@ def main() -> None:
     if "commands" in parts:
         commands_part()
     if "bucket" in parts:
-        bucket_part(args.small, args.big, args.jobs, args.worst)
+        bucket_part(args.small, args.big, args.jobs)
 
 
 if __name__ == "__main__":

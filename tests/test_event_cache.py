@@ -1,17 +1,11 @@
 """The durable event cache and the cursor reads of the event bucket (cli/lifecycle/eventstore.py,
 cli/lifecycle/bucketevents.py): a second read with nothing new downloads nothing and lists only
 folders (moto S3 in server mode, requests counted at the HTTP client), expired objects keep their
-events, a corrupt cache is rebuilt, a writer killed with SIGKILL anywhere leaves a usable cache."""
+events, a corrupt cache is rebuilt (a kill at every write: tests/test_event_cache_kill.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -151,44 +145,6 @@ def test_a_corrupt_cache_is_rebuilt(tmp_path, damage):
     assert store.events(["train"]) == [] and store.cursor("p/") is None  # rebuilt empty: read again
     store.put([("k1", "g", event(1))])
     assert [e for _, e in store.events(["train"])] == [event(1)]
-
-
-WRITER = """
-import sys
-from datetime import datetime, timedelta, UTC
-from pathlib import Path
-from cli.lifecycle.events import Event
-from cli.lifecycle.eventstore import EventStore
-store = EventStore("bucket:team-ev", Path(sys.argv[1]))
-t = datetime(2026, 1, 1, tzinfo=UTC)
-print("ready", flush=True)
-b = 0
-while True:
-    rows = [(f"k{b}-{i}", "g", Event("train", 1, 0, "checkpoint", t + timedelta(seconds=i), {})) for i in range(50)]
-    store.put(rows, {"p/": f"k{b}"})
-    b += 1
-"""
-
-
-def test_a_writer_killed_at_any_point_leaves_a_usable_cache(tmp_path):
-    path = tmp_path / "events.sqlite"
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    for n, delay in enumerate([0.0, 0.001, 0.003, 0.007, 0.01, 0.02, 0.03, 0.05, 0.08, 0.13, 0.21, 0.34] * 2):
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, env=env)
-        if n % 2:  # half the kills land while it opens the cache, half once it writes
-            assert writer.stdout.readline() == b"ready\n"
-        time.sleep(delay)
-        writer.send_signal(signal.SIGKILL)
-        writer.wait()
-        writer.stdout.close()
-        store = EventStore("bucket:team-ev", path)
-        rows = store.events(["train"])
-        batches = {k.split("-")[0] for k, _ in rows}
-        assert len(rows) == 50 * len(batches)  # every batch whole or absent: one transaction each
-        cursor = store.cursor("p/")
-        assert cursor is None or cursor in batches  # the cursor moved with its batch
-        assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        store.close()
 
 
 def test_gcs_lists_from_the_cursor_and_skips_the_log_chunks(monkeypatch):

@@ -93,7 +93,9 @@ class BucketEvents:
                          "an event object may be (the scripts write a few hundred)")
         self.fresh.update(k for k, _, e in rows if e is not None)
         newest = max([o.key for o in listed] + ([cursor] if cursor else []), default=None)
-        store.put(rows, {folder: newest} if newest and newest != cursor else None)
+        # what is keyed before the next listing's start is folded as the folder grows (eventstore._fold)
+        before = start_after(newest, folder) if rows else None
+        store.put(rows, {folder: newest} if newest and newest != cursor else None, {folder: before} if before else None)
 
     def events(self, job_ids: Container[str], now: datetime | None, warn: Callable[[str], None] | None = None,
                prefix: str = "", bucket: str | None = None, attempts: Mapping[str, int] | None = None,

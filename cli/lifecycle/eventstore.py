@@ -10,7 +10,12 @@ One database file under the user's cache dir; rows are keyed by *source* (``s3:/
   the file and starts empty, once per process.
 - Expiry: an object the bucket's lifecycle rule deleted is never forgotten here, so a job's history
   (and what it folds to) never regresses when ``eventRetentionDays`` passes.
-- Size: sources unused for ``STALE_DAYS`` are dropped on open; each source holds one row per object.
+- Size: sources unused for ``STALE_DAYS`` are dropped on open. A bucket's node folder is folded as it
+  grows (:func:`_fold`): of its routine events (``FOLDED``) read before the listing window, only the
+  first and the last of each job, attempt, node and kind stay, which is all any reader of a history
+  uses of them (a run's start of progress, its newest checkpoint); its lifecycle events all stay.
+  So its rows grow with the attempts, not with the checkpoints. A local directory's cache mirrors
+  the directory (one row per file and per event): it is as large as what the user keeps there.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ from pathlib import Path
 
 from cli.lifecycle.events import Event, _aware
 
+# The routine events a long attempt records over and over: what readers use of each (job, attempt, node)
+# is the first (cli/lifecycle/capacity.py ``measure``: when progress began) and the newest
+# (cli/cost/ledger.py ``_work_lost``: what a preemption threw away); the others only fill the cache.
+FOLDED = ("checkpoint", "checkpoint-timeout")
+FOLD_AT = 32  # such rows of a folder before its listing window that start a fold
 SCHEMA = 3  # 2: a local directory's files and folders; events by kind; 3: its appended and warned files indexed
 STALE_DAYS = 30
 USED_EVERY_S = 3600
@@ -79,8 +89,8 @@ class EventStore:
                 db.execute("PRAGMA busy_timeout = 30000")
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: consistent after a crash, may lose the last commit
-                if not _has_schema(db):
-                    db.executescript(_SCHEMA_SQL)  # (IF NOT EXISTS: two processes may both run it)
+                if not _has_schema(db):  # one transaction: a kill leaves every table or none (IF NOT EXISTS: two
+                    db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA_SQL} COMMIT;")  # processes may both run it)
                 found = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
                 if found is not None and found[0] != str(SCHEMA):
                     raise sqlite3.DatabaseError(f"schema {found[0]}")
@@ -178,18 +188,30 @@ class EventStore:
         return self._run(query)
 
     # ---- writes (each one transaction) -----------------------------------------------------------
-    def put(self, rows: Iterable[tuple[str, str, Event | None]], cursors: dict[str, str] | None = None) -> None:
-        """Record ``(key, generation, event or None)`` rows and move cursors, atomically."""
+    def put(self, rows: Iterable[tuple[str, str, Event | None]], cursors: dict[str, str] | None = None,
+            fold: dict[str, str] | None = None) -> None:
+        """Record ``(key, generation, event or None)`` rows and move cursors forward, atomically; ``fold``
+        ({folder: key}): the folder's keys before that key are never listed again (:func:`_fold`)."""
         rows = list(rows)
 
         def write(db):
             with _tx(db):
                 db.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                [(self.source, k, g, *(_columns(e))) for k, g, e in rows])
-                db.executemany("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)",
+                # a cursor never goes back: a process whose listing began before another's wrote a later one
+                # would otherwise list (and download) again what that one folded
+                db.executemany("INSERT INTO cursors VALUES (?, ?, ?) ON CONFLICT (source, prefix) DO UPDATE "
+                               "SET after = max(after, excluded.after)",
                                [(self.source, p, a) for p, a in (cursors or {}).items()])
+                for folder, before in (fold or {}).items():
+                    _fold(db, self.source, folder, before)
         if rows or cursors:
             self._run(write)
+
+    def count(self, prefix: str = "") -> int:
+        """Rows of this source (under ``prefix``): what the cache holds."""
+        return self._run(lambda db: db.execute("SELECT count(*) FROM objects WHERE source = ? AND key >= ? AND key < ?",
+                                               (self.source, prefix, prefix + "\U0010ffff")).fetchone()[0])
 
 
     # ---- a local directory (``cli.lifecycle.direvents``): its folders and files as last read --------
@@ -256,6 +278,30 @@ class _tx:
 
     def __exit__(self, kind, *_):
         self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _fold(db: sqlite3.Connection, source: str, folder: str, before: str) -> None:
+    """Once the ``folder`` holds more than ``FOLD_AT`` routine events (``FOLDED``) keyed before ``before``
+    (the start of its next listing: never listed, so never downloaded, again), keep of them only the
+    first and the newest of each job, attempt, node and kind (by time); the others are deleted, in the
+    caller's transaction."""
+    kinds = ",".join("?" * len(FOLDED))
+    (n,) = db.execute(f"SELECT count(*) FROM objects WHERE source = ? AND key >= ? AND key < ? AND event IN ({kinds})",
+                      (source, folder, before, *FOLDED)).fetchone()
+    if n <= FOLD_AT:
+        return
+    ends: dict[tuple, tuple[tuple[datetime, str], tuple[datetime, str]]] = {}
+    old = []
+    for key, job, attempt, node, event, when in db.execute(
+            f"SELECT key, job, attempt, node, event, time FROM objects WHERE source = ? AND key >= ? AND key < ? "
+            f"AND event IN ({kinds})", (source, folder, folder + "\U0010ffff", *FOLDED)):
+        at = (_aware(datetime.fromisoformat(when)), key)
+        first, last = ends.get((job, attempt, node, event), (at, at))
+        ends[(job, attempt, node, event)] = (min(first, at), max(last, at))
+        if key < before:
+            old.append(key)
+    kept = {key for pair in ends.values() for _, key in pair}
+    db.executemany("DELETE FROM objects WHERE source = ? AND key = ?", [(source, k) for k in old if k not in kept])
 
 
 def _has_schema(db: sqlite3.Connection) -> bool:
