@@ -52,6 +52,11 @@ def signal_trainer(cfg: Config, sig: int = signal.SIGTERM) -> None:
     pid = trainer_pid(cfg)
     if pid is None:
         return
+    if not pid_alive(pid):
+        # The command has already ended (its leader a zombie its run has not reaped yet, on a busy VM):
+        # its exit status is its own, so this stop must not claim it (a finished job is not preempted).
+        log(cfg, "trainer process %d has already exited; not signaled" % pid)
+        return
     try:  # claimed exclusively: GCE's shutdown bootstrap takes the same marker (set -C)
         os.close(os.open(cfg.state("signaled"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     except FileExistsError:

@@ -141,3 +141,33 @@ def test_setups_work_reaches_the_disk_before_its_marker_and_the_marker_before_th
     rc = code.run_setup(cfg, ["sh", "-c", f"echo done > '{out}'"], dict(os.environ), str(tmp_path), str(tmp_path / "log"),
                         lambda: False, lambda pid: None)
     assert rc is None and seen == [(True, False), (True, True)]
+
+
+def test_a_trainer_that_exited_before_the_stop_is_not_claimed_by_it(tmp_path):
+    """On a busy VM the run may reap its trainer after a notice arrives: a trainer that has exited (a
+    zombie not yet reaped) ended on its own, so the stop does not mark it signaled (a finished job
+    stays completed); a live one is signaled once."""
+    import signal
+    import time
+
+    from agent.stop import signal_trainer
+
+    cfg = config("aws", tmp_path)
+    os.makedirs(cfg.state_dir)
+    done = subprocess.Popen(["true"], start_new_session=True)  # not waited for: a zombie once it exits
+    deadline = time.monotonic() + 30
+    while (Path(f"/proc/{done.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    Path(cfg.state("trainer.pid")).write_text(str(done.pid))
+    signal_trainer(cfg)
+    assert not os.path.exists(cfg.state("signaled"))
+    done.wait()
+    live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        Path(cfg.state("trainer.pid")).write_text(str(live.pid))
+        signal_trainer(cfg)
+        assert os.path.exists(cfg.state("signaled")) and live.wait(10) == -signal.SIGTERM
+    finally:
+        live.kill()
+        live.wait()
