@@ -109,11 +109,9 @@ def test_a_setup_longer_than_the_preemption_interval_runs_once_and_is_not_preemp
     assert "setup ran once, in attempt 1 (" in result.output and "preemptions come after it" in result.output
 
 
-# (AWS's sweep-07 is left out: on a host loaded past its cores, its drill once saw no preemption within
-# the notice's 120 s lead — the VM's watcher acted only as the job completed; not yet explained. Its
-# whole life with the real agent, preemption included, is tests/test_job_lifecycle.py's.)
-@pytest.mark.parametrize("stack,job,verify", [("example-gcp", "bert-eval", True)])
-def test_the_example_stacks_jobs_drill_as_written_offline(project, runner, tmp_path, monkeypatch, stack, job, verify):
+@pytest.mark.parametrize("stack,job,verify,capacity", [("example-gcp", "bert-eval", True, "spot"),
+                                                       ("example-aws", "sweep-07", False, "on-demand")])
+def test_the_example_stacks_jobs_drill_as_written_offline(project, runner, tmp_path, monkeypatch, stack, job, verify, capacity):
     """`spotctl drill --job` of an example job: its code packed as launch packs it, its setup as written
     (a venv, then pip install -r requirements.txt) with no package index reachable, the command in the
     unpacked code; reentrant (and with --verify the same outputs as an uninterrupted run), nothing
@@ -129,4 +127,6 @@ def test_the_example_stacks_jobs_drill_as_written_offline(project, runner, tmp_p
     assert result.output.startswith("verdict: reentrant"), result.output
     assert not verify or "final outputs: identical to an uninterrupted run" in result.output
     assert "setup ran once, in attempt 1 (" in result.output
+    # An on-demand job is preempted all the same, and the report says the cloud would not.
+    assert ("capacity on-demand: AWS never preempts it;" in result.output) == (capacity == "on-demand"), result.output
     assert {str(p.relative_to(code)): p.read_bytes() for p in code.rglob("*") if p.is_file()} == before  # no .venv, no output

@@ -241,3 +241,27 @@ def test_a_git_job_runs_its_recorded_commit_at_every_attempt_until_asked_to_upda
     path.write_text(path.read_text().replace("ref: main", f"ref: {first}"))  # naming a commit is saying so too
     back = run(runner, "resume", "train", "--yes", "--force", "--json")
     assert back.exit_code == 0 and json.loads(back.stdout)["fields"]["codeCommit"] == first
+
+
+def test_launch_without_apply_pins_a_git_ref_or_refuses_one_that_does_not_exist(team, runner, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "one"]):
+        subprocess.run(["git", *argv], cwd=repo, check=True, env=env, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    path = team / "stacks" / "Pulumi.team.yaml"
+    before = path.read_bytes()
+    job = tmp_path / "job.yaml"
+    body = "id: gitjob\ninstanceType: g5.2xlarge\nzone: us-east-1a\ncommand: python train.py\n"
+    job.write_text(body + f"code: {{git: 'file://{repo}', ref: no-such-branch}}\n")
+    refused = run(runner, "launch", str(job), "--no-apply")
+    assert refused.exit_code == 1
+    assert refused.output == (f"error: job gitjob: code.ref: ref 'no-such-branch' does not exist in file://{repo} "
+                              "(a branch, a tag, HEAD or a full commit)\n")
+    assert path.read_bytes() == before
+    job.write_text(body + f"code: {{git: 'file://{repo}', ref: main}}\n")
+    launched = run(runner, "launch", str(job), "--no-apply")
+    assert launched.exit_code == 0, launched.output
+    assert f"codeCommit: {head}" in path.read_text().split("id: gitjob", 1)[1]

@@ -68,10 +68,10 @@ def drill_json(runner, *args: str) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
-# AWS: the notice comes 2 s (120 s / --time-scale) before the instance goes and the VM's watcher polls
-# every 1 s, so an attempt trains for --preempt-every plus up to ~2.5 s (~600 steps of the example on
-# a loaded machine): twice that and more steps make at least two preemptions certain. GCP's shutdown
-# comes at once: ~150 steps an attempt, within --max-attempts.
+# AWS: the notice goes out half the interval ahead (cli/drill/preempt.py) and the VM's watcher polls
+# every 1 s, so an attempt trains for 0.4 to 1.4 s (and the instance goes 2 s, 120 s / --time-scale,
+# after the notice); more steps make at least two preemptions certain. GCP's shutdown comes at once:
+# ~150 steps an attempt, within --max-attempts.
 STEPS = {"gcp": 600, "aws": 1300}
 
 

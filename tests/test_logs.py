@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cli.app import app
 
@@ -288,3 +291,25 @@ def test_follow_after_a_late_chunk_repeats_and_garbles_nothing():
     out: list[str] = []
     joblogs.show(Source(), None, 0, out.append, follow=True, sleep=lambda s: None)
     assert "".join(out) == "AAAA\n\n[spotctl: 5 bytes of this log never reached the bucket]\nCCCC\nDD\n"
+
+
+def test_a_terminal_gets_the_logs_colours_but_nothing_that_drives_it(project, runner, tmp_path, monkeypatch):
+    text = ("\x1b[32mok\x1b[0m step 1\r step 2\tdone\n"  # colours, a progress bar's \r, a tab: kept
+            "\x1b]52;c;ZXZpbA==\x07\x1b]0;title\x1b\\\x1b[2J\x1b[10;1H\x1bc\x07\x9b2J\x1b(Bend\n")  # clipboard, title, clear, bell
+    src = disk_copy(tmp_path, {"attempt-1-node-0.log": text})
+    argv = ["logs", "diffusion", "--stack", "example-aws", "--events-dir", str(src)]
+    piped = runner.invoke(app, argv)
+    assert piped.exit_code == 0 and piped.stdout == text  # a pipe or a file: as the VM wrote it
+    monkeypatch.setattr("cli.commands.logs._to_terminal", lambda: True)
+    shown = runner.invoke(app, argv)
+    assert shown.exit_code == 0 and shown.stdout == "\x1b[32mok\x1b[0m step 1\r step 2\tdone\nend\n"
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0xFF)) | st.lists(st.sampled_from(
+    ["\x1b", "[", "]", "m", "3", ";", "\x07", "\\", "\x9b", "\x9d", "\x9c", "a", "\n", "(", "B"])).map("".join))
+def test_what_a_terminal_is_given_holds_no_control_but_colours_and_line_breaks(text):
+    from cli.lifecycle.events import terminal_safe
+
+    shown = terminal_safe(text)
+    left = re.sub(r"\x1b\[[0-9;]*m", "", shown)  # the colours kept
+    assert not re.search(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]", left), repr(shown)

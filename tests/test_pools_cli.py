@@ -126,6 +126,7 @@ def test_aws_status_sizes_vms_busy_idle(project, runner, monkeypatch):
     assert {vm["type"] for vm in data["vms"]} == {"g5.2xlarge"}
     table = runner.invoke(app, ["pool", "status", "g5", "--stack", "example-aws"])
     assert table.exit_code == 0 and "1 busy, 2 idle" in table.output and "ondemand" in table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80, table.output  # (no COLUMNS: 80)
 
 
 # ---- GCP: Cloud Monitoring (REST) and Compute against local fakes ----------------------------------
@@ -174,6 +175,9 @@ def test_gcp_status_from_migs_instances_and_preemptions(project, runner, gcp_fak
                              "us-central1-c": {"g2-standard-8": 1}}
     assert data["busy"] is None  # GCP does not report it
     assert len(data["preemptions"]) == 1 and data["preemptions"][0].endswith("example-gcp-l4-spot-q7w6")
+    table = runner.invoke(app, ["pool", "status", "l4", "--stack", "example-gcp"])
+    assert table.exit_code == 0 and "unknown (GCP does not report it)" in table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80, table.output  # (no COLUMNS: 80)
 
 
 def test_cloud_errors_are_one_line(project, runner, monkeypatch):

@@ -331,6 +331,16 @@ def test_status_shows_what_the_watcher_sees(aws_stack, runner, tmp_path):
     assert "train: watcher: written; last action resume attempt=4, state=running (written)" in " ".join(result.stdout.split())
 
 
+def test_status_says_the_watcher_leaves_a_job_the_user_stopped(aws_stack, runner):
+    aws_stack.write_text(AWS_STACK.replace("attempt: 3\n      state: running", "attempt: 3\n      state: stopped\n      stoppedBy: user"))
+    rows = {r["job"]: r for r in json.loads(runner.invoke(app, ["status", "--stack", "team", "--json"]).stdout)}
+    assert rows["train"]["watcher"]["status"] == "stopped-by-user"
+    lines = watch(runner, "--no-poll", "--no-apply")[1]
+    assert all(x["job"] != "train" or x["action"] != "resume" for x in lines)
+    text = " ".join(runner.invoke(app, ["status", "--stack", "team"]).stdout.split())
+    assert "train: watcher: stopped-by-user" in text and "needs-resume" not in text
+
+
 # ---- AWS: moto in server mode (S3, SQS, EC2) ------------------------------------------------------------
 
 

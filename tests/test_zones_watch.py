@@ -49,16 +49,26 @@ def write_events(path: Path, *docs: tuple) -> None:
                                  "details": {"capacity": capacity} if capacity else {}}) + "\n")
 
 
-def watch_once(project: Path, pulumi_state, monkeypatch, tmp_path, neighbour: str) -> list[dict]:
+POOL = """  spotctl:pools:
+    - name: gpus
+      instanceTypes: [p3.2xlarge]
+      spotMax: 4
+"""
+
+
+def watch_once(project: Path, pulumi_state, monkeypatch, tmp_path, neighbour: str, pool: list[dict] = ()) -> list[dict]:
     from cli.commands import applier_for, cloud_for
     from cli.lifecycle import capacity
     from cli.watch import observe, watcher
 
-    (project / "stacks" / "Pulumi.team.yaml").write_text(STACK.format(neighbour=neighbour))
+    text = STACK.format(neighbour=neighbour)
+    (project / "stacks" / "Pulumi.team.yaml").write_text(text.replace("  spotctl:jobs:\n", POOL + "  spotctl:jobs:\n") if pool else text)
     pulumi_state.seed("team")
     events = tmp_path / "ev.jsonl"
     write_events(events, ("train", "started", -180, "spot"), ("train", "progress", -175, None),
                  ("train", "preempted", -5, None), ("neighbour", "started", -360, "spot"))
+    with events.open("a") as fh:
+        fh.writelines(json.dumps(d) + "\n" for d in pool)
     monkeypatch.setattr(capacity, "policy_capacity", lambda now, **_: lambda j, ev: Capacity.SPOT)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     records: list[dict] = []
@@ -89,3 +99,16 @@ def test_watch_resumes_in_place_when_nothing_says_spot_is_up_elsewhere(project, 
     j = stackfile.load(stackfile.resolve("team", None)).job("train")
     assert (j.zone, j.attempt, j.move) == ("us-east-1a", 2, None)
 
+
+
+def test_watch_takes_a_pool_vm_preempted_elsewhere_as_spot_down_there(project, fake_pulumi, pulumi_state, monkeypatch,
+                                                                      tmp_path):
+    """The neighbour's spot VM runs in us-east-1b; a pool VM of the same type was preempted there 10
+    minutes ago (its events carry its zone): the watcher resumes the job in place instead of moving it."""
+    pool = [{"stack": "team", "kind": "pool", "job": "gpus", "attempt": 1, "node": 0, "event": event,
+             "time": (T0 + timedelta(minutes=minute)).isoformat(), "instance": "i-0123456789abcdef0",
+             "zone": "us-east-1b", "details": {}} for event, minute in (("busy", -200), ("preempted", -10))]
+    records = watch_once(project, pulumi_state, monkeypatch, tmp_path, neighbour="us-east-1b", pool=pool)
+    assert records[-1]["action"] == "resume", records
+    j = stackfile.load(stackfile.resolve("team", None)).job("train")
+    assert (j.zone, j.attempt, j.move) == ("us-east-1a", 2, None)

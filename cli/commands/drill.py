@@ -57,7 +57,7 @@ def _job_code(ref, job):
 def drill(
     command: Annotated[Optional[list[str]], typer.Argument(help="The training command, after `--`.", show_default=False)] = None,
     cloud: Annotated[CloudName, typer.Option("--cloud", help="Whose preemption to play: gcp (30 s) or aws (2-minute notice).")] = CloudName.GCP,
-    preempt_every: Annotated[Optional[float], typer.Option("--preempt-every", metavar="SECONDS", help="Preempt each attempt this long after its VM booted.")] = None,
+    preempt_every: Annotated[Optional[float], typer.Option("--preempt-every", metavar="SECONDS", help="Preempt each attempt this long after its command started (setup is never preempted).")] = None,
     trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Preempt when a spot-traces JSON file says spot went away. " + TRACE_LOOKUP)] = None,
     time_scale: Annotated[Optional[float], typer.Option("--time-scale", help="Trace seconds (and AWS's notice) per drill second; with --trace the default puts the trace's first preemption 2 s into the run.")] = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, help="Give up after this many attempts.")] = 10,
@@ -83,7 +83,7 @@ def drill(
         raise fail(f"--time-scale: expected a positive number, got {time_scale}")
     env: dict[str, str] = {}
     secret_keys: tuple[str, ...] = ()
-    job_id, cloud, drill_code = "drill", cloud.value, None
+    job_id, cloud, drill_code, capacity = "drill", cloud.value, None, "spot"
     here: Path | None = None  # the directory the drill runs a copy of, when no code was given
     if (setup is not None or workdir is not None) and code is None:
         raise fail("--setup and --workdir go with --code DIR")
@@ -94,7 +94,7 @@ def drill(
             raise fail("--stack needs --job ID")
         ref, cfg, (spec_job,) = stack_jobs(stack, stack_file, job)
         command_text, env, job_id, cloud = spec_job.command, spec_job.plain_env, spec_job.id, cfg.cloud
-        secret_keys = spec_job.secret_keys
+        secret_keys, capacity = spec_job.secret_keys, spec_job.capacity.value
         drill_code = _job_code(ref, spec_job)
     elif command:
         command_text = drills.command_string(command)
@@ -109,7 +109,7 @@ def drill(
         raise fail("nothing to drill: give a command after `--` (or --job ID of a stack)")
     trace = None if trace is None else find_trace(trace)  # as simulate finds it
     try:
-        spec = drills.make_spec(command=command_text, cloud=cloud, job_id=job_id, env=env, secret_keys=secret_keys,
+        spec = drills.make_spec(command=command_text, cloud=cloud, job_id=job_id, capacity=capacity, env=env, secret_keys=secret_keys,
                                 code=drill_code, preempt_every=preempt_every,
                                 trace=trace, time_scale=time_scale, max_attempts=max_attempts, verify=verify)
     except ValueError as exc:

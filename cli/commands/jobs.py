@@ -55,7 +55,10 @@ FromAttemptOpt = Annotated[
     short_help="New attempt of a preempted job, same disk.  Example: spotctl resume llm-pretrain --stack example-gcp",
     help="Give a preempted (or stopped, or --force: failed) job its next attempt: attempt + 1, state running, and the "
     "capacity its policy picks (or --capacity), then a targeted pulumi update of only that job's resources. The job "
-    "disk stays, so training continues from its last checkpoint. Running it twice makes one new attempt.\n\n"
+    "disk stays, so training continues from its last checkpoint. Running it twice makes one new attempt. When the "
+    "stack has several zones and a move to another pays (the zone choice: every job's and pool's events), the new "
+    "attempt starts there, its disks moved as by `spotctl move`, after a preview of the move's time and price; "
+    "--no-move resumes in place.\n\n"
     "Example: spotctl resume llm-pretrain --stack example-gcp --events-dir ./events",
 )
 def resume(
@@ -74,12 +77,15 @@ def resume(
     keep_code: KeepCodeOpt = False,
     update_code: UpdateCodeOpt = False,
     json_out: JsonOpt = False,
+    no_move: Annotated[bool, typer.Option("--no-move", help="Resume in the job's zone even when the zone choice says a "
+                                          "move pays (it is only said).")] = False,
 ) -> None:
     from cli.commands import jobcode
     from cli.commands.costview import JobCost
-    from cli.commands.zonehint import zone_words
+    from cli.commands.zonehint import zone_decision
     from cli.lifecycle import capacity as capacity_choice
     from cli.lifecycle.states import decide_resume
+    from cli.lifecycle.zonechoice import preview
 
     forced = capacity
     with pull_first(stack, stack_file, job, events_bucket, no_apply) as session:  # the shared copy's news first
@@ -107,12 +113,26 @@ def resume(
 
             events += guard(lambda: observed(cloud_for(cfg, ref), cfg.job(job), datetime.now(UTC)))
         choose = capacity_choice.stack_capacity(ref.path, ref.name, cfg)
+        where_to = zone_decision(ref, cfg, job, events, events_dir, bucket, where, choose)
+        stay = "--no-move" if no_move else ("--capacity" if forced is not None else "")
+        moves = where_to is not None and where_to.move and not stay
+        if moves and found.state.value != "pending" and _resumes(found, events, force, choose, from_attempt):
+            from cli.commands.resumemove import resume_by_move
+
+            return resume_by_move(ref, cfg, found, events, where_to, events_dir=events_dir, bucket=bucket,
+                                  applier=applier, no_apply=no_apply, yes=yes, preview_only=preview_only, json_out=json_out,
+                                  costs=JobCost(stack, stack_file, job))
+        zone = "" if moves else preview(found, where_to, f"{stay} keeps it here")
         code = jobcode.prepare(ref, cfg, job, events_bucket, session, applier, keep_code, repin=update_code)
-        zone = zone_words(ref, cfg, job, events, events_dir, bucket, where, choose)
 
         def decide(j):
             change = decide_resume(j, events, capacity=forced, force=force, choose=choose, from_attempt=from_attempt)
-            if zone and not change.noop:  # where the zone choice would run it: said, not acted on (`spotctl move`)
+            if moves and not change.noop and j.state.value == "pending":  # no disk yet: placed there, free
+                from dataclasses import replace
+
+                change = replace(change, fields={**change.fields, "zone": where_to.zone},
+                                 reason=f"{change.reason}; zone: {where_to.reason}")
+            elif zone and not change.noop:  # where the zone choice would run it: said, not acted on
                 from dataclasses import replace
 
                 change = replace(change, reason=f"{change.reason}; {zone}")
@@ -128,6 +148,16 @@ def resume(
 
         run_change(stack, stack_file, job, jobcode.with_code(decide, code), no_apply, json_out, yes, preview_only, applier,
                    costs=JobCost(stack, stack_file, job))
+
+
+def _resumes(job, events, force: bool, choose, from_attempt) -> bool:
+    """Whether ``resume`` would start a new attempt now (else the resume itself says why not)."""
+    from cli.lifecycle.states import LifecycleError, decide_resume
+
+    try:
+        return not decide_resume(job, events, force=force, choose=choose, from_attempt=from_attempt).noop
+    except LifecycleError:
+        return False
 
 
 @app.command(

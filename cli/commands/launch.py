@@ -102,6 +102,16 @@ def launch(
                 pack_directory(code_dir(job, stackfile.project_root(ref.path.parent)), f"job {job.id}: code ({job.code.dir})")
             except CodeError as exc:
                 raise fail(str(exc)) from None
+        if no_apply and job.code is not None and job.code.git is not None:  # pinned now, as an applied launch does
+            from cli.code import CodeError
+            from cli.code.prepare import StackContext, prepare_code
+
+            try:
+                pinned = prepare_code(job, StackContext(ref.name, stackfile.project_root(ref.path.parent)), upload=False)
+            except CodeError as exc:
+                raise fail(str(exc)) from None
+            if pinned is not None:
+                entry = {**entry, **pinned.fields()}
         if not no_apply:  # packed and uploaded now, its digest in the entry; --no-apply leaves that to `resume`
             from cli.commands import jobcode
 

@@ -65,8 +65,12 @@ def logs(
                            "or --events-dir DIR (a copy of the job disk's .spotctl/)")
         source = joblogs.BucketLogs(cloud_for(cfg, ref), events_bucket, job)
 
+    from cli.lifecycle.events import terminal_safe
+
+    shown = terminal_safe if _to_terminal() else str  # (a file or a pipe gets the log as the VM wrote it)
+
     def write(text: str) -> None:
-        sys.stdout.write(text)
+        sys.stdout.write(shown(text))
         sys.stdout.flush()
 
     try:
@@ -75,3 +79,9 @@ def logs(
         raise fail(f"job {job}: {exc} in {source.where}") from None
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+
+
+def _to_terminal() -> bool:
+    import sys
+
+    return sys.stdout.isatty()

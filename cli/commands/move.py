@@ -86,12 +86,17 @@ def _move(job: str, to_zone: str, stack, stack_file, events_dir, events_bucket, 
                                "applied": result.applied, "declined": result.declined, "finished": result.finished,
                                "waiting": result.waiting, "snapshots": result.snapshots}, sort_keys=True))
         return
+    echo_outcome(ref, job, result, "run the command again to continue")
+
+
+def echo_outcome(ref, job: str, result, again: str) -> None:
+    """Each step written or applied, then why the move stopped (``again``: how to continue it)."""
     for change, applied in zip(result.steps, result.applied_steps, strict=True):
         done = " — applied" if applied else (" — not confirmed: undone" if result.declined and change is result.steps[-1]
                                              else f" — written to {ref.path}")
         typer.echo(change.describe() + done)
     if result.declined:
-        typer.echo(f"job {job}: not confirmed: the move stops here (run the command again to continue)")
+        typer.echo(f"job {job}: not confirmed: the move stops here ({again})")
     elif result.waiting:
         typer.echo(f"job {job}: {result.waiting}")
     if result.snapshots:

@@ -106,10 +106,12 @@ def status(
 
 
 def _print(data: dict) -> None:
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=120)
+    console = Console(width=min(shutil.get_terminal_size((80, 24)).columns, 100))  # (textfit's rule)
     metrics = ", ".join(f"{k} {v:g}" for k, v in data["metrics"].items()) or "none published in the last 24 h"
     console.print(f"pool {data['pool']} ({data['cloud']}): demand: {metrics}")
     parts = Table("part", "target", "VMs")

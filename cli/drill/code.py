@@ -6,6 +6,8 @@ run are its outputs, for ``--verify``."""
 from __future__ import annotations
 
 import hashlib
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,6 +50,27 @@ def staged(ctx: ScriptContext, code: DrillCode | None, put) -> ScriptContext:
     else:
         fields |= {"code_git_url": code.git_url, "code_git_commit": code.git_commit}
     return replace(ctx, **fields)
+
+
+def written_ago(paths: Iterable[Path], now: float | None = None) -> float | None:
+    """Seconds since the newest of ``paths`` was written, by its time on the disk (None: none is
+    there): what the VM did then, not when the drill's loop next looked."""
+    marks = [p.stat().st_mtime for p in paths if p.exists()]
+    if not marks:
+        return None
+    return max(0.0, (time.time() if now is None else now) - max(marks))
+
+
+def setup_ended_ago(disk: Path, now: float | None = None) -> float | None:
+    """Seconds since the VM wrote its setup's marker (None: no marker yet)."""
+    return written_ago(disk.glob(SETUP_MARKERS), now)
+
+
+def command_began_ago(disk: Path, state: Path, now: float | None = None) -> float | None:
+    """Seconds since the run unit started the command (its ``trainer.pid``; None: not yet). Setup's
+    own ``trainer.pid``, older than setup's marker, is not the command's."""
+    began, setup = written_ago([state / "trainer.pid"], now), setup_ended_ago(disk, now)
+    return None if began is None or (setup is not None and began > setup) else began
 
 
 def workdir_on(disk: Path, code: DrillCode) -> Path:

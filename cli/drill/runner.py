@@ -18,19 +18,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cli.drill.code import SETUP_MARKERS, DrillCode, outputs, staged
+from cli.drill.code import SETUP_MARKERS, DrillCode, command_began_ago, outputs, setup_ended_ago, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
+from cli.drill.preempt import capacity_note, notice_ahead, preempt
 from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
 from infra.basics import counted, loads_bounded, read_regular
 from infra.config import SECRET_PLACEHOLDER
-from infra.render import NOTICE_S, ScriptContext, secret_payload
+from infra.render import ScriptContext, secret_payload
 
 PROGRESS_RE = re.compile(r"^SPOTCTL_PROGRESS\s+(\d+)(?:\s*/\s*(\d+))?\s*$")
 CHECKPOINT_RE = re.compile(r"^SPOTCTL_CHECKPOINT\s+(\d+)\s*$")
 
 Verdict = Literal["reentrant", "not-exercised", "restarts-from-scratch", "lost-work", "did-not-finish"]
 FIRST_PREEMPTION_S = 2.0  # where --trace without --time-scale puts the trace's first preemption
+VM_POLL_S = 1  # how often a drill's watcher asks the metadata server for a notice
 LOG_TAIL_LINES = 15
 
 
@@ -67,6 +69,7 @@ class Report:
     time_scale: float | None = None  # with --trace: the scale used (picked when not given)
     # The job's secret env keys: the drill decrypts nothing; each gets SECRET_PLACEHOLDER.
     secret_env: dict[str, str] = field(default_factory=dict)
+    capacity: str = "spot"  # the job's: on-demand is preempted all the same, and the report says why
 
     @property
     def ok(self) -> bool:
@@ -204,6 +207,7 @@ class DrillSpec:
     command: str
     cloud: Literal["gcp", "aws"] = "gcp"
     job_id: str = "drill"
+    capacity: str = "spot"
     env: dict[str, str] = field(default_factory=dict)
     preempt_every: float | None = 2.0
     preempt_after: list[float] | None = None  # from a trace, already scaled
@@ -241,8 +245,8 @@ class Drill:
     def _context(self, emu: Emulator, attempt: int, disk: Path, state: Path) -> ScriptContext:
         ctx = ScriptContext(
             cloud=self.spec.cloud, stack="drill", kind="job", name=self.spec.job_id, command=self.spec.command,
-            event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=1, cwd=self.spec.cwd,
-            secret_keys=self.spec.secret_keys, secret_ref=self.spec.secret_ref,
+            event_bucket="drill-events", region="local", attempt=attempt, env=dict(self.spec.env), poll_interval_s=VM_POLL_S, cwd=self.spec.cwd,
+            secret_keys=self.spec.secret_keys, secret_ref=self.spec.secret_ref, capacity=self.spec.capacity,
         )
         return staged(local_context(ctx, emu, disk, state), self.spec.code, emu.put_object)
 
@@ -268,14 +272,15 @@ class Drill:
                 rec.log_tail = [f"startup script exited {boot.returncode}:",
                                 *(boot.stderr or boot.stdout).splitlines()[-LOG_TAIL_LINES:]]
                 break
-            # Counted from the end of the boot (the command runs from there): on a loaded machine the
-            # startup script alone can outlast a sub-second interval, and the attempt would run nothing.
-            # The job's setup runs first, once per disk and code: the preemption clock starts after it
-            # (a setup longer than the interval would otherwise be cut short at every attempt, and the
-            # command, which the drill is judging, never run).
+            # The preemption clock starts when the command does (its trainer.pid's time on the disk),
+            # not when the startup script returned: on a loaded machine the run unit's own start can
+            # outlast a sub-second interval, and the attempt would run nothing. The job's setup runs
+            # first, once per disk and code, and is never preempted (a setup longer than the interval
+            # would otherwise be cut short at every attempt, and the command never run).
             booted = time.monotonic()
             setting_up = preempt and self._setup_pending(disk)
-            deadline = None if setting_up else booted + (self._preempt_after(index) if preempt else self.spec.attempt_timeout_s)
+            deadline = None if preempt else booted + self.spec.attempt_timeout_s
+            ahead = 0.0
             while True:
                 self._observe(rec, disk)
                 ended = _terminal(vm, number)
@@ -284,19 +289,24 @@ class Drill:
                     break
                 now = time.monotonic()
                 if deadline is None:
-                    if self._setup_pending(disk) and now - booted < self.spec.attempt_timeout_s:
-                        self.status(f"attempt {number}: running the job's setup (the drill does not preempt it)")
+                    began = None if self._setup_pending(disk) else command_began_ago(disk, vm.state)
+                    if began is None and now - booted < self.spec.attempt_timeout_s:
+                        self.status(f"attempt {number}: " + ("running the job's setup (the drill does not preempt it)"
+                                                              if self._setup_pending(disk) else "starting the command"))
                         time.sleep(0.1)
                         continue
-                    rec.setup_s = round(now - booted, 3)
-                    deadline = now + self._preempt_after(index)
-                if now >= deadline:
+                    if setting_up:
+                        rec.setup_s = round(max(booted, now - (setup_ended_ago(disk) or 0.0)) - booted, 3)
+                    start = max(booted, now - (began or 0.0))
+                    deadline = start + self._preempt_after(index)
+                    ahead = notice_ahead(self.spec.cloud, VM_POLL_S, deadline - start)
+                if now >= deadline - ahead:
                     rec.outcome = "preempted" if preempt else "timeout"
                     if preempt:
                         self.status(f"attempt {number}: preempting ({self.spec.cloud})")
                         self._preempt(emu, vm)
                     break
-                self.status(_status_line(rec, deadline - now if preempt else None))
+                self.status(_status_line(rec, deadline - ahead - now if preempt else None))
                 time.sleep(0.1)
             vm.kill_all()
             self._observe(rec, disk)
@@ -323,16 +333,7 @@ class Drill:
         rec.checkpoints = checkpoints
 
     def _preempt(self, emu: Emulator, vm: LocalVM) -> None:
-        if self.spec.cloud == "gcp":
-            emu.preempt_gcp()
-            vm.shutdown(timeout=NOTICE_S["gcp"] + 5)  # GCE runs the shutdown script, then powers off
-        else:
-            lead = NOTICE_S["aws"] / self.spec.time_scale
-            emu.notice_aws(lead_s=lead)
-            # The watcher sees the notice within its poll; the instance is terminated at the notice time.
-            # This attempt's: the job disk's event log holds every earlier attempt's `preempted` too.
-            vm.wait_for(lambda: any(e["event"] == "preempted" and e["attempt"] == vm.ctx.attempt for e in vm.events()), lead)
-            vm.shutdown(timeout=NOTICE_S["aws"] + 5)
+        preempt(emu, vm, self.spec.time_scale)
 
     def run(self) -> Report:
         started = time.monotonic()
@@ -363,7 +364,7 @@ class Drill:
             total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, outputs_found=found,
             reason=reason,
             time_scale=self.spec.time_scale if self.spec.preempt_after is not None else None,
-            secret_env=placeholders,
+            secret_env=placeholders, capacity=self.spec.capacity,
         )
 
     def stop(self) -> None:
@@ -387,7 +388,7 @@ def _status_line(rec: Attempt, preempt_in: float | None) -> str:
     return f"attempt {rec.attempt}: {progress}{when}"
 
 
-def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str, str] | None = None,
+def make_spec(*, command: str, cloud: str, job_id: str = "drill", capacity: str = "spot", env: dict[str, str] | None = None,
               secret_keys: tuple[str, ...] = (), code: DrillCode | None = None,
               preempt_every: float | None = None, trace: Path | None = None, time_scale: float | None = None,
               max_attempts: int = 10, verify: bool = False) -> DrillSpec:
@@ -409,7 +410,7 @@ def make_spec(*, command: str, cloud: str, job_id: str = "drill", env: dict[str,
         preempt_after = [u / time_scale for u in preemptions]
     time_scale = 1.0 if time_scale is None else time_scale
     return DrillSpec(
-        command=command, cloud=cloud, job_id=job_id, env=dict(env or {}), secret_keys=tuple(secret_keys),
+        command=command, cloud=cloud, job_id=job_id, capacity=capacity, env=dict(env or {}), secret_keys=tuple(secret_keys),
         preempt_every=preempt_every if preempt_every is not None else (None if trace else 2.0),
         preempt_after=preempt_after, time_scale=time_scale, max_attempts=max_attempts, verify=verify, code=code,
     )
@@ -460,6 +461,7 @@ def render_report(report: Report) -> str:
     lines = [
         f"verdict: {report.verdict}  ({report.reason})",
         f"cloud {report.cloud}, {counted(len(report.attempts), 'attempt')}, {counted(report.preemptions, 'preemption')}, {checkpoints}{scale}",
+        *filter(None, [capacity_note(report.cloud, report.capacity)]),
         "",
         f"{'attempt':>7}  {'start':>7}  {'end':>7}  {'outcome':<10} {'lost':>6}  {'seconds':>8}",
     ]

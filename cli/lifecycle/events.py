@@ -25,6 +25,10 @@ class Event:
     event: str
     time: datetime
     details: Mapping[str, str] = field(default_factory=dict)
+    # Where the VM that wrote it ran, as its metadata server said ("" when not written): a pool's VMs
+    # share one attempt and node, so their zone and instance are the only things telling them apart.
+    zone: str = field(default="", compare=False)
+    instance: str = field(default="", compare=False)
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any]) -> Event:
@@ -36,6 +40,8 @@ class Event:
             event=printable(str(doc["event"])),
             time=_aware(datetime.fromisoformat(str(doc["time"]).replace("Z", "+00:00"))),
             details={printable(str(k)): printable(str(v)) for k, v in dict(doc.get("details") or {}).items()},
+            zone=printable(str(doc.get("zone") or "")),
+            instance=printable(str(doc.get("instance") or "")),
         )
 
 
@@ -47,6 +53,21 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def printable(text: str) -> str:
     """``text`` with each control character (newlines and tabs too) replaced by a space."""
     return CONTROL.sub(" ", text)
+
+
+# A trainer's log is text for a terminal: colours (SGR, ``ESC [ ... m``), ``\r`` of progress bars, tabs
+# and newlines are kept; every other escape sequence (cursor moves, titles, OSC 52's clipboard writes,
+# ...) and control character goes. ECMA-48 5.4: CSI ``ESC [`` params, intermediates, a final byte;
+# OSC ``ESC ]`` text ended by BEL or ST (``ESC \``); their 8-bit forms (CSI 0x9b, OSC 0x9d, ST 0x9c); any
+# other ``ESC`` with its intermediates and final byte (``ESC c`` resets the terminal).
+_ESCAPES = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+                      r"|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as a terminal may show it: its colours and line breaks, nothing that drives the terminal."""
+    return _ESCAPES.sub(lambda m: m[0] if _SGR.fullmatch(m[0]) else "", text)
 
 
 def _aware(t: datetime) -> datetime:

@@ -268,9 +268,14 @@ _FIELDS = "key, generation, job, attempt, node, event, time, details"
 def _columns(e: Event | None) -> tuple:
     if e is None:
         return (None,) * 6
-    return (e.job, e.attempt, e.node, e.event, e.time.isoformat(), json.dumps(dict(e.details)))
+    # (where the VM ran rides in the details column as [details, zone, instance]: rows written
+    # before hold the details object alone, and still read)
+    where = [dict(e.details), e.zone, e.instance] if e.zone or e.instance else dict(e.details)
+    return (e.job, e.attempt, e.node, e.event, e.time.isoformat(), json.dumps(where))
 
 
 def _event(job, attempt, node, event, when, details) -> Event:
-    return Event(job, attempt, node, event, _aware(datetime.fromisoformat(when)), json.loads(details))
+    doc = json.loads(details)
+    found, zone, instance = (doc, "", "") if isinstance(doc, dict) else doc
+    return Event(job, attempt, node, event, _aware(datetime.fromisoformat(when)), found, zone, instance)
 

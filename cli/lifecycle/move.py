@@ -16,7 +16,7 @@ from typing import Any
 
 from cli.lifecycle.events import Event
 from cli.lifecycle.states import C, Change, F, LifecycleError, R, S, attempt_outcome, check
-from infra.config import Job
+from infra.config import Capacity, Job
 
 REASONS = {
     "snapshot": "the job's VMs go (state stopped) and every node's disk is snapshotted in {frm}",
@@ -49,7 +49,7 @@ def _stay(zone: str, last_attempt: int, began: datetime | None) -> dict[str, Any
 
 
 def next_step(job: Job, to: str, events: list[Event], now: datetime | None = None,
-              replicas: list[str] | None = None) -> Change:
+              replicas: list[str] | None = None, capacity: Capacity | None = None) -> Change:
     """The next step of moving ``job`` to zone ``to`` (pure), as the fields to write and why.
 
     A noop Change when there is nothing to do now (already there, or waiting for the new attempt's
@@ -57,6 +57,7 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
     ``now`` is recorded as the move's start (its changeover is measured from there). ``replicas``
     (GCP): the move converts the job's zonal disk into a regional one replicated in those two
     zones (``to`` one of them, possibly the job's own zone): the same steps, the restored disks regional.
+    ``capacity``: the new attempt's (``resume`` following the zone choice), else the job's.
     """
     move = job.move
     if replicas is not None and (move is None or move.replica_zones != replicas):
@@ -66,7 +67,7 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
             return Change(job.id, {}, f"is already in zone {to}", noop=True)
         _movable(job, events)
         if job.disk_replica_zones:
-            return _regional(job, to, now)
+            return _capacity(_regional(job, to, now), job, capacity)
         fields: dict[str, Any] = {"move": {"from": job.zone, "to": to, "step": "snapshot", "attempt": job.attempt}
                                   | ({"began": _iso(now)} if now else {})}
         reason = REASONS["snapshot"].format(frm=job.zone)
@@ -92,7 +93,8 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
         if move.replica_zones:  # from here on the job runs on its regional disk
             fields |= {"diskReplicaZones": list(move.replica_zones), "diskKind": "regional"}
         check(job.id, S, R)
-        return Change(job.id, fields, "move step start: " + REASONS["start"].format(**words | {"attempt": job.attempt + 1}))
+        return _capacity(Change(job.id, fields, "move step start: " + REASONS["start"].format(**words | {"attempt": job.attempt + 1})),
+                         job, capacity)
     if move.step == "start":
         missing = _not_started(job, events)
         if missing:
@@ -102,6 +104,13 @@ def next_step(job: Job, to: str, events: list[Event], now: datetime | None = Non
         _left_unused(job, events)
         return Change(job.id, {"move": _record(job, "release")}, "move step release: " + REASONS["release"].format(**words))
     return Change(job.id, {"move": None}, f"moved to {move.to}: the move is finished")
+
+
+def _capacity(change: Change, job: Job, capacity: Capacity | None) -> Change:
+    """The step that starts the new attempt, on ``capacity`` when it is not the job's."""
+    if capacity is None or capacity is job.capacity:
+        return change
+    return Change(change.job_id, change.fields | {"capacity": capacity.value}, f"{change.reason}, on {capacity.value}")
 
 
 def _movable(job: Job, events: list[Event]) -> None:

@@ -14,7 +14,7 @@ from cli.lifecycle.apply import Applier, ApplyError, job_plan, job_urns
 from cli.lifecycle.events import Event
 from cli.lifecycle.move import next_step, reapply
 from cli.lifecycle.states import Change, LifecycleError, S, may_delete_disks
-from infra.config import ConfigError, Job, StackConfig
+from infra.config import Capacity, ConfigError, Job, StackConfig
 
 
 @dataclass
@@ -34,7 +34,7 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
              confirm: pipeline.Confirm | None = None,
              now: Callable[[], datetime] = lambda: datetime.now(UTC),
              inventory: Callable[[StackConfig], Inventory] | None = None,
-             replicas: list[str] | None = None) -> MoveOutcome:
+             replicas: list[str] | None = None, capacity: Capacity | None = None) -> MoveOutcome:
     """Move a job to zone ``to``: every step the situation allows now, each written and applied
     as its own targeted update (``--no-apply``: one step is written, nothing else).
 
@@ -63,7 +63,7 @@ def move_job(ref: stackfile.StackRef, job_id: str, to: str, *, events: Callable[
         return result
     while True:
         seen = events()
-        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now(), replicas), applier, out, confirm, result,
+        if not _step(ref, job_id, lambda j, seen=seen: next_step(j, to, seen, now(), replicas, capacity), applier, out, confirm, result,
                      inventory) or applier is None:
             break
     if not result.finished and result.steps and "move" not in result.steps[-1].fields and stackfile.load(ref).job(job_id).zone == to:

@@ -185,7 +185,10 @@ def _decided(edit: _Edit, job: Job, written: Any, decide: Callable[[Job], Change
     if job.stop_reason and wrote.get("state", "stopped") != "stopped":
         wrote["stopReason"] = None  # the job leaves the stop it explained
     if job.stopped_by and wrote.get("state", "stopped") != "stopped":
-        wrote["stoppedBy"] = None  # the user's stop ends with its next change of state (resume)
+        # The user's stop ends with its next change of state (resume). Applied, a ``null`` stays until
+        # the update is done (``applying.record_applied``) so an undo can put ``user`` back; without
+        # an update (--no-apply) nothing would remove it later, so the key goes now.
+        wrote["stoppedBy"] = None if edit.applier is not None else _MISSING
     if _starts_attempt(job, wrote):  # its VMs get this spotctl's scripts (infra.common.frozen_scripts)
         wrote["scriptsDigest"] = scripts_digest()
     if edit.applier is not None and not edit.asked and not change.noop:

@@ -102,7 +102,7 @@ def refusals_of(memo: dict[str, Any]) -> int:
 
 def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
     """What the watcher sees of each job (for ``spotctl status``): ``status`` (needs-resume,
-    waiting-for-capacity, retrying-apply, or how its last action ended), ``next_try``, ``last_action``."""
+    stopped-by-user, waiting-for-capacity, retrying-apply, or how its last action ended), ``next_try``, ``last_action``."""
     memo = Journal.load(stack_file, set_aside=False).jobs if journal_path(stack_file).exists() else {}
     out = {}
     for job in jobs:
@@ -115,6 +115,8 @@ def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
                 row["status"] = "ok"
         if moving_away(job):  # the watcher continues the move; nothing resumes it (states.moving_guard)
             row["status"] = "moving"
+        elif job.state.value == "stopped" and job.stopped_by == "user":
+            row["status"] = "stopped-by-user"  # the watcher leaves it: only `spotctl resume` starts it again
         elif job.state.value in ("preempted", "stopped"):
             row["status"] = "needs-resume"
         if row:

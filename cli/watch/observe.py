@@ -160,7 +160,9 @@ def observe(cloud, cfg: StackConfig, stack: str, sources: Sources, now: datetime
     cache = (BucketEvents(stack) if bucket_cache is None else bucket_cache) if sources.bucket else None
     if cache is not None:
         def bucket() -> None:
-            cache.read(cloud, sources.bucket, f"{stack}/", warn, attempts=current)  # each new object warned of once
+            # (the pools' prefixes too: their VMs' preemptions are the zone choice's evidence of their zones)
+            pools = {p.name: 1 for p in cfg.pools if p.name not in current}
+            cache.read(cloud, sources.bucket, f"{stack}/", warn, attempts=current | pools)  # each new object warned of once
             batches.append([seen(e, "bucket") for e in cache.events(ids, now, warn, bucket=sources.bucket, attempts=current,
                                                                    older=PAST_FACTS)])
 

@@ -175,7 +175,7 @@ def cycle(settings: Settings, report: Report, cloud_for, now: datetime, rng: ran
     def failover(job, _events, memo, at):  # the capacity is chosen on the job's whole history, as `resume` does
         return in_zone(job, seen.history(job.id), memo, at)
 
-    where = zone_choice(cfg, seen, choose)
+    where = zone_choice(ref, cfg, seen, choose, memory)
     for job in jobs:
         try:
             one = deciding.decide([job], seen.events, memory, handled, now, failover, where)
@@ -244,17 +244,24 @@ def zone_failover(zones: list[str], choose) -> deciding.Failover:
     return failover
 
 
-def zone_choice(cfg, seen, choose) -> deciding.ZoneChoice:
-    """The decide step's zone choice after a preemption: every job's whole history, as ``resume``
-    reads it (``cli.lifecycle.zonechoice.decide_zone``; a cycle itself reads only current attempts),
-    the job's policy's choice in place."""
-    from cli.lifecycle.capacity import job_price_ratio
+def zone_choice(ref, cfg, seen, choose, memory: dict | None = None) -> deciding.ZoneChoice:
+    """The decide step's zone choice after a preemption (``cli.lifecycle.zonechoice.decide_zone``):
+    every job's whole history and the pools' events with the stack's learned history, as ``resume``
+    reads them (a cycle itself reads only current attempts), the job's policy's choice in place, and
+    every job's capacity refusals per zone (``memory``: the journal's)."""
+    from cli.lifecycle.capacity import job_price_ratio, learned_path, read_learned
     from cli.lifecycle.zonechoice import decide_zone
 
+    learned = read_learned(learned_path(ref.path, ref.name))
+    kinds = {j.id: j.machine_type or j.instance_type or "?" for j in cfg.jobs}
+    refused = [(kinds[job_id], zone, when) for job_id, m in (memory or {}).items() if job_id in kinds
+               for zone, when in m.refused.items()]
+
     def where(job, now: datetime):
-        events = {j.id: seen.history(j.id) for j in cfg.jobs}
+        events = {p.name: seen.recorded(p.name) for p in cfg.pools} | {j.id: seen.history(j.id) for j in cfg.jobs}
         return decide_zone(cfg, job, events, now, job_price_ratio(cfg, job),
-                           in_place=lambda: choose(job, events.get(job.id, [])))
+                           in_place=lambda: choose(job, events.get(job.id, [])), learned=learned,
+                           refused=refused)
 
     return where
 
