@@ -18,6 +18,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from infra.contract import gcp_zones
+
 PATH = Path(__file__).with_name("catalog.json")
 UNKNOWN = "unknown"
 
@@ -144,12 +146,17 @@ def _source(cloud: str) -> str:
     return f"catalog of {src.get('date', '?')}"
 
 
-def _zone_exists(region: str, zone: str) -> str | None:
-    """AWS: a zone name no account has in ``region`` (the catalog lists every AZ name seen there)."""
-    known = (load()["aws"].get("regions") or {}).get(region)
-    if not known or not re.fullmatch(re.escape(region) + r"[a-z]", zone) or zone in known["zones"]:
+def _zone_exists(cloud: str, region: str, zone: str) -> str | None:
+    """A zone name ``region`` does not have. AWS: the catalog lists every AZ name seen there; GCP: the zone
+    table of infra/contract/gcp_zones.py. A region neither lists is never refused."""
+    if cloud == "aws":
+        known = ((load().get("aws") or {}).get("regions") or {}).get(region)
+        zones, pattern = (known["zones"] if known else None), re.escape(region) + r"[a-z]"
+    else:
+        zones, pattern = gcp_zones.zones_of(region), re.escape(region) + r"-[a-z]"
+    if not zones or not re.fullmatch(pattern, zone) or zone in zones:
         return None
-    return f"zone {zone!r} does not exist in region {region} (its zones: {', '.join(known['zones'])})"
+    return f"zone {zone!r} does not exist in region {region} (its zones: {', '.join(zones)})"
 
 
 def check(cloud: str, region: str, machine: str, gpu: str | None, count: int | None, zones: list[str]) -> list[str]:
@@ -201,7 +208,7 @@ def problems(cfg: Any, out: list[tuple[str, str]]) -> None:
     gcp = cfg.cloud == "gcp"
     bad_zones = set()
     for i, zone in enumerate(cfg.zones):
-        if not gcp and (bad := _zone_exists(cfg.region, zone)):
+        if bad := _zone_exists(cfg.cloud, cfg.region, zone):
             out.append((f"zones[{i}]", bad))
             bad_zones.add(zone)
     zones = [z for z in cfg.zones if z not in bad_zones]

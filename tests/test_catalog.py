@@ -7,6 +7,7 @@ import pytest
 
 from infra import catalog
 from infra.config import ConfigError, validate
+from infra.contract import gcp_zones
 from tests.conftest import AWS_BASE, GCP_BASE, aws_job, gcp_job, stack_config
 
 SRC = "stacks/Pulumi.t.yaml"
@@ -25,7 +26,7 @@ def aws(job: dict | None = None, region: str = "us-east-1", zones: list[str] | N
 
 
 def gcp(job: dict | None = None, region: str = "us-central1", pools=None) -> dict:
-    zones = [f"{region}-a", f"{region}-b"]
+    zones = list((gcp_zones.zones_of(region) or (f"{region}-a", f"{region}-b"))[:2])  # us-east1 has no zone a
     return stack_config(GCP_BASE, region=region, zones=zones, jobs=[gcp_job(zone=zones[0], **(job or {}))] if job is not None else [],
                         pools=pools or [])
 

@@ -59,7 +59,7 @@ def test_simulate_json_is_valid_json_and_traces_are_found_through_the_env(runner
 
 
 def test_simulate_finds_the_documented_paths_in_the_shared_traces_layout(runner, tmp_path, monkeypatch):
-    """../shared/traces holds skypilot-spot-traces/availability/...: the simulate docs' relative path and a bare
+    """$SPOTCTL_TRACES holding skypilot-spot-traces/availability/...: the simulate docs' relative path and a bare
     file name both resolve; a bare name two traces share is one error listing them."""
     traces = tmp_path / "traces"
     oct22 = write_trace(traces / "skypilot-spot-traces" / "availability" / "1-node" / "aws-10-26-2022" / "us-west-2b_v100_1.json")
@@ -83,7 +83,8 @@ def test_simulate_finds_the_documented_paths_in_the_shared_traces_layout(runner,
         literal = runner.invoke(app, ["simulate", "--trace", pattern, *args])
         assert literal.exit_code == 1 and literal.output.startswith(f"error: {pattern}: trace file not found"), literal.output
     assert missing.output.startswith(f"error: nope.json: trace file not found here, nor under {traces}, "
-                                     f"{traces / 'skypilot-spot-traces'}, ")
+                                     f"{traces / 'skypilot-spot-traces'} or their subfolders")
+    assert "shared" not in missing.output  # (no folder beside spotctl's checkout is searched)
 
 
 def test_drill_help_lists_every_verdict_the_drill_guide_lists(runner):

@@ -369,7 +369,7 @@ def test_stack_prices_win_over_the_table_and_ratio():
 def test_shipped_table_entries_have_source_and_date():
     table = shipped_table()
     entries = [e for cloud in ("aws", "gcp") for by_type in table[cloud].values() for e in by_type.values()]
-    assert len(entries) == 15  # (p5.48xlarge and p4d.24xlarge in us-east-1: the AWS example)
+    assert len(entries) == 33  # (p5.48xlarge and p4d.24xlarge in us-east-1: the AWS example; 21 GCP us-central1 sizes)
     for e in entries:
         assert e["source"] and datetime.fromisoformat(e["date"]) and 0 < e["spot"] < e["onDemand"]
     snapshots = [e for regions in table["snapshotStorage"].values() for e in regions.values()]
@@ -422,7 +422,7 @@ def test_refresh_tool_with_only_a_gcp_file_fetches_nothing(tmp_path, monkeypatch
     table = json.loads(out.read_text())
     assert table["gcp"] == shipped_table()["gcp"] and table["snapshotStorage"] == {"gcp": shipped_table()["snapshotStorage"]["gcp"]}
     assert table["aws"] == {"us-east-1": {"g5.xlarge": {"kept": True}}}  # AWS rows untouched
-    assert capsys.readouterr().out.startswith(f"3 prices written to {out}\n")
+    assert capsys.readouterr().out.startswith(f"21 prices written to {out}\n")  # (the examples' families' sizes)
 
 
 def test_refresh_tool_source_unreadable_is_one_error_line(tmp_path, capsys):
@@ -573,7 +573,14 @@ def gcp_endpoint(monkeypatch):
     server.shutdown()
 
 
-def test_gcp_prices_from_the_billing_catalog(project, runner, gcp_endpoint):
+def test_gcp_prices_from_the_billing_catalog(project, runner, gcp_endpoint, monkeypatch):
+    import copy
+
+    from cli.cost import prices
+
+    table = copy.deepcopy(prices.shipped_table())
+    del table["gcp"]["us-central1"]["a2-highgpu-2g"]  # (a type the shipped table lacks: the API prices it)
+    monkeypatch.setattr(prices, "shipped_table", lambda: table)
     (project / "stacks" / "Pulumi.gteam.yaml").write_text("""\
 config:
   spotctl:cloud: gcp
@@ -588,7 +595,7 @@ config:
     result = runner.invoke(app, ["cost", "--stack", "gteam", "--events-dir", "ev.jsonl", "--json"])
     assert result.exit_code == 0, result.output
     (bert,) = no_nan(result.stdout)["jobs"]
-    price = bert["prices"]["a2-highgpu-2g"]  # not in the shipped table (a2-highgpu-1g is): the API is asked
+    price = bert["prices"]["a2-highgpu-2g"]  # not in the shipped table (taken out above): the API is asked
     # on-demand 24 x 0.031611 + 170 GiB x 0.004237 + 2 x 2.933908; spot 24 x 0.01264 + 170 x 0.001695 + 2 x 1.17356
     assert price["on_demand"] == pytest.approx(7.34677) and price["spot"] == pytest.approx(2.93863)
     assert price["source"].startswith("GCP Cloud Billing Catalog")
@@ -733,3 +740,17 @@ def test_prices_are_bounded(price):
     with pytest.raises(ConfigError, match=r"spotctl:prices"):
         validate({"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"], "jobs": [],
                   "prices": {"g5.2xlarge": {"spot": price, "onDemand": 1.0}}}, "f.yaml")
+
+
+def test_cost_and_status_fold_a_jobs_state_alike(team, runner):
+    """llm's file says running; its events say attempt 3 was preempted at 15:00: both commands say
+    needs-resume after it, and running before it (--as-of)."""
+    now = runner.invoke(app, ["cost", "llm", "--stack", "team-a", "--events-dir", "events", "--json"])
+    assert now.exit_code == 0, now.output
+    (llm,) = json.loads(now.stdout)["jobs"]
+    (status,) = json.loads(runner.invoke(app, ["status", "llm", "--stack", "team-a", "--events-dir", "events", "--json"]).stdout)
+    assert llm["state"] == status["status"] == "needs-resume" and llm["fileState"] == "running"
+    text = runner.invoke(app, ["cost", "llm", "--stack", "team-a", "--events-dir", "events"], env={"COLUMNS": "150"}).stdout
+    assert "needs-resume" in text and "│ running" not in text
+    (before,) = cost_json(runner, "llm")["jobs"]
+    assert before["state"] == "running"

@@ -58,7 +58,7 @@ def brief(report: dict) -> str:
     lines = [f"verdict {report['verdict']}: {report['reason']}; outputs identical: {report['outputs_identical']}"]
     for a in report["attempts"]:
         lines.append(f"  attempt {a['attempt']} {a['outcome']} after {a['seconds']} s: steps {a['start_progress']}-"
-                     f"{a['end_progress']}, checkpoints {a['checkpoints']}, lost {a['lost_work']}")
+                     f"{a['end_progress']}, checkpoints {a['checkpoints']} (files {a.get('checkpoint_files')}), lost {a['lost_work']}")
         lines += [f"    | {line}" for line in a["log_tail"]]
     return "\n".join(lines)
 
@@ -315,3 +315,34 @@ def test_a_drill_killed_with_sigkill_is_cleaned_up_by_its_watchdog(tmp_path):
     while (tagged(tag) or list(own_tmp.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert tagged(tag) == [] and list(own_tmp.iterdir()) == []
+
+
+def test_one_checkpoint_per_attempt_is_counted_from_the_step_before_the_first():
+    """A script saving every 50 steps has an interval of 50, also when each attempt saved once."""
+    attempts = [attempt(1, 1, 73, "preempted", marks=[50]), attempt(2, 51, 120, "preempted", ckpt=True, marks=[100]),
+                attempt(3, 101, 200, "completed", ckpt=True)]
+    assert checkpoint_interval(attempts) == 50
+    files = [Attempt(attempt=1, start_progress=1, end_progress=73, outcome="preempted", checkpoint_files=[50])]
+    assert checkpoint_interval(files) == 50  # (the progress when its checkpoint file appeared)
+
+
+def test_lost_work_with_an_unknown_interval_says_so_in_words():
+    attempts = [attempt(1, 1, 80, "preempted"), attempt(2, 40, 300, "completed", ckpt=True)]
+    account_lost_work(attempts)
+    verdict, reason = judge(attempts, checkpoint_interval(attempts))
+    assert verdict == "lost-work" and "None" not in reason
+    assert reason == ("attempt 1 lost 41 steps (checkpoint interval unknown: no SPOTCTL_CHECKPOINT line, no file written "
+                      "to $SPOTCTL_CHECKPOINT_DIR)")
+
+
+@pytest.mark.parametrize("mode", ["files", "lines"])
+def test_checkpoint_files_without_lines_show_the_interval(runner, mode):
+    """A script that saves every 50 steps and ignores SIGTERM loses under 50 steps a preemption: reentrant
+    within one interval, whether it prints SPOTCTL_CHECKPOINT lines or only writes its files."""
+    code, report = drill_json(runner, "--preempt-every", "1", "--max-attempts", "8", "--", f"MODE={mode} STEPS=800 {VARIANT}")
+    assert code == 0, brief(report)
+    assert report["verdict"] == "reentrant", brief(report)
+    interval = report["checkpoint_interval"]
+    assert interval == 50 if mode == "lines" else 45 <= interval <= 60, brief(report)
+    assert "None" not in report["reason"]
+    assert all(lost is None or lost < 50 for lost in report["lost_work"]), brief(report)

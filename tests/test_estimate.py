@@ -52,7 +52,8 @@ def test_aws_per_hour_by_hand(project, runner):
 
 
 def write_trace(root: Path) -> Path:
-    """A development-trace stand-in where the preview looks for it: spot up 3 h, down 1 h, repeating."""
+    """The development trace where an older spotctl looked for it (``$SPOTCTL_TRACES``): spot up 3 h,
+    down 1 h, repeating. The preview must not use it."""
     path = root / "availability" / "1-node" / "aws-10-26-2022" / "us-west-2a_v100_1.json"
     path.parent.mkdir(parents=True)
     data = ([1] * 18 + [0] * 6) * 60
@@ -60,8 +61,10 @@ def write_trace(root: Path) -> Path:
     return path
 
 
-def test_expected_cost_is_what_simulate_says_on_the_same_trace(project, runner, tmp_path, monkeypatch):
-    trace = write_trace(tmp_path / "traces")
+def test_expected_cost_is_what_simulate_says_on_the_shipped_regimes_trace(project, runner, tmp_path, monkeypatch):
+    from cli.policy.planning import pooled_regime
+
+    write_trace(tmp_path / "traces")  # a trace file on this machine changes nothing
     monkeypatch.setenv("SPOTCTL_TRACES", str(tmp_path / "traces"))
     job_file = tmp_path / "job.yaml"
     job_file.write_text("id: sweep-09\nmachineType: g2-standard-8\naccelerator: {type: nvidia-l4, count: 1}\n"
@@ -69,17 +72,20 @@ def test_expected_cost_is_what_simulate_says_on_the_same_trace(project, runner, 
     result = runner.invoke(app, ["launch", str(job_file), "--stack", "example-gcp", "--no-apply", "--json"])
     assert result.exit_code == 0, result.output
     (exp,) = json.loads(result.stdout)["cost"]["expected"]
-    assert exp["basis"].startswith(f"the development trace us-west-2a_v100_1.json found at {trace}")
+    assert exp["basis"] == "a trace sampled from the shipped regimes (no history recorded in us-central1-a)"
+    text = runner.invoke(app, ["plan", "--stack", "example-gcp", "--expected"], env={"COLUMNS": "200"}).output
+    assert "development trace" not in text and str(tmp_path / "traces") not in text
     # g2-standard-8: spot 0.479872 -> 0.4799, onDemand 0.853624 -> 0.8536 (rounded to 1/100 cent per hour)
     assert exp["spot_per_h"] == 0.4799 and exp["price_ratio"] == 0.8536 / 0.4799
-    sim = runner.invoke(app, ["simulate", "--trace", str(trace), "--policy", "uniform-progress", "--job-hours", "6",
-                              "--deadline-hours", "12", "--changeover-hours", "0.2", "--price-ratio", repr(exp["price_ratio"]),
-                              "--starts", str(exp["starts"]), "--seed", "0", "--json"])
-    assert sim.exit_code == 0, sim.output
-    (row,) = [r for r in json.loads(sim.output)["results"] if r["policy"] == "uniform-progress"]
+    from cli.policy import simulate as sim
+
+    # simulate's own replay (what `spotctl simulate --json` reports) on the trace the preview samples
+    sampled = estimate.sample_trace(pooled_regime(), 12)
+    (row,) = sim.evaluate([sampled], ["uniform-progress"], sim.Job(6, 12, 0.2, exp["price_ratio"]), exp["starts"], 0,
+                          with_optimum=False)
     all_on_demand = (6 + 0.2) * exp["price_ratio"] * 0.4799  # USD: what the normalised cost is a fraction of
-    assert abs(exp["mean"] - row["mean_norm_cost"] * all_on_demand) < 1e-9
-    assert exp["low"] <= exp["mean"] <= exp["high"] and exp["low"] < exp["high"]
+    assert abs(exp["mean"] - row.mean_norm_cost * all_on_demand) < 1e-9
+    assert exp["low"] <= exp["mean"] <= exp["high"]
 
 
 def test_the_zones_recorded_history_comes_first(project, runner, tmp_path, monkeypatch):
@@ -94,10 +100,10 @@ def test_the_zones_recorded_history_comes_first(project, runner, tmp_path, monke
                                          "deadline_hours": 10.0, "policy": "uniform-progress", "nodes": 1})
     from cli.lifecycle.capacity import read_learned
 
-    found = estimate.expected_cost(cfg, job, dict(read_learned(learned)), lambda path: None)
+    found = estimate.expected_cost(cfg, job, dict(read_learned(learned)))
     assert found.basis.startswith("a trace sampled from us-central1-a's recorded history (4 spot windows")
     assert found.changeover_hours == 0.3
-    again = estimate.expected_cost(cfg, job, dict(read_learned(learned)), lambda path: None)
+    again = estimate.expected_cost(cfg, job, dict(read_learned(learned)))
     assert again == found  # seeded: the same preview twice
 
 

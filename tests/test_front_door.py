@@ -70,8 +70,8 @@ def test_the_aws_example_is_priced_and_an_unpriced_part_still_totals_the_known(p
     plain = runner.invoke(app, ["plan", "--stack", "example-aws"], env={"COLUMNS": "80"}).stdout.replace("\n    ", " ")
     known = json.loads(runner.invoke(app, ["plan", "--stack", "example-aws", "--json"]).stdout)["cost"]
     assert known["total_per_h"] is None and known["total_known_per_h"] == cost["total_per_h"]  # the rest still counted
-    assert (f"total now: at least ${cost['total_per_h']:,.2f}/h (unpriced: p4de.24xlarge; add them to "
-            "spotctl:prices)") in plain
+    assert (f"total now: at least ${cost['total_per_h']:,.2f}/h (unpriced: p4de.24xlarge: neither spotctl:prices nor "
+            "spotctl's shipped price table has it in us-east-1; add it to spotctl:prices)") in " ".join(plain.split())
 
 
 LAUNCH = ["launch", "--id", "c1", "--machine", "g2-standard-8", "--command", "python3 train.py", "--stack", "example-gcp",

@@ -88,7 +88,7 @@ def test_launch_applies_only_the_new_jobs_resources(project, runner, pulumi_stat
     others = set(pulumi_state.resources())
     result = runner.invoke(app, [*NEW, "--yes"])
     assert result.exit_code == 0, result.output
-    assert result.stdout.endswith("job sweep-08: state=running (the first attempt is applied: its VMs are created on new disks) — applied\n")
+    assert result.stdout.endswith("job sweep-08: state=running (the first attempt starts: its VMs are created on new disks) — applied\n")
     (up,) = [c for c in pulumi_calls(pulumi_state.log) if "up" in c]
     assert targets(up) and all("job-sweep-08" in t for t in targets(up))  # nothing of another job or pool
     (ops,) = pulumi_state.ops()

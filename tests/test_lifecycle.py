@@ -191,7 +191,7 @@ def test_resume_no_apply_edits_only_the_jobs_keys(project, runner):
     result = runner.invoke(app, ["resume", "diffusion", "--stack", "example-aws", "--no-apply"])
     assert result.exit_code == 0, result.output
     assert result.output == ("job diffusion: attempt=3, state=running (resume: a new attempt on the same disks)"
-                             " — written to stacks/Pulumi.example-aws.yaml\n")
+                             " — written to stacks/Pulumi.example-aws.yaml; nothing applied (pulumi was not run)\n")
     after = path.read_text()
     assert diff_lines(before, after) == ["-      attempt: 2", "-      state: preempted", "+      attempt: 3", "+      state: running",
                                          f"+      scriptsDigest: {scripts_digest()}"]  # the scripts attempt 3 starts with

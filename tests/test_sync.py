@@ -373,7 +373,7 @@ def test_unreachable_bucket_is_one_warning_and_the_command_works_as_today(machin
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and f"the shared copy s3://evts/{KEY} cannot be reached" in warnings[0]
-    assert result.stdout.startswith("job gang: state=completed (") and result.stdout.endswith(f"— written to {PATH}\n")
+    assert result.stdout.startswith("job gang: state=completed (") and result.stdout.endswith(f"— written to {PATH}; nothing applied (pulumi was not run)\n")
     assert jobs_of(path.read_text())["gang"]["state"] == "completed"
     monkeypatch.undo()  # reachable again (the fixtures' environment is set up anew below)
 

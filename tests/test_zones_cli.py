@@ -266,3 +266,30 @@ def test_a_file_spotctl_indexed_still_gives_every_job_events_to_the_zone_choice(
     again = resume(stack, events, "--no-move")
     assert again["fields"]["attempt"] == 3
     assert "zone: moves to us-east-1b" in again["reason"] and re.search(r"spot up for 6\.\d\d h", again["reason"])
+
+
+def test_resume_weighs_the_watchers_capacity_refusals_and_leaves_its_journal_alone(tmp_path):
+    from cli.watch.journal import Journal, holder_path, journal_path
+
+    stack, events = write(tmp_path)
+    journal = Journal.load(stack)  # the watcher refused a launch in us-east-1b 10 minutes ago (any job of the type)
+    journal.job("neighbour").update({"status": "waiting-for-capacity", "refused": {"us-east-1b": at(10)}})
+    journal.save(datetime.now(UTC))
+    before = journal_path(stack).read_bytes()
+    out = resume(stack, events)
+    assert out["fields"]["attempt"] == 2 and "zone" not in out["fields"]  # no move to a zone that just refused
+    assert re.search(r"zone: stays in us-east-1a: spot down for 0\.\d\d h", out["reason"]), out["reason"]
+    assert "zone: us-east-1a" in stack.read_text() and "move:" not in stack.read_text()
+    assert journal_path(stack).read_bytes() == before  # read only: not rewritten, and no lease taken
+    assert not holder_path(stack).exists() and not journal_path(stack).with_suffix(".json.bad").exists()
+
+
+def test_a_journal_resume_cannot_trust_says_nothing_and_stays_where_it_is(tmp_path):
+    from cli.watch.journal import journal_path
+
+    stack, events = write(tmp_path)
+    forged = json.dumps({"jobs": {"neighbour": {"refused": {"us-east-1b": at(10)}}}, "handled": {}})
+    journal_path(stack).write_text(forged)  # (not sealed by this user's spotctl: a commit can carry it)
+    out = resume(stack, events)
+    assert out["steps"][0]["fields"]["move"]["to"] == "us-east-1b"  # the refusal it claims is not taken
+    assert journal_path(stack).read_text() == forged  # and the file is left where it is, as it is

@@ -135,6 +135,15 @@ def gcp_entries(text: str, types: set[str], regions: set[str], source: str) -> t
     return out, snapshots
 
 
+# The other sizes of the GCP examples' GPU families (G2: L4, A2: A100, A3 high: H100), so a job that
+# launches another size in the examples' region is priced too (`spotctl catalog --cloud gcp` lists them).
+GCP_FAMILY_SIZES = {
+    *(f"g2-standard-{n}" for n in (4, 8, 12, 16, 24, 32, 48, 96)),
+    *(f"a2-highgpu-{n}g" for n in (1, 2, 4, 8)), "a2-megagpu-16g", *(f"a2-ultragpu-{n}g" for n in (1, 2, 4, 8)),
+    *(f"a3-highgpu-{n}g" for n in (1, 2, 4, 8)),
+}
+
+
 def example_types() -> dict[str, tuple[set[str], set[str]]]:
     """{cloud: (machine or instance types, regions)} of the example stacks (what the table must cover)."""
     import yaml
@@ -166,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gcp-pricing", metavar="PATH_OR_URL", help="GCP: Cyclenerd's pricing.yml (path or URL; "
                     f"the current one is {GCP_PRICING_URL}); without --catalog, only GCP is refreshed")
     ap.add_argument("--gcp-commit", default="master", help="the pricing.yml commit read (named in each entry's source)")
-    ap.add_argument("--gcp-types", nargs="*", help="GCP machine types (default: those of the GCP example stacks)")
+    ap.add_argument("--gcp-types", nargs="*", help="GCP machine types (default: those of the GCP example stacks and "
+                    "the other sizes of their GPU families)")
     ap.add_argument("--gcp-regions", nargs="*", help="GCP regions (default: those of the GCP example stacks)")
     ap.add_argument("--out", type=Path, default=TABLE)
     args = ap.parse_args(argv)
@@ -203,7 +213,8 @@ def refresh(args: argparse.Namespace) -> int:
         missing["AWS"] = types - {t for v in entries.values() for t in v}
     written = sum(len(v) for v in entries.values())
     if args.gcp_pricing:
-        gtypes, gregions = set(args.gcp_types or examples["gcp"][0]), set(args.gcp_regions or examples["gcp"][1])
+        gtypes = set(args.gcp_types or examples["gcp"][0] | GCP_FAMILY_SIZES)
+        gregions = set(args.gcp_regions or examples["gcp"][1])
         gsource = f"Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml @{args.gcp_commit}"
         gcp, gsnap = named(args.gcp_pricing, lambda text: gcp_entries(text, gtypes, gregions, gsource))
         for region, by_type in gcp.items():

@@ -83,6 +83,8 @@ def pack_dir(job: Any, ctx: StackContext) -> Archive:
     """The archive of the job's ``code.dir``; errors name the job and key."""
     directory = code_dir(job, ctx.root)
     what = f"job {job.id}: code ({job.code.dir})"
+    if why := outside_root(job, ctx.root):
+        raise CodeError(why)
     if not directory.is_dir():
         where = "is not a directory" if directory.exists() else "does not exist"
         raise CodeError(f"{what}: {directory} {where} (a relative dir is relative to the project root {ctx.root})")
@@ -134,6 +136,26 @@ def upload_archive(ref: CodeRef, data: bytes, bucket: str, store: Store) -> Code
     except CloudError as exc:
         raise CodeError(f"job {ref.job}: its code archive could not be uploaded to bucket {bucket} ({ref.key}): {exc}") from None
     return replace(ref, uploaded=True)
+
+
+def outside_root(job: Any, root: Path) -> str:
+    """Why the job's ``code.dir`` cannot be shared ("" when it can): a directory outside the project root
+    is a path of one machine, and the stack file is read on every machine that resumes the job."""
+    if job.code is None or job.code.dir is None:
+        return ""
+    directory = code_dir(job, root)
+    try:
+        directory.relative_to(root.resolve())
+    except ValueError:
+        return (f"job {job.id}'s code {job.code.dir} is outside the project root {root} (the directory holding "
+                "Pulumi.yaml): another machine resuming the job would not find it. Move the code under it "
+                "(code: ./PATH), or give code: {git: URL, ref: REF}")
+    return ""
+
+
+def dir_problems(cfg: Any, root: Path) -> list[str]:
+    """``validate``'s errors for code directories no other machine could read (outside the project root)."""
+    return [f"spotctl:jobs[{i}].code: {why}" for i, job in enumerate(cfg.jobs) if (why := outside_root(job, root))]
 
 
 def dir_warnings(cfg: Any, root: Path) -> list[str]:

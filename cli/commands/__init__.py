@@ -45,6 +45,8 @@ def _main(
     cwd: Annotated[Optional[Path], typer.Option("--cwd", "-C", metavar="DIR", help="Run as if started in DIR (like pulumi --cwd): the project is found from there.")] = None,
 ) -> None:
     """Spot/preemptible GPU training as code: validate and plan stacks offline, resume jobs after preemption."""
+    global SHELL_CWD
+    SHELL_CWD = Path.cwd() if cwd is not None else None  # (set at every command: one process may run several)
     if cwd is not None:
         import os
 
@@ -52,6 +54,20 @@ def _main(
             os.chdir(cwd)
         except OSError as exc:
             raise fail(f"--cwd {cwd}: {exc.strerror}") from None
+
+SHELL_CWD: Optional[Path] = None  # where the shell was, when -C moved spotctl (None: it did not)
+
+
+def shell_cwd() -> Path:
+    """Where the user's shell is: where spotctl was started, also under ``-C DIR`` (which moves only
+    where the project is found from)."""
+    return SHELL_CWD or Path.cwd()
+
+
+def shell_path(path: Path) -> Path:
+    """``path`` as the user's shell means it (relative to :func:`shell_cwd`; unchanged without -C)."""
+    return path if SHELL_CWD is None or path.is_absolute() else SHELL_CWD / path
+
 
 class CloudName(enum.StrEnum):
     """The clouds spotctl plays and targets (an enum so --help and completion show the choices)."""
@@ -390,7 +406,8 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
     elif outcome.declined:
         typer.echo(change.describe() + (" — preview only: nothing changed" if preview_only else " — not confirmed: nothing changed"))
     else:
-        typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else f" — written to {ref.path}")))
+        typer.echo(change.describe() + ("" if change.noop else (" — applied" if outcome.applied else
+                                                           f" — written to {ref.path}; nothing applied (pulumi was not run)")))
 
 
 class Spinner:

@@ -13,7 +13,8 @@ CloudOpt = Annotated[Optional[CloudName], typer.Option("--cloud", help="Only thi
 HELP = ("List GPU machine types from spotctl's shipped catalog: GPUs (model, count, memory), vCPUs, the regions and "
         "zones that offer them, and the list price per hour (spot and on-demand) from the shipped price table "
         "(\"-\": not priced there). Zones: letters of the region's zones, \"?\" where the catalog cannot tell (AWS "
-        "zone names differ per account). `spotctl validate` checks stacks against the same catalog.\n\n"
+        "zone names differ per account; GCP's source lists offers per region, not zone). "
+        "`spotctl validate` checks stacks against the same catalog.\n\n"
         "Example: spotctl catalog --gpu h100 --region us-central1")
 
 
@@ -64,6 +65,9 @@ def _print(rows: list[dict], sources: dict) -> None:
     for cloud in sorted({r["cloud"] for r in rows}):
         src = sources.get(cloud, {})
         typer.echo(f"{cloud}: catalog of {src.get('date')}, read {src.get('read')} (its sources: --json)")
+    if any(r["cloud"] == "gcp" and r["zones"] == "unknown" for r in rows):
+        typer.echo("gcp zones \"?\": some of the region's zones (the source lists regions, not zones);\n"
+                   "  `spotctl validate` still refuses a zone the region does not have")
 
 
 def table_lines(cells: list[tuple[str, ...]], width: int) -> list[str]:

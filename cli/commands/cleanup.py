@@ -7,6 +7,7 @@ import typer
 from cli.commands import (
     BucketOpt,
     EventsOpt,
+    JsonOpt,
     NoApplyOpt,
     PreviewOnlyOpt,
     StackFileOpt,
@@ -53,7 +54,9 @@ def cleanup(
     events_dir: EventsOpt = None,
     events_bucket: BucketOpt = None,
     no_apply: NoApplyOpt = False,
+    json_out: JsonOpt = False,
 ) -> None:
+
     from cli.cloud import CloudError
     from cli.lifecycle import bucketevents, pipeline, stackfile
     from cli.lifecycle import orphans as unclaimed
@@ -62,8 +65,13 @@ def cleanup(
 
     if (job is not None) + orphans + snapshots != 1:
         raise fail("give a JOB, --orphans or --snapshots")
+    # --json: the same decisions as one document on stdout (no question: --yes deletes, else it lists).
+    doc: dict = {"job": job} if job is not None else {"orphans" if orphans else "snapshots": True, "items": []}
+    echo = (lambda text: None) if json_out else typer.echo
+    if json_out and not yes:
+        preview_only = True
     # Cleanup never deleted without --yes: with no terminal to ask on, it stays a listing.
-    ask = None if yes else (confirmer(False, preview_only) if interactive() else (lambda question: False))
+    ask = None if yes else (confirmer(False, preview_only) if interactive() and not json_out else (lambda question: False))
 
     def inventory(cfg):
         return cloud_for(cfg, ref).inventory()
@@ -85,7 +93,8 @@ def cleanup(
         try:
             ref = stackfile.resolve(stack, stack_file)
             if snapshots:
-                _prune_snapshots(ref, inventory, ask, preview_only)
+                _prune_snapshots(ref, inventory, ask, preview_only, echo, doc["items"])
+                _print_json(doc, json_out)
                 return
             if orphans:
                 applier = applier_for(ref, no_apply)
@@ -95,16 +104,21 @@ def cleanup(
 
                 _list_then_delete(orphan_run, lambda disk: f"{disk.id} ({disk.zone})", ask, preview_only,
                                   f"the disks of stack {ref.name}", f"stack {ref.name}: no orphaned disks",
-                                  f"orphaned disks of stack {ref.name}")
+                                  f"orphaned disks of stack {ref.name}", echo, doc["items"])
+                _print_json(doc, json_out)
                 return
             from cli.lifecycle import launch as launching
 
             if no_apply and yes and launching.listed_never_applied(ref, job):  # (undoes `launch --no-apply`)
                 launching.forget(ref, job)
-                typer.echo(f"job {job}: never applied: removed from {ref.path}")
+                echo(f"job {job}: never applied: removed from {ref.path}")
+                _print_json({**doc, "removed": True, "neverApplied": True, "applied": False, "disks": []}, json_out)
                 return
 
             def show(listed) -> None:  # what the targeted update deletes, before the question
+                doc["resources"] = list(listed.urns)
+                if json_out:
+                    return
                 typer.echo(wrapped(f"job {job}: a targeted update would delete {counted(len(listed.disks), 'disk')} (protection "
                                    f"lifted first) and {counted(len(listed.urns) - len(listed.disks), 'other resource')}, and "
                                    f"drop the job from {ref.path}:"))
@@ -117,7 +131,8 @@ def cleanup(
                                              inventory=inventory, out=spinner.echo,
                                              confirm=spinner.paused(ask) if ask else None, show=spinner.paused(show))
             if result.declined:
-                typer.echo(_declined("nothing changed", preview_only))
+                echo(_declined("nothing changed", preview_only))
+                _print_json({**doc, "removed": False, "declined": True, "applied": False, "disks": []}, json_out)
                 return
         except ApplyError as exc:  # (cleanup edits the stack file with --no-apply only when --yes says so too)
             raise fail(str(exc).replace("pass --no-apply to only edit the stack file", "re-run with --no-apply --yes to only "
@@ -127,12 +142,21 @@ def cleanup(
         except pipeline.Interrupted as exc:
             raise interrupted(exc) from None
     if no_apply:
-        typer.echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
+        echo(f"job {job}: removed from {ref.path}; its disks stay protected until `pulumi state unprotect` and `pulumi up`")
     else:
-        typer.echo(f"job {job}: {counted(len(result.disks), 'disk')} and its other resources deleted; removed from {ref.path}")
+        echo(f"job {job}: {counted(len(result.disks), 'disk')} and its other resources deleted; removed from {ref.path}")
+    _print_json({**doc, "removed": True, "declined": False, "applied": not no_apply, "disks": [str(d) for d in result.disks]},
+                json_out)
 
 
-def _prune_snapshots(ref, inventory, ask, preview_only: bool) -> None:
+def _print_json(doc: dict, json_out: bool) -> None:
+    if json_out:
+        import json
+
+        typer.echo(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def _prune_snapshots(ref, inventory, ask, preview_only: bool, echo, items: list) -> None:
     """``cleanup --snapshots``: list the move snapshots, then delete the expired ones (asked, or --yes)."""
     from datetime import UTC, datetime
 
@@ -142,21 +166,22 @@ def _prune_snapshots(ref, inventory, ask, preview_only: bool) -> None:
         return orphans.prune_snapshots(ref, inventory, datetime.now(UTC), delete=delete, report=report)
 
     _list_then_delete(run, lambda snap: f"snapshot {snap.id}", ask, preview_only, f"the snapshots of stack {ref.name}",
-                      f"stack {ref.name}: no move snapshots", f"expired snapshots of stack {ref.name}")
+                      f"stack {ref.name}: no move snapshots", f"expired snapshots of stack {ref.name}", echo, items)
 
 
-def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: str, what: str) -> None:
+def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: str, what: str, echo, items: list) -> None:
     """List what may go and why, then delete it: at once with --yes (``ask`` None), else what the
     user confirms. ``run(delete, report)`` decides and deletes under the stack lock (``delete``:
     None for every deletable one, else only those ids)."""
 
     def report(item, ok, why, deleting):
-        typer.echo(f"{('deleting' if deleting else 'would delete') if ok else 'keeping'} {name(item)}: {why}")
+        items.append({"id": item.id, "name": name(item), "deletable": bool(ok), "deleted": bool(ok and deleting), "why": why})
+        echo(f"{('deleting' if deleting else 'would delete') if ok else 'keeping'} {name(item)}: {why}")
 
     with progress(f"listing {listing}"):
         found = run(set() if ask else None, None if ask else report)
     if not found:
-        typer.echo(none)
+        echo(none)
         return
     if ask is None:
         return
@@ -164,10 +189,11 @@ def _list_then_delete(run, name, ask, preview_only: bool, listing: str, none: st
         report(item, ok, why, False)
     deletable = {item.id for item, ok, _ in found if ok}
     if deletable and ask(f"Delete {len(deletable)} {what}?"):
+        items.clear()  # (what the deletion reports replaces the listing)
         with progress("deleting"):
             run(deletable, report)
     elif deletable:
-        typer.echo(_declined("nothing deleted", preview_only))
+        echo(_declined("nothing deleted", preview_only))
 
 
 def _declined(what: str, preview_only: bool) -> str:

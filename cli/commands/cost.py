@@ -71,10 +71,24 @@ def cost(
 
         plot = draw(rep.costed, plot, rep.now, f"spotctl cost {ref.name}")
     data = rep.json()
+    _fold_states(data, selected, events, now)
     if json_out:
         typer.echo(json.dumps(data, indent=2, sort_keys=True, allow_nan=False))
         return
     _print(data, plot)
+
+
+def _fold_states(data: dict, jobs: list, events: dict[str, list], now) -> None:
+    """Each job's state as `spotctl status` folds it from the file and the events (``needs-resume`` for a
+    job the file says is running whose attempt the events say was preempted), as of ``now``; the file's
+    own word stays in ``fileState``."""
+    from cli.lifecycle.status import job_report
+
+    by_id = {j.id: j for j in jobs}
+    for row in data["jobs"]:
+        if (job := by_id.get(row["id"])) is not None:
+            seen = [e for e in events.get(job.id, []) if e.time <= now]
+            row["fileState"], row["state"] = row["state"], job_report(job, seen, now=now)["status"]
 
 
 def _usd(x) -> str:
@@ -119,11 +133,11 @@ def _print(data: dict, plot: Optional[Path]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: not squeezed into 80 columns unless COLUMNS says so
-        import os
+    from cli.commands.textfit import columns
 
-        console = Console(width=int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 150)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: 80 columns unless COLUMNS says otherwise (as `status`)
+        console = Console(width=columns())
     t = data["total"]
     pct = f" ({t['savings_pct']:.1f} %)" if t["savings_pct"] is not None else ""
     rows = []

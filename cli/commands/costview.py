@@ -1,25 +1,10 @@
 """The cost preview the applying commands show before they ask (``launch``, ``resume``, ``failover``)
-and ``plan`` prints: the numbers from ``cli.lifecycle.estimate``, the trace from the folders ``simulate``
-reads. No commands here."""
+and ``plan`` prints: the numbers from ``cli.lifecycle.estimate``. No commands here."""
 
-from pathlib import Path
-from typing import Optional
 
 import typer
 
 from cli.commands import progress
-
-
-def shipped_trace(path: Path) -> Optional[Path]:
-    """``path`` under the trace folders ``simulate`` reads (``cli.commands.traces``), or None: the cost
-    preview then samples a trace instead of failing."""
-    from cli.commands.traces import SPOT_TRACES_SUBDIR, trace_roots
-
-    for root in trace_roots():
-        for folder in (root, root / SPOT_TRACES_SUBDIR):
-            if (folder / path).is_file():
-                return folder / path
-    return None
 
 
 def shown(value) -> str:
@@ -38,7 +23,7 @@ def cost_preview(ref, cfg, jobs, expected_for=(), enabled: bool = True) -> dict:
     expected = []
     for job in expected_for:
         with progress(f"job {job.id}: replaying its policy {job.policy} for the expected cost", enabled=enabled):
-            found = estimate.expected_cost(cfg, job, learned, shipped_trace)
+            found = estimate.expected_cost(cfg, job, learned)
         if found is not None:
             expected.append(found)
     return estimate.preview(cfg, jobs, expected)

@@ -58,7 +58,7 @@ def drill(
     command: Annotated[Optional[list[str]], typer.Argument(help="The training command, after `--`.", show_default=False)] = None,
     cloud: Annotated[CloudName, typer.Option("--cloud", help="Whose preemption to play: gcp (30 s) or aws (2-minute notice).")] = CloudName.GCP,
     preempt_every: Annotated[Optional[float], typer.Option("--preempt-every", metavar="SECONDS", help="Preempt each attempt this long after its command started (setup is never preempted).")] = None,
-    trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="Preempt when a spot-traces JSON file says spot went away. " + TRACE_LOOKUP)] = None,
+    trace: Annotated[Optional[Path], typer.Option("--trace", metavar="FILE", help="A trace file (JSON, the spot-traces availability format): preempt when it says spot went away. " + TRACE_LOOKUP)] = None,
     time_scale: Annotated[Optional[float], typer.Option("--time-scale", help="Trace seconds (and AWS's notice) per drill second; with --trace the default puts the trace's first preemption 2 s into the run.")] = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, help="Give up after this many attempts.")] = 10,
     verify: Annotated[bool, typer.Option("--verify", help="Also run uninterrupted and compare the final output files.")] = False,

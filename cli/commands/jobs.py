@@ -52,13 +52,14 @@ FromAttemptOpt = Annotated[
 
 
 @app.command(
-    short_help="New attempt of a preempted job, same disk.  Example: spotctl resume llm-pretrain --stack example-gcp",
-    help="Give a preempted (or stopped, or --force: failed) job its next attempt: attempt + 1, state running, and the "
-    "capacity its policy picks (or --capacity), then a targeted pulumi update of only that job's resources. The job "
-    "disk stays, so training continues from its last checkpoint. Running it twice makes one new attempt. When the "
-    "stack has several zones and a move to another pays (the zone choice: every job's and pool's events), the new "
-    "attempt starts there, its disks moved as by `spotctl move`, after a preview of the move's time and price; "
-    "--no-move resumes in place.\n\n"
+    short_help="Start a pending job, or a preempted one's next attempt.  Example: spotctl resume llm-pretrain -s example-gcp",
+    help="Start a pending job's attempt 1 (what `spotctl launch --no-apply` writes): state running on new disks. Or give "
+    "a preempted (or stopped, or --force: failed) job its next attempt: attempt + 1, state running, on the same disks, "
+    "so training continues from its last checkpoint. Either way the capacity is the one its policy picks (or "
+    "--capacity), then a targeted pulumi update of only that job's resources (--no-apply: only the stack file is "
+    "written). Running it twice makes one new attempt. When the stack has several zones and a move to another pays "
+    "(the zone choice: every job's and pool's events), the new attempt starts there, its disks moved as by `spotctl "
+    "move`, after a preview of the move's time and price; --no-move resumes in place.\n\n"
     "Example: spotctl resume llm-pretrain --stack example-gcp --events-dir ./events",
 )
 def resume(

@@ -20,6 +20,8 @@ from cli.commands import (
     progress,
     pull_first,
     run_change,
+    shell_cwd,
+    shell_path,
     warn,
 )
 from cli.commands.costview import cost_preview, echo_cost, shown
@@ -66,6 +68,8 @@ def launch(
         raise fail("--preview-only needs pulumi: it cannot be combined with --no-apply")
     flags = {"id": job_id, "machine": machine, "gpus": gpus, "nodes": nodes, "zone": zone, "command": command,
              "code": code, "deadlineHours": deadline_hours, "jobHours": job_hours}
+    if job_file is not None:
+        job_file = shell_path(job_file)  # (as the shell means it, also under -C DIR)
     if job_file is None and job_id is None:
         raise fail("give a JOB_FILE or --id NAME (with --machine, --command, ...)")
     confirm = confirmer(yes, preview_only, no_apply)  # (no terminal and no --yes: refused before anything)
@@ -79,9 +83,9 @@ def launch(
             # every later command reads it.
             root = stackfile.project_root(ref.path.parent)
             if code is not None:
-                flags["code"] = launching.code_flag(code, root, Path.cwd())
+                flags["code"] = launching.code_flag(code, root, shell_cwd())
             elif "code" in given:
-                given["code"] = launching.rebased_code(given["code"], job_file.parent, root)
+                given["code"] = launching.rebased_code(given["code"], job_file.parent, root, str(job_file))
             if gpus is not None:
                 named = machine or given.get("machineType") or given.get("instanceType")
                 flags["gpus"] = parse_gpus(gpus, current.cloud, named if isinstance(named, str) else None)

@@ -7,6 +7,7 @@ import typer
 from cli.commands import (
     BucketOpt,
     EventsOpt,
+    JsonOpt,
     StackFileOpt,
     StackOpt,
     app,
@@ -37,12 +38,16 @@ def logs(
     node: Annotated[int, typer.Option("--node", min=0, help="Which node of a multi-node job (NODE_RANK).")] = 0,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new output until the attempt ends.")] = False,
     lines: Annotated[int, typer.Option("--tail", min=0, help="Only the last N lines (0: all).")] = 0,
+    json_out: JsonOpt = False,
 ) -> None:
+    import json
     import sys
 
     from cli.lifecycle import logs as joblogs
     from cli.lifecycle.apply import ApplyError
 
+    if json_out and follow:
+        raise fail("--json prints the log once, as one document: leave out --follow (or --json, to follow the text)")
     ref, cfg, _ = stack_jobs(stack, stack_file, job)  # the job must exist in the stack
     if events_dir is not None:
         if not events_dir.exists():
@@ -68,13 +73,20 @@ def logs(
     from cli.lifecycle.events import terminal_safe
 
     shown = terminal_safe if _to_terminal() else str  # (a file or a pipe gets the log as the VM wrote it)
+    held: list[str] = []
 
     def write(text: str) -> None:
+        if json_out:  # (one document: the log is held, as --tail holds its last lines; JSON escapes it)
+            held.append(text)
+            return
         sys.stdout.write(shown(text))
         sys.stdout.flush()
 
     try:
-        guard(lambda: joblogs.show(source, attempt, node, write, lines=lines, follow=follow))
+        key = guard(lambda: joblogs.show(source, attempt, node, write, lines=lines, follow=follow))
+        if json_out:
+            typer.echo(json.dumps({"job": job, "attempt": key.attempt, "node": key.node, "source": source.where,
+                                   "log": "".join(held)}, indent=1, sort_keys=True))
     except joblogs.LogError as exc:
         raise fail(f"job {job}: {exc} in {source.where}") from None
     except KeyboardInterrupt:

@@ -29,11 +29,11 @@ from infra.basics import counted
     "and report mean cost normalised to all-on-demand, p25/p75, misses, spot/on-demand hours and the gap to the "
     "optimum.\n\n"
     "The traces are third-party data (github.com/skypilot-org/spot-traces), not shipped with spotctl: the example "
-    "needs them under SPOTCTL_TRACES or ../shared/traces (see --trace).\n\n"
+    "needs them where --trace finds them (a path, or under SPOTCTL_TRACES).\n\n"
     "Example: spotctl simulate --trace availability/1-node/aws-10-26-2022/us-west-2b_v100_1.json --job-hours 48 --deadline-hours 60 --changeover-hours 0.2 --plot run.png",
 )
 def simulate(
-    trace: Annotated[list[Path], typer.Option("--trace", metavar="FILE", help="A spot-traces JSON or probe CSV; repeatable. " + TRACE_LOOKUP)],
+    trace: Annotated[list[Path], typer.Option("--trace", metavar="FILE", help="A trace file (JSON in the spot-traces format, or a probe CSV); repeatable. " + TRACE_LOOKUP)],
     policy: Annotated[Optional[list[str]], typer.Option("--policy", metavar="NAME", help="Repeatable; default: all.")] = None,
     job_hours: Annotated[float, typer.Option("--job-hours", help="C: compute hours the job needs.")] = 48.0,
     deadline_hours: Annotated[float, typer.Option("--deadline-hours", help="R: hours from start to the deadline.")] = 60.0,

@@ -23,17 +23,28 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
              cloud: Annotated[bool, typer.Option("--cloud", help="Also ask the cloud, read-only, what only it knows: "
                                                  "(AWS) whether this stack name is already deployed in the account by "
                                                  "another deployment, in any region (IAM names are account-wide).")] = False,
-             events_bucket: BucketOpt = None) -> None:
+             events_bucket: BucketOpt = None, json_out: JsonOpt = False) -> None:
+    import json
+
     from cli.lifecycle import stackfile
     from infra.stack_limits import stack_problems
+
+    def refuse(source: str, errors: list[str]) -> typer.Exit:
+        if json_out:  # (the same errors, one per line on stderr as without --json)
+            typer.echo(json.dumps({"file": source, "ok": False, "errors": errors, "warnings": []}, indent=1))
+        return fail("\n".join(f"{source}: {e}" for e in errors))
 
     try:
         ref = stackfile.resolve(stack, stack_file)
         cfg = stackfile.load(ref)
         if problems := stack_problems(cfg, ref.name):  # limits that need the stack's name or its scripts
             raise ConfigError(str(ref.path), problems)
+        from cli.code.prepare import dir_problems
+
+        if problems := dir_problems(cfg, stackfile.project_root(ref.path.parent)):
+            raise ConfigError(str(ref.path), problems)
     except ConfigError as exc:
-        raise fail(str(exc)) from None
+        raise refuse(exc.source, exc.problems) from None
     if cloud and cfg.cloud == "aws":
         from cli.cloud import CloudError
         from cli.cloud.deployments import aws_boundary, clash
@@ -44,9 +55,9 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
         try:
             problem = clash(ref.name, cfg.region, aws_boundary(cfg.region, ref.name), bucket)
         except CloudError as exc:
-            raise fail(f"{ref.path}: spotctl:region: {exc}") from None
+            raise refuse(str(ref.path), [f"spotctl:region: {exc}"]) from None
         if problem:
-            raise fail(f"{ref.path}: spotctl:region: {problem}")
+            raise refuse(str(ref.path), [f"spotctl:region: {problem}"])
     from cli.code.prepare import dir_warnings
     from infra.codespec import code_warnings
     from infra.config import policy_warnings
@@ -54,8 +65,13 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
     from infra.tokens import token_warnings
 
     code_dirs = dir_warnings(cfg, stackfile.project_root(ref.path.parent))
-    for warning in [*policy_warnings(cfg), *gang_warnings(cfg), *token_warnings(cfg), *code_warnings(cfg), *code_dirs]:
+    warnings = [*policy_warnings(cfg), *gang_warnings(cfg), *token_warnings(cfg), *code_warnings(cfg), *code_dirs]
+    for warning in warnings:
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
+    if json_out:
+        typer.echo(json.dumps({"file": str(ref.path), "ok": True, "cloud": cfg.cloud, "pools": len(cfg.pools),
+                               "jobs": len(cfg.jobs), "errors": [], "warnings": warnings}, indent=1))
+        return
     typer.echo(f"{ref.path}: ok ({cfg.cloud}, {counted(len(cfg.pools), 'pool')}, {counted(len(cfg.jobs), 'job')})")
 
 
@@ -92,13 +108,13 @@ def plan(stack: StackOpt = None, stack_file: StackFileOpt = None, json_out: Json
 
         typer.echo(json.dumps(result.as_json() | {"cost": cost}, indent=2, sort_keys=True))
         return
-    import shutil
     import textwrap
 
+    from cli.commands.textfit import columns as fitting
     from cli.lifecycle.estimate import render as render_cost
     from cli.plan.tree import render
 
-    columns = shutil.get_terminal_size((100, 24)).columns
+    columns = fitting()
     typer.echo(render(result, columns), nl=False)
     for note in result.notes:  # rules on what only the cloud answers: the real engine checks them
         typer.echo(textwrap.fill(f"note: {note}", width=max(columns, 40), subsequent_indent="  "), err=True)

@@ -24,6 +24,14 @@ def urn_line(urn: str, note: str) -> str:
     return wrapped(f"- delete {kind} {name}{note}", "  ", "    ")
 
 
+def columns() -> int:
+    """The width a person's output fits: $COLUMNS, else the terminal's, else 80 (piped: a file or a pager
+    is read at 80 too, as `status` prints)."""
+    import shutil
+
+    return shutil.get_terminal_size((80, 24)).columns
+
+
 def wrapped(text: str, first: str = "", rest: str = "    ") -> str:
     import shutil
     import textwrap

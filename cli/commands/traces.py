@@ -6,22 +6,18 @@ from pathlib import Path
 from cli.commands import fail
 
 TRACES_ENV = "SPOTCTL_TRACES"  # a directory of spot traces (e.g. a copy of skypilot-org/spot-traces)
-# ../shared/traces holds the spot-traces copy in this subfolder, beside other data sets.
+# A folder of several data sets may hold the spot-traces copy in this subfolder.
 SPOT_TRACES_SUBDIR = "skypilot-spot-traces"
-TRACE_LOOKUP = ("A relative path not found here is looked up under $SPOTCTL_TRACES, then the project's ../shared/traces "
-                f"(each also in its {SPOT_TRACES_SUBDIR}/); a bare file name is searched for in their subfolders.")
+TRACE_LOOKUP = (f"A relative path not found here is looked up under $SPOTCTL_TRACES (also in its {SPOT_TRACES_SUBDIR}/); "
+                "a bare file name is searched for in its subfolders.")
 
 
 def trace_roots() -> list[Path]:
-    """The folders a relative ``--trace`` is looked up in, in order: $SPOTCTL_TRACES, then
-    ``<project>/../shared/traces`` (where development copies live)."""
+    """The folders a relative ``--trace`` is looked up in: $SPOTCTL_TRACES when set (never a folder
+    beside spotctl's own checkout: what an installed spotctl does must not depend on one)."""
     import os
 
-    from cli.lifecycle.stackfile import project_root
-
-    roots = [Path(os.environ[TRACES_ENV])] if os.environ.get(TRACES_ENV) else []
-    roots.append(project_root(Path(__file__).parent).parent / "shared" / "traces")
-    return roots
+    return [Path(os.environ[TRACES_ENV])] if os.environ.get(TRACES_ENV) else []
 
 
 def find_trace(path: Path) -> Path:

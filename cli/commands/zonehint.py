@@ -1,5 +1,6 @@
 """``resume``'s zone: where the zone choice (``cli.lifecycle.zonechoice``) would run the job next,
-from every job's and pool's events and the stack's recorded history, and why."""
+from every job's and pool's events, the stack's recorded history and the capacity refusals the
+watcher recorded, and why."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ def zone_decision(ref, cfg, job_id: str, events: list, events_dir, bucket, where
     from cli.commands.hints import Unread
     from cli.lifecycle.capacity import job_price_ratio, learned_path, read_learned
     from cli.lifecycle.zonechoice import decide_zone
+    from cli.watch.journal import recorded_refusals
 
     job = cfg.job(job_id)
     if len({job.zone, *(job.disk_replica_zones or cfg.zones)}) < 2 or not (events_dir is not None or bucket or where):
@@ -29,8 +31,11 @@ def zone_decision(ref, cfg, job_id: str, events: list, events_dir, bucket, where
         warn(f"{exc}: the zone choice sees job {job_id}'s events only")
         everyone = {}
     everyone[job_id] = events  # (with what --observe added)
+    # The watcher's capacity refusals per zone, read only: resume never writes the journal nor takes the lease.
+    refused = recorded_refusals(ref.path, cfg.jobs)
     return decide_zone(cfg, job, everyone, datetime.now(UTC), job_price_ratio(cfg, job),
-                       in_place=lambda: choose(job, events), learned=read_learned(learned_path(ref.path, ref.name)))
+                       in_place=lambda: choose(job, events), learned=read_learned(learned_path(ref.path, ref.name)),
+                       refused=refused)
 
 
 class _PoolRef:

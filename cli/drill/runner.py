@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cli.drill.checkpoints import FileWatch, checkpoint_interval, interval_words
 from cli.drill.code import SETUP_MARKERS, DrillCode, command_began_ago, outputs, setup_ended_ago, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
@@ -48,6 +49,7 @@ class Attempt:
     seconds: float = 0.0
     checkpoint_at_start: bool = False
     checkpoints: list[int] = field(default_factory=list)
+    checkpoint_files: list[int] = field(default_factory=list)  # the progress when checkpoint files appeared
     lost_work: int | None = None  # progress lost to the preemption that ended this attempt
     log_tail: list[str] = field(default_factory=list)  # the last lines of a failed attempt's log
     setup_s: float | None = None  # how long the job's setup ran in this attempt (None: it did not run)
@@ -97,19 +99,6 @@ def parse_progress(text: str) -> tuple[list[tuple[int, int | None]], list[int]]:
     return progress, checkpoints
 
 
-def checkpoint_interval(attempts: list[Attempt]) -> int | None:
-    """The largest gap between consecutive checkpoints any attempt reported (or None)."""
-    gaps = []
-    for a in attempts:
-        marks = sorted(set(a.checkpoints))
-        base = a.start_progress or 0
-        for m in marks:
-            if m > base:
-                gaps.append(m - base)
-                base = m
-    return max(gaps) if gaps else None
-
-
 def account_lost_work(attempts: list[Attempt]) -> None:
     """Fill ``lost_work`` of each preempted attempt: how far the next one went back."""
     for cur, nxt in zip(attempts, attempts[1:], strict=False):
@@ -128,7 +117,7 @@ def restarts_from_zero(attempts: list[Attempt]) -> list[Attempt]:
 
 def checkpoints_seen(attempts: list[Attempt]) -> bool:
     """Whether the script ever checkpointed: a SPOTCTL_CHECKPOINT line, or files in its checkpoint dir."""
-    return any(a.checkpoints or a.checkpoint_at_start for a in attempts)
+    return any(a.checkpoints or a.checkpoint_files or a.checkpoint_at_start for a in attempts)
 
 
 def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
@@ -147,7 +136,7 @@ def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
     allowance = interval if interval is not None else 0
     for a in attempts:
         if a.lost_work is not None and a.lost_work > max(allowance, 1):
-            return "lost-work", f"attempt {a.attempt} lost {counted(a.lost_work, 'step')} (checkpoint interval {interval})"
+            return "lost-work", f"attempt {a.attempt} lost {counted(a.lost_work, 'step')} ({interval_words(interval)})"
     if not completed:
         failed = [a for a in attempts if a.outcome == "failed"]
         why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {counted(len(attempts), 'attempt')}"
@@ -259,6 +248,7 @@ class Drill:
         for index in range(self.spec.max_attempts if preempt else 1):
             number = index + 1
             rec = Attempt(attempt=number, checkpoint_at_start=_has_files(disk / "checkpoints"))
+            watch = FileWatch(disk / "checkpoints")  # ($SPOTCTL_CHECKPOINT_DIR: infra.render)
             attempts.append(rec)
             emu.reset(preempted=False, instance_action=None, maintenance_event="NONE")
             self.vm = vm = LocalVM(self._context(emu, number, disk, self.workdir / f"state-{id(attempts)}-{number}"),
@@ -282,7 +272,7 @@ class Drill:
             deadline = None if preempt else booted + self.spec.attempt_timeout_s
             ahead = 0.0
             while True:
-                self._observe(rec, disk)
+                self._observe(rec, disk, watch)
                 ended = _terminal(vm, number)
                 if ended or (not vm.alive("run.pid") and vm.pid("run.pid") is not None):
                     rec.outcome = ended or "failed"
@@ -309,7 +299,8 @@ class Drill:
                 self.status(_status_line(rec, deadline - ahead - now if preempt else None))
                 time.sleep(0.1)
             vm.kill_all()
-            self._observe(rec, disk)
+            # (files written during the shutdown were not watched: when they appeared is unknown)
+            self._observe(rec, disk, None)
             # The events decide: work that finished as the preemption came is completed, not preempted.
             rec.outcome = _terminal(vm, number) or rec.outcome
             rec.seconds = round(time.monotonic() - started, 3)
@@ -324,13 +315,16 @@ class Drill:
         """The job has a setup that has not yet run to its end on this disk (its marker is not there)."""
         return bool(self.spec.code and self.spec.code.setup) and not any(disk.glob(SETUP_MARKERS))
 
-    def _observe(self, rec: Attempt, disk: Path) -> None:
+    def _observe(self, rec: Attempt, disk: Path, watch: FileWatch | None) -> None:
         progress, checkpoints = parse_progress(self._log(disk, rec.attempt))
         if progress:
             rec.start_progress = progress[0][0]
             rec.end_progress = progress[-1][0]
             rec.total = progress[-1][1]
         rec.checkpoints = checkpoints
+        # A script that prints no SPOTCTL_CHECKPOINT line still shows its interval by the files it writes.
+        if watch is not None:
+            rec.checkpoint_files += watch.marks(rec.end_progress, time.time_ns())
 
     def _preempt(self, emu: Emulator, vm: LocalVM) -> None:
         preempt(emu, vm, self.spec.time_scale)

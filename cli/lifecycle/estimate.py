@@ -5,16 +5,15 @@ interface endpoints, the watcher VM), and a job's expected cost under its policy
 Prices are offline only: ``spotctl:prices``, else the shipped table (``cli/cost/prices.json``, its date
 named), else "unpriced"; the network parts from ``cli/cost/always_on.json`` (its sources there).
 The expected cost replays the job's policy with the ``simulate`` machinery (``cli.policy.simulate``) on
-a trace: one sampled from the zone's fitted history (``spotctl policy fit``) when there is one, else
-the development trace where it is found (``SPOTCTL_TRACES`` or ``../shared/traces``: third-party data, not shipped
-with spotctl), else one sampled from the shipped regimes.
+a trace: one sampled from the zone's fitted history (``spotctl policy fit``) when there is one, else one
+sampled from the shipped regimes (``cli/policy/regimes.json``). Never a trace file found on the machine:
+the preview is the same wherever spotctl is installed (``spotctl simulate --trace`` replays a trace you give).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any
 from infra.config import Job, StackConfig
 
 ALWAYS_ON = Path(__file__).resolve().parent.parent / "cost" / "always_on.json"
-DEFAULT_TRACE = Path("availability/1-node/aws-10-26-2022/us-west-2a_v100_1.json")  # the development trace
 STARTS = 8  # random starts per replay: each is a whole run of the policy (~0.5 s for a 60 h job)
 SEED = 0
 SAMPLED_DAYS = 30
@@ -130,8 +128,7 @@ def _source(entry: dict, region: str) -> str:
 # ---- the policy's expected cost ------------------------------------------------------------------------
 
 
-def expected_cost(cfg: StackConfig, job: Job, learned: dict[str, Any], find_trace: Callable[[Path], Path | None],
-                  starts: int = STARTS) -> Expected | None:
+def expected_cost(cfg: StackConfig, job: Job, learned: dict[str, Any], starts: int = STARTS) -> Expected | None:
     """The job's policy replayed on a trace (see the module docstring): None when the job gives no
     ``jobHours`` or its machine is unpriced. Without ``deadlineHours`` the range is all spot to all
     on-demand (no policy can be replayed without a deadline)."""
@@ -150,7 +147,7 @@ def expected_cost(cfg: StackConfig, job: Job, learned: dict[str, Any], find_trac
     from cli.policy import simulate as sim
     from cli.policy.policies import make_policy
 
-    trace, basis = _trace(job, pool, job.deadline_hours, find_trace)
+    trace, basis = _trace(job, pool, job.deadline_hours)
     sjob = sim.Job(job.job_hours, job.deadline_hours, changeover, ratio)
     # The runs `spotctl simulate` makes of this policy (``sim.evaluate``: the same starts and seed), kept
     # whole for the range: the cheapest and the dearest start, not quartiles a skewed few runs fall outside.
@@ -160,20 +157,14 @@ def expected_cost(cfg: StackConfig, job: Job, learned: dict[str, Any], find_trac
                     job.job_hours, job.deadline_hours, changeover, ratio, rate.spot)
 
 
-def _trace(job: Job, pool: dict[str, Any], deadline_h: float, find_trace: Callable[[Path], Path | None]):
-    from cli.policy import simulate as sim
+def _trace(job: Job, pool: dict[str, Any], deadline_h: float):
     from cli.policy.planning import Regime, pooled_regime
 
     if pool.get("spot_windows") and pool.get("up_rate") and pool.get("down_rate"):
         regime = Regime(f"{job.zone}/history", tuple(pool["up_rate"]), tuple(pool["down_rate"]))
         return sample_trace(regime, deadline_h), (f"a trace sampled from {job.zone}'s recorded history "
                                                   f"({pool['spot_windows']} spot windows, `spotctl policy fit`)")
-    path = find_trace(DEFAULT_TRACE)
-    if path is not None:
-        trace = sim.load_trace(path)
-        if trace.hours > deadline_h + trace.gap_s / 3600:
-            return trace, f"the development trace {DEFAULT_TRACE.name} found at {path} (no history recorded in {job.zone})"
-    return sample_trace(pooled_regime(), deadline_h), "a trace sampled from the shipped regimes (no history, no trace found)"
+    return sample_trace(pooled_regime(), deadline_h), f"a trace sampled from the shipped regimes (no history recorded in {job.zone})"
 
 
 def sample_trace(regime, deadline_h: float, seed: int = SEED):
@@ -220,6 +211,7 @@ def preview(cfg: StackConfig, jobs: list[Job], expected: list[Expected] | None =
         "total_per_h": None if any(r.per_h is None for r in counted) else known,
         "total_known_per_h": known,
         "unpriced": sorted({r.detail for r in rates + others + fixed if r.per_h is None}),
+        "region": cfg.region,
         "price_table_date": max((e["date"] for e in shipped_table().get(cfg.cloud, {}).get(cfg.region, {}).values()), default=None),
         "expected": [asdict(e) for e in expected or []],
     }
@@ -254,7 +246,9 @@ def render(doc: dict[str, Any], width: int = 80) -> list[str]:
     total = doc["total_per_h"]
     notes = ["the whole stack"] if others.get("jobs") else []
     if total is None:
-        notes.append(f"unpriced: {', '.join(doc['unpriced'])}; add them to spotctl:prices")
+        notes.append(f"unpriced: {', '.join(doc['unpriced'])}: neither spotctl:prices nor spotctl's shipped price table "
+                     f"has {'it' if len(doc['unpriced']) == 1 else 'them'} in {doc.get('region', 'this region')}; add "
+                     f"{'it' if len(doc['unpriced']) == 1 else 'them'} to spotctl:prices")
     figure = money(total) if total is not None else f"at least {money(doc.get('total_known_per_h', 0.0))}"
     out.append(f"total now: {figure}/h" + (f" ({'; '.join(notes)})" if notes else ""))
     if doc.get("price_table_date"):
@@ -269,4 +263,5 @@ def render(doc: dict[str, Any], width: int = 80) -> list[str]:
 def _fit(text: str, width: int) -> str:
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False)) if len(text) > width else text
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False,
+                                   break_long_words=False))  # (a path or a name stays whole, copyable) if len(text) > width else text

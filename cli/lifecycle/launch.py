@@ -42,19 +42,19 @@ def read_job_file(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in doc.items()}
 
 
-def rebased_code(code: Any, base: Path, root: Path) -> Any:
-    """A ``code`` directory given relative to ``base`` (the job file's directory, or the working
-    directory for ``--code``), as the stack file records it: relative to the project root ``root``
-    (what resume, watch and drill read it against), or absolute when it lies outside. Repositories,
-    absolute and ``~`` paths, and values that are not a directory are left for validation."""
-    import os
-
+def rebased_code(code: Any, base: Path, root: Path, source: str) -> Any:
+    """A job file's ``code`` directory (relative to ``base``, the job file's directory) as the stack file
+    records it: relative to the project root ``root``, through the check ``--code`` gets (:func:`code_flag`),
+    so no machine-local path reaches the shared stack file. Repositories and values that are not a
+    directory name are left for validation; ConfigError names ``source`` (the job file) and the key."""
     text = code if isinstance(code, str) else code.get("dir") if isinstance(code, dict) else None
-    if not isinstance(text, str) or not text or text.startswith(("~", "/")) or "\\" in text:
+    if not isinstance(text, str) or not text or "\\" in text:
         return code
-    where = os.path.normpath(os.path.join(base.resolve(), text))
-    rel = os.path.relpath(where, root.resolve())
-    new = where if rel == ".." or rel.startswith("../") else "./" if rel == "." else f"./{rel}"
+    key = "code" if isinstance(code, str) else "code.dir"
+    try:
+        new = code_flag(text, root, base)
+    except ConfigError as exc:
+        raise ConfigError(source, [f"{key}: {p}" for p in exc.problems]) from None
     return new if isinstance(code, str) else {**code, "dir": new}
 
 
@@ -70,7 +70,7 @@ def code_flag(text: str, root: Path, cwd: Path) -> str:
     if not full.is_dir():
         raise ConfigError("--code", [f"{text}: {full} {'is not a directory' if full.exists() else 'does not exist'}"])
     try:
-        inside = full.relative_to(root)
+        inside = full.relative_to(root.resolve())
     except ValueError:
         raise ConfigError("--code", [f"{text}: {full} is outside the project root {root} (the directory holding "
                                      "Pulumi.yaml): the stack file names code relative to it, for every machine that "

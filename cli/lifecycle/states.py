@@ -28,7 +28,7 @@ P, R, PR, S, C, F = (
 
 # Every legal move, with why it happens. Anything else is refused with both states named.
 TRANSITIONS: dict[tuple[JobState, JobState], str] = {
-    (P, R): "the first attempt is applied: its VMs are created on new disks",
+    (P, R): "the first attempt starts: its VMs are created on new disks",
     (R, R): "a new attempt of a running job (failover, or resume after a preemption seen in events): VMs replaced, disks kept",
     (R, PR): "a spot VM of the current attempt was preempted (event or cloud API)",
     (R, S): "a VM of the current attempt stopped without a preemption (host maintenance, a manual stop)",

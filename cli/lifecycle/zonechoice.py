@@ -10,8 +10,8 @@ with no spot start since. The stack's pools are evidence too (``pool_evidence``)
 job's machine type preempted in a zone (its events carry the zone its VM ran in) was a spot VM
 there, up from its first event to its preemption, and spot is down there for ``FRESH_H`` after.
 (A pool VM still running says nothing: its part may be the on-demand base.) A launch the cloud
-refused for capacity in a zone (``watch``'s journal: any job of the machine type) says spot is down
-there for ``FRESH_H`` too. The recorded history
+refused for capacity in a zone (``watch``'s journal, which ``resume`` reads too: any job of the
+machine type) says spot is down there for ``FRESH_H`` too. The recorded history
 (``spotctl policy fit``'s learned file, ``capacity.learned_path``) adds the windows of jobs whose
 events are no longer read (a job since removed from the stack file). Outages are not measured
 (nothing probes a zone whose VM is gone): the prior's stand.
@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from cli.lifecycle.capacity import DEFAULT_PRICE_RATIO, _hours, attempt_pools, measure, move_changeover_h, observation_for
-from cli.lifecycle.events import Event, Timeline
+from cli.lifecycle.attemptfold import Run, capacity_of_runs, fold
+from cli.lifecycle.capacity import DEFAULT_PRICE_RATIO, _hours, attempt_pools, move_changeover_h, observation_for
+from cli.lifecycle.events import Event
 from infra.config import Capacity, Job, Pool, StackConfig
 
 FRESH_H = 1.0  # a preemption says "down now" for this long: the development series' mean outage (cli/policy/zones.py)
@@ -59,27 +60,41 @@ def zone_stats(jobs: Iterable[Job], events_of: Mapping[str, list[Event]], machin
         if kind == machine and zone in windows and 0 <= age < FRESH_H and (zone not in latest or when > latest[zone][0]):
             latest[zone] = (when, False, age)
     for job in jobs:
-        events = job.mine(list(events_of.get(job.id, [])))
-        by_zone: dict[str, set[int]] = {}
-        for attempt, pool in attempt_pools(job, events).items():
-            zone, _, kind = pool.partition("/")
-            if kind == machine and zone in windows:
-                by_zone.setdefault(zone, set()).add(attempt)
-        for zone, attempts in by_zone.items():
-            m = measure(events, now, attempts=attempts)
-            windows[zone] += m.windows_h
-            censored[zone] += m.censored_h
-            spot = {e.attempt for e in events if e.event == "started" and e.details.get("capacity") == "spot"}
-            for begun, ended, how in Timeline.of([e for e in events if e.attempt in attempts & spot], now).runs:
-                seen = (begun, True, _hours(begun, now)) if how == "running" else (
-                    (ended, False, _hours(ended, now)) if how == "preempted" and _hours(ended, now) < FRESH_H else None)
-                if seen is not None and (zone not in latest or seen[0] > latest[zone][0]):
-                    latest[zone] = seen
+        job_evidence(job, job.mine(list(events_of.get(job.id, []))), machine, now, windows, censored, latest)
     out = []
     for zone in wanted:
         _, up, age = latest.get(zone, (None, None, 0.0))
         out.append(ZoneStats(zone, tuple(windows[zone]), (), tuple(censored[zone]), up, age))
     return tuple(out)
+
+
+def job_evidence(job: Job, events: list[Event], machine: str, now: datetime, windows: dict[str, list[float]],
+                 censored: dict[str, list[float]], latest: dict[str, tuple[datetime, bool, float]]) -> None:
+    """One job's attempts on ``machine`` in the zones of ``windows``, folded once (``attemptfold``): per
+    zone what ``measure`` counts of them (windows, censored), and its spot attempts' news of now."""
+    pools = attempt_pools(job, events)
+    runs: dict[str, list[Run]] = {}
+    for run in fold(events, now):
+        zone, _, kind = pools[run.attempt].partition("/")
+        if kind == machine and zone in windows:
+            runs.setdefault(zone, []).append(run)
+    for zone, theirs in runs.items():
+        capacity = capacity_of_runs(theirs)
+        got, cut = windows[zone], censored[zone]
+        for r in theirs:
+            if r.how == "preempted":
+                got.append(_hours(r.begun, r.ended))
+            elif capacity[r.begun] == "spot":  # still running, or ended by us: the window lasted at least this
+                cut.append(_hours(r.begun, r.ended))
+            if not r.spot or r.how not in ("running", "preempted"):
+                continue
+            # (the freshest news wins: its age is worked out only for news fresher than what is known)
+            when = r.begun if r.how == "running" else r.ended
+            if zone in latest and when <= latest[zone][0]:
+                continue
+            age = _hours(when, now)
+            if r.how == "running" or age < FRESH_H:
+                latest[zone] = (when, r.how == "running", age)
 
 
 def pool_types(pool: Pool) -> set[str]:

@@ -129,19 +129,28 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
-def _fit(head: str, info: str, width: int, indent: str, sep: str = "  ") -> list[str]:
-    """``head`` then ``info`` on the same line if it fits, else ``info`` wrapped on lines of its own
-    that start with ``indent`` (the tree's continuation); a word longer than a line is clipped (…)."""
+def _fit(head: str, info: str, width: int, indent: str, sep: str = "  ", words: list[str] | None = None) -> list[str]:
+    """``head`` then ``info`` on the same line if it fits, else ``info``'s ``words`` (its parts between
+    two spaces) wrapped on lines of its own that start with ``indent`` (the tree's continuation). A
+    value is never cut: a word too long after ``indent`` starts further left, and one longer than a
+    whole line continues on the next."""
     if not info:
         return [_clip(head, width)]
     if len(head) + len(sep) + len(info) <= width:
         return [f"{head}{sep}{info}"]
     lines, line = [_clip(head, width)], indent
-    for word in info.split("  "):
+    for word in info.split("  ") if words is None else words:
         if len(line) + len(word) + 2 > width and line.strip(" │"):
             lines.append(line.rstrip())
             line = indent
-        line += _clip(word, width - len(indent)) + "  "
+        if len(line) + len(word) > width:  # (alone on its line, and still too long there)
+            lines.append(line.rstrip()) if line.strip(" │") else None
+            start = max(0, width - len(word))
+            pieces = [word[i:i + width] for i in range(0, len(word), width)] if start == 0 else [word]
+            lines += [(" " * start if start else "") + p for p in pieces[:-1]]
+            line = " " * start + pieces[-1] + "  "
+            continue
+        line += word + "  "
     lines.append(line.rstrip())
     return lines
 
@@ -197,5 +206,8 @@ def _outputs(value: Any, plan: Plan, indent: str, width: int) -> list[str]:
         else:
             text = "-" if v in (None, [], {}) else ", ".join(number(x) for x in v) if isinstance(v, list) else number(v)
             mocked = MOCKED if any(m and m in text for m in plan.mocked) else ""
-            out += _fit(f"{indent}{key}:", text + mocked, width, indent + "    ", sep=" ")
+            # (wrapped between list items and before "(mocked)", never inside a name)
+            items = [f"{number(x)}," for x in v[:-1]] + [number(v[-1])] if isinstance(v, list) and v else [text]
+            out += _fit(f"{indent}{key}:", text + mocked, width, indent + "    ", sep=" ",
+                        words=items + ([MOCKED.strip()] if mocked else []))
     return out

@@ -100,6 +100,24 @@ def refusals_of(memo: dict[str, Any]) -> int:
     return int(memo.get("tries", 0)) if memo.get("status") == "waiting-for-capacity" else 0
 
 
+def capacity_refusals(jobs, memory: dict[str, JobMemory]) -> list[tuple[str, str, datetime]]:
+    """(machine type, zone, when) of every job's last capacity refusal per zone (``memory``: the
+    journal's): what the zone choice takes as spot down there for a while (``cli.lifecycle.zonechoice``)."""
+    kinds = {j.id: j.machine_type or j.instance_type or "?" for j in jobs}
+    return [(kinds[job_id], zone, when) for job_id, m in memory.items() if job_id in kinds for zone, when in m.refused.items()]
+
+
+def recorded_refusals(stack_file: Path, jobs) -> list[tuple[str, str, datetime]]:
+    """``capacity_refusals`` as the watcher's journal beside ``stack_file`` records them, read only
+    (a journal that is not this user's, or a row that does not parse, says nothing; nothing is set aside)."""
+    if not os.path.lexists(journal_path(stack_file)):
+        return []
+    try:
+        return capacity_refusals(jobs, Journal.load(stack_file, set_aside=False).memory())
+    except (TypeError, ValueError, AttributeError):
+        return []
+
+
 def watcher_view(stack_file: Path, jobs) -> dict[str, dict[str, Any]]:
     """What the watcher sees of each job (for ``spotctl status``): ``status`` (needs-resume,
     stopped-by-user, waiting-for-capacity, retrying-apply, or how its last action ended), ``next_try``, ``last_action``."""

@@ -251,11 +251,10 @@ def zone_choice(ref, cfg, seen, choose, memory: dict | None = None) -> deciding.
     every job's capacity refusals per zone (``memory``: the journal's)."""
     from cli.lifecycle.capacity import job_price_ratio, learned_path, read_learned
     from cli.lifecycle.zonechoice import decide_zone
+    from cli.watch.journal import capacity_refusals
 
     learned = read_learned(learned_path(ref.path, ref.name))
-    kinds = {j.id: j.machine_type or j.instance_type or "?" for j in cfg.jobs}
-    refused = [(kinds[job_id], zone, when) for job_id, m in (memory or {}).items() if job_id in kinds
-               for zone, when in m.refused.items()]
+    refused = capacity_refusals(cfg.jobs, memory or {})
 
     def where(job, now: datetime):
         events = {p.name: seen.recorded(p.name) for p in cfg.pools} | {j.id: seen.history(j.id) for j in cfg.jobs}
