@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.policy.policies import IDLE, ON_DEMAND, SPOT, Default, Observation, UniformProgress
-from cli.policy.reserve import launch_leaves_room, reserve_h, short_windows, single_zone_rule
+from cli.policy.reserve import launch_leaves_room, reserve_h, round_trip_loses, short_windows, single_zone_rule
 from cli.policy.simulate import Job, Trace, simulate
 
 
@@ -127,3 +127,35 @@ def test_uniform_progress_keeps_its_on_demand_vm_while_spot_is_down():
         up = UniformProgress(hysteresis=hysteresis)
         obs = Observation(10.0, 9.0, 20.0, 40.0, 0.1, 3.14, ON_DEMAND, False, 1, 1 / 6)
         assert up.decide(obs) == ON_DEMAND
+
+
+def test_the_return_from_on_demand_is_the_plans_when_there_is_one():
+    """From on-demand with spot back and room to launch, the round trip (two changeovers of slack) is weighed
+    by the plan; without a plan, or from idle, the rule takes spot as before."""
+    args = (True, 5.0, 10.0, 0.1, 1 / 6, 1.0, False)
+    assert single_zone_rule(ON_DEMAND, *args, plan_return=True) is None
+    assert single_zone_rule(ON_DEMAND, *args)[0] == SPOT
+    assert single_zone_rule(IDLE, *args, plan_return=True)[0] == SPOT
+    # no room for the way back: on-demand whatever the plan would say
+    assert single_zone_rule(ON_DEMAND, True, 0.5, 10.0, 0.1, 1 / 6, 1.0, False, plan_return=True)[0] == ON_DEMAND
+    rules_only = Default(plan=False)
+    obs = Observation(10.0, 9.0, 20.0, 40.0, 0.1, 3.14, ON_DEMAND, True, 1, 1 / 6)
+    assert rules_only.decide(obs) == SPOT
+
+
+def test_from_on_demand_slack_is_paced_and_flickering_windows_are_let_go():
+    """A round trip from on-demand spends two changeovers of slack: not below the pace (0.05 h per hour of
+    work left), and, after windows too short to repay it (10-minute windows, 0.1 h changeovers, k = 3.14:
+    a window must last 0.29 h), not before the window has seen two ticks. From idle neither applies."""
+    tick = 1 / 6
+    assert round_trip_loses([tick, tick, tick], 0.1, 3.14)
+    assert not round_trip_loses([tick, tick, 2.0], 0.1, 3.14)
+    assert not round_trip_loses([tick], 0.1, 3.14)  # one window is not a pattern
+    assert not round_trip_loses([tick, tick], 0.02, 3.14)  # 0.02 h changeovers: a tick repays them
+    assert single_zone_rule(ON_DEMAND, True, 5.0, 40.0, 0.1, tick, tick, False, flicker=True)[0] == ON_DEMAND
+    assert single_zone_rule(ON_DEMAND, True, 5.0, 40.0, 0.1, tick, 2 * tick, False, flicker=True)[0] == SPOT
+    assert single_zone_rule(IDLE, True, 5.0, 40.0, 0.1, tick, tick, False, flicker=True)[0] == SPOT
+    # 40 h of work left: the pace keeps 2 h; 2.1 h of slack leaves 1.9 after the round trip
+    assert single_zone_rule(ON_DEMAND, True, 2.1, 40.0, 0.1, tick, 1.0, False)[0] == ON_DEMAND
+    assert single_zone_rule(ON_DEMAND, True, 2.3, 40.0, 0.1, tick, 1.0, False)[0] == SPOT
+    assert single_zone_rule(IDLE, True, 2.1, 40.0, 0.1, tick, 1.0, False)[0] == SPOT

@@ -9,7 +9,8 @@ The model is the one of "Can't Be Late" (NSDI'24): a job needs ``job_h`` hours o
 hours, billed, without progress; spot may vanish (a preemption), on-demand never does.
 
 ``default`` — ours: a few rules first (cli/policy/reserve.py: a slack reserve never spent waiting, spot
-at every return while a launch leaves the way back, on-demand kept while spot is down, off spot within
+at every return from idle while a launch leaves the way back, from on-demand only above a slack pace and
+past flickering windows, then as the plan weighs it, on-demand kept while spot is down, off spot within
 three preemptions of short windows), then, above the reserve with spot down, plan, don't follow a rule. UP keeps progress on a straight line whatever the
 trace does; the omniscient optimum waits through short outages, covers long ones with on-demand
 and keeps just enough slack to use spot to the end. ``default`` approximates that online:
@@ -90,7 +91,7 @@ from cli.policy.planning import (
     shipped_regimes,
     spot_cost_per_progress,
 )
-from cli.policy.reserve import short_windows, single_zone_rule
+from cli.policy.reserve import round_trip_loses, short_windows, single_zone_rule
 
 Decision = Literal["spot", "on-demand", "idle"]
 SPOT: Decision = "spot"
@@ -379,7 +380,8 @@ class Default(Policy):
         short = short_windows(self.windows, obs.changeover_h, obs.price_ratio)
         age_h = self.age_ticks * tick_h if obs.spot_available else 0.0
         ruled = single_zone_rule(obs.current, obs.spot_available, obs.slack_h, obs.work_left_h,
-                                 obs.changeover_h, tick_h, age_h, short, self.hysteresis)
+                                 obs.changeover_h, tick_h, age_h, short, self.hysteresis, plan_return=self.plan,
+                                 flicker=round_trip_loses(self.windows, obs.changeover_h, obs.price_ratio))
         if ruled is None and not self.plan:
             ruled = (IDLE, "waiting: slack above the reserve") if IDLE not in unsafe_moves(obs) else (
                 ON_DEMAND, "too little slack to wait a tick")
