@@ -171,3 +171,32 @@ def test_a_trainer_that_exited_before_the_stop_is_not_claimed_by_it(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+def test_gces_shutdown_bootstrap_does_not_claim_a_trainer_that_has_exited(tmp_path):
+    """The same rule in the bash that SIGTERMs the trainer before Python starts (GCE's shutdown script)."""
+    import time
+
+    script = (Path(__file__).parent / "snapshots" / "gcp-job-1node.shutdown.sh").read_text()
+    start = script.index('if pid=$(cat "$SPOTCTL_STATE_DIR/trainer.pid"')
+    snippet = script[start:script.index("\nfi\n", start) + 4]
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {**os.environ, "SPOTCTL_STATE_DIR": str(state)}
+    done = subprocess.Popen(["true"], start_new_session=True)  # not waited for: a zombie once it exits
+    deadline = time.monotonic() + 30
+    while (Path(f"/proc/{done.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    (state / "trainer.pid").write_text(str(done.pid))
+    subprocess.run(["bash", "-c", snippet], env=env, check=True)
+    assert (state / "stopping").exists() and not (state / "signaled").exists()
+    done.wait()
+    live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        (state / "trainer.pid").write_text(str(live.pid))
+        subprocess.run(["bash", "-c", snippet], env=env, check=True)
+        assert (state / "signaled").exists() and live.wait(10) == -15
+    finally:
+        live.kill()
+        live.wait()

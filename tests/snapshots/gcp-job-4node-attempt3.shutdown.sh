@@ -32,7 +32,9 @@ mkdir -p "$SPOTCTL_STATE_DIR" && chmod 700 "$SPOTCTL_STATE_DIR" || exit 1
 # claims the same marker (created exclusively, set -C), and `stopping` tells the run it is a stop.
 if pid=$(cat "$SPOTCTL_STATE_DIR/trainer.pid" 2>/dev/null) && [ -n "$pid" ] && kill -0 -- "-$pid" 2>/dev/null; then
   : >"$SPOTCTL_STATE_DIR/stopping"
-  if (set -C && : >"$SPOTCTL_STATE_DIR/signaled") 2>/dev/null; then kill -TERM -- "-$pid"; fi
+  # A leader that has exited (a zombie its run has not reaped yet) ended on its own: not claimed.
+  state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+  if [ "$state" != Z ] && (set -C && : >"$SPOTCTL_STATE_DIR/signaled") 2>/dev/null; then kill -TERM -- "-$pid"; fi
 fi
 python=$(command -v python3) || { echo "spotctl: python3 (>= 3.8) is needed on the image" >&2; exit 1; }
 run_dir="$SPOTCTL_STATE_DIR/agent-$SPOTCTL_AGENT_SHA256"
