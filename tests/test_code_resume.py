@@ -150,13 +150,20 @@ def test_an_archive_over_the_limit_names_the_biggest_files(team, runner):
     assert "the biggest: weights.bin (600.0 MiB), train.py" in out
 
 
-def test_a_git_ref_that_does_not_exist(team, runner, tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+
+
+def git_repo(repo: Path) -> Path:
+    """A repository at ``repo`` with one commit on ``main``."""
+    repo.mkdir()
     for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "one"]):
-        subprocess.run(["git", *argv], cwd=repo, check=True, env=env, capture_output=True)
+        subprocess.run(["git", *argv], cwd=repo, check=True, env=GIT_ENV, capture_output=True)
+    return repo
+
+
+def test_a_git_ref_that_does_not_exist(team, runner, tmp_path):
+    repo = git_repo(tmp_path / "repo")
     out = bad(team, runner, "code: ./src  # relative to the project root", f"code: {{git: 'file://{repo}', ref: v9}}",
               "resume", "train", "--yes")
     assert out == f"error: job train: code.ref: ref 'v9' does not exist in file://{repo} (a branch, a tag, HEAD or a full commit)\n"
@@ -213,16 +220,11 @@ def test_launch_packs_and_uploads_the_code_and_records_its_digest(team, runner):
 def test_a_git_job_runs_its_recorded_commit_at_every_attempt_until_asked_to_update(team, runner, tmp_path):
     """The ref is resolved once: a branch that moves on does not change what a new attempt runs, until
     `--update-code` (or a `ref:` naming another commit)."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    repo = git_repo(tmp_path / "repo")
 
     def git(*argv: str) -> str:
-        return subprocess.run(["git", *argv], cwd=repo, check=True, env=env, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *argv], cwd=repo, check=True, env=GIT_ENV, capture_output=True, text=True).stdout.strip()
 
-    git("init", "-q", "-b", "main")
-    git("commit", "-q", "--allow-empty", "-m", "one")
     first = git("rev-parse", "HEAD")
     path = team / "stacks" / "Pulumi.team.yaml"
     path.write_text(STACK.replace("code: ./src  # relative to the project root", f"code: {{git: 'file://{repo}', ref: main}}"))
@@ -244,12 +246,7 @@ def test_a_git_job_runs_its_recorded_commit_at_every_attempt_until_asked_to_upda
 
 
 def test_launch_without_apply_pins_a_git_ref_or_refuses_one_that_does_not_exist(team, runner, tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
-    for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "one"]):
-        subprocess.run(["git", *argv], cwd=repo, check=True, env=env, capture_output=True)
+    repo = git_repo(tmp_path / "repo")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     path = team / "stacks" / "Pulumi.team.yaml"
     before = path.read_bytes()
