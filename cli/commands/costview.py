@@ -30,11 +30,10 @@ def cost_preview(ref, cfg, jobs, expected_for=(), enabled: bool = True) -> dict:
 
 
 def echo_cost(doc: dict, err: bool = False) -> None:
-    import shutil
-
+    from cli.commands.textfit import width
     from cli.lifecycle.estimate import render
 
-    for line in render(doc, min(shutil.get_terminal_size((80, 24)).columns, 100)):
+    for line in render(doc, width()):
         typer.echo(line, err=err)
 
 

@@ -98,24 +98,16 @@ def launch(
         except (ConfigError, LifecycleError) as exc:
             raise fail(str(exc)) from None
         job = cfg.job(entry["id"])
-        if no_apply and job.code is not None and job.code.dir is not None:  # (applying packs it below, as resume does)
-            from cli.code import CodeError
-            from cli.code.prepare import code_dir, pack_directory
-
-            try:
-                pack_directory(code_dir(job, stackfile.project_root(ref.path.parent)), f"job {job.id}: code ({job.code.dir})")
-            except CodeError as exc:
-                raise fail(str(exc)) from None
-        if no_apply and job.code is not None and job.code.git is not None:  # pinned now, as an applied launch does
+        if no_apply and job.code is not None:  # checked as an applied launch checks it; `resume` packs and uploads
             from cli.code import CodeError
             from cli.code.prepare import StackContext, prepare_code
 
             try:
-                pinned = prepare_code(job, StackContext(ref.name, stackfile.project_root(ref.path.parent)), upload=False)
+                checked = prepare_code(job, StackContext(ref.name, stackfile.project_root(ref.path.parent)), upload=False)
             except CodeError as exc:
                 raise fail(str(exc)) from None
-            if pinned is not None:
-                entry = {**entry, **pinned.fields()}
+            if checked is not None and checked.commit:  # a git ref is pinned now; a directory's digest waits for resume
+                entry = {**entry, **checked.fields()}
         if not no_apply:  # packed and uploaded now, its digest in the entry; --no-apply leaves that to `resume`
             from cli.commands import jobcode
 

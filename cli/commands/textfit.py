@@ -32,9 +32,12 @@ def columns() -> int:
     return shutil.get_terminal_size((80, 24)).columns
 
 
+def width() -> int:
+    """``columns()``, at most 100: lines a person reads, never wider even on a wide terminal."""
+    return min(columns(), 100)
+
+
 def wrapped(text: str, first: str = "", rest: str = "    ") -> str:
-    import shutil
     import textwrap
 
-    width = min(shutil.get_terminal_size((80, 24)).columns, 100)
-    return "\n".join(textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False))
+    return "\n".join(textwrap.wrap(text, width(), initial_indent=first, subsequent_indent=rest, break_on_hyphens=False))
