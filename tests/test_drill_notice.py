@@ -13,6 +13,7 @@ from cli.drill.code import command_began_ago, setup_ended_ago
 from cli.drill.emulator import Emulator, Fault
 from cli.drill.localvm import LocalVM, local_context
 from cli.drill.preempt import capacity_note, notice_ahead, preempt, settled
+from cli.drill.verdict import render_report
 from infra.render import NOTICE_S, ScriptContext
 
 
@@ -73,10 +74,10 @@ def test_an_on_demand_job_is_drilled_all_the_same_and_the_report_says_why():
     assert capacity_note("gcp", "on-demand").startswith("capacity on-demand: GCP never preempts it;")
     report = drills.Report(verdict="reentrant", cloud="aws", command="train", attempts=[drills.Attempt(1, outcome="completed")],
                            preemptions=0, checkpoint_interval=None, total_s=1.0, capacity="on-demand")
-    lines = drills.render_report(report).split("\n")
+    lines = render_report(report).split("\n")
     assert "\n".join(lines[2:4]) == note and all(len(line) <= 80 for line in lines[2:4])
     report.capacity = "spot"
-    assert "never preempts" not in drills.render_report(report)
+    assert "never preempts" not in render_report(report)
 
 
 def test_the_preemption_clock_starts_when_the_vm_wrote_its_setup_marker_not_when_the_drill_looked(tmp_path):

@@ -1,6 +1,6 @@
 """Drills that cannot pass without proving anything: not-exercised, a trace's time scale picked so a
-preemption falls inside the run, two restarts from zero end the drill, checkpoints said in words, the
-tail of a failed attempt's log."""
+preemption falls inside the run, two restarts from zero end the drill (and the report says so),
+checkpoints said in words, the tail of a failed attempt's log."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from cli.app import app
-from cli.drill.runner import Attempt, Report, judge, render_report
+from cli.drill import runner as drills
+from cli.drill.verdict import Attempt, Report, account_lost_work, judge, render_report
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = f"{sys.executable} {ROOT / 'examples' / 'reentrant_train.py'}"
@@ -36,6 +39,7 @@ def test_two_restarts_from_zero_end_the_drill_early(runner):
     first, second = int(found[1]), int(found[2])
     assert second == first + 1 and len(report["attempts"]) == second  # no attempt after the second restart
     assert all(a["end_progress"] for a in report["attempts"][first - 2:second - 1])  # each followed real progress
+    assert report["stopped_early"] == {"after_attempt": second, "max_attempts": 10, "reason": NOTHING_NEW}
 
 
 def test_trace_without_time_scale_puts_a_preemption_inside_the_run(runner, tmp_path):
@@ -75,3 +79,57 @@ def test_judge_without_checkpoints_says_so_in_words():
 def test_judge_completed_without_preemption_is_not_exercised():
     verdict, reason = judge([Attempt(1, 1, 100, outcome="completed", seconds=3.0)], None)
     assert verdict == "not-exercised" and "finished in 3.0 s" in reason
+
+
+NOTHING_NEW = "two restarts from zero; more attempts would prove nothing new"
+
+
+def restarted_twice() -> list[Attempt]:
+    """Attempts 2 and 3 each began at step 1 after a preemption had ended real progress."""
+    return [Attempt(1, 1, 80, outcome="preempted", seconds=1.0), Attempt(2, 1, 60, outcome="preempted", seconds=1.0),
+            Attempt(3, 1, 70, outcome="preempted", seconds=1.0)]
+
+
+def resumed() -> list[Attempt]:
+    return [Attempt(1, 1, 80, outcome="preempted", seconds=1.0), Attempt(2, 81, 100, outcome="completed", seconds=1.0)]
+
+
+@pytest.mark.parametrize("history,stop", [(restarted_twice, 3), (resumed, None)], ids=["restarted-twice", "resumed"])
+def test_the_report_says_when_and_why_the_drill_stopped_before_max_attempts(runner, monkeypatch, tmp_path, history, stop):
+    """The real drill and report on a recorded history (no trainer runs): a user who asked for 10 attempts
+    and got 3 reads why, in the table's report and in --json; a drill that ended by itself says nothing."""
+    def recorded(self, emu, disk, *, preempt):
+        attempts = history()
+        account_lost_work(attempts)
+        return attempts
+
+    monkeypatch.setattr(drills.Drill, "run_attempts", recorded)
+    (tmp_path / "train.py").write_text("")  # (the drill packs the current directory: it must hold a file)
+    monkeypatch.chdir(tmp_path)
+    text = runner.invoke(app, ["drill", "--max-attempts", "10", "--", "python train.py"])
+    doc = runner.invoke(app, ["drill", "--json", "--max-attempts", "10", "--", "python train.py"])
+    report = json.loads(doc.stdout)
+    assert report["max_attempts"] == 10
+    if stop is None:
+        assert text.exit_code == 0 and doc.exit_code == 0, text.output
+        assert report["stopped_early"] is None and "stopped after" not in text.stdout
+        return
+    assert text.exit_code == 1 and doc.exit_code == 1
+    assert report["stopped_early"] == {"after_attempt": stop, "max_attempts": 10, "reason": NOTHING_NEW}
+    assert len(report["attempts"]) == stop and report["verdict"] == "restarts-from-scratch"
+    lines = text.stdout.split("\n")
+    assert lines[2:4] == ["stopped after attempt 3 of 10 (--max-attempts): two restarts from zero;",
+                          "more attempts would prove nothing new"]
+    assert all(len(line) <= 80 for line in lines[2:4])
+
+
+@pytest.mark.parametrize("attempts,max_attempts", [
+    (restarted_twice()[:2] + [Attempt(3, 1, 100, outcome="completed")], 10),  # two restarts, but it finished
+    (restarted_twice(), 3),  # the third attempt was the last one asked for
+    (restarted_twice()[:2] + [Attempt(3, 61, 70, outcome="preempted")], 10),  # one restart: it went on
+], ids=["completed", "ran-all-asked-for", "one-restart"])
+def test_a_drill_that_ran_out_its_attempts_or_finished_did_not_stop_early(attempts, max_attempts):
+    verdict, reason = judge(attempts, None)
+    report = Report(verdict, "gcp", "x", attempts, 3, None, 3.0, reason=reason, max_attempts=max_attempts)
+    assert report.stopped_early is None and report.as_json()["stopped_early"] is None
+    assert "stopped after" not in render_report(report)

@@ -74,6 +74,7 @@ def drill(
     import sys
 
     from cli.drill import runner as drills
+    from cli.drill.verdict import render_report
 
     if preempt_every is not None and trace is not None:
         raise fail("give --preempt-every or --trace, not both")
@@ -136,6 +137,6 @@ def drill(
         raise typer.Exit(130) from None
     if live:
         sys.stderr.write("\r\033[K")
-    typer.echo(json.dumps(report.as_json(), indent=2, sort_keys=True) if json_out else drills.render_report(report), nl=json_out)
+    typer.echo(json.dumps(report.as_json(), indent=2, sort_keys=True) if json_out else render_report(report), nl=json_out)
     if not report.ok:
         raise typer.Exit(1)

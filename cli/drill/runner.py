@@ -1,157 +1,36 @@
 """`spotctl drill`: run a training command under the same scripts the cloud runs, preempt it the way
 GCP or AWS would, resume it on the same "disk", and judge whether training survives.
 
-The judging is pure (:func:`judge`); :class:`Drill` drives attempts on a :class:`LocalVM` against the
-metadata emulator, one shared directory playing the job disk.
+The judging is pure (``cli.drill.verdict``); :class:`Drill` drives attempts on a :class:`LocalVM` against
+the metadata emulator, one shared directory playing the job disk.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from cli.drill.checkpoints import FileWatch, checkpoint_interval, interval_words
+from cli.drill.checkpoints import FileWatch, checkpoint_interval
 from cli.drill.code import SETUP_MARKERS, DrillCode, command_began_ago, outputs, setup_ended_ago, staged
 from cli.drill.emulator import Emulator
 from cli.drill.localvm import LocalVM, local_context
-from cli.drill.preempt import capacity_note, notice_ahead, preempt
+from cli.drill.preempt import notice_ahead, preempt
+from cli.drill.verdict import Attempt, Report, account_lost_work, judge, nothing_new_to_prove, parse_progress
 from cli.drill.watchdog import ENDING_SIGNALS, watched_tmp
-from infra.basics import counted, loads_bounded, read_regular
+from infra.basics import loads_bounded, read_regular
 from infra.config import SECRET_PLACEHOLDER
 from infra.render import ScriptContext, secret_payload
 
-PROGRESS_RE = re.compile(r"^SPOTCTL_PROGRESS\s+(\d+)(?:\s*/\s*(\d+))?\s*$")
-CHECKPOINT_RE = re.compile(r"^SPOTCTL_CHECKPOINT\s+(\d+)\s*$")
-
-Verdict = Literal["reentrant", "not-exercised", "restarts-from-scratch", "lost-work", "did-not-finish"]
 FIRST_PREEMPTION_S = 2.0  # where --trace without --time-scale puts the trace's first preemption
 VM_POLL_S = 1  # how often a drill's watcher asks the metadata server for a notice
 LOG_TAIL_LINES = 15
-
-
-@dataclass
-class Attempt:
-    """What one attempt did, as the script reported it."""
-
-    attempt: int
-    start_progress: int | None = None
-    end_progress: int | None = None
-    total: int | None = None
-    outcome: str = "running"  # completed | failed | preempted | timeout
-    seconds: float = 0.0
-    checkpoint_at_start: bool = False
-    checkpoints: list[int] = field(default_factory=list)
-    checkpoint_files: list[int] = field(default_factory=list)  # the progress when checkpoint files appeared
-    lost_work: int | None = None  # progress lost to the preemption that ended this attempt
-    log_tail: list[str] = field(default_factory=list)  # the last lines of a failed attempt's log
-    setup_s: float | None = None  # how long the job's setup ran in this attempt (None: it did not run)
-
-
-@dataclass
-class Report:
-    verdict: Verdict
-    cloud: str
-    command: str
-    attempts: list[Attempt]
-    preemptions: int
-    checkpoint_interval: int | None
-    total_s: float
-    uninterrupted_s: float | None = None
-    outputs_identical: bool | None = None
-    outputs_found: bool | None = None  # with --verify: whether either run wrote any output
-    reason: str = ""
-    time_scale: float | None = None  # with --trace: the scale used (picked when not given)
-    # The job's secret env keys: the drill decrypts nothing; each gets SECRET_PLACEHOLDER.
-    secret_env: dict[str, str] = field(default_factory=dict)
-    capacity: str = "spot"  # the job's: on-demand is preempted all the same, and the report says why
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict == "reentrant" and self.outputs_identical is not False
-
-    def as_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["ok"] = self.ok
-        doc["lost_work"] = [a.lost_work for a in self.attempts if a.outcome == "preempted"]
-        return doc
-
-
-# ---- pure core ---------------------------------------------------------------------------------------
-
-
-def parse_progress(text: str) -> tuple[list[tuple[int, int | None]], list[int]]:
-    """(progress values with totals, checkpoint steps) reported by a log."""
-    progress, checkpoints = [], []
-    for line in text.split("\n"):
-        line = line.strip()
-        if m := PROGRESS_RE.match(line):
-            progress.append((int(m[1]), int(m[2]) if m[2] else None))
-        elif m := CHECKPOINT_RE.match(line):
-            checkpoints.append(int(m[1]))
-    return progress, checkpoints
-
-
-def account_lost_work(attempts: list[Attempt]) -> None:
-    """Fill ``lost_work`` of each preempted attempt: how far the next one went back."""
-    for cur, nxt in zip(attempts, attempts[1:], strict=False):
-        # An attempt that reported no progress (it had nothing left to do) tells us nothing.
-        if cur.outcome == "preempted" and cur.end_progress is not None and nxt.start_progress is not None:
-            resumed_at = nxt.start_progress - 1  # its first report is one step in
-            cur.lost_work = max(0, cur.end_progress - resumed_at)
-
-
-def restarts_from_zero(attempts: list[Attempt]) -> list[Attempt]:
-    """The attempts that started again from zero after a preemption had ended real progress."""
-    return [nxt for cur, nxt in zip(attempts, attempts[1:], strict=False)
-            if cur.outcome == "preempted" and (cur.end_progress or 0) > 1
-            and nxt.start_progress is not None and nxt.start_progress <= 1]
-
-
-def checkpoints_seen(attempts: list[Attempt]) -> bool:
-    """Whether the script ever checkpointed: a SPOTCTL_CHECKPOINT line, or files in its checkpoint dir."""
-    return any(a.checkpoints or a.checkpoint_files or a.checkpoint_at_start for a in attempts)
-
-
-def judge(attempts: list[Attempt], interval: int | None) -> tuple[Verdict, str]:
-    """The verdict, most serious first: a restart from zero, then work lost beyond one checkpoint
-    interval, then not finishing, then a run no preemption ever reached (it proves nothing);
-    otherwise reentrant."""
-    completed = any(a.outcome == "completed" for a in attempts)
-    restarted = restarts_from_zero(attempts)
-    if restarted:
-        which = ", ".join(str(a.attempt) for a in restarted)
-        had = any(a.checkpoint_at_start for a in restarted)
-        return "restarts-from-scratch", (
-            f"attempt{'s' if len(restarted) > 1 else ''} {which} started from zero "
-            + ("although checkpoints existed" if had else "(no checkpoints seen: no SPOTCTL_CHECKPOINT line and "
-               "nothing in $SPOTCTL_CHECKPOINT_DIR)"))
-    allowance = interval if interval is not None else 0
-    for a in attempts:
-        if a.lost_work is not None and a.lost_work > max(allowance, 1):
-            return "lost-work", f"attempt {a.attempt} lost {counted(a.lost_work, 'step')} ({interval_words(interval)})"
-    if not completed:
-        failed = [a for a in attempts if a.outcome == "failed"]
-        why = f"attempt {failed[-1].attempt} failed" if failed else f"not finished after {counted(len(attempts), 'attempt')}"
-        return "did-not-finish", why
-    if not any(a.outcome == "preempted" for a in attempts):
-        ran = attempts[0].seconds - (attempts[0].setup_s or 0)
-        return "not-exercised", (f"no preemption happened: the command finished in {ran:.1f} s, before the "
-                                 "first preemption (use a shorter --preempt-every or --time-scale)")
-    lost = max((a.lost_work or 0 for a in attempts), default=0)
-    if not lost:
-        return "reentrant", "every attempt resumed where the last one stopped"
-    # Work lost within the allowance is still reentrant, but the attempt did not resume where it stopped.
-    within = f", within one checkpoint interval of {interval}" if interval is not None else ""
-    return "reentrant", f"every attempt resumed from its last checkpoint (at most {counted(lost, 'step')} lost{within})"
-
 
 TRACE_LIMIT = 64 << 20  # a spot-traces file: a year of 10-minute ticks is ~200 KB
 
@@ -306,8 +185,8 @@ class Drill:
             rec.seconds = round(time.monotonic() - started, 3)
             if rec.outcome in ("failed", "timeout"):
                 rec.log_tail = self._log(disk, number).splitlines()[-LOG_TAIL_LINES:]
-            if rec.outcome != "preempted" or len(restarts_from_zero(attempts)) >= 2:
-                break  # (two restarts from zero: more attempts would prove nothing new)
+            if rec.outcome != "preempted" or nothing_new_to_prove(attempts):
+                break  # (the report says why: ``verdict.stopped_early``)
         account_lost_work(attempts)
         return attempts
 
@@ -358,7 +237,7 @@ class Drill:
             total_s=round(total, 3), uninterrupted_s=uninterrupted, outputs_identical=identical, outputs_found=found,
             reason=reason,
             time_scale=self.spec.time_scale if self.spec.preempt_after is not None else None,
-            secret_env=placeholders, capacity=self.spec.capacity,
+            secret_env=placeholders, capacity=self.spec.capacity, max_attempts=self.spec.max_attempts,
         )
 
     def stop(self) -> None:
@@ -445,47 +324,6 @@ def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
-
-def render_report(report: Report) -> str:
-    if report.checkpoint_interval is not None:
-        checkpoints = f"checkpoint interval {report.checkpoint_interval}"
-    else:
-        checkpoints = "checkpoints seen, interval unknown" if checkpoints_seen(report.attempts) else "no checkpoints seen"
-    scale = f", trace time scale {report.time_scale:g}x" if report.time_scale is not None else ""
-    lines = [
-        f"verdict: {report.verdict}  ({report.reason})",
-        f"cloud {report.cloud}, {counted(len(report.attempts), 'attempt')}, {counted(report.preemptions, 'preemption')}, {checkpoints}{scale}",
-        *filter(None, [capacity_note(report.cloud, report.capacity)]),
-        "",
-        f"{'attempt':>7}  {'start':>7}  {'end':>7}  {'outcome':<10} {'lost':>6}  {'seconds':>8}",
-    ]
-    for a in report.attempts:
-        lost = "" if a.lost_work is None else str(a.lost_work)
-        lines.append(
-            f"{a.attempt:>7}  {_n(a.start_progress):>7}  {_n(a.end_progress):>7}  {a.outcome:<10} {lost:>6}  {a.seconds:>8.2f}"
-        )
-    lines.append("")
-    setups = [a for a in report.attempts if a.setup_s is not None]
-    if setups:
-        lines.append(f"setup ran once, in attempt {setups[0].attempt} ({setups[0].setup_s:.2f}s); preemptions come after it")
-    lines.append(f"total {report.total_s:.2f}s")
-    if report.uninterrupted_s is not None:
-        ratio = f" ({report.total_s / report.uninterrupted_s:.2f}x)" if report.uninterrupted_s else ""
-        lines[-1] += f" vs {report.uninterrupted_s:.2f}s uninterrupted{ratio}"
-        lines.append("final outputs: " + ("no outputs found (neither run wrote a file under its workdir)" if not report.outputs_found
-                                          else "identical to an uninterrupted run" if report.outputs_identical
-                                          else "DIFFERENT from an uninterrupted run"))
-    if report.secret_env:
-        lines.append(f"secret env {', '.join(f'{k}={v}' for k, v in report.secret_env.items())}: placeholders (a drill "
-                     "decrypts nothing; the emulator served them as the cloud's secret store would)")
-    for a in report.attempts:
-        if a.log_tail:
-            lines += ["", f"attempt {a.attempt} {a.outcome}; the end of its log:", *(f"  | {line}" for line in a.log_tail)]
-    return "\n".join(lines) + "\n"
-
-
-def _n(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 def command_string(argv: list[str]) -> str:
