@@ -4,6 +4,7 @@ when it stopped before ``--max-attempts``, and the report a person reads. Pure: 
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -167,9 +168,9 @@ def render_report(report: Report) -> str:
         checkpoints = "checkpoints seen, interval unknown" if checkpoints_seen(report.attempts) else "no checkpoints seen"
     scale = f", trace time scale {report.time_scale:g}x" if report.time_scale is not None else ""
     lines = [
-        f"verdict: {report.verdict}  ({report.reason})",
-        f"cloud {report.cloud}, {counted(len(report.attempts), 'attempt')}, {counted(report.preemptions, 'preemption')}, {checkpoints}{scale}",
-        *filter(None, [capacity_note(report.cloud, report.capacity), _stop_note(report)]),
+        *_fit(f"verdict: {report.verdict}  ({report.reason})"),
+        *_fit(f"cloud {report.cloud}, {counted(len(report.attempts), 'attempt')}, {counted(report.preemptions, 'preemption')}, {checkpoints}{scale}"),
+        *capacity_note(report.cloud, report.capacity).splitlines(), *_stop_note(report).splitlines(),
         "",
         f"{'attempt':>7}  {'start':>7}  {'end':>7}  {'outcome':<10} {'lost':>6}  {'seconds':>8}",
     ]
@@ -181,21 +182,30 @@ def render_report(report: Report) -> str:
     lines.append("")
     setups = [a for a in report.attempts if a.setup_s is not None]
     if setups:
-        lines.append(f"setup ran once, in attempt {setups[0].attempt} ({setups[0].setup_s:.2f}s); preemptions come after it")
+        lines += _fit(f"setup ran once, in attempt {setups[0].attempt} ({setups[0].setup_s:.2f}s); preemptions come after it")
     lines.append(f"total {report.total_s:.2f}s")
     if report.uninterrupted_s is not None:
         ratio = f" ({report.total_s / report.uninterrupted_s:.2f}x)" if report.uninterrupted_s else ""
         lines[-1] += f" vs {report.uninterrupted_s:.2f}s uninterrupted{ratio}"
-        lines.append("final outputs: " + ("no outputs found (neither run wrote a file under its workdir)" if not report.outputs_found
-                                          else "identical to an uninterrupted run" if report.outputs_identical
-                                          else "DIFFERENT from an uninterrupted run"))
+        lines += _fit("final outputs: " + ("no outputs found (neither run wrote a file under its workdir)"
+                                           if not report.outputs_found
+                                           else "identical to an uninterrupted run" if report.outputs_identical
+                                           else "DIFFERENT from an uninterrupted run"))
     if report.secret_env:
-        lines.append(f"secret env {', '.join(f'{k}={v}' for k, v in report.secret_env.items())}: placeholders (a drill "
-                     "decrypts nothing; the emulator served them as the cloud's secret store would)")
+        lines += _fit(f"secret env {', '.join(f'{k}={v}' for k, v in report.secret_env.items())}: placeholders (a "
+                      "drill decrypts nothing; the emulator served them as the cloud's secret store would)")
     for a in report.attempts:
         if a.log_tail:
             lines += ["", f"attempt {a.attempt} {a.outcome}; the end of its log:", *(f"  | {line}" for line in a.log_tail)]
     return "\n".join(lines) + "\n"
+
+
+def _fit(line: str) -> list[str]:
+    """A sentence of the report on lines of at most 80 columns (continued indented); nothing for ""."""
+    return textwrap.wrap(line, REPORT_COLUMNS, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+
+
+REPORT_COLUMNS = 80
 
 
 def _stop_note(report: Report) -> str:
