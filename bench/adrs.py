@@ -26,6 +26,9 @@ over the same rules knowing the whole window.
 Reference Uniform Progress: sky_spot/strategies/rc_cr_threshold.py ("Our policy: Uniform Progress", with the
 on-demand hysteresis) and rc_cr_threshold_no_condition2.py (without), ported as written.
 
+Ceilings (``--policies default-oracle,default-self,default-self-plan``): how far planning on run-age
+hazards can go here, however well the hazards are known (``strategy_for``).
+
 Run: uv run python bench/adrs.py [--policies default,greedy] [--workers N] [--limit N]
 """
 
@@ -49,7 +52,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli.policy.policies import IDLE, ON_DEMAND, SPOT, Observation, make_policy  # noqa: E402
+from cli.policy.planning import fit_regime, shipped_regimes  # noqa: E402
+from cli.policy.policies import IDLE, ON_DEMAND, SPOT, Default, Observation, make_policy  # noqa: E402
 
 SHARED = ROOT.parent.parent / "shared" / "traces"
 if not SHARED.exists():  # a worktree under /work/wt/NAME, or the main checkout next to shared/
@@ -274,11 +278,35 @@ def omniscient(sc: Scenario, job_h: float = JOB_H) -> float:
 BASELINES = ("greedy", "uniform-progress", "uniform-progress-nh")
 
 
-def strategy_for(name: str):
+class _PlanOnly(Default):
+    """``default`` without its single-zone rules (reserve.py): the plan and the deadline net alone."""
+
+    name = ""  # not registered: a bench variant, not a policy users can name
+
+    def _rule(self, obs, tick_h):
+        return None
+
+
+# Ceilings of planning on run-age hazards: ``default`` told the run's regime instead of learning it
+# ("-oracle": the shipped regime fitted on the run's own series; "-self": hazards fitted, in sample, on
+# the very window it runs, the future included), with and without its rules ("-plan").
+CEILINGS = ("default-oracle", "default-self", "default-self-plan")
+
+
+def strategy_for(name: str, sc: Scenario | None = None):
     if name == "up-reference":
         return ReferenceUP(True)
     if name == "up-nh-reference":
         return ReferenceUP(False)
+    if name in CEILINGS:
+        if name == "default-oracle":
+            regime = next(r for r in shipped_regimes() if r.name == sc.env)
+        else:
+            ticks = int(sc.deadline_h * 3600 // sc.gap_s) + 1
+            regime = fit_regime("self", sc.available[:ticks], sc.gap_s / 3600)
+        adapter = SpotctlAdapter("default")
+        adapter.policy = (_PlanOnly if name.endswith("-plan") else Default)(regimes=[regime], online=False, fit_z=None)
+        return adapter
     return SpotctlAdapter(name)
 
 
@@ -286,7 +314,7 @@ def _one(task: tuple[str, Scenario]) -> tuple[float, float, bool]:
     name, sc = task
     if name == "omniscient":
         return omniscient(sc), 0.0, False
-    r = run(strategy_for(name), sc)
+    r = run(strategy_for(name, sc), sc)
     return r.cost, r.finish_h, r.late
 
 
