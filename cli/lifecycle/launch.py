@@ -26,8 +26,8 @@ def read_job_file(path: Path) -> dict[str, Any]:
     """A job file: one mapping with the keys of a job entry (as in ``spotctl:jobs``)."""
     import yaml
 
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:  # (decoded as a stack file is: one line naming the file and the first byte that is not UTF-8)
+        doc = yaml.safe_load(stackfile.decode(path.read_bytes(), str(path)))
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:

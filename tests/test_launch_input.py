@@ -1,0 +1,35 @@
+"""How `spotctl launch` takes a job (a job file, or flags) and `spotctl validate` checks it: bad input is one
+line naming the file or key, exit 1, and the stack file left byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli.app import app
+
+
+def stack_file(project: Path, stack: str = "example-gcp") -> Path:
+    return project / "stacks" / f"Pulumi.{stack}.yaml"
+
+
+def refused(runner, project: Path, args: list[str], stack: str = "example-gcp") -> str:
+    """Run ``args`` (a launch that must be refused); return its output, the stack file checked unchanged."""
+    path = stack_file(project, stack)
+    before = path.read_bytes()
+    result = runner.invoke(app, [*args, "--stack", stack, "--no-apply"])
+    assert result.exit_code == 1, result.output
+    assert path.read_bytes() == before
+    return result.output
+
+
+@pytest.mark.parametrize("data,line,byte", [
+    (b"\xff\xfeid: j1\n", 1, "0xff"),  # UTF-16's byte-order mark
+    (b"id: j1\nmachineType: g2-standard-8\ncommand: python caf\xe9.py\n", 3, "0xe9"),  # one Latin-1 byte
+])
+def test_a_job_file_that_is_not_utf8_is_one_line_naming_the_file(project, runner, tmp_path, data, line, byte):
+    job_file = tmp_path / "job.yaml"
+    job_file.write_bytes(data)
+    assert refused(runner, project, ["launch", str(job_file)]) == (
+        f"error: {job_file}: line {line}: not UTF-8 text (byte {byte}); save the file as UTF-8\n")
