@@ -129,6 +129,13 @@ class ZoneStay(_Model):
     same_disk: bool = False
 
 
+# The job keys spotctl writes as the job runs, never a person: its state and attempts, a move and the
+# zones left, the scripts and code an attempt started with, why and by whom it stopped, an update under
+# way and the kind of disk it ran on. A new job has none of them (`launch` refuses them in a job file).
+MANAGED_KEYS = ("state", "attempt", "move", "zoneHistory", "scriptsDigest", "diskKind", "stopReason", "stoppedBy",
+                "applying", "codeDigest", "codeCommit")
+
+
 class Job(_Model):
     """One training run whose disk outlives every VM it runs on."""
 
@@ -200,6 +207,14 @@ class Job(_Model):
     code_digest: str | None = None
     code_commit: str | None = None
     _retired_after: int = PrivateAttr(0)  # set by StackConfig from spotctl:retiredJobs
+
+    @classmethod
+    def managed_key(cls, key: str) -> str | None:
+        """The stack file's name of ``key`` (as written, or by its Python name) when spotctl writes it
+        as the job runs (MANAGED_KEYS), else None."""
+        field = cls.model_fields.get(key)
+        alias = field.alias if field is not None else key
+        return alias if alias in MANAGED_KEYS else None
 
     @property
     def retired_after(self) -> int:
