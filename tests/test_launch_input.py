@@ -65,3 +65,15 @@ def test_the_managed_keys_are_the_job_models_and_all_of_them_are_named(project, 
     assert refused(runner, project, ["launch", str(job_file)]) == (
         f"error: {job_file}: state: a new job is pending until launch applies it: remove the key\n"
         f"error: {job_file}: attempt: spotctl writes this key as the job runs (a new job has none): remove the key\n")
+
+
+@pytest.mark.parametrize("blank", ["   ", "\t", " \u3000 "])
+def test_a_command_of_only_whitespace_is_refused_as_an_empty_one_is(project, runner, tmp_path, blank):
+    flags = ["launch", "--id", "jx", "--machine", "g2-standard-8"]
+    assert refused(runner, project, [*flags, "--command", ""]) == "error: launch of job jx: --command: must not be empty\n"
+    assert refused(runner, project, [*flags, "--command", blank]) == (
+        "error: launch of job jx: --command: must not be empty (it is only whitespace)\n")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f'id: jx\nmachineType: g2-standard-8\ncommand: "{blank}"\n')
+    assert refused(runner, project, ["launch", str(job_file)]) == (
+        f"error: {job_file}: command: must not be empty (it is only whitespace)\n")

@@ -272,6 +272,8 @@ class Job(_Model):
     @field_validator("command", "setup")
     @classmethod
     def _command(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():  # (as '' is: a shell given only blanks runs nothing)
+            raise ValueError("must not be empty (it is only whitespace)")
         return v if v is None else _no_nul(v)
 
     @model_validator(mode="after")
