@@ -77,3 +77,56 @@ def test_a_command_of_only_whitespace_is_refused_as_an_empty_one_is(project, run
     job_file.write_text(f'id: jx\nmachineType: g2-standard-8\ncommand: "{blank}"\n')
     assert refused(runner, project, ["launch", str(job_file)]) == (
         f"error: {job_file}: command: must not be empty (it is only whitespace)\n")
+
+
+UNLISTED = ("is not in spotctl's catalog: not checked (GPUs, regions) and not priced unless spotctl:prices has it; "
+            "did you mean ")
+
+
+@pytest.mark.parametrize("stack,machine,key,close", [
+    ("example-gcp", "gs-standard-8", "machineType", "'g2-standard-8'"),
+    ("example-aws", "gg5.2xlarge", "instanceType", "'g5.2xlarge'"),
+])
+def test_a_wellformed_machine_the_catalog_lacks_is_written_with_a_warning_in_launch_and_validate(
+        project, runner, stack, machine, key, close):
+    path = stack_file(project, stack)
+    result = runner.invoke(app, ["launch", "--id", "jx", "--machine", machine, "--command", "x", "--stack", stack, "--no-apply"])
+    assert result.exit_code == 0, result.output
+    index = path.read_text().count("- id: ")  - 1
+    said = f"spotctl:jobs[{index}].{key}: job jx: {machine!r} {UNLISTED}{close}"
+    assert f"warning: stacks/Pulumi.{stack}.yaml: {said}" in result.output
+    assert f"{key}: {machine}" in path.read_text()
+    result = runner.invoke(app, ["validate", "--stack", stack])
+    assert result.exit_code == 0 and f"warning: stacks/Pulumi.{stack}.yaml: {said}" in result.output, result.output
+
+
+@pytest.mark.parametrize("stack,machine,message", [
+    ("example-gcp", "G2-standard-8", "unknown machine type 'G2-standard-8': Compute Engine's names are lowercase; "
+     "did you mean 'g2-standard-8'?"),
+    ("example-gcp", "h100-mega", "unknown machine type 'h100-mega': not the shape of one (a Compute Engine machine type is "
+     "SERIES-KIND-VCPUS, e.g. 'g2-standard-8', or custom-VCPUS-MB)"),
+    ("example-gcp", "g2_standard_8", "unknown machine type 'g2_standard_8': not the shape of one (a Compute Engine machine "
+     "type is SERIES-KIND-VCPUS, e.g. 'g2-standard-8', or custom-VCPUS-MB); did you mean 'g2-standard-8'"),
+    ("example-aws", "G5.2xlarge", "unknown instance type 'G5.2xlarge': EC2's names are lowercase; did you mean 'g5.2xlarge'?"),
+    ("example-aws", "g5.2xlarge!", "unknown instance type 'g5.2xlarge!': not the shape of one (an EC2 instance type is "
+     "FAMILY.SIZE, e.g. 'g5.2xlarge'); did you mean 'g5.2xlarge'"),
+    ("example-gcp", "g2-standard-7", "unknown machine type 'g2-standard-7' (did you mean"),  # a near miss, as before
+])
+def test_a_machine_no_cloud_can_have_is_refused_naming_the_flag_and_in_a_job_file_the_key(
+        project, runner, tmp_path, stack, machine, message):
+    output = refused(runner, project, ["launch", "--id", "jx", "--machine", machine, "--command", "x"], stack)
+    assert output.startswith(f"error: launch of job jx: --machine: {message}"), output
+    key = "machineType" if stack == "example-gcp" else "instanceType"
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"id: jx\n{key}: {machine!r}\ncommand: x\n")
+    output = refused(runner, project, ["launch", str(job_file)], stack)
+    assert output.startswith(f"error: {job_file}: {key}: {message}"), output
+
+
+def test_every_machine_in_the_catalog_has_its_clouds_shape():
+    from infra import catalog
+
+    for cloud in ("gcp", "aws"):
+        types = catalog.load()[cloud]["types"]
+        assert len(types) > 100 and all(catalog.SHAPES[cloud].fullmatch(t) for t in types)
+        assert not [t for t in types if catalog.unknown_type(cloud, t) or catalog.unlisted(cloud, t)]

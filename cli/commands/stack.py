@@ -59,13 +59,15 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
         if problem:
             raise refuse(str(ref.path), [f"spotctl:region: {problem}"])
     from cli.code.prepare import dir_warnings
+    from infra import catalog
     from infra.codespec import code_warnings
     from infra.config import policy_warnings
     from infra.config.gangs import gang_warnings
     from infra.tokens import token_warnings
 
     code_dirs = dir_warnings(cfg, stackfile.project_root(ref.path.parent))
-    warnings = [*policy_warnings(cfg), *gang_warnings(cfg), *token_warnings(cfg), *code_warnings(cfg), *code_dirs]
+    warnings = [*policy_warnings(cfg), *gang_warnings(cfg), *token_warnings(cfg), *code_warnings(cfg), *code_dirs,
+                *catalog.warnings(cfg)]
     for warning in warnings:
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     if json_out:
