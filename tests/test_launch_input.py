@@ -130,3 +130,22 @@ def test_every_machine_in_the_catalog_has_its_clouds_shape():
         types = catalog.load()[cloud]["types"]
         assert len(types) > 100 and all(catalog.SHAPES[cloud].fullmatch(t) for t in types)
         assert not [t for t in types if catalog.unknown_type(cloud, t) or catalog.unlisted(cloud, t)]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(cloud=st.sampled_from(["gcp", "aws"]),
+       name=st.one_of(st.text("abcgnsxA.-_0123456789", min_size=1, max_size=16),
+                      st.sampled_from(["g2-standard-8", "g5.2xlarge", "e2-micro", "x4-960-16t-metal", "c7i.metal-48xl"])
+                      .map(lambda n: n.replace("2", "9"))))
+def test_every_machine_name_is_known_custom_refused_or_warned_of_never_silent(cloud, name):
+    from infra import catalog
+
+    known = name in catalog.load()[cloud]["types"] or (cloud == "gcp" and catalog.is_custom(name))
+    refused_, warned = catalog.unknown_type(cloud, name), catalog.unlisted(cloud, name)
+    assert [bool(known), bool(refused_), bool(warned)].count(True) == 1, (known, refused_, warned)
+    if warned:  # only a name of the cloud's shape is let through with a warning
+        assert catalog.SHAPES[cloud].fullmatch(name)
