@@ -44,6 +44,20 @@ def is_custom(machine: str) -> bool:
     return re.fullmatch(r"([a-z0-9]+-)?custom-\d+-\d+(-ext)?", machine) is not None
 
 
+# Compute Engine resource names, machine types among them, are lowercase letters, digits and '-', a letter
+# first (https://cloud.google.com/compute/docs/naming-resources#resource-name-format); a machine type is
+# SERIES-KIND-VCPUS[...] (g2-standard-8, a3-highgpu-8g, c3-standard-8-lssd), a shared core SERIES-micro|small|
+# medium, or X4's SERIES-VCPUS-...-metal (https://cloud.google.com/compute/docs/machine-resource); custom types
+# are is_custom's. EC2's are FAMILY.SIZE, the family "everything before the period" (the EC2 API's
+# PerformanceFactorReference.InstanceFamily, citing "Amazon EC2 instance type naming conventions":
+# https://docs.aws.amazon.com/ec2/latest/instancetypes/instance-type-names.html), lowercase as the API lists
+# them (c6i.large, u-6tb1.metal, c7i.metal-48xl). Every name in the catalog has its cloud's shape (tests).
+SHAPES = {"gcp": re.compile(r"[a-z][a-z0-9]*-(?:(?:[a-z]+-)?\d+[a-z0-9]*(?:-[a-z0-9]+)*|micro|small|medium)"),
+          "aws": re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+(?:-[a-z0-9]+)*")}
+SHAPE_WORDS = {"gcp": "a Compute Engine machine type is SERIES-KIND-VCPUS, e.g. 'g2-standard-8', or custom-VCPUS-MB",
+               "aws": "an EC2 instance type is FAMILY.SIZE, e.g. 'g5.2xlarge'"}
+
+
 def close_names(cloud: str, machine: str, n: int = 3) -> list[str]:
     return difflib.get_close_matches(machine, load().get(cloud, {}).get("types", []), n=n, cutoff=0.75)
 
@@ -78,15 +92,35 @@ def unknown_type(cloud: str, machine: str) -> str | None:
         other = "an EC2 instance type (AWS)" if machine in _types("aws") else "not a Compute Engine name (they have no '.')"
         return (f"unknown machine type {machine!r}: {other}; a GCP stack names a Compute Engine machine type, e.g. "
                 "'g2-standard-8' (1 x L4); `spotctl catalog --cloud gcp` lists the GPU types")
+    what = "instance type" if cloud == "aws" else "machine type"
+    if not malformed and not SHAPES[cloud].fullmatch(machine):
+        lower = machine.lower()
+        if lower != machine and (lower in _types(cloud) or SHAPES[cloud].fullmatch(lower)):
+            return (f"unknown {what} {machine!r}: {'EC2' if cloud == 'aws' else 'Compute Engine'}'s names are "
+                    f"lowercase; did you mean {lower!r}?")
+        close = close_names(cloud, machine)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        return f"unknown {what} {machine!r}: not the shape of one ({SHAPE_WORDS[cloud]}){hint}"
     if fam not in families and not malformed:
-        return None
+        return None  # (well-formed, of a family newer than the catalog: ``unlisted`` says so, as a warning)
     close = close_names(cloud, machine)
     sizes = sorted(t for t in part["types"] if family(cloud, t) == fam)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
         f"{fam} types: {', '.join(sizes[:8])}{', ...' if len(sizes) > 8 else ''}" if fam in families
-        else "an EC2 instance type is FAMILY.SIZE, e.g. 'g5.2xlarge'")
-    what = "instance type" if cloud == "aws" else "machine type"
+        else SHAPE_WORDS["aws"])
     return f"unknown {what} {machine!r} ({hint}); `spotctl catalog` lists the GPU types"
+
+
+def unlisted(cloud: str, machine: str) -> str | None:
+    """Why a well-formed ``machine`` of a family the catalog does not list is not checked, or None:
+    never refused (the catalog may be older than the cloud), never silent."""
+    if not load().get(cloud) or machine in _types(cloud) or (cloud == "gcp" and is_custom(machine)) \
+            or unknown_type(cloud, machine):
+        return None
+    close = close_names(cloud, machine)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return (f"{machine!r} is not in spotctl's catalog: not checked (GPUs, regions) and not priced unless "
+            f"spotctl:prices has it{hint}")
 
 
 def _gpu_key(name: str) -> tuple[str, int | None]:
@@ -203,27 +237,40 @@ def _mixed_pool_gpu(types: list[str], acc: Any) -> str | None:
     return f"{acc.count} x {acc.type!r} is what none of the pool's instance types comes with ({has})"
 
 
+def _machines(cfg: Any, bad_zones: set[str]) -> list[tuple[str, str, str | None, Any, list[str]]]:
+    """(key, whose, machine, accelerator, zones) of every pool's and job's machine type."""
+    gcp = cfg.cloud == "gcp"
+    zones = [z for z in cfg.zones if z not in bad_zones]
+    items = [(f"pools[{i}].machineType", f"pool {p.name}", p.machine_type, p.accelerator, zones)
+             for i, p in enumerate(cfg.pools)] if gcp else [
+        (f"pools[{i}].instanceTypes[{k}]", f"pool {p.name}", t, p.accelerator if len(p.instance_types or ()) == 1 else None, zones)
+        for i, p in enumerate(cfg.pools) for k, t in enumerate(p.instance_types or [])]
+    return items + [(f"jobs[{i}].{'machineType' if gcp else 'instanceType'}", f"job {j.id}",
+                     j.machine_type if gcp else j.instance_type, j.accelerator, [j.zone] if j.zone not in bad_zones else [])
+                    for i, j in enumerate(cfg.jobs)]
+
+
 def problems(cfg: Any, out: list[tuple[str, str]]) -> None:
     """Append (key, message) for every zone, job and pool machine the catalog refuses (``infra.config``)."""
-    gcp = cfg.cloud == "gcp"
     bad_zones = set()
     for i, zone in enumerate(cfg.zones):
         if bad := _zone_exists(cfg.cloud, cfg.region, zone):
             out.append((f"zones[{i}]", bad))
             bad_zones.add(zone)
-    zones = [z for z in cfg.zones if z not in bad_zones]
-    items = [(f"pools[{i}].machineType", p.machine_type, p.accelerator, zones) for i, p in enumerate(cfg.pools)] if gcp else [
-        (f"pools[{i}].instanceTypes[{k}]", t, p.accelerator if len(p.instance_types or ()) == 1 else None, zones)
-        for i, p in enumerate(cfg.pools) for k, t in enumerate(p.instance_types or [])]
-    if not gcp:
+    if cfg.cloud != "gcp":
         out += [(f"pools[{i}].accelerator", bad) for i, p in enumerate(cfg.pools)
                 if len(p.instance_types or ()) > 1 and (bad := _mixed_pool_gpu(p.instance_types, p.accelerator))]
-    items += [(f"jobs[{i}].{'machineType' if gcp else 'instanceType'}", j.machine_type if gcp else j.instance_type,
-               j.accelerator, [j.zone] if j.zone not in bad_zones else []) for i, j in enumerate(cfg.jobs)]
-    for key, machine, acc, where in items:
+    for key, _, machine, acc, where in _machines(cfg, bad_zones):
         if machine:
             out += [(key, m) for m in check(cfg.cloud, cfg.region, machine, acc.type if acc else None,
                                             acc.count if acc else None, where)]
+
+
+def warnings(cfg: Any) -> list[str]:
+    """What ``spotctl validate`` and ``launch`` warn of a valid stack's machine types: the well-formed ones
+    the catalog does not list (``unlisted``), by key and job or pool."""
+    return [f"spotctl:{key}: {whose}: {note}" for key, whose, machine, _, _ in _machines(cfg, set())
+            if machine and (note := unlisted(cfg.cloud, machine))]
 
 
 def gpu_matches(wanted: str, name: str, memory: float | None = None) -> bool:

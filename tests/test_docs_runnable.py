@@ -41,6 +41,15 @@ def is_cleanup(block: str) -> bool:
                                for line in lines for part in line.split("&&"))
 
 
+def shown_rows(page: Path) -> list[list[str]]:
+    """Per runnable block, the table rows (`│ ... │` lines) the page quotes from its output: the plain
+    fenced blocks after it in its section, before the next runnable one."""
+    parts = re.split(re.escape(MARK) + r"\s*\n```(?:bash|sh)\n.*?\n```", page.read_text(encoding="utf-8"), flags=re.S)
+    sections = [re.split(r"\n#{1,6} ", part)[0] for part in parts[1:]]
+    return [[line.strip() for block in re.findall(r"```[a-z]*\n(.*?)\n```", section, re.S) for line in block.splitlines()
+             if line.startswith("│") and line.rstrip().endswith("│")] for section in sections]
+
+
 PAGES = sorted(p for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")] if runnable_blocks(p))
 
 
@@ -90,13 +99,14 @@ def project_copy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return project, env
 
 
-def run_block(page: Path, i: int, block: str, project: Path, env: dict[str, str]) -> None:
+def run_block(page: Path, i: int, block: str, project: Path, env: dict[str, str]) -> str:
     script = "\n".join(line for line in block.splitlines() if not line.startswith(NOT_RUN))
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=project, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (f"{page.relative_to(ROOT)} block {i + 1} exited {result.returncode}:\n{block}\n"
                                     f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}")
     assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
 
 
 def git_status(project: Path, env: dict[str, str]) -> str:
@@ -108,8 +118,10 @@ def git_status(project: Path, env: dict[str, str]) -> str:
 def test_the_runnable_blocks_run_as_written(page, project_copy):
     project, env = project_copy
     before = {p.name: p.read_bytes() for p in (ROOT / "stacks").glob("Pulumi.*.yaml")}
-    for i, block in enumerate(runnable_blocks(page)):
-        run_block(page, i, block, project, env)
+    for i, (block, rows) in enumerate(zip(runnable_blocks(page), shown_rows(page), strict=True)):
+        out = run_block(page, i, block, project, env)
+        for row in rows:  # (a row the page shows is what the command prints, at the blocks' 100 columns)
+            assert row in out, f"{page.relative_to(ROOT)} block {i + 1} shows\n{row}\nbut prints\n{out}"
     assert git_status(project, env) == "", f"{page.relative_to(ROOT)} leaves the checkout changed (end it with a block that puts it back)"
     assert {p.name: p.read_bytes() for p in (ROOT / "stacks").glob("Pulumi.*.yaml")} == before  # the checkout untouched
 

@@ -215,9 +215,14 @@ def test_validate_warns_when_a_policy_has_nothing_to_weigh_and_still_passes(runn
 
 
 def no_code_warnings(stack) -> list[str]:
-    return [f"warning: {stack}: spotctl:jobs[{i}].command: job {job} runs 'train.py', a relative file, but has no code: the "
-            "command runs in the empty job disk. Add code: ./ (or {dir: PATH}, {git: URL, ref: REF}); docs/guides/code.md"
-            for i, job in enumerate(("loop", "neighbour"))]
+    """What validate warns of these jobs whatever their policy: no code:, and p3.2xlarge (a family the catalog lacks)."""
+    jobs = list(enumerate(("loop", "neighbour")))
+    return [*(f"warning: {stack}: spotctl:jobs[{i}].command: job {job} runs 'train.py', a relative file, but has no code: the "
+              "command runs in the empty job disk. Add code: ./ (or {dir: PATH}, {git: URL, ref: REF}); docs/guides/code.md"
+              for i, job in jobs),
+            *(f"warning: {stack}: spotctl:jobs[{i}].instanceType: job {job}: 'p3.2xlarge' is not in spotctl's catalog: not "
+              "checked (GPUs, regions) and not priced unless spotctl:prices has it; did you mean 't3.2xlarge' or 'r3.2xlarge' "
+              "or 'm3.2xlarge'?" for i, job in jobs)]
 
 
 def test_resume_weighs_the_stacks_prices(runner, tmp_path):

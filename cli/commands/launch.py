@@ -114,12 +114,13 @@ def launch(
             code_ref = jobcode.prepare(ref, cfg, job.id, applier=applier_for(ref, False), bucket_option=False)
             if code_ref is not None:
                 entry = {**entry, **code_ref.fields()}
+        from infra import catalog
         from infra.codespec import uncoded_warning
         from infra.tokens import token_warnings
 
         if uncoded_warning(job):
             warn(f"{ref.path}: {uncoded_warning(job)}")
-        for line in token_warnings(cfg):  # (the new job is the last one)
+        for line in [*token_warnings(cfg), *catalog.warnings(cfg)]:  # (the new job is the last one)
             if line.startswith(f"spotctl:jobs[{len(cfg.jobs) - 1}]."):
                 warn(f"{ref.path}: {line}")
         cost = cost_preview(ref, cfg, [job], [job], enabled=not json_out)

@@ -14,7 +14,8 @@ from infra.basics import ConfigError, counted
     help="Check a stack file: every spotctl: key, its type and value, unique job ids, zones in the region, machine "
     "types, their GPUs and regions against the shipped catalog (`spotctl catalog`), and the cloud limits the stack's "
     "values can break (tags, labels, user data size, names); warn "
-    "(exit 0) where a job's policy will have nothing to weigh, or its command or code will not be found on the VM. "
+    "(exit 0) where a job's policy will have nothing to weigh, its command or code will not be found on the VM, or "
+    "a well-formed machine type is not in the catalog (not checked, not priced). "
     "With --cloud (AWS), also refuse a second deployment of this stack name in the account (another region, or "
     "this one with another event bucket).\n\n"
     "Example: spotctl validate --stack example-gcp",
@@ -59,13 +60,15 @@ def validate(stack: StackOpt = None, stack_file: StackFileOpt = None,
         if problem:
             raise refuse(str(ref.path), [f"spotctl:region: {problem}"])
     from cli.code.prepare import dir_warnings
+    from infra import catalog
     from infra.codespec import code_warnings
     from infra.config import policy_warnings
     from infra.config.gangs import gang_warnings
     from infra.tokens import token_warnings
 
     code_dirs = dir_warnings(cfg, stackfile.project_root(ref.path.parent))
-    warnings = [*policy_warnings(cfg), *gang_warnings(cfg), *token_warnings(cfg), *code_warnings(cfg), *code_dirs]
+    warnings = [*policy_warnings(cfg), *gang_warnings(cfg), *token_warnings(cfg), *code_warnings(cfg), *code_dirs,
+                *catalog.warnings(cfg)]
     for warning in warnings:
         typer.echo(f"warning: {ref.path}: {warning}", err=True)
     if json_out:

@@ -26,8 +26,8 @@ def read_job_file(path: Path) -> dict[str, Any]:
     """A job file: one mapping with the keys of a job entry (as in ``spotctl:jobs``)."""
     import yaml
 
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:  # (decoded as a stack file is: one line naming the file and the first byte that is not UTF-8)
+        doc = yaml.safe_load(stackfile.decode(path.read_bytes(), str(path)))
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
@@ -37,8 +37,13 @@ def read_job_file(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ConfigError(str(path), ["expected one job: a mapping with the keys of a spotctl:jobs entry "
                                       "(id, machineType or instanceType, zone, command, ...)"])
-    if "state" in doc:
-        raise ConfigError(str(path), ["state: a new job is pending until launch applies it: remove the key"])
+    from infra.config.jobs import Job
+
+    managed = [k for k in map(str, doc) if Job.managed_key(k)]
+    if managed:
+        raise ConfigError(str(path), ["state: a new job is pending until launch applies it: remove the key" if k == "state"
+                                      else f"{k}: spotctl writes this key as the job runs (a new job has none): remove "
+                                      "the key" for k in managed])
     return {str(k): v for k, v in doc.items()}
 
 

@@ -129,6 +129,13 @@ class ZoneStay(_Model):
     same_disk: bool = False
 
 
+# The job keys spotctl writes as the job runs, never a person: its state and attempts, a move and the
+# zones left, the scripts and code an attempt started with, why and by whom it stopped, an update under
+# way and the kind of disk it ran on. A new job has none of them (`launch` refuses them in a job file).
+MANAGED_KEYS = ("state", "attempt", "move", "zoneHistory", "scriptsDigest", "diskKind", "stopReason", "stoppedBy",
+                "applying", "codeDigest", "codeCommit")
+
+
 class Job(_Model):
     """One training run whose disk outlives every VM it runs on."""
 
@@ -201,6 +208,14 @@ class Job(_Model):
     code_commit: str | None = None
     _retired_after: int = PrivateAttr(0)  # set by StackConfig from spotctl:retiredJobs
 
+    @classmethod
+    def managed_key(cls, key: str) -> str | None:
+        """The stack file's name of ``key`` (as written, or by its Python name) when spotctl writes it
+        as the job runs (MANAGED_KEYS), else None."""
+        field = cls.model_fields.get(key)
+        alias = field.alias if field is not None else key
+        return alias if alias in MANAGED_KEYS else None
+
     @property
     def retired_after(self) -> int:
         """The last attempt of an earlier job of this id that `spotctl cleanup` removed (0: none): its
@@ -257,6 +272,8 @@ class Job(_Model):
     @field_validator("command", "setup")
     @classmethod
     def _command(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():  # (as '' is: a shell given only blanks runs nothing)
+            raise ValueError("must not be empty (it is only whitespace)")
         return v if v is None else _no_nul(v)
 
     @model_validator(mode="after")
