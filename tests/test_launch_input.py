@@ -35,6 +35,24 @@ def test_a_job_file_that_is_not_utf8_is_one_line_naming_the_file(project, runner
         f"error: {job_file}: line {line}: not UTF-8 text (byte {byte}); save the file as UTF-8\n")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_job_file_that_is_no_regular_file_or_too_large_is_refused_at_once(project, runner, tmp_path, kind):
+    """A FIFO (nobody writes to it) or /dev/zero would keep launch reading for ever; 2 MiB of YAML is no job."""
+    import os
+
+    if kind == "fifo":
+        job_file = tmp_path / "job.yaml"
+        os.mkfifo(job_file)
+        why = "not a regular file"
+    elif kind == "device":
+        job_file, why = Path("/dev/zero"), "not a regular file"
+    else:
+        job_file = tmp_path / "job.yaml"
+        job_file.write_text("id: j1\n" + "#" * (2 << 20) + "\n")
+        why = "larger than 1 MiB"
+    assert refused(runner, project, ["launch", str(job_file)]) == f"error: {job_file}: cannot read: {why}\n"
+
+
 @pytest.mark.parametrize("line,key", [
     ("attempt: 7", "attempt"),
     ('codeDigest: "' + "ab" * 32 + '"', "codeDigest"),

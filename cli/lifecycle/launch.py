@@ -15,11 +15,14 @@ from typing import Any
 
 from cli.lifecycle import stackfile
 from cli.lifecycle.states import Change, LifecycleError, check
-from infra.basics import ConfigError, JobState
+from infra.basics import ConfigError, JobState, read_regular
 
 # The entry's keys in the order they are written (anything else after them, as given).
 KEY_ORDER = ("id", "machineType", "instanceType", "accelerator", "nodes", "zone", "capacity", "diskGb", "deadlineHours",
              "jobHours", "policy", "code", "setup", "workdir", "command")
+
+
+JOB_FILE_LIMIT = 1 << 20  # one job's keys: a file larger than this is not a job file (and is never read whole)
 
 
 def read_job_file(path: Path) -> dict[str, Any]:
@@ -27,7 +30,7 @@ def read_job_file(path: Path) -> dict[str, Any]:
     import yaml
 
     try:  # (decoded as a stack file is: one line naming the file and the first byte that is not UTF-8)
-        doc = yaml.safe_load(stackfile.decode(path.read_bytes(), str(path)))
+        doc = yaml.safe_load(stackfile.decode(read_regular(path, JOB_FILE_LIMIT), str(path)))
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from None
     except yaml.YAMLError as exc:
