@@ -40,8 +40,10 @@ def family(cloud: str, machine: str) -> str:
 
 def is_custom(machine: str) -> bool:
     """A GCE custom machine type (``custom-8-30720``, ``n1-custom-8-30720``, ``...-ext``): any size within the
-    series' rules, never listed (https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type)."""
-    return re.fullmatch(r"([a-z0-9]+-)?custom-\d+-\d+(-ext)?", machine) is not None
+    series' rules, never listed (https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type);
+    E2's shared-core ones put micro, small or medium where the vCPUs go (``e2-custom-medium-4096``:
+    https://cloud.google.com/compute/docs/samples/compute-custom-machine-type-create-shared-with-helper)."""
+    return re.fullmatch(r"([a-z0-9]+-)?custom-(\d+|micro|small|medium)-\d+(-ext)?", machine) is not None
 
 
 # Compute Engine resource names, machine types among them, are lowercase letters, digits and '-', a letter

@@ -146,6 +146,7 @@ def test_the_cli_refuses_a_misspelled_machine_with_one_line_and_the_example_stac
     aws({"instanceType": "g5.2xlarge", **acc("nvidia-a10g-24gb")}),  # 22.35 GiB is 24 GB
     gcp({"machineType": "n1-custom-8-30720", **acc("nvidia-tesla-t4")}),  # custom types are never listed
     gcp({"machineType": "custom-8-30720"}),
+    gcp({"machineType": "e2-custom-medium-4096"}),  # E2 shared-core custom: micro/small/medium for the vCPUs
     gcp({"machineType": "a2-highgpu-1g"}, region="mars-north1"),  # a region the export does not name
 ])
 def test_what_the_catalog_cannot_tell_is_not_refused(raw):
