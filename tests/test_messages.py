@@ -28,3 +28,12 @@ def test_plot_at_a_directory_is_refused_not_written_beside_it(project: Path, run
     assert result.exit_code == 1
     assert result.stderr == "error: --plot: plots is a directory; give a file name in it, such as plots/cost.png\n"
     assert not (project / "plots.png").exists() and not list((project / "plots").iterdir())
+
+
+def test_events_of_a_job_with_none_says_so(project: Path, runner):
+    (project / "events").mkdir()
+    result = runner.invoke(app, ["events", "vit-finetune", "-s", "example-gcp", "--events-dir", "events"])
+    assert result.exit_code == 0
+    assert (result.stdout, result.stderr) == ("", "no events of vit-finetune in events\n")
+    result = runner.invoke(app, ["events", "vit-finetune", "-s", "example-gcp", "--events-dir", "events", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout) == [] and result.stderr == ""

@@ -386,6 +386,9 @@ def events(
     if json_out:
         typer.echo(json.dumps([event_json(e) for e in found], indent=2, sort_keys=True))
         return
+    if not found:  # not a silent success: the person may have given the wrong folder or bucket
+        place = str(events_dir) if events_dir is not None else f"bucket {bucket}"
+        typer.echo(f"no events of {job} in {place}", err=True)
     for e in found:
         details = " ".join(f"{k}={v}" for k, v in e.details.items())
         typer.echo(f"{e.time.isoformat()}  attempt {e.attempt} node {e.node}  {e.event:<18} {details}".rstrip())
