@@ -37,3 +37,98 @@ def test_events_of_a_job_with_none_says_so(project: Path, runner):
     assert (result.stdout, result.stderr) == ("", "no events of vit-finetune in events\n")
     result = runner.invoke(app, ["events", "vit-finetune", "-s", "example-gcp", "--events-dir", "events", "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout) == [] and result.stderr == ""
+
+
+def test_status_warns_when_the_events_source_holds_no_event(project: Path, runner):
+    result = runner.invoke(app, ["status", "-s", "example-gcp", "--events-dir", "Pulumi.yaml"])
+    assert result.exit_code == 0
+    said = " ".join(result.stderr.split())
+    # bert-eval completed and llm-pretrain runs: neither ran without an event (a pending job may)
+    assert ("warning: no event of llm-pretrain, vit-finetune, bert-eval was read from Pulumi.yaml: their preemptions, "
+            "hours and VM-hours are unknown, not 0 (is the events source the right one?)") in said
+
+
+def test_status_counts_the_lines_that_are_not_json_once(project: Path, runner):
+    (project / "events").mkdir()
+    good = {"job": "vit-finetune", "attempt": 3, "node": 0, "event": "started", "time": "2026-11-20T10:00:00Z",
+            "stack": "example-gcp"}
+    (project / "events" / "events.jsonl").write_text(f"not json\n{json.dumps(good)}\n{{broken\n\n")
+    result = runner.invoke(app, ["status", "-s", "example-gcp", "--events-dir", "events", "--json"])
+    assert result.exit_code == 0
+    json.loads(result.stdout)
+    lines = result.stderr.splitlines()
+    assert lines.count("warning: event events.jsonl: skipped 2 lines that are not JSON") == 1
+    assert "warning: no event of llm-pretrain, bert-eval was read from events" in result.stderr
+
+
+def test_a_failed_apply_says_what_is_known_and_the_next_stop_reads_well(project: Path, runner, fake_pulumi, monkeypatch):
+    monkeypatch.setenv("FAKE_PULUMI_UP_EXIT", "1")
+    result = runner.invoke(app, ["stop", "vit-finetune", "-s", "example-gcp", "--yes"])
+    assert result.exit_code == 1
+    assert "error: pulumi up failed: exit code 1, nothing on stderr" in result.stderr
+    assert "stderr:" not in result.stderr
+    monkeypatch.delenv("FAKE_PULUMI_UP_EXIT")
+    result = runner.invoke(app, ["stop", "vit-finetune", "-s", "example-gcp", "--yes"])
+    assert result.exit_code == 0
+    assert "job vit-finetune: finishing the update an earlier command started and did not finish (state=stopped" in result.stdout
+    assert "None" not in result.output
+
+
+def test_a_trace_not_found_without_spotctl_traces_reads_well(tmp_path: Path, runner, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPOTCTL_TRACES", raising=False)
+    result = runner.invoke(app, ["drill", "--trace", "nofile.json", "--", "true"])
+    assert result.exit_code == 1
+    assert result.stderr == (f"error: nofile.json: trace file not found in {tmp_path}, and SPOTCTL_TRACES is not set "
+                             "(set it to your traces directory, or give the file's path)\n")
+
+
+def write_stack(project: Path, config: dict) -> Path:
+    path = project / "stacks" / "Pulumi.team.yaml"
+    path.write_text("# kept\nconfig:\n" + "".join(f"  spotctl:{k}: {json.dumps(v)}\n" for k, v in config.items()))
+    return path
+
+
+def test_git_ls_remote_failure_keeps_gits_own_words(project: Path, runner, tmp_path):
+    from tests.conftest import GCP_BASE, gcp_job, stack_config
+
+    empty = tmp_path / "not-a-repo"
+    empty.mkdir()
+    path = write_stack(project, stack_config(GCP_BASE, jobs=[gcp_job(id="other")]))
+    (project / "job.yaml").write_text(json.dumps(gcp_job(code={"git": f"file://{empty}", "ref": "main"})))
+    before = path.read_bytes()
+    result = runner.invoke(app, ["launch", "job.yaml", "-s", "team", "--no-apply"])
+    assert result.exit_code == 1
+    said = " ".join(result.stderr.split())
+    assert f"fatal: '{empty}' does not appear to be a git repository; fatal: Could not read from remote repository." in said
+    assert "and the repository exists.)" not in said
+    assert path.read_bytes() == before
+
+
+def test_a_link_to_the_code_dir_itself_is_called_a_loop(project: Path, runner):
+    from tests.conftest import GCP_BASE, gcp_job, stack_config
+
+    path = write_stack(project, stack_config(GCP_BASE, jobs=[gcp_job(id="other")]))
+    (project / "mycode").mkdir()
+    (project / "mycode" / "train.py").write_text("print(1)\n")
+    (project / "mycode" / "loop").symlink_to(".")
+    (project / "job.yaml").write_text(json.dumps(gcp_job(code="./mycode")))
+    before = path.read_bytes()
+    result = runner.invoke(app, ["launch", "job.yaml", "-s", "team", "--no-apply"])
+    assert result.exit_code == 1
+    said = " ".join(result.stderr.split())
+    assert "loop is a link to ., a loop (a link to a directory that contains it;" in said, said
+    assert "outside the code" not in said
+    assert path.read_bytes() == before
+
+
+def test_a_pulumi_failure_keeps_its_stderr_when_there_is_one():
+    from pulumi.automation._cmd import CommandResult
+    from pulumi.automation.errors import CommandError
+
+    from cli.lifecycle.apply import _last_line
+
+    said = CommandError(CommandResult("Updating\n    error: update failed\n", "warning: x\nerror: quota exceeded\n", 255))
+    assert _last_line(said) == "error: quota exceeded"
+    quiet = CommandError(CommandResult("Updating\nDiagnostics:\n    error: update failed\n", "", 255))
+    assert _last_line(quiet) == "exit code 255, nothing on stderr; its output: error: update failed"

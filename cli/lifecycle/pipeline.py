@@ -449,7 +449,7 @@ def _finish_pending(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, pend
     """The job's file says an update was started and never finished (``applying``): preview, confirm
     and apply the job as the file has it; the caller holds the update lock."""
     proposal.close()  # nothing new is proposed: the file already holds what is applied
-    change = Change(job_id, {"applying": None}, f"the update started earlier and never finished is applied ({pending})")
+    change = Change(job_id, {"applying": None}, f"finishing the update an earlier command started and did not finish ({pending})")
     targets = pending_targets(ref, job_id, cfg, applier)
     if confirm is not None:
         on_step("preview")
