@@ -132,3 +132,61 @@ def test_a_pulumi_failure_keeps_its_stderr_when_there_is_one():
     assert _last_line(said) == "error: quota exceeded"
     quiet = CommandError(CommandResult("Updating\nDiagnostics:\n    error: update failed\n", "", 255))
     assert _last_line(quiet) == "exit code 255, nothing on stderr; its output: error: update failed"
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from cli.lifecycle import stackfile
+with stackfile.locked(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_wait_for_the_lock_is_said_once_with_its_holder(project: Path, runner, monkeypatch):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from cli.lifecycle.stackfile import locking
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(GCP.resolve())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).parent.parent)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        told: list[str] = []
+
+        def release(line: str) -> None:  # the notice came first; then the other spotctl finishes
+            told.append(line)
+            holder.stdin.write("done\n")
+            holder.stdin.flush()
+
+        monkeypatch.setattr(locking, "ON_WAIT", [*locking.ON_WAIT, release])
+        result = runner.invoke(app, ["stop", "vit-finetune", "-s", "example-gcp", "--no-apply", "--yes", "--json"])
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)
+    lock = os.path.realpath(GCP.parent / f".{GCP.name}.lock")
+    assert len(told) == 1 and told[0].startswith(f"waiting up to 30 s for the lock on {lock} held by pid {holder.pid} "
+                                                 f"on {socket.gethostname()} since 20")
+    assert result.stderr.count("waiting up to 30 s for the lock") == 1
+    assert "state: stopped" in GCP.read_text()
+
+
+def test_nothing_to_resume_is_said_before_pulumi_is_looked_for(project: Path, runner, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("SPOTCTL_PULUMI_ROOT", raising=False)
+    before = GCP.read_bytes()
+    result = runner.invoke(app, ["resume", "bert-eval", "-s", "example-gcp", "--yes"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: job bert-eval is completed; there is nothing to resume"), result.stderr
+    assert "pulumi" not in result.stderr
+    assert GCP.read_bytes() == before
+    # a job that does need an update still says first that pulumi is missing, the file untouched
+    result = runner.invoke(app, ["stop", "vit-finetune", "-s", "example-gcp", "--yes"])
+    assert result.exit_code == 1 and result.stderr.startswith("error: cannot apply: no `pulumi` CLI found")
+    assert GCP.read_bytes() == before
