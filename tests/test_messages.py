@@ -175,6 +175,7 @@ def test_a_wait_for_the_lock_is_said_once_with_its_holder(project: Path, runner,
                                                  f"on {socket.gethostname()} since 20")
     assert result.stderr.count("waiting up to 30 s for the lock") == 1
     assert "state: stopped" in GCP.read_text()
+    assert Path(lock).read_text() == ""  # released: no stale holder told to the next waiter
 
 
 def test_nothing_to_resume_is_said_before_pulumi_is_looked_for(project: Path, runner, monkeypatch):

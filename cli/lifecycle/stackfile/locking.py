@@ -65,7 +65,7 @@ def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         who = _holder(name)
         raise ConfigError(str(path), ["locked by another spotctl" + (f" ({who})" if who else "")
                                       + f" for more than {timeout:.0f} s"]) from None
-    _record_holder(name)
+    _record_holder(name, _holding())
     counts[name] = 1
     try:
         for hook in ON_HOLD:
@@ -76,20 +76,27 @@ def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         yield
     finally:
         counts.pop(name, None)
+        _record_holder(name, "")  # (a waiter that wins next is not told of this process)
         lock.release()
 
 
-def _record_holder(name: str) -> None:
-    """Write who holds the lock into its file (the flock is the lock; the text only tells a waiter)."""
+def _holding() -> str:
     import os
     import socket
     from datetime import UTC, datetime
 
-    since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
+
+
+def _record_holder(name: str, text: str) -> None:
+    """Write who holds the lock into its file, under the lock (the flock is the lock; the text only
+    tells a waiter who it waits for)."""
+    import os
+
     with contextlib.suppress(OSError):  # (a lock file another account made: the lock holds, untold)
         fd = os.open(name, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
         try:
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {since}\n".encode())
+            os.write(fd, text.encode())
         finally:
             os.close(fd)
 
