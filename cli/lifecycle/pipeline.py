@@ -145,9 +145,8 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
 
 
 def _nothing_to_apply(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change]) -> bool:
-    """Whether the job as the file has it now needs no update, or is refused ("completed; nothing to
-    resume", raised): that answer needs no pulumi CLI. Decided again under the lock; should the file
-    change meanwhile, the applier's own check stops the update when it selects the stack."""
+    """Whether the job as the file has it now needs no update, or is refused (raised): no pulumi CLI is
+    needed to say so. Decided again under the lock (a change meanwhile meets the applier's own check)."""
     try:
         job = stackfile.load(ref).job(job_id)
     except (KeyError, ConfigError):
