@@ -236,7 +236,7 @@ def test_kill_9_during_up_then_the_same_command_applies_it(tmp_path):
     env = {k: v for k, v in child.env.items() if k != "FAKE_PULUMI_UP_SLEEP"}
     again = pexpect.spawn(sys.executable, ["-m", "cli", "resume", "vit-finetune", "--events-dir", "events", "--yes"],
                           cwd=str(project), env=env, encoding="utf-8", timeout=180)
-    again.expect(r"job vit-finetune: applying=None \(the update started earlier and never finished is applied")
+    again.expect(r"job vit-finetune: finishing the update an earlier command started and did not finish \(")
     again.expect(pexpect.EOF)
     again.close()
     assert again.exitstatus == 0
@@ -263,7 +263,7 @@ def test_a_complete_killed_during_its_update_is_finished_by_complete_again(proje
     assert no.exit_code == 0 and "Do you want to finish this update of job vit-finetune? [y/N]" in no.output, no.output
     assert ups(fake_pulumi) == 0 and stackfile.load(stackfile.resolve("example-gcp", None)).job("vit-finetune").applying
     done = runner.invoke(app, ["complete", "vit-finetune", "--stack", "example-gcp"], input="y\n")
-    assert done.exit_code == 0 and "the update started earlier and never finished is applied" in done.stdout, done.output
+    assert done.exit_code == 0 and "finishing the update an earlier command started and did not finish" in done.stdout, done.output
     assert ups(fake_pulumi) == 1
     job = stackfile.load(stackfile.resolve("example-gcp", None)).job("vit-finetune")
     assert (job.state.value, job.applying) == ("completed", None)

@@ -45,6 +45,11 @@ def _inside(name: str, target: str) -> bool:
     return resolved != ".." and not resolved.startswith("../") and resolved != "."
 
 
+def _loop(name: str, target: str) -> bool:
+    """Whether a link at ``name`` points at the code's top, which contains it (``loop -> .``, ``a/up -> ..``)."""
+    return not os.path.isabs(target) and os.path.normpath(os.path.join(os.path.dirname(name), target)) == "."
+
+
 def pack(root: Path, names: tuple[str, ...] | list[str], *, limit: int = MAX_CODE_BYTES, what: str = "code") -> Archive:
     """A tar.gz of ``names`` (relative to ``root``), refused over ``limit`` bytes before any is read.
 
@@ -72,6 +77,9 @@ def pack(root: Path, names: tuple[str, ...] | list[str], *, limit: int = MAX_COD
                 st = os.lstat(path)
                 if path.is_symlink():
                     target = os.readlink(path)
+                    if _loop(name, target):
+                        raise CodeError(f"{what}: {name} is a link to {target}, a loop (a link to a directory that "
+                                        "contains it; the VM refuses such a link): remove it or list it in .spotctlignore")
                     if not _inside(name, target):
                         raise CodeError(f"{what}: {name} is a link to {target}, outside the code (the VM refuses such "
                                         "a link): list it in .spotctlignore and read what it points to from a bucket")

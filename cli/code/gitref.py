@@ -39,7 +39,11 @@ def resolve(url: str, ref: str, what: str, timeout: float = 60) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CodeError(f"{what}: git ls-remote {url} did not answer: {exc}") from None
     if run.returncode != 0:
-        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        # git's own words are its fatal:/error: lines; the advice after them ("Please make sure you
+        # have the correct access rights and the repository exists.") says nothing of this case
+        said = [ln.strip() for ln in run.stderr.splitlines() if ln.strip()]
+        tail = "; ".join([ln for ln in said if ln.startswith(("fatal:", "error:", "remote:"))][:3]
+                         or said[-1:] or [f"exit code {run.returncode}, no output"])
         raise CodeError(f"{what}: git ls-remote {url} failed ({tail}); this machine's git must be able to read "
                         "the repository (its credentials), the VM's uses the job's tokenEnv")
     commit = pick(run.stdout, ref)

@@ -393,7 +393,7 @@ def run_change(stack, stack_file, job_id: str, decide, no_apply: bool, json_out:
             if applier is not None:  # (the same one: its stack is selected once)
                 applier.step = spinner.step
             outcome = pipeline.change_job(ref, job_id, decide, applier=applier or applier_for(ref, no_apply, spinner.step), out=spinner.echo,
-                                            confirm=spinner.paused(confirm) if confirm else None)
+                                            confirm=spinner.paused(confirm) if confirm else None, pure=True)
     except (ConfigError, LifecycleError, ApplyError) as exc:
         raise fail(str(exc)) from None
     except pipeline.Interrupted as exc:

@@ -52,6 +52,13 @@ def cost(
         except ValueError:
             raise fail(f"--as-of: expected an ISO 8601 time such as 2026-11-21T18:00:00Z, got {as_of!r}") from None
         now = now if now.tzinfo else now.replace(tzinfo=UTC)
+    if plot is not None:  # refused before the events are read, not after
+        from cli.cost.plot import png_path
+
+        try:
+            png_path(plot)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
     ref, cfg, selected = stack_jobs(stack, stack_file, job)
     bucket, where = events_source(ref, cfg, events_dir, events_bucket)
     if events_dir is None and not bucket:  # every figure below comes from the events: none is 0 by default
@@ -69,7 +76,10 @@ def cost(
     if plot is not None:
         from cli.cost.plot import draw
 
-        plot = draw(rep.costed, plot, rep.now, f"spotctl cost {ref.name}")
+        try:
+            plot = draw(rep.costed, plot, rep.now, f"spotctl cost {ref.name}")
+        except OSError as exc:  # not writable, or the disk is full: one line, not a traceback
+            raise fail(f"--plot: cannot write {exc.filename or plot}: {exc.strerror or exc}") from None
     data = rep.json()
     _fold_states(data, selected, events, now)
     if json_out:

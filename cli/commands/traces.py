@@ -44,6 +44,9 @@ def find_trace(path: Path) -> Path:
             if found:
                 raise fail(f"{path}: {len(found)} trace files of that name under {root}; give one of: "
                            + ", ".join(str(p.relative_to(root)) for p in found))
+    if not folders:  # nothing else was searched: say where the traces could be told to be
+        raise fail(f"{path}: trace file not found in {Path.cwd()}, and {TRACES_ENV} is not set (set it to your "
+                   f"traces directory, or give the file's path)")
     looked = ", ".join(str(d) for d in folders)
     raise fail(f"{path}: trace file not found here, nor under {looked}"
                + (" or their subfolders" if len(path.parts) == 1 else "") + f" (set {TRACES_ENV} to your traces directory)")

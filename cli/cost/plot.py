@@ -14,6 +14,24 @@ COLOURS = {"spot": "#2a9d8f", "on-demand": "#e76f51"}
 GAP = "#bdbdbd"
 
 
+def png_path(path: Path) -> Path:
+    """The file ``--plot PATH`` writes, or ValueError saying why it cannot be written there: a directory
+    given as the plot, or a file where a folder of its path must be (checked before any work is done)."""
+    if path.is_dir():  # not "dir.png" beside it: the name a person gave was a folder, ask for a file in it
+        raise ValueError(f"--plot: {path} is a directory; give a file name in it, such as {path / 'cost.png'}")
+    # Always a PNG: matplotlib appends ".png" to a name without a suffix (and takes another suffix as
+    # another format, or refuses it), so the path written is said by what this returns.
+    real = path if path.suffix.lower() == ".png" else path.with_name(f"{path.name}.png")
+    if real.is_dir():
+        raise ValueError(f"--plot: {real} is a directory; give a file name in it, such as {real / 'cost.png'}")
+    for folder in real.parents:
+        if folder.exists() or folder.is_symlink():
+            if not folder.is_dir():
+                raise ValueError(f"--plot: {folder} is not a directory")
+            break
+    return real
+
+
 def draw(costed: list[Costed], path: Path, now: datetime, title: str) -> Path:
     """Write the PNG to ``path`` (``path`` + ".png" unless it ends so; matplotlib, no display needed)
     and return the path written."""
@@ -77,9 +95,7 @@ def draw(costed: list[Costed], path: Path, now: datetime, title: str) -> Path:
     ax_c.set_title("what each job cost vs the same VM-hours on on-demand", fontsize=10)
     ax_c.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    # Always a PNG: matplotlib appends ".png" to a name without a suffix (and takes another suffix as
-    # another format, or refuses it), so the path written is said by what this returns.
-    real = path if path.suffix.lower() == ".png" else path.with_name(f"{path.name}.png")
+    real = png_path(path)
     real.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(real, dpi=110, format="png")
     plt.close(fig)

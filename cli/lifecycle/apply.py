@@ -388,5 +388,18 @@ def held_in(deployment: dict) -> Held:
 
 
 def _last_line(exc: Exception) -> str:
-    text = (getattr(exc, "stderr", "") or str(exc)).strip().splitlines()
-    return text[-1] if text else str(exc)
+    """What a failed pulumi command said: its stderr's last line, else its exit code and the last
+    ``error:`` line of its output. The Automation API's CommandError is only text,
+    ``"\\n code: N\\n stdout: ...\\n stderr: ..."`` (pulumi/automation/_cmd.py CommandResult.__str__),
+    whose last line is a bare "stderr:" when pulumi wrote nothing there."""
+    text = str(exc)
+    head, sep, stderr = text.rpartition("\n stderr: ")
+    if not sep:
+        lines = text.strip().splitlines()
+        return lines[-1] if lines else repr(exc)
+    code, _, stdout = head.partition("\n stdout: ")
+    said = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    if said:
+        return said[-1]
+    errors = [ln.strip() for ln in stdout.splitlines() if ln.strip().startswith("error:")]
+    return f"exit code {code.replace('code:', '').strip()}, nothing on stderr" + (f"; its output: {errors[-1]}" if errors else "")

@@ -203,14 +203,21 @@ def _documents(text: str, key: str, warn: Callable[[str], None] | None, *, singl
         return [loads_bounded(text, EVENT_LOG_LIMIT)]
     except BadJson as exc:
         refused = exc if single or exc.kind == "depth" else None
-    docs = []
-    for line in [] if single else text.split("\n"):
+    docs, lines, bad = [], [] if single else text.split("\n"), 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
         try:
             docs.append(loads_bounded(line, EVENT_OBJECT_LIMIT))
         except BadJson as exc:
-            refused = refused or (exc if exc.kind == "depth" else None)
+            if exc.kind == "depth":
+                refused = refused or exc
+            elif i < len(lines) - 1:  # (a last line with no newline yet may still be being written)
+                bad += 1
     if refused is not None and warn is not None:
         warn(f"event {key}: skipped{' a line' if docs else ''}: {refused}")
+    if bad and warn is not None:
+        warn(f"event {key}: skipped {bad} line{'s' if bad > 1 else ''} that {'are' if bad > 1 else 'is'} not JSON")
     return docs
 
 

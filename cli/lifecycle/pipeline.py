@@ -100,7 +100,7 @@ class _Plan:
 def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change], *,
                applier: Applier | None, out: Callable[[str], None] = print,
                confirm: Confirm | None = None, release: Release | None = None, stop_first: str = "",
-               new: Mapping[str, Any] | None = None) -> Outcome:
+               new: Mapping[str, Any] | None = None, pure: bool = False) -> Outcome:
     """Decide on the job as the stack file has it *under the lock*, write the change, then apply.
 
     With ``applier`` None the file is only edited (--no-apply). With ``confirm`` (the commands pass
@@ -108,10 +108,11 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
     decides; declined, the edit is undone. ``release``: what only a move's release may drop (old
     disks). ``stop_first``: the job's running VMs go by an update of their own before the change.
     ``new``: the entry of a job the stack does not have yet (``launch``; ``admit``). If the update
-    cannot start, the edit is undone (only the keys it set; a new job's entry goes).
+    cannot start, the edit is undone (only the keys it set; a new job's entry goes). ``pure``: ``decide``
+    has no side effect, so it is tried first on the file as it is (no pulumi CLI needed to say no).
     """
     guard = applier.exclusive(ref.path) if applier else contextlib.nullcontext()
-    if applier:
+    if applier and not (pure and _nothing_to_apply(ref, job_id, decide)):
         applier.preflight()
     edit = _Edit(ref, job_id, applier, asked=confirm is not None and applier is not None)
     with guard, contextlib.ExitStack() as proposal:
@@ -141,6 +142,16 @@ def change_job(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Cha
         proposal.close()
         apply(edit, plan, old_cfg, new_cfg, then, out)
         return Outcome(change, new_cfg, applied=True)
+
+
+def _nothing_to_apply(ref: stackfile.StackRef, job_id: str, decide: Callable[[Job], Change]) -> bool:
+    """Whether the job as the file has it now needs no update, or is refused (raised): no pulumi CLI is
+    needed to say so. Decided again under the lock (a change meanwhile meets the applier's own check)."""
+    try:
+        job = stackfile.load(ref).job(job_id)
+    except (KeyError, ConfigError):
+        return False  # (said under the lock, as without this look)
+    return job.applying is None and decide(job).noop
 
 
 def observe(ref: stackfile.StackRef, current: StackConfig, job_id: str) -> Job:
@@ -449,7 +460,7 @@ def _finish_pending(ref: stackfile.StackRef, job_id: str, cfg: StackConfig, pend
     """The job's file says an update was started and never finished (``applying``): preview, confirm
     and apply the job as the file has it; the caller holds the update lock."""
     proposal.close()  # nothing new is proposed: the file already holds what is applied
-    change = Change(job_id, {"applying": None}, f"the update started earlier and never finished is applied ({pending})")
+    change = Change(job_id, {"applying": None}, f"finishing the update an earlier command started and did not finish ({pending})")
     targets = pending_targets(ref, job_id, cfg, applier)
     if confirm is not None:
         on_step("preview")

@@ -102,8 +102,9 @@ class Change:
     def describe(self) -> str:
         if self.noop:
             return f"job {self.job_id}: {self.reason}"
-        parts = ", ".join(f"{k}={v}" for k, v in self.fields.items())
-        return f"job {self.job_id}: {parts} ({self.reason})"
+        # a field cleared (None: an update finished, a move done) is said by the reason, not as "k=None"
+        parts = ", ".join(f"{k}={v}" for k, v in self.fields.items() if v is not None)
+        return f"job {self.job_id}: {parts} ({self.reason})" if parts else f"job {self.job_id}: {self.reason}"
 
 
 def attempt_outcome(events: Iterable[Event], attempt: int, nodes: int = 1) -> JobState | None:
