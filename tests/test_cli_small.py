@@ -124,6 +124,23 @@ def test_simulate_plot_is_written(runner, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("where,message", [
+    ("t.json/x.png", "error: --plot: {tmp}/t.json is not a directory\n"),  # a file where a folder must be
+    ("plots", "error: --plot: {tmp}/plots is a directory; give a file name in it, such as {tmp}/plots/simulate.png\n"),
+])
+def test_simulate_plot_where_none_can_be_written_is_one_error_before_any_run(runner, tmp_path, where, message):
+    """As ``cost --plot``: no traceback after the simulation, no PLOTS.png written beside a directory."""
+    trace = write_trace(tmp_path / "t.json")
+    (tmp_path / "plots").mkdir()
+    result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policy", "greedy", "--job-hours", "4",
+                                 "--deadline-hours", "8", "--starts", "2", "--plot", str(tmp_path / where)])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stderr == message.format(tmp=tmp_path)
+    assert result.stdout == ""  # (refused before the table: nothing was simulated)
+    assert not (tmp_path / "plots.png").exists() and not list((tmp_path / "plots").iterdir())
+
+
 def test_cleanup_orphans_without_credentials_is_one_error_line(project, runner, monkeypatch, tmp_path):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)

@@ -76,6 +76,13 @@ def simulate(
             raise fail(f"{path}: not a trace file: expected a spot-traces JSON "
                        '({"metadata": {"gap_seconds": N}, "data": [0/1, ...]}) or a probe CSV (index,timestamp,fail)') from None
     job = sim.Job(job_hours, deadline_hours, changeover_hours, price_ratio or sim.PAPER_PRICE_RATIO)
+    if plot_path is not None and not zones:  # refused before the simulation runs, not after
+        from cli.cost.plot import png_path
+
+        try:
+            plot_path = png_path(plot_path, "simulate.png")
+        except ValueError as exc:
+            raise fail(str(exc)) from None
     if zones:
         from cli.commands.zonesim import simulate_zones
 
@@ -93,8 +100,11 @@ def simulate(
         typer.echo(sim.render_table(everything), nl=False)
     if plot_path is not None:
         first = traces[0]
-        with progress(f"drawing {plot_path}"):
-            sim.plot(plot_path, first, sim.starts_for(first, job, starts, seed)[0], job, names, rows)
+        try:
+            with progress(f"drawing {plot_path}"):
+                sim.plot(plot_path, first, sim.starts_for(first, job, starts, seed)[0], job, names, rows)
+        except OSError as exc:
+            raise fail(f"--plot: cannot write {exc.filename or plot_path}: {exc.strerror or exc}") from None
         typer.echo(f"plot written to {plot_path}", err=True)
 
 

@@ -14,16 +14,17 @@ COLOURS = {"spot": "#2a9d8f", "on-demand": "#e76f51"}
 GAP = "#bdbdbd"
 
 
-def png_path(path: Path) -> Path:
+def png_path(path: Path, example: str = "cost.png") -> Path:
     """The file ``--plot PATH`` writes, or ValueError saying why it cannot be written there: a directory
-    given as the plot, or a file where a folder of its path must be (checked before any work is done)."""
+    given as the plot, or a file where a folder of its path must be (checked before any work is done).
+    ``example``: the file name the message suggests in a directory given as the plot."""
     if path.is_dir():  # not "dir.png" beside it: the name a person gave was a folder, ask for a file in it
-        raise ValueError(f"--plot: {path} is a directory; give a file name in it, such as {path / 'cost.png'}")
+        raise ValueError(f"--plot: {path} is a directory; give a file name in it, such as {path / example}")
     # Always a PNG: matplotlib appends ".png" to a name without a suffix (and takes another suffix as
     # another format, or refuses it), so the path written is said by what this returns.
     real = path if path.suffix.lower() == ".png" else path.with_name(f"{path.name}.png")
     if real.is_dir():
-        raise ValueError(f"--plot: {real} is a directory; give a file name in it, such as {real / 'cost.png'}")
+        raise ValueError(f"--plot: {real} is a directory; give a file name in it, such as {real / example}")
     for folder in real.parents:
         if folder.exists() or folder.is_symlink():
             if not folder.is_dir():

@@ -390,5 +390,5 @@ def plot(path: Path, trace: Trace, start: int, job: Job, policies: Sequence[str]
     for i, r in enumerate(summary):
         bars.text(i, r.p75, f"{r.mean_norm_cost:.3f}", ha="center", va="bottom", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
