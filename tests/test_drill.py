@@ -346,3 +346,32 @@ def test_checkpoint_files_without_lines_show_the_interval(runner, mode):
     assert interval == 50 if mode == "lines" else 45 <= interval <= 60, brief(report)
     assert "None" not in report["reason"]
     assert all(lost is None or lost < 50 for lost in report["lost_work"]), brief(report)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (the lost interrupt, as expected)
+def test_a_signal_whose_interrupt_is_lost_in_a_finalizer_still_ends_the_drill(monkeypatch):
+    """The handler's KeyboardInterrupt is lost when it is raised while a finalizer runs (Python prints
+    "Exception ignored in ..." and goes on): the drill then went on polling its VM. Its waits end it."""
+    from cli.drill import runner as drills
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs at the next bytecode: still in here
+            sum(range(1000))
+
+    waited = []
+
+    def run(self):
+        obj = Finalized()
+        del obj  # (the interrupt is raised inside __del__, and ignored)
+        for _ in range(100):
+            waited.append(1)
+            self._sleep(0.01)
+        return "went on as if nothing had come"
+
+    monkeypatch.setattr(drills.Drill, "run", run)
+    before = signal.getsignal(signal.SIGUSR1)
+    with pytest.raises(KeyboardInterrupt):
+        drills.run_drill(drills.make_spec(command="true", cloud="gcp"))
+    assert len(waited) == 1  # (ended at its first wait)
+    assert signal.getsignal(signal.SIGUSR1) == before  # (the handler it replaced is back)

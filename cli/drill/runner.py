@@ -104,6 +104,7 @@ class Drill:
         self.workdir = workdir
         self.status = status
         self.vm: LocalVM | None = None
+        self.interrupted = False  # set by run_drill's signal handler, checked at every wait
 
     def _preempt_after(self, index: int) -> float:
         if self.spec.preempt_after is not None:
@@ -162,7 +163,7 @@ class Drill:
                     if began is None and now - booted < self.spec.attempt_timeout_s:
                         self.status(f"attempt {number}: " + ("running the job's setup (the drill does not preempt it)"
                                                               if self._setup_pending(disk) else "starting the command"))
-                        time.sleep(0.1)
+                        self._sleep(0.1)
                         continue
                     if setting_up:
                         rec.setup_s = round(max(booted, now - (setup_ended_ago(disk) or 0.0)) - booted, 3)
@@ -176,7 +177,7 @@ class Drill:
                         self._preempt(emu, vm)
                     break
                 self.status(_status_line(rec, deadline - ahead - now if preempt else None))
-                time.sleep(0.1)
+                self._sleep(0.1)
             vm.kill_all()
             # (files written during the shutdown were not watched: when they appeared is unknown)
             self._observe(rec, disk, None)
@@ -206,7 +207,15 @@ class Drill:
             rec.checkpoint_files += watch.marks(rec.end_progress, time.time_ns())
 
     def _preempt(self, emu: Emulator, vm: LocalVM) -> None:
-        preempt(emu, vm, self.spec.time_scale)
+        preempt(emu, vm, self.spec.time_scale, sleep=self._sleep)
+
+    def _sleep(self, seconds: float) -> None:
+        """A wait that ends the drill once a signal came, also when the KeyboardInterrupt its handler
+        raised was lost: raised while a finalizer ran (a generator closed or an object freed by the
+        garbage collector), Python prints "Exception ignored in ..." and goes on."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+        time.sleep(seconds)
 
     def run(self) -> Report:
         started = time.monotonic()
@@ -312,18 +321,18 @@ def run_drill(spec: DrillSpec, status: Callable[[str], None] = lambda s: None) -
         # raises KeyboardInterrupt); the others stay ignored when they were (SIGHUP under nohup).
         # SIGKILL cannot be caught: the watchdog (``cli.drill.watchdog``) cleans up after it.
         signals = [signal.SIGINT] + [sig for sig in ENDING_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
-        previous = {sig: signal.signal(sig, _raise_interrupt) for sig in signals}
+
+        def interrupt(signum, frame):
+            drill.interrupted = True
+            raise KeyboardInterrupt
+
+        previous = {sig: signal.signal(sig, interrupt) for sig in signals}
         try:
             return drill.run()
         finally:
             drill.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
 
 
 def command_string(argv: list[str]) -> str:
