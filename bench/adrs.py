@@ -198,8 +198,8 @@ def run(strategy, sc: Scenario, job_h: float = JOB_H) -> Result:
 class SpotctlAdapter:
     """A spotctl policy (``cli.policy.policies``) as an ADRS strategy: it sees an ``Observation``."""
 
-    def __init__(self, name: str, **params):
-        self.policy = make_policy(name, **params)
+    def __init__(self, name: str = "", policy=None, **params):
+        self.policy = policy if policy is not None else make_policy(name, **params)
 
     def __call__(self, s: State) -> str:
         if s.task_s - s.done_s <= 1e-3:
@@ -304,9 +304,8 @@ def strategy_for(name: str, sc: Scenario | None = None):
         else:
             ticks = int(sc.deadline_h * 3600 // sc.gap_s) + 1
             regime = fit_regime("self", sc.available[:ticks], sc.gap_s / 3600)
-        adapter = SpotctlAdapter("default")
-        adapter.policy = (_PlanOnly if name.endswith("-plan") else Default)(regimes=[regime], online=False, fit_z=None)
-        return adapter
+        told = (_PlanOnly if name.endswith("-plan") else Default)(regimes=[regime], online=False, fit_z=None)
+        return SpotctlAdapter(policy=told)
     return SpotctlAdapter(name)
 
 

@@ -60,8 +60,10 @@ SHAPE_WORDS = {"gcp": "a Compute Engine machine type is SERIES-KIND-VCPUS, e.g. 
                "aws": "an EC2 instance type is FAMILY.SIZE, e.g. 'g5.2xlarge'"}
 
 
-def close_names(cloud: str, machine: str, n: int = 3) -> list[str]:
-    return difflib.get_close_matches(machine, load().get(cloud, {}).get("types", []), n=n, cutoff=0.75)
+def did_you_mean(cloud: str, machine: str) -> str:
+    """"did you mean 'a' or 'b'?" over the catalog's nearest names, or "" when none is near."""
+    close = difflib.get_close_matches(machine, load().get(cloud, {}).get("types", []), n=3, cutoff=0.75)
+    return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def forget() -> None:
@@ -100,14 +102,12 @@ def unknown_type(cloud: str, machine: str) -> str | None:
         if lower != machine and (lower in _types(cloud) or SHAPES[cloud].fullmatch(lower)):
             return (f"unknown {what} {machine!r}: {'EC2' if cloud == 'aws' else 'Compute Engine'}'s names are "
                     f"lowercase; did you mean {lower!r}?")
-        close = close_names(cloud, machine)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        return f"unknown {what} {machine!r}: not the shape of one ({SHAPE_WORDS[cloud]}){hint}"
+        hint = did_you_mean(cloud, machine)
+        return f"unknown {what} {machine!r}: not the shape of one ({SHAPE_WORDS[cloud]}){'; ' + hint if hint else ''}"
     if fam not in families and not malformed:
         return None  # (well-formed, of a family newer than the catalog: ``unlisted`` says so, as a warning)
-    close = close_names(cloud, machine)
     sizes = sorted(t for t in part["types"] if family(cloud, t) == fam)
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else (
+    hint = did_you_mean(cloud, machine) or (
         f"{fam} types: {', '.join(sizes[:8])}{', ...' if len(sizes) > 8 else ''}" if fam in families
         else SHAPE_WORDS["aws"])
     return f"unknown {what} {machine!r} ({hint}); `spotctl catalog` lists the GPU types"
@@ -119,10 +119,9 @@ def unlisted(cloud: str, machine: str) -> str | None:
     if not load().get(cloud) or machine in _types(cloud) or (cloud == "gcp" and is_custom(machine)) \
             or unknown_type(cloud, machine):
         return None
-    close = close_names(cloud, machine)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(cloud, machine)
     return (f"{machine!r} is not in spotctl's catalog: not checked (GPUs, regions) and not priced unless "
-            f"spotctl:prices has it{hint}")
+            f"spotctl:prices has it{'; ' + hint if hint else ''}")
 
 
 def _gpu_key(name: str) -> tuple[str, int | None]:

@@ -57,6 +57,11 @@ class Unread(Exception):
     """A bucket this machine knew of (not given on the command line) could not be read."""
 
 
+def source_place(events_dir, bucket) -> str:
+    """The events source in a person's words: the folder, or "bucket NAME"."""
+    return str(events_dir) if events_dir is not None else f"bucket {bucket}"
+
+
 def events_source(ref, cfg, events_dir, bucket, session=None, applier=None) -> tuple[str | None, str]:
     """(the bucket to read the jobs' events from, where it was found: "" when given or none). Given
     --events-bucket or --events-dir, exactly what was given; else the bucket ``known_bucket`` knows."""

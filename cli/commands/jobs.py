@@ -29,7 +29,7 @@ from cli.commands import (
     stack_jobs,
     warn,
 )
-from cli.commands.hints import Unread, events_source
+from cli.commands.hints import Unread, events_source, source_place
 from cli.commands.textfit import say_warning, wrapped
 from cli.lifecycle import glossary
 from infra.basics import Capacity
@@ -259,8 +259,7 @@ def status(
                     json_out)
     unseen = [j.id for j in selected if sourced and j.state.value != "pending" and not found.get(j.id)]
     if unseen:  # (as `cost` says it) a wrong folder or bucket reads as "0 preemptions, 0 hours"
-        place = str(events_dir) if events_dir is not None else f"bucket {bucket}"
-        say_warning(f"no event of {', '.join(unseen)} was read from {place}: {'its' if len(unseen) == 1 else 'their'} "
+        say_warning(f"no event of {', '.join(unseen)} was read from {source_place(events_dir, bucket)}: {'its' if len(unseen) == 1 else 'their'} "
                     "preemptions, hours and VM-hours are unknown, not 0 (is the events source the right one?)", json_out)
     from cli.watch.journal import watcher_view
 
@@ -392,8 +391,7 @@ def events(
         typer.echo(json.dumps([event_json(e) for e in found], indent=2, sort_keys=True))
         return
     if not found:  # not a silent success: the person may have given the wrong folder or bucket
-        place = str(events_dir) if events_dir is not None else f"bucket {bucket}"
-        typer.echo(f"no events of {job} in {place}", err=True)
+        typer.echo(f"no events of {job} in {source_place(events_dir, bucket)}", err=True)
     for e in found:
         details = " ".join(f"{k}={v}" for k, v in e.details.items())
         typer.echo(f"{e.time.isoformat()}  attempt {e.attempt} node {e.node}  {e.event:<18} {details}".rstrip())
